@@ -1,0 +1,161 @@
+"""Which launcher started this process, and what it says about the world.
+
+One function, :func:`detect`, reads the environment of torchrun, Open MPI (``mpirun``), MPICH's
+Hydra (``mpiexec``), PMIx and Slurm (``srun``) and returns a :class:`LaunchInfo`. It is pure: it
+reads a mapping and touches no network, so every launcher is tested from a dictionary.
+
+When the launcher gives no rendezvous address (``mpirun``, ``srun``), :func:`rendezvous` picks one:
+``MASTER_ADDR``/``MASTER_PORT`` if set, else rank 0's host and a free port, broadcast over MPI when
+MPI is there, else the first host of the Slurm node list and a port derived from the job id.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["LaunchError", "LaunchInfo", "detect", "first_slurm_host", "rendezvous"]
+
+
+class LaunchError(RuntimeError):
+    """The launcher and the world disagree, or the environment is malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchInfo:
+    """What the launcher told this process.
+
+    launcher: ``torchrun``, ``openmpi``, ``mpich``, ``pmix``, ``slurm`` or ``none``.
+    rank/size: this process's rank in the world and the world size.
+    local_rank/local_size: the same within this host (used to bind a GPU).
+    master_addr/master_port: rendezvous for torch.distributed, when the launcher gives one.
+    source: the variables the values came from, for error messages.
+    """
+
+    launcher: str
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    master_addr: str | None = None
+    master_port: int | None = None
+    source: str = ""
+
+    @property
+    def launched(self) -> bool:
+        return self.launcher != "none"
+
+    @property
+    def is_mpi(self) -> bool:
+        return self.launcher in ("openmpi", "mpich", "pmix")
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        if default is None:
+            raise LaunchError(f"{name} is not set")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise LaunchError(f"{name}={raw!r}: must be an integer") from None
+    if value < 0:
+        raise LaunchError(f"{name}={raw!r}: must be >= 0")
+    return value
+
+
+def _port(env: Mapping[str, str]) -> int | None:
+    if not env.get("MASTER_PORT"):
+        return None
+    port = _int(env, "MASTER_PORT")
+    if not 0 < port < 65536:
+        raise LaunchError(f"MASTER_PORT={port}: must be in 1..65535")
+    return port
+
+
+def _make(launcher: str, env: Mapping[str, str], rank: str, size: str, lrank: str,
+          lsize: str | None, source: str) -> LaunchInfo:
+    r, n = _int(env, rank), _int(env, size)
+    if n < 1:
+        raise LaunchError(f"{size}={n}: the world must have at least one rank")
+    if r >= n:
+        raise LaunchError(f"{rank}={r} is not below {size}={n}")
+    lr = _int(env, lrank, 0)
+    ln = _int(env, lsize, 0) if lsize else 0
+    return LaunchInfo(launcher, r, n, lr, ln or max(lr + 1, 1), env.get("MASTER_ADDR") or None,
+                      _port(env), source)
+
+
+def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
+    """Read the launcher's variables from ``env`` (default: ``os.environ``).
+
+    torchrun wins when several are present (torchrun under srun sets both, and its values are the
+    ones that describe the processes). Slurm counts only inside a job step (``SLURM_STEP_ID``
+    numeric), since a batch script's shell also carries ``SLURM_PROCID=0``.
+    """
+    env = os.environ if env is None else env
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return _make("torchrun", env, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                     "RANK/WORLD_SIZE")
+    if "OMPI_COMM_WORLD_RANK" in env:
+        return _make("openmpi", env, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                     "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE")
+    if "PMI_RANK" in env:
+        return _make("mpich", env, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+                     "PMI_RANK/PMI_SIZE")
+    if "PMIX_RANK" in env and "PMIX_SIZE" in env:
+        return _make("pmix", env, "PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE",
+                     "PMIX_RANK/PMIX_SIZE")
+    if "SLURM_PROCID" in env and env.get("SLURM_STEP_ID", "").isdigit():
+        size_var = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"
+        return _make("slurm", env, "SLURM_PROCID", size_var, "SLURM_LOCALID", None,
+                     f"SLURM_PROCID/{size_var}")
+    return LaunchInfo("none", 0, 1, 0, 1, env.get("MASTER_ADDR") or None, _port(env), "")
+
+
+_NODELIST = re.compile(r"^([^\[,]+)(?:\[([^\]]+)\])?")
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """First host of a Slurm node list: ``gpu[003-010,12],cpu1`` gives ``gpu003``."""
+    m = _NODELIST.match(nodelist.strip())
+    if not m or not m.group(1):
+        raise LaunchError(f"SLURM_JOB_NODELIST={nodelist!r}: cannot read a host name from it")
+    prefix, ranges = m.group(1), m.group(2)
+    if not ranges:
+        return prefix
+    first = ranges.split(",")[0].split("-")[0]
+    return prefix + first
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def rendezvous(info: LaunchInfo, env: Mapping[str, str] | None = None,
+               mpi_comm=None) -> tuple[str, int]:
+    """Address and port for torch.distributed's TCP store, agreed by every rank."""
+    env = os.environ if env is None else env
+    if info.master_addr and info.master_port:
+        return info.master_addr, info.master_port
+    if mpi_comm is not None:
+        mine = (socket.gethostname(), free_port()) if mpi_comm.Get_rank() == 0 else None
+        addr, port = mpi_comm.bcast(mine, root=0)
+        return info.master_addr or addr, info.master_port or port
+    if info.launcher == "slurm":
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+        if not nodelist:
+            raise LaunchError("srun without SLURM_JOB_NODELIST: set MASTER_ADDR and MASTER_PORT")
+        job = _int(env, "SLURM_JOB_ID", 0)
+        return info.master_addr or first_slurm_host(nodelist), info.master_port or 20000 + job % 20000
+    if info.size == 1:
+        return "127.0.0.1", free_port()
+    raise LaunchError(f"{info.launcher} started {info.size} ranks but gives no rendezvous address: "
+                      "set MASTER_ADDR and MASTER_PORT, or install mpi4py for this MPI")

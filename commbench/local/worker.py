@@ -1,0 +1,159 @@
+"""A rank of the local world: joins the world once, then runs the driver's SPMD tasks.
+
+Started by :class:`commbench.local.world.LocalWorld` as ``python -m commbench.local.worker``,
+directly (gloo only) or under ``mpiexec`` (gloo and MPI). Two threads:
+
+* the control thread reads the driver's connection and queues tasks; when the connection closes
+  (the driver exited or gave the world up) it ends the process at once, even if the main thread is
+  blocked inside a collective, so no rank outlives its driver;
+* the main thread runs each task, ``fn(ctx, *args, **kwargs)``, and sends back its result or its
+  exception with the traceback. Each task starts with an empty ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import io
+import json
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (no-op elsewhere)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class _Unpickler(pickle.Unpickler):
+    """Finds functions of the driver's ``__main__`` script (the worker's own is this module)."""
+
+    _main = None
+
+    def find_class(self, module: str, name: str):
+        path = os.environ.get("COMMBENCH_MAIN_FILE")
+        if module == "__main__" and path:
+            if _Unpickler._main is None:
+                import runpy
+                import types
+
+                mod = types.ModuleType("__commbench_main__")
+                mod.__dict__.update(runpy.run_path(path, run_name="__commbench_main__"))
+                _Unpickler._main = mod
+            return getattr(_Unpickler._main, name)
+        return super().find_class(module, name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from commbench.errors import remote_error
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--address", required=True)
+    p.add_argument("--store-port", type=int, required=True)
+    p.add_argument("--rank", type=int, default=-1)
+    p.add_argument("--size", type=int, required=True)
+    p.add_argument("--status-dir", required=True)
+    p.add_argument("--backend", default="gloo")
+    p.add_argument("--mpi", action="store_true")
+    a = p.parse_args(argv)
+    _die_with_parent()
+    for entry in reversed(json.loads(os.environ.get("COMMBENCH_SYS_PATH", "[]"))):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+
+    from multiprocessing.connection import Client
+
+    host, port = a.address.rsplit(":", 1)
+    conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ["COMMBENCH_AUTHKEY"]))
+    rank = a.rank
+    try:
+        mpi_comm = None
+        if a.mpi:
+            from mpi4py import MPI
+
+            mpi_comm = MPI.COMM_WORLD
+            rank = mpi_comm.Get_rank()
+            if mpi_comm.Get_size() != a.size:
+                raise RuntimeError(
+                    f"mpiexec was asked for {a.size} ranks but MPI.COMM_WORLD has "
+                    f"{mpi_comm.Get_size()}: mpi4py uses "
+                    f"{MPI.Get_library_version().splitlines()[0].strip()!r}, not this mpiexec's MPI")
+        conn.send(("hello", rank, os.getpid()))
+        ctx = _join(a, rank, mpi_comm)
+    except BaseException as exc:  # report why this rank could not join, then leave
+        conn.send(("fatal", rank, remote_error(rank, exc)))
+        conn.close()
+        os._exit(1)
+    conn.send(("ready", rank, ctx.transports))
+    _serve(conn, ctx, rank)
+
+
+def _join(a, rank: int, mpi_comm):
+    import torch.distributed as dist
+
+    from commbench.context import Context
+    from commbench.status import SlotSink, Tracker
+
+    store = dist.TCPStore(a.address.rsplit(":", 1)[0], a.store_port, is_master=False,
+                          timeout=datetime.timedelta(seconds=60))
+    if a.backend != "mpi":
+        dist.init_process_group(a.backend, store=dist.PrefixStore("commbench", store), rank=rank,
+                                world_size=a.size, timeout=datetime.timedelta(hours=1))
+    tracker = Tracker(SlotSink(os.path.join(a.status_dir, f"rank{rank}")))
+    return Context(rank=rank, size=a.size, local_rank=rank, launcher="local",
+                   backend=a.backend if a.backend != "mpi" else None, mpi_comm=mpi_comm,
+                   tracker=tracker, torch_ready=a.backend != "mpi")
+
+
+def _serve(conn, ctx, rank: int) -> None:
+    from commbench.errors import remote_error
+
+    tasks: queue.Queue = queue.Queue()
+
+    def control() -> None:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                os._exit(0)  # the driver is gone: never outlive it
+            if msg[0] == "exit":
+                tasks.put(None)
+                return
+            tasks.put(msg)
+
+    threading.Thread(target=control, name="commbench-control", daemon=True).start()
+    while (msg := tasks.get()) is not None:
+        _, task_id, payload = msg
+        try:
+            fn, args, kwargs = _Unpickler(io.BytesIO(payload)).load()
+            name = getattr(fn, "__qualname__", repr(fn))
+        except BaseException as exc:
+            conn.send(("result", task_id, rank, False, remote_error(rank, exc)))
+            continue
+        ctx.ledger.clear()
+        ctx.tracker.start_task(name)
+        try:
+            value = fn(ctx, *args, **kwargs)
+            reply = ("result", task_id, rank, True, pickle.dumps(value))
+        except BaseException as exc:
+            reply = ("result", task_id, rank, False, remote_error(rank, exc))
+        ctx.tracker.end_task()
+        try:
+            conn.send(reply)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            conn.send(("result", task_id, rank, False, remote_error(rank, exc)))
+    ctx.close()
+    conn.close()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

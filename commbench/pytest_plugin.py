@@ -1,0 +1,161 @@
+"""pytest plugin: topic markers, hypothesis profiles and the ``world`` fixture.
+
+Two ways to run the same test files:
+
+* no launcher: ``pytest``. The session spawns a local world per world size on first use and keeps
+  it to the end (``--world-sizes``, ``--world-launch``); tests send SPMD functions to its ranks and
+  hypothesis runs once, in this process.
+* under a launcher: ``mpiexec -n 4 python -m pytest -m tp`` (or torchrun, srun). Every rank runs
+  pytest; ``world`` is the launcher's world and each test runs once, at that size. Hypothesis draws
+  the same examples on every rank (``derandomize``) and every rank sees every rank's outcome, so all
+  reach one verdict and shrink in step.
+
+``@pytest.mark.world(sizes=(1, 2, 3, 4), min_size=1)`` says which sizes a test runs at locally; under
+a launcher it runs at the launcher's size if that is at least ``min_size``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+TOPICS = {
+    "foundation": "launch detection, local world, comm layer, ledger",
+    "collectives": "standard collectives through the comm layer",
+    "ring": "ring algorithms built from send/recv",
+    "ddp": "data parallelism (DDP)",
+    "zero": "ZeRO-1/2/3",
+    "tp": "Megatron tensor parallelism",
+    "sp": "Megatron sequence parallelism",
+    "cp": "context parallelism (ring attention)",
+    "ulysses": "DeepSpeed-Ulysses all-to-all",
+    "moe": "MoE gating, capacity, dispatch/combine",
+    "ep": "expert parallelism",
+    "pp": "pipeline schedules",
+    "model": "cost model and topologies",
+    "bench": "benchmarks (suites/)",
+    "faults": "fault injection: hangs, dead ranks, bad input",
+    "gpu": "needs a CUDA device; skipped without one",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("commbench")
+    g.addoption("--world-sizes", default=os.environ.get("COMMBENCH_WORLD_SIZES", "1,2,4"),
+                help="world sizes for tests that take the `world` fixture (local runs only)")
+    g.addoption("--world-launch", default=os.environ.get("COMMBENCH_WORLD_LAUNCH", "auto"),
+                choices=("auto", "mpi", "plain"),
+                help="how the local world starts its ranks: mpiexec (gloo+MPI) or plain (gloo)")
+    g.addoption("--world-timeout", type=float, default=120.0,
+                help="seconds before a call on the world fails as a hang")
+
+
+def _launched() -> bool:
+    from commbench.launch import detect
+
+    return detect().launched and not os.environ.get("COMMBENCH_WORKER")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in TOPICS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    config.addinivalue_line("markers", "world(sizes=None, min_size=1): world sizes for a test")
+    from hypothesis import HealthCheck, settings
+
+    common = dict(deadline=None, print_blob=True,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    launched = _launched()
+    if launched:  # every rank must draw the same examples and keep no per-rank database
+        common.update(derandomize=True, database=None)
+    settings.register_profile("commbench", max_examples=15, **common)
+    settings.register_profile("thorough", max_examples=300, **common)
+    if not config.getoption("hypothesis_profile", None):
+        settings.load_profile(os.environ.get("COMMBENCH_HYPOTHESIS_PROFILE", "commbench"))
+    config._commbench_pool = _Pool(config, launched)
+    if launched:
+        from commbench.launch import detect
+
+        if detect().rank != 0:  # one rank reports; the others keep quiet unless they fail
+            config.option.verbose = -1
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    pool = getattr(config, "_commbench_pool", None)
+    if pool is not None:
+        pool.close()
+
+
+def _sizes(config: pytest.Config) -> list[int]:
+    raw = config.getoption("world_sizes")
+    try:
+        sizes = [int(s) for s in raw.split(",") if s.strip()]
+    except ValueError:
+        raise pytest.UsageError(f"--world-sizes={raw!r}: a comma-separated list of integers") from None
+    if not sizes or min(sizes) < 1:
+        raise pytest.UsageError(f"--world-sizes={raw!r}: sizes must be >= 1")
+    return sizes
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "world" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("world")
+    kw = marker.kwargs if marker else {}
+    min_size = kw.get("min_size", 1)
+    pool: _Pool = metafunc.config._commbench_pool
+    if pool.launched:
+        sizes = [pool.launcher_size()]
+        if sizes[0] < min_size:
+            metafunc.parametrize("world", [pytest.param(0, marks=pytest.mark.skip(
+                reason=f"needs a world of at least {min_size} ranks, the launcher gave "
+                       f"{sizes[0]}"))], indirect=True, ids=["skipped"])
+            return
+    else:
+        sizes = [s for s in (kw.get("sizes") or _sizes(metafunc.config)) if s >= min_size]
+    metafunc.parametrize("world", sizes, indirect=True, ids=[f"n{s}" for s in sizes])
+
+
+@pytest.fixture
+def world(request: pytest.FixtureRequest):
+    """The world of ``request.param`` ranks: a kept local world, or the launcher's world."""
+    return request.config._commbench_pool.get(request.param)
+
+
+class _Pool:
+    """One world per size for the whole session (spawning 4 torch ranks costs seconds)."""
+
+    def __init__(self, config: pytest.Config, launched: bool) -> None:
+        self.config, self.launched = config, launched
+        self._worlds: dict[int, object] = {}
+        self._launcher_world = None
+
+    def launcher_size(self) -> int:
+        from commbench.launch import detect
+
+        return detect().size
+
+    def get(self, size: int):
+        if self.launched:
+            if self._launcher_world is None:
+                from commbench.context import Context
+                from commbench.spmd import LauncherWorld
+
+                self._launcher_world = LauncherWorld(
+                    Context.from_launcher(), timeout_s=self.config.getoption("world_timeout"))
+            return self._launcher_world
+        from commbench.local import LocalWorld
+
+        w = self._worlds.get(size)
+        if w is None:
+            w = LocalWorld(size, launch=self.config.getoption("world_launch"),
+                           timeout_s=self.config.getoption("world_timeout"))
+            self._worlds[size] = w
+        return w.start()
+
+    def close(self) -> None:
+        for w in self._worlds.values():
+            w.close()
+        self._worlds.clear()
+        if self._launcher_world is not None:
+            self._launcher_world.close()

@@ -1,0 +1,158 @@
+"""The local world: results and exceptions from every rank, hangs and dead ranks bounded, no orphans.
+
+Hangs and kills tear a world down, so those tests use worlds of their own and leave the session's
+worlds alone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from commbench.errors import CallTimeout, RankDied, SPMDError
+from commbench.local import LocalWorld
+from commbench.local.world import _mpi_usable
+
+pytestmark = pytest.mark.foundation
+LAUNCHES = ["plain", pytest.param("mpi", marks=pytest.mark.skipif(
+    not _mpi_usable(), reason="mpi4py or mpiexec is not installed"))]
+
+
+def _identity(ctx, tag):
+    return (ctx.rank, ctx.size, tag, os.getpid())
+
+
+def _raise_on_odd(ctx):
+    if ctx.rank % 2:
+        raise ValueError(f"odd rank {ctx.rank} refuses")
+    return ctx.rank
+
+
+def _barrier_on_rank0(ctx):
+    if ctx.rank == 0:
+        ctx.comm().barrier(ctx.world)
+
+
+def _all_reduce_but_one_dies(ctx, victim):
+    import torch
+
+    if ctx.rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return ctx.comm().all_reduce(torch.ones(4), ctx.world).tolist()
+
+
+def _raise_then_others_wait(ctx):
+    if ctx.rank == 1:
+        raise RuntimeError("rank 1 gives up before the all-reduce")
+    import torch
+
+    ctx.comm().all_reduce(torch.ones(1), ctx.world)
+
+
+@pytest.mark.world(sizes=[1, 2, 3])
+def test_results_from_every_rank(world):
+    out = world.run(_identity, "t")
+    assert [o[:3] for o in out] == [(r, world.size, "t") for r in range(world.size)]
+    assert len({o[3] for o in out}) == world.size  # one process per rank
+
+
+@pytest.mark.world(sizes=[2, 3])
+def test_exceptions_from_every_failing_rank(world):
+    with pytest.raises(SPMDError) as info:
+        world.run(_raise_on_odd)
+    failures = info.value.failures
+    assert [f.rank for f in failures] == list(range(1, world.size, 2))
+    assert all(f.type_name == "ValueError" and "_raise_on_odd" in f.traceback for f in failures)
+    assert isinstance(failures[0].exception(), ValueError)
+    outcomes = world.outcomes(_raise_on_odd)
+    assert [o.ok for o in outcomes] == [r % 2 == 0 for r in range(world.size)]
+    assert world.run(_identity, "after")[0][2] == "after"  # the world survives a raise
+
+
+def test_unpicklable_function_is_refused_before_sending():
+    w = LocalWorld(2)
+    with pytest.raises(TypeError, match="module level"):
+        w.run(lambda ctx: 0)
+    assert not w.alive  # nothing was started for it
+
+
+def test_planted_hang_names_op_and_missing_ranks():
+    with LocalWorld(3) as w:
+        pids = list(w.pids.values())
+        t0 = time.monotonic()
+        with pytest.raises(CallTimeout) as info:
+            w.run(_barrier_on_rank0, timeout=1.5)
+        assert time.monotonic() - t0 < 6
+        msg = str(info.value)
+        assert "_barrier_on_rank0 timed out" in msg
+        assert "barrier (call #1) on group [0, 1, 2]: ranks [0] arrived, ranks [1, 2] did not" in msg
+        assert "rank 1: finished _barrier_on_rank0" in msg
+        assert not any(_alive(p) for p in pids), "a timed-out world left processes behind"
+
+
+@pytest.mark.parametrize("launch", LAUNCHES)
+def test_killed_rank_fails_fast_and_next_call_works(launch):
+    with LocalWorld(2, launch=launch) as w:
+        t0 = time.monotonic()
+        with pytest.raises(RankDied) as info:
+            w.run(_all_reduce_but_one_dies, 1)
+        took = time.monotonic() - t0
+        assert took < 10, f"a dead rank took {took:.1f} s to notice"
+        assert "rank 1 died" in str(info.value) and "_all_reduce_but_one_dies" in str(info.value)
+        assert w.run(_all_reduce_but_one_dies, -1) == [[2.0] * 4] * 2  # a fresh world
+        assert w.starts == 2
+
+
+def test_a_raise_does_not_leave_the_others_waiting_forever():
+    with LocalWorld(2, launch="plain", grace_s=1.0) as w:
+        t0 = time.monotonic()
+        with pytest.raises(SPMDError) as info:
+            w.run(_raise_then_others_wait, timeout=60)
+        assert time.monotonic() - t0 < 10
+        msg = str(info.value)
+        assert "rank 1 gives up" in msg and "all_reduce (call #1) on group [0, 1]" in msg
+
+
+DRIVER = textwrap.dedent("""
+    import os, sys
+    from commbench.local import LocalWorld
+    w = LocalWorld(2, launch=sys.argv[1]).start()
+    print(" ".join(str(p) for p in w.pids.values()), flush=True)
+    os._exit(0)  # no atexit, no close: the ranks must notice on their own
+""")
+
+
+def test_no_rank_outlives_a_driver_that_vanishes(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    launches = ["plain", "mpi"] if _mpi_usable() else ["plain"]
+    drivers = [subprocess.Popen([sys.executable, str(script), launch], stdout=subprocess.PIPE,
+                                text=True) for launch in launches]
+    pids = []
+    for d in drivers:
+        out, _ = d.communicate(timeout=120)
+        assert d.returncode == 0
+        pids += [int(p) for p in out.split()]
+    assert len(pids) == 2 * len(launches)
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids), "ranks outlived their driver"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes; reap it if it is ours
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
