@@ -16,6 +16,7 @@ the group size (floating dtypes only), on every transport alike.
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -164,7 +165,7 @@ class Comm:
         out_splits = _splits(out_splits, n, "out_splits")
         x = x.contiguous()
         out = x.new_empty((sum(out_splits), *x.shape[1:]))
-        row = x[0].numel() if x.dim() > 1 else 1
+        row = math.prod(x.shape[1:])
         self._run("all_to_all", group, x.dtype, x.numel(),
                   lambda: self.backend.all_to_all(out, x, group, out_splits, in_splits),
                   in_splits=in_splits, out_splits=out_splits, row=row)

@@ -61,6 +61,8 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, text in TOPICS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     config.addinivalue_line("markers", "world(sizes=None, min_size=1): world sizes for a test")
+    config.addinivalue_line("markers", "local: tests of the local world itself; skipped under a "
+                            "launcher, where every rank would start worlds of its own")
     from hypothesis import HealthCheck, settings
 
     common = dict(deadline=None, print_blob=True,
@@ -84,6 +86,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     pool = getattr(config, "_commbench_pool", None)
     if pool is not None:
         pool.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config._commbench_pool.launched:
+        return
+    skip = pytest.mark.skip(reason="tests the local world itself; under a launcher the ranks are "
+                                   "the launcher's")
+    for item in items:
+        if item.get_closest_marker("local"):
+            item.add_marker(skip)
 
 
 def _sizes(config: pytest.Config) -> list[int]:

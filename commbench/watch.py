@@ -19,6 +19,7 @@ Calls made by commbench's own comm layer are booked by the comm layer and skippe
 from __future__ import annotations
 
 import contextvars
+import math
 import time
 from collections.abc import Callable
 
@@ -160,7 +161,7 @@ def _a2a(pg_arg, inp, out, in_splits, out_splits) -> tuple:
     n, rows = _pg_of(pg_arg).size(), (inp.shape[0] if inp.dim() else 1)
     in_splits = [int(s) for s in in_splits] or [rows // n] * n
     out_splits = [int(s) for s in out_splits] or list(in_splits)
-    row = inp[0].numel() if inp.dim() > 1 else 1
+    row = math.prod(inp.shape[1:])
     return pg_arg, inp.numel(), {"in_splits": in_splits, "out_splits": out_splits, "row": row}
 
 

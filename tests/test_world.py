@@ -20,6 +20,7 @@ from commbench.local import LocalWorld
 from commbench.local.world import _mpi_usable
 
 pytestmark = pytest.mark.foundation
+local = pytest.mark.local
 LAUNCHES = ["plain", pytest.param("mpi", marks=pytest.mark.skipif(
     not _mpi_usable(), reason="mpi4py or mpiexec is not installed"))]
 
@@ -75,6 +76,7 @@ def test_exceptions_from_every_failing_rank(world):
     assert world.run(_identity, "after")[0][2] == "after"  # the world survives a raise
 
 
+@local
 def test_unpicklable_function_is_refused_before_sending():
     w = LocalWorld(2)
     with pytest.raises(TypeError, match="module level"):
@@ -82,6 +84,7 @@ def test_unpicklable_function_is_refused_before_sending():
     assert not w.alive  # nothing was started for it
 
 
+@local
 def test_planted_hang_names_op_and_missing_ranks():
     with LocalWorld(3) as w:
         pids = list(w.pids.values())
@@ -96,6 +99,7 @@ def test_planted_hang_names_op_and_missing_ranks():
         assert not any(_alive(p) for p in pids), "a timed-out world left processes behind"
 
 
+@local
 @pytest.mark.parametrize("launch", LAUNCHES)
 def test_killed_rank_fails_fast_and_next_call_works(launch):
     with LocalWorld(2, launch=launch) as w:
@@ -109,6 +113,7 @@ def test_killed_rank_fails_fast_and_next_call_works(launch):
         assert w.starts == 2
 
 
+@local
 def test_a_raise_does_not_leave_the_others_waiting_forever():
     with LocalWorld(2, launch="plain", grace_s=1.0) as w:
         t0 = time.monotonic()
@@ -128,6 +133,7 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+@local
 def test_no_rank_outlives_a_driver_that_vanishes(tmp_path):
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)

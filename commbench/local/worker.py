@@ -105,8 +105,14 @@ def _join(a, rank: int, mpi_comm):
     store = dist.TCPStore(a.address.rsplit(":", 1)[0], a.store_port, is_master=False,
                           timeout=datetime.timedelta(seconds=60))
     if a.backend != "mpi":
+        kwargs = {}
+        if a.backend == "nccl":
+            import torch
+
+            kwargs["device_id"] = torch.device("cuda", rank % torch.cuda.device_count())
+            torch.cuda.set_device(kwargs["device_id"])
         dist.init_process_group(a.backend, store=dist.PrefixStore("commbench", store), rank=rank,
-                                world_size=a.size, timeout=datetime.timedelta(hours=1))
+                                world_size=a.size, timeout=datetime.timedelta(hours=1), **kwargs)
     tracker = Tracker(SlotSink(os.path.join(a.status_dir, f"rank{rank}")))
     return Context(rank=rank, size=a.size, local_rank=rank, launcher="local",
                    backend=a.backend if a.backend != "mpi" else None, mpi_comm=mpi_comm,

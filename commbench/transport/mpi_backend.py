@@ -7,6 +7,8 @@ are staged through host memory (no CUDA-aware MPI is assumed), which the timing 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from commbench.group import Group
@@ -66,7 +68,7 @@ class MPIBackend:
 
     def all_to_all(self, out, x, group: Group, out_splits, in_splits) -> None:
         (o, i), back = self._staged(out, x)
-        row = i[0].numel() if i.dim() > 1 else 1
+        row = math.prod(i.shape[1:])
         sc = [s * row for s in in_splits]
         rc = [s * row for s in out_splits]
         group.mpi_comm.Alltoallv([_np(i), (sc, _displs(sc))], [_np(o), (rc, _displs(rc))])

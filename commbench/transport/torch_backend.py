@@ -9,6 +9,10 @@ from commbench.group import Group
 
 __all__ = ["TorchBackend"]
 
+# torch 2.13 renamed the tensor forms (`*_into_tensor`, `*_tensor`) to `*_single`.
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
 _OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
         "max": dist.ReduceOp.MAX}
 
@@ -28,10 +32,10 @@ class TorchBackend:
         dist.all_reduce(buf, _OPS[op], group=group.torch_pg)
 
     def all_gather(self, out, x, group: Group) -> None:
-        dist.all_gather_into_tensor(out, x, group=group.torch_pg)
+        _ALL_GATHER(out, x, group=group.torch_pg)
 
     def reduce_scatter(self, out, x, group: Group, op: str) -> None:
-        dist.reduce_scatter_tensor(out, x, _OPS[op], group=group.torch_pg)
+        _REDUCE_SCATTER(out, x, _OPS[op], group=group.torch_pg)
 
     def all_to_all(self, out, x, group: Group, out_splits, in_splits) -> None:
         dist.all_to_all_single(out, x, out_splits, in_splits, group=group.torch_pg)
@@ -43,9 +47,9 @@ class TorchBackend:
         dist.reduce(buf, op=_OPS[op], group=group.torch_pg, group_dst=root)
 
     def gather(self, out, x, group: Group, root: int) -> None:
+        if x.numel() == 0:
+            return  # every member's block is empty (blocks have one shape): nothing moves
         chunks = list(out.chunk(group.size)) if out is not None else None
-        if out is not None and x.numel() == 0:
-            return  # gloo rejects empty gathers; nothing to move
         dist.gather(x, chunks, group=group.torch_pg, group_dst=root)  # chunks are views of out
 
     def scatter(self, out, src, group: Group, root: int) -> None:

@@ -1,0 +1,41 @@
+# commbench: the README's two commands are `make bench` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# torch is pinned so that a CPU-only machine here gets the CPU build. Elsewhere, point pip at
+# PyTorch's CPU wheel index: make bench TORCH_PIP_ARGS="--index-url <that index>".
+TORCH_SPEC     ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+NP ?= 4
+
+.PHONY: bench test test-% gpu-check lint info clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[mpi,plot,dev]"
+	touch $@
+
+bench: $(VENV)/.installed  ## set up, run the default suite on a local CPU world, write results/
+	$(BIN)/commbench run --np $(NP)
+
+test: $(VENV)/.installed  ## set up, run the test suite
+	$(BIN)/python -m pytest
+
+test-%: $(VENV)/.installed  ## the test suite under mpiexec with % ranks, e.g. make test-4
+	$(BIN)/mpiexec -n $* $(BIN)/python -m pytest -x -p no:cacheprovider $(PYTEST_ARGS)
+
+gpu-check: $(VENV)/.installed  ## one GPU: NCCL world of one, CUDA tensors, CUDA-event timing
+	$(BIN)/python -m pytest -m gpu -rs tests/test_gpu.py
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check commbench tests suites
+
+info: $(VENV)/.installed
+	$(BIN)/commbench info
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks

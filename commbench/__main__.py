@@ -1,0 +1,5 @@
+import sys
+
+from commbench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,138 @@
+"""Result records: rows from the timing loop, the JSON schema, markdown tables, atomic writes.
+
+A results file (schema ``commbench.results/1``) is one JSON object::
+
+    schema       "commbench.results/1"
+    suite        e.g. "collectives"
+    created      ISO 8601 time, UTC
+    host         host name (no paths)
+    hardware     "cpu" or the GPU's name
+    world_size   ranks in the run
+    launch       how the ranks were started: "local-mpi", "local-plain", or the launcher's name
+    versions     python, torch, mpi4py, the MPI library, NCCL, commbench
+    commit       git commit of the tree that ran, when known
+    measurement  cadence, rank aggregation, statistic, iterations, warm-up (see commbench.bench)
+    rows         one object per (series, size): op, algo, transport, dtype, redop, root, size
+                 (bytes, nccl-tests' convention), count, time_us (median), min_us, max_us, p99_us,
+                 algbw, busbw (GB/s), wrong, sent, recv (bytes booked per rank, max over ranks),
+                 pred_sent (bytes predicted per rank), n_samples
+
+Files are written to a temporary name and renamed, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import tempfile
+
+SCHEMA = "commbench.results/1"
+COLUMNS = ["size", "count", "type", "redop", "root", "algo", "time_us", "algbw", "busbw",
+           "wrong", "sent", "pred_sent"]
+
+
+def percentile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    k = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
+    return s[k]
+
+
+def summarize_samples(per_rank: list[list[float]]) -> dict:
+    """Per-iteration max over ranks, then min / median / max / p99 in microseconds."""
+    iters = [max(ts) for ts in zip(*per_rank)]
+    return {"time_us": statistics.median(iters) * 1e6, "min_us": min(iters) * 1e6,
+            "max_us": max(iters) * 1e6, "p99_us": percentile(iters, 99) * 1e6,
+            "n_samples": len(iters)}
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    except ImportError:
+        pass
+    try:
+        import mpi4py
+
+        out["mpi4py"] = mpi4py.__version__
+    except ImportError:
+        pass
+    from commbench import __version__
+
+    out["commbench"] = __version__
+    return out
+
+
+def git_commit() -> str | None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        r = subprocess.run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"],
+                           capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (r.stdout.strip() + ("+dirty" if dirty else "")) if r.returncode == 0 else None
+
+
+def header(suite: str, world_size: int, launch: str, hardware: str, measurement: dict) -> dict:
+    return {"schema": SCHEMA, "suite": suite,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host": socket.gethostname(), "hardware": hardware, "world_size": world_size,
+            "launch": launch, "versions": versions(), "commit": git_commit(),
+            "measurement": measurement, "rows": []}
+
+
+def write_atomic(path: str, text: str) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: str, record: dict) -> None:
+    write_atomic(path, json.dumps(record, indent=1, sort_keys=False) + "\n")
+
+
+def markdown(record: dict) -> str:
+    from tabulate import tabulate
+
+    v = record["versions"]
+    m = record["measurement"]
+    lines = [f"# {record['suite']}: {record['hardware']}, {record['world_size']} ranks "
+             f"({record['launch']})", "",
+             f"- created {record['created']} on `{record['host']}`, commit `{record['commit']}`",
+             "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
+             "- measurement: " + ", ".join(f"{k}: {val}" for k, val in m.items()), ""]
+    by_series: dict[tuple, list[dict]] = {}
+    for row in record["rows"]:
+        by_series.setdefault((row["op"], row["transport"], row["algo"]), []).append(row)
+    for (op, transport, algo), rows in by_series.items():
+        lines += [f"## {op} / {transport} / {algo}", ""]
+        table = [[r["size"], r["count"], r["type"], r["redop"], r["root"], f"{r['time_us']:.1f}",
+                  f"{r['p99_us']:.1f}", f"{r['algbw']:.3f}", f"{r['busbw']:.3f}", r["wrong"],
+                  r["sent"], r["pred_sent"]] for r in rows]
+        lines.append(tabulate(table, headers=["size(B)", "count", "type", "redop", "root",
+                                              "time(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)",
+                                              "#wrong", "sent(B)", "pred(B)"],
+                              tablefmt="github"))
+        lines.append("")
+    return "\n".join(lines)

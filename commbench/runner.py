@@ -1,0 +1,111 @@
+"""Sweeps across sizes, driven from one process: one task per size, one printed line per result.
+
+The driver sends :func:`commbench.bench.measure` to every rank for each size, aggregates the
+samples (per-iteration max over ranks), prints the row at once in nccl-tests' layout and appends
+it to the record, which is rewritten atomically after every row: an interrupted or failed sweep
+keeps every row it finished.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+import torch
+
+from commbench import results as res
+from commbench.bench import DTYPES, Case, measure
+from commbench.busbw import algbw, busbw
+from commbench.volume import booked
+
+__all__ = ["HEADER", "format_row", "parse_size", "run_series", "sizes_between"]
+
+HEADER = (f"#{'op':>13} {'size':>11} {'count':>10} {'type':>8} {'redop':>5} {'root':>4} {'algo':>12} "
+          f"{'transport':>9} {'time(us)':>10} {'p99(us)':>10} {'algbw':>7} {'busbw':>7} "
+          f"{'#wrong':>6} {'sent(B)':>11} {'pred(B)':>11}")
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``"8"``, ``"64K"``, ``"16M"``, ``"1G"`` (powers of two, as nccl-tests reads them)."""
+    t = str(text).strip().upper().removesuffix("B")
+    unit = t[-1] if t and t[-1] in UNITS else ""
+    num = t[: -1] if unit else t
+    try:
+        value = int(num) * UNITS[unit]
+    except ValueError:
+        raise ValueError(f"size {text!r}: write a whole number with an optional K, M or G") from None
+    if value <= 0:
+        raise ValueError(f"size {text!r}: must be > 0")
+    return value
+
+
+def sizes_between(begin: int, end: int, factor: int) -> list[int]:
+    if begin <= 0:
+        raise ValueError(f"-b {begin}: must be > 0")
+    if end < begin:
+        raise ValueError(f"-e {end} is below -b {begin}: the sweep would be empty")
+    if factor < 2:
+        raise ValueError(f"-f {factor}: must be >= 2")
+    out, s = [], begin
+    while s <= end:
+        out.append(s)
+        s *= factor
+    return out
+
+
+def format_row(row: dict) -> str:
+    return (f" {row['op']:>13} {row['size']:>11} {row['count']:>10} {row['type']:>8} {row['redop']:>5} "
+            f"{row['root']:>4} {row['algo']:>12} {row['transport']:>9} {row['time_us']:>10.1f} "
+            f"{row['p99_us']:>10.1f} {row['algbw']:>7.3f} {row['busbw']:>7.3f} "
+            f"{row['wrong']:>6} {row['sent']:>11} {row['pred_sent']:>11}")
+
+
+def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
+               path: str | None = None, emit: Callable[[str], None] = print) -> list[dict]:
+    """Measure ``case`` at each size on ``world``; print and record each row as it finishes."""
+    n = world.size
+    rows = []
+    for nbytes in sizes:
+        outs = world.run(measure, case, nbytes)
+        stats = res.summarize_samples([o["times"] for o in outs])
+        size, count = outs[0]["size"], outs[0]["count"]
+        seconds = stats["time_us"] / 1e6
+        itemsize = torch.empty((), dtype=DTYPES[case.dtype]).element_size()
+        row = {"op": case.op, "algo": case.algo, "transport": case.transport, "size": size,
+               "count": count, "type": case.dtype,
+               "redop": case.redop if case.op in ("all_reduce", "reduce_scatter", "reduce") else "-",
+               "root": case.root % n if case.op in ("broadcast", "reduce", "gather", "scatter")
+               else -1, **stats, "algbw": algbw(size, seconds),
+               "busbw": busbw(case.op, n, size, seconds), "wrong": sum(o["wrong"] for o in outs),
+               "sent": max(o["sent"] for o in outs), "recv": max(o["recv"] for o in outs),
+               "pred_sent": _predicted(case, n, count, itemsize)}
+        rows.append(row)
+        emit(format_row(row))
+        if record is not None:
+            record["rows"].append(row)
+            if path:
+                res.write_json(path, record)
+    return rows
+
+
+def _predicted(case: Case, n: int, count: int, itemsize: int) -> int:
+    if case.op == "sendrecv":
+        return count * itemsize if n > 1 else 0
+    vol = {}
+    if case.op in ("broadcast", "reduce", "gather", "scatter"):
+        vol["root"] = case.root % n
+    if case.op == "all_to_all":
+        vol = {"in_splits": [count // n] * n, "out_splits": [count // n] * n}
+    return max(booked(case.op, n, i, count, itemsize, **vol)[0] for i in range(n))
+
+
+def stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def hardware() -> str:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name().replace(" ", "-")
+    return os.environ.get("COMMBENCH_HARDWARE", "cpu")

@@ -1,0 +1,116 @@
+"""The ledger watching third-party torch.distributed code: every entry point, each call once.
+
+The bytes for torch's tensor parallelism and FSDP2 are worked out by hand in each test's docstring.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from commbench.watch import watch
+
+pytestmark = pytest.mark.foundation
+
+
+def _entry_points(ctx):
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    n = ctx.size
+    x = torch.ones(6)
+    with watch(ctx.ledger), ctx.ledger.capture() as cap:
+        dist.all_reduce(x.clone())
+        dist.all_reduce(x.clone(), async_op=True).wait()
+        funcol.wait_tensor(funcol.all_reduce(x, "sum", dist.group.WORLD))
+        dist.all_gather_into_tensor(torch.empty(6 * n), x)  # deprecated forms are still used
+        dist.all_gather([torch.empty(6) for _ in range(n)], x)
+        funcol.wait_tensor(funcol.all_gather_tensor(x, 0, dist.group.WORLD))
+        dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * n))
+        dist.all_to_all_single(torch.empty(2 * n), torch.ones(2 * n))
+        dist.broadcast(x.clone(), src=0)
+        dist.barrier()
+        ctx.comm().all_reduce(x, ctx.world)  # booked by the comm layer, not again by the watcher
+    return [(e.op, e.count, e.sent, e.recv, e.source) for e in cap.entries]
+
+
+@pytest.mark.world(sizes=[2])
+def test_every_entry_point_is_booked_once(world):
+    n = world.size
+    S = 6 * 4
+    ar = 2 * (n - 1) * S // n if 6 % n == 0 else None
+    for got in world.run(_entry_points):
+        ops = [g[0] for g in got]
+        assert ops == ["all_reduce"] * 3 + ["all_gather"] * 3 + ["reduce_scatter", "all_to_all",
+                                                                 "broadcast", "barrier",
+                                                                 "all_reduce"]
+        assert [g[4] for g in got] == ["torch"] * 10 + ["commbench"]
+        if ar is not None:
+            assert all(g[2:4] == (ar, ar) for g in got if g[0] == "all_reduce")
+        assert all(g[1:4] == (6, (n - 1) * S, (n - 1) * S) for g in got if g[0] == "all_gather")
+        assert got[6][1:4] == (2 * n, (n - 1) * 8, (n - 1) * 8)
+        assert got[7][1:4] == (2 * n, (n - 1) * 8, (n - 1) * 8)
+
+
+def _tensor_parallel_mlp(ctx, b, s, h):
+    from torch.distributed.tensor import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(h, 4 * h, bias=False), torch.nn.GELU(),
+                              torch.nn.Linear(4 * h, h, bias=False))
+    parallelize_module(mlp, init_device_mesh("cpu", (ctx.size,)),
+                       {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x = torch.randn(b, s, h, requires_grad=True)
+    with watch(ctx.ledger), ctx.ledger.capture() as cap:
+        mlp(x).sum().backward()
+    return [(e.op, e.group, e.count, e.sent, e.recv, e.dtype) for e in cap.entries]
+
+
+@pytest.mark.world(sizes=[2])
+def test_torch_tensor_parallel_mlp_bytes_by_hand(world):
+    """Megatron's MLP through torch.distributed.tensor.parallel, b=2, s=3, h=4 on P ranks.
+
+    Forward: RowwiseParallel all-reduces the output, b*s*h = 24 float32 = 96 B. Backward:
+    ColwiseParallel all-reduces the input's gradient, again 24 float32. A ring all-reduce of 96 B
+    on P=2 sends and receives 2*(P-1)/P * 96 = 96 B per rank. Nothing else moves.
+    """
+    if world.size != 2:
+        pytest.skip("worked out for 2 ranks")
+    for got in world.run(_tensor_parallel_mlp, 2, 3, 4):
+        assert got == [("all_reduce", (0, 1), 24, 96, 96, "float32")] * 2
+
+
+def _fsdp2(ctx):
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import init_device_mesh
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6, bias=False),
+                                torch.nn.Linear(6, 4, bias=False))
+    mesh = init_device_mesh("cpu", (ctx.size,))
+    for layer in model:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    with watch(ctx.ledger), ctx.ledger.capture() as cap:
+        model(torch.ones(2, 4)).sum().backward()
+    return [(e.op, e.count, e.sent, e.recv) for e in cap.entries]
+
+
+@pytest.mark.world(sizes=[2])
+def test_fsdp2_bytes_by_hand(world):
+    """FSDP2 on two Linear layers of 6x4 and 4x6 weights (24 elements each), P=2, no bias.
+
+    Each rank holds a 12-element shard of each weight (dim 0 split in two). Forward all-gathers
+    each layer (12 elements in, 24 out): sends and receives (P-1)*12*4 = 48 B. The layers reshard
+    after forward, so backward all-gathers both again: 4 all-gathers in all. Backward
+    reduce-scatters each layer's 24-element gradient: (P-1)*24/P*4 = 48 B each way.
+    """
+    if world.size != 2:
+        pytest.skip("worked out for 2 ranks")
+    for got in world.run(_fsdp2):
+        assert got == [("all_gather", 12, 48, 48)] * 4 + [("reduce_scatter", 24, 48, 48)] * 2
