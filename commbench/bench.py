@@ -22,12 +22,13 @@ from dataclasses import asdict, dataclass
 import torch
 
 from commbench import verify
-from commbench.volume import booked
+from commbench.bench_native import Prepared, prepare_native
+from commbench.collectives import ALGORITHMS, predict
 
 __all__ = ["COLLECTIVES", "Case", "counts_for", "measure"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
-               "gather", "scatter", "sendrecv")
+               "gather", "scatter", "sendrecv", "pingpong")
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8,
           "int32": torch.int32, "int64": torch.int64}
@@ -58,7 +59,7 @@ def counts_for(op: str, nbytes: int, n: int, itemsize: int) -> tuple[int, int]:
     Split collectives round each rank's block down to a multiple of 16 bytes, as nccl-tests does.
     """
     elems = nbytes // itemsize
-    if op in ("all_reduce", "broadcast", "reduce", "sendrecv"):
+    if op in ("all_reduce", "broadcast", "reduce", "sendrecv", "pingpong"):
         return elems, elems * itemsize
     align = max(16 // itemsize, 1)
     block = (elems // n) // align * align
@@ -84,7 +85,7 @@ def _timed(call, barrier, cuda: bool) -> float:
 
 
 def measure(ctx, case: Case, nbytes: int) -> dict:
-    """Time ``case`` at ``nbytes`` on this rank; return its samples, #wrong and booked bytes."""
+    """Time ``case`` at ``nbytes`` on this rank; return its samples, #wrong and bytes per call."""
     comm = ctx.comm(case.transport)
     g, n, r = ctx.world, ctx.size, ctx.rank
     dtype = DTYPES[case.dtype]
@@ -92,87 +93,73 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     count, size = counts_for(case.op, nbytes, n, itemsize)
     dev = ctx.device if case.transport != "mpi" else torch.device("cpu")
     src = verify.pattern(case.seed, r, count, dtype, case.redop, dev)
-    be = comm.backend
-    out: torch.Tensor | None
     root = case.root % n
-    vol: dict = {}
-    if case.op in ("all_reduce", "broadcast", "reduce"):
-        out = src.clone()
-        call = {"all_reduce": lambda: be.all_reduce(out, g, case.redop),
-                "broadcast": lambda: be.broadcast(out, g, root),
-                "reduce": lambda: be.reduce(out, g, root, case.redop)}[case.op]
-        reset = lambda: out.copy_(src)  # noqa: E731
-        first = {"all_reduce": lambda: comm.all_reduce(src, g, op=case.redop),
-                 "broadcast": lambda: comm.broadcast(src, g, root=root),
-                 "reduce": lambda: comm.reduce(src, g, root=root, op=case.redop)}[case.op]
-        vol = {"root": root} if case.op != "all_reduce" else {}
+    if case.algo == "native":
+        prep = prepare_native(comm, g, case.op, case.redop, root, src, count)
     else:
-        reset = lambda: None  # noqa: E731
-        if case.op == "all_gather":
-            out = src.new_empty(count * n)
-            call, first = (lambda: be.all_gather(out, src, g)), (lambda: comm.all_gather(src, g))
-        elif case.op == "gather":
-            out = src.new_empty(count * n) if g.index == root else None
-            call = lambda: be.gather(out, src, g, root)  # noqa: E731
-            first = lambda: comm.gather(src, g, root=root)  # noqa: E731
-            vol = {"root": root}
-        elif case.op == "reduce_scatter":
-            out = src.new_empty(count // n)
-            call = lambda: be.reduce_scatter(out, src, g, case.redop)  # noqa: E731
-            first = lambda: comm.reduce_scatter(src, g, op=case.redop)  # noqa: E731
-        elif case.op == "all_to_all":
-            out, splits = src.new_empty(count), [count // n] * n
-            call = lambda: be.all_to_all(out, src, g, splits, splits)  # noqa: E731
-            first = lambda: comm.all_to_all(src, g)  # noqa: E731
-            vol = {"in_splits": splits, "out_splits": splits}
-        elif case.op == "scatter":
-            out = src.new_empty(count // n)
-            s = src if g.index == root else None
-            call = lambda: be.scatter(out, s, g, root)  # noqa: E731
-            first = lambda: comm.scatter(src if g.index == root else out, g, root=root)  # noqa: E731
-            vol = {"root": root}
-        elif case.op == "sendrecv":
-            out = src.new_empty(count)
-            call = lambda: _sendrecv(be, src, out, g)  # noqa: E731
-            first = lambda: _sendrecv(be, src, out, g)  # noqa: E731
-        else:
-            raise ValueError(f"op {case.op!r}: not a collective commbench times; "
-                             f"known: {', '.join(COLLECTIVES)}")
+        prep = _prepare_algorithm(ctx, comm, case, src, count, root)
     cuda = dev.type == "cuda"
+    be = comm.backend
     barrier = (lambda: (torch.cuda.synchronize(), be.barrier(g))) if cuda else \
         (lambda: be.barrier(g))
-    first()
+    with ctx.ledger.capture() as one_call:
+        prep.first()
     times = []
     tracker = ctx.tracker  # published outside the timer, so a hang in the loop is still named
     for i in range(case.warmup + case.iters):
-        reset()
-        tracker.enter(f"timed {case.op} (iteration {i}, barrier first)", g.ranks)
-        t = _timed(call, barrier, cuda)
+        prep.reset()
+        tracker.enter(f"timed {case.op}/{case.algo} (iteration {i}, barrier first)", g.ranks)
+        t = _timed(prep.call, barrier, cuda)
         tracker.leave(case.op)
         if i >= case.warmup:
-            times.append(t)
-    if case.op == "sendrecv":  # one send to the next member and one receive from the previous
-        sent = recv = count * itemsize if n > 1 else 0
-    else:
-        sent, recv = booked(case.op, n, g.index, count, itemsize, **vol)
-    for t in times:
-        ctx.ledger.record(case.op, g.ranks, comm.transport, case.dtype, count, sent, recv, t)
+            times.append(t / 2 if case.op == "pingpong" else t)  # one way, as OSU reports it
+    kw = dict(prep.vol, root=root, local=2 if case.algo == "hierarchical" else None)
+    pred_sent, pred_recv = predict(case.op, case.algo, n, g.index, count, itemsize, **kw) \
+        if case.op not in ("sendrecv", "pingpong") else prep.p2p_bytes(itemsize)
+    if case.algo == "native":  # the transport's own call: booked at its formula volume
+        sent, recv = pred_sent, pred_recv
+        for t in times:
+            ctx.ledger.record(case.op, g.ranks, comm.transport, case.dtype, count, sent, recv, t)
+    else:  # built from send/recv: what the ledger counted, message by message, in one call
+        sent, recv = one_call.sent, one_call.recv
     wrong = 0
-    if case.check:
+    if case.check and case.op != "pingpong":
         want = verify.expected(case.op, case.seed, r, n, count, dtype, case.redop, root)
-        got = out if case.op not in ("reduce",) or g.index == root else None
-        wrong = verify.wrong(got, want)
+        wrong = verify.wrong(prep.result(), want)
     return {"times": times, "wrong": wrong, "count": count, "size": size, "sent": sent,
-            "recv": recv}
+            "recv": recv, "pred_sent": pred_sent, "pred_recv": pred_recv}
 
 
-def _sendrecv(be, src, out, g) -> None:
-    """Ring exchange: send to the next member, receive from the previous one."""
-    n = g.size
-    if n == 1:
-        out.copy_(src)
-        return
-    i = g.index
-    req = be.irecv(out, g, (i - 1) % n, 7)
-    be.send(src, g, (i + 1) % n, 7)
-    req.wait()
+def _prepare_algorithm(ctx, comm, case: Case, src, count: int, root: int) -> Prepared:
+    fn = ALGORITHMS.get((case.op, case.algo))
+    if fn is None:
+        known = sorted(f"{o}/{a}" for o, a in ALGORITHMS)
+        raise ValueError(f"no algorithm {case.algo!r} for {case.op!r}; known: {', '.join(known)}")
+    g, n, op = ctx.world, ctx.size, case.redop
+    vol: dict = {}
+    if case.algo == "hierarchical":
+        if n % 2:
+            raise ValueError(f"hierarchical all_reduce: the world ({n}) must be even: it stands "
+                             "for nodes of 2 ranks")
+        grid = ctx.grid(f"node={n // 2},local=2")
+        run = lambda: fn(comm, src, grid["local"], grid["node"], op=op)  # noqa: E731
+    elif case.op in ("all_reduce", "reduce_scatter"):
+        run = lambda: fn(comm, src, g, op=op)  # noqa: E731
+    elif case.op == "all_gather":
+        run = lambda: fn(comm, src, g)  # noqa: E731
+    elif case.op == "broadcast":
+        run = lambda: fn(comm, src, g, root=root)  # noqa: E731
+    elif case.op == "reduce":
+        run = lambda: fn(comm, src, g, root=root, op=op)  # noqa: E731
+    elif case.algo == "pairwise":
+        splits = [count // n] * n
+        vol = {"in_splits": splits, "out_splits": splits}
+        run = lambda: fn(comm, src, g, splits, splits)  # noqa: E731
+    else:
+        run = lambda: fn(comm, src, g)  # noqa: E731
+    holder: dict = {}
+
+    def call() -> None:
+        holder["out"] = run()
+
+    return Prepared(call, lambda: None, call, lambda: holder.get("out"), vol)

@@ -125,10 +125,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             return
     else:
         sizes = [s for s in (kw.get("sizes") or _sizes(metafunc.config)) if s >= min_size]
-    metafunc.parametrize("world", sizes, indirect=True, ids=[f"n{s}" for s in sizes])
+    metafunc.parametrize("world", sizes, indirect=True, ids=[f"n{s}" for s in sizes],
+                         scope="session")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def world(request: pytest.FixtureRequest):
     """The world of ``request.param`` ranks: a kept local world, or the launcher's world."""
     return request.config._commbench_pool.get(request.param)

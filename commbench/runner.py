@@ -15,9 +15,8 @@ from collections.abc import Callable
 import torch
 
 from commbench import results as res
-from commbench.bench import DTYPES, Case, measure
+from commbench.bench import Case, measure
 from commbench.busbw import algbw, busbw
-from commbench.volume import booked
 
 __all__ = ["HEADER", "format_row", "parse_size", "run_series", "sizes_between"]
 
@@ -72,7 +71,6 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
         stats = res.summarize_samples([o["times"] for o in outs])
         size, count = outs[0]["size"], outs[0]["count"]
         seconds = stats["time_us"] / 1e6
-        itemsize = torch.empty((), dtype=DTYPES[case.dtype]).element_size()
         row = {"op": case.op, "algo": case.algo, "transport": case.transport, "size": size,
                "count": count, "type": case.dtype,
                "redop": case.redop if case.op in ("all_reduce", "reduce_scatter", "reduce") else "-",
@@ -80,7 +78,7 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
                else -1, **stats, "algbw": algbw(size, seconds),
                "busbw": busbw(case.op, n, size, seconds), "wrong": sum(o["wrong"] for o in outs),
                "sent": max(o["sent"] for o in outs), "recv": max(o["recv"] for o in outs),
-               "pred_sent": _predicted(case, n, count, itemsize)}
+               "pred_sent": max(o["pred_sent"] for o in outs)}
         rows.append(row)
         emit(format_row(row))
         if record is not None:
@@ -88,17 +86,6 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
             if path:
                 res.write_json(path, record)
     return rows
-
-
-def _predicted(case: Case, n: int, count: int, itemsize: int) -> int:
-    if case.op == "sendrecv":
-        return count * itemsize if n > 1 else 0
-    vol = {}
-    if case.op in ("broadcast", "reduce", "gather", "scatter"):
-        vol["root"] = case.root % n
-    if case.op == "all_to_all":
-        vol = {"in_splits": [count // n] * n, "out_splits": [count // n] * n}
-    return max(booked(case.op, n, i, count, itemsize, **vol)[0] for i in range(n))
 
 
 def stderr(msg: str) -> None:

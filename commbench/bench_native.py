@@ -1,0 +1,113 @@
+"""The transports' own collectives, prepared for the timing loop of :mod:`commbench.bench`.
+
+Each preparation allocates the buffers once and returns the bare transport call to time, a reset
+that restores in-place inputs (run outside the timer), the first call through the checked comm
+API, and how to read the result for ``#wrong``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from commbench.comm import Comm
+from commbench.group import Group
+
+__all__ = ["Prepared", "prepare_native"]
+
+
+@dataclass
+class Prepared:
+    call: Callable[[], object]  # what the timer brackets
+    reset: Callable[[], object]  # before each iteration, untimed
+    first: Callable[[], object]  # once, through the checked comm API
+    result: Callable[[], torch.Tensor | None]  # this rank's result after the last call
+    vol: dict = field(default_factory=dict)  # extra arguments of the byte formula
+    count: int = 0
+
+    def p2p_bytes(self, itemsize: int) -> tuple[int, int]:
+        return self.vol.get("p2p", (0, 0))[0] * itemsize, self.vol.get("p2p", (0, 0))[1] * itemsize
+
+
+def prepare_native(comm: Comm, g: Group, op: str, redop: str, root: int, src: torch.Tensor,
+                   count: int) -> Prepared:
+    be, n = comm.backend, g.size
+    none = lambda: None  # noqa: E731
+    if op in ("all_reduce", "broadcast", "reduce"):
+        out = src.clone()
+        call = {"all_reduce": lambda: be.all_reduce(out, g, redop),
+                "broadcast": lambda: be.broadcast(out, g, root),
+                "reduce": lambda: be.reduce(out, g, root, redop)}[op]
+        first = {"all_reduce": lambda: comm.all_reduce(src, g, op=redop),
+                 "broadcast": lambda: comm.broadcast(src, g, root=root),
+                 "reduce": lambda: comm.reduce(src, g, root=root, op=redop)}[op]
+        result = (lambda: None) if op == "reduce" and g.index != root else (lambda: out)
+        return Prepared(call, lambda: out.copy_(src), first, result,
+                        {"root": root} if op != "all_reduce" else {})
+    if op == "all_gather":
+        out = src.new_empty(count * n)
+        return Prepared(lambda: be.all_gather(out, src, g), none, lambda: comm.all_gather(src, g),
+                        lambda: out)
+    if op == "gather":
+        out = src.new_empty(count * n) if g.index == root else None
+        return Prepared(lambda: be.gather(out, src, g, root), none,
+                        lambda: comm.gather(src, g, root=root), lambda: out, {"root": root})
+    if op == "reduce_scatter":
+        out = src.new_empty(count // n)
+        return Prepared(lambda: be.reduce_scatter(out, src, g, redop), none,
+                        lambda: comm.reduce_scatter(src, g, op=redop), lambda: out)
+    if op == "all_to_all":
+        out, splits = src.new_empty(count), [count // n] * n
+        return Prepared(lambda: be.all_to_all(out, src, g, splits, splits), none,
+                        lambda: comm.all_to_all(src, g), lambda: out,
+                        {"in_splits": splits, "out_splits": splits})
+    if op == "scatter":
+        out = src.new_empty(count // n)
+        s = src if g.index == root else None
+        return Prepared(lambda: be.scatter(out, s, g, root), none,
+                        lambda: comm.scatter(src if g.index == root else out, g, root=root),
+                        lambda: out, {"root": root})
+    if op == "sendrecv":
+        out = src.new_empty(count)
+        moved = (count, count) if n > 1 else (0, 0)
+        return Prepared(lambda: _sendrecv(be, src, out, g), none,
+                        lambda: _checked_sendrecv(comm, src, g), lambda: out, {"p2p": moved})
+    if op == "pingpong":
+        if n < 2:
+            raise ValueError("pingpong needs at least 2 ranks")
+        out = src.new_empty(count)
+        moved = (count, count) if g.index in (0, 1) else (0, 0)
+        return Prepared(lambda: _pingpong(be, src, out, g), none,
+                        lambda: _pingpong(be, src, out, g), lambda: out, {"p2p": moved})
+    raise ValueError(f"op {op!r}: not a collective commbench times")
+
+
+def _sendrecv(be, src, out, g) -> None:
+    """Ring exchange: send to the next member, receive from the previous one."""
+    n, i = g.size, g.index
+    if n == 1:
+        out.copy_(src)
+        return
+    req = be.irecv(out, g, (i - 1) % n, 7)
+    be.send(src, g, (i + 1) % n, 7)
+    req.wait()
+
+
+def _checked_sendrecv(comm: Comm, src, g) -> None:
+    n, i = g.size, g.index
+    if n > 1:
+        work = comm.irecv(src, g, (i - 1) % n, tag=7)
+        comm.send(src, g, (i + 1) % n, tag=7)
+        work.wait()
+
+
+def _pingpong(be, src, out, g) -> None:
+    """Members 0 and 1 bounce the buffer once; the others wait (timed as a round trip)."""
+    if g.index == 0:
+        be.send(src, g, 1, 8)
+        be.recv(out, g, 1, 8)
+    elif g.index == 1:
+        be.recv(out, g, 0, 8)
+        be.send(out, g, 0, 8)

@@ -1,0 +1,37 @@
+"""Two-level all-reduce over a rank grid that stands for nodes.
+
+With the grid ``node=N,local=L`` (L ranks per node, adjacent ranks on one node): ring reduce-scatter
+inside each node, ring all-reduce of each rank's chunk across nodes (among the ranks with the same
+local index), ring all-gather inside the node. Only 1/L of the data crosses the slow inter-node
+links: each rank sends 2(N-1)/N * S/L across nodes instead of 2(NL-1)/(NL) * S, which is how NCCL
+runs its tree and ring across nodes and what the notes' "TP inside a node" relies on.
+
+Shapes: x [*] -> out [*] on every rank; chunk [c_l] inside the node, c from ring_chunks(S, L).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from commbench.collectives._p2p import flat
+from commbench.collectives.ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
+from commbench.comm import Comm
+from commbench.group import Group
+from commbench.volume import ring_chunks
+
+__all__ = ["hierarchical_all_reduce"]
+
+
+def hierarchical_all_reduce(comm: Comm, x: torch.Tensor, local: Group, cross: Group, *,
+                            op: str = "sum") -> torch.Tensor:
+    """``local``: this rank's node; ``cross``: the ranks with this rank's local index on every node."""
+    buf = flat(x)
+    counts = ring_chunks(buf.numel(), local.size)
+    inner = "sum" if op == "avg" else op
+    with comm.ledger.scope("hierarchical_all_reduce"):
+        mine = ring_reduce_scatter(comm, buf, local, op=inner, counts=counts)
+        mine = ring_all_reduce(comm, mine, cross, op=inner)
+        if op == "avg":
+            mine.div_(local.size * cross.size)
+        out = ring_all_gather(comm, mine, local, counts=counts)
+    return out.reshape(x.shape)

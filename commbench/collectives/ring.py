@@ -1,0 +1,100 @@
+"""Ring algorithms from send/recv: reduce-scatter, all-gather, and all-reduce as the two in turn.
+
+The ring of the notes ("Ring All-reduce = Reduce-scatter + All-gather", Patarasuk and Yuan 2009):
+the buffer is cut in P chunks (:func:`commbench.volume.ring_chunks`; the first ``count % P`` one
+element longer, so any count works). Member i sends to i+1 and receives from i-1.
+
+* reduce-scatter, step k = 0..P-2: send the running sum of chunk i-k-1, receive chunk i-k-2 and add
+  this rank's part of it. After P-1 steps member i holds the full reduction of chunk i.
+* all-gather, step k = 0..P-2: send chunk i-k, receive chunk i-k-1.
+
+Shapes (P = group size, c_j = chunk j's length, S = c_0 + ... + c_{P-1}):
+    x      [S]      this rank's input, flattened
+    rs     [c_i]    ring_reduce_scatter's result on member i
+    ag     [S]      ring_all_gather's result, chunks in member order
+
+Per member i: reduce-scatter sends S - c_i and receives S - c_{i-1} elements; all-gather sends
+S - c_{i+1} and receives S - c_i; all-reduce sends 2S - c_i - c_{i+1}: 2(P-1)/P * S when P divides S.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from commbench.collectives._p2p import combine, exchange, finish_avg, flat
+from commbench.comm import Comm
+from commbench.group import Group
+from commbench.volume import ring_chunks
+
+__all__ = ["ring_all_gather", "ring_all_reduce", "ring_reduce_scatter"]
+
+
+def _bounds(counts: list[int]) -> list[int]:
+    out = [0]
+    for c in counts:
+        out.append(out[-1] + c)
+    return out
+
+
+def _rs_steps(comm: Comm, buf: torch.Tensor, group: Group, counts: list[int], op: str) -> None:
+    n, i = group.size, group.index
+    b = _bounds(counts)
+    nxt, prv = (i + 1) % n, (i - 1) % n
+    for k in range(n - 1):
+        s, r = (i - k - 1) % n, (i - k - 2) % n
+        got = exchange(comm, buf[b[s]:b[s + 1]], nxt, buf[b[r]:b[r + 1]], prv, group)
+        buf[b[r]:b[r + 1]] = combine(got, buf[b[r]:b[r + 1]], op)
+
+
+def _ag_steps(comm: Comm, buf: torch.Tensor, group: Group, counts: list[int]) -> None:
+    n, i = group.size, group.index
+    b = _bounds(counts)
+    nxt, prv = (i + 1) % n, (i - 1) % n
+    for k in range(n - 1):
+        s, r = (i - k) % n, (i - k - 1) % n
+        got = exchange(comm, buf[b[s]:b[s + 1]], nxt, buf[b[r]:b[r + 1]], prv, group)
+        buf[b[r]:b[r + 1]] = got
+
+
+def ring_reduce_scatter(comm: Comm, x: torch.Tensor, group: Group, *, op: str = "sum",
+                        counts: list[int] | None = None) -> torch.Tensor:
+    """Member i gets the reduction of chunk i of ``x`` (chunks of ``counts``, default ring_chunks)."""
+    buf = flat(x)
+    counts = counts or ring_chunks(buf.numel(), group.size)
+    if sum(counts) != buf.numel() or len(counts) != group.size:
+        raise ValueError(f"ring_reduce_scatter: counts {counts} do not cut {buf.numel()} "
+                         f"elements into {group.size} chunks")
+    with comm.ledger.scope("ring_reduce_scatter"):
+        _rs_steps(comm, buf, group, counts, op)
+    b = _bounds(counts)
+    return finish_avg(buf[b[group.index]:b[group.index + 1]].clone(), op, group.size)
+
+
+def ring_all_gather(comm: Comm, x: torch.Tensor, group: Group,
+                    counts: list[int] | None = None) -> torch.Tensor:
+    """Concatenate every member's ``x`` (member j's of ``counts[j]`` elements) in member order."""
+    mine = flat(x)
+    n = group.size
+    counts = counts or [mine.numel()] * n
+    if len(counts) != n or counts[group.index] != mine.numel():
+        raise ValueError(f"ring_all_gather: counts {counts} do not match {n} members with "
+                         f"{mine.numel()} elements here")
+    b = _bounds(counts)
+    buf = mine.new_empty(b[-1])
+    buf[b[group.index]:b[group.index + 1]] = mine
+    with comm.ledger.scope("ring_all_gather"):
+        _ag_steps(comm, buf, group, counts)
+    return buf
+
+
+def ring_all_reduce(comm: Comm, x: torch.Tensor, group: Group, *, op: str = "sum") -> torch.Tensor:
+    """Ring reduce-scatter then ring all-gather; ``x`` [*] -> same shape, on every member."""
+    buf = flat(x)
+    counts = ring_chunks(buf.numel(), group.size)
+    with comm.ledger.scope("ring_all_reduce"):
+        _rs_steps(comm, buf, group, counts, op)
+        b = _bounds(counts)
+        i = group.index
+        finish_avg(buf[b[i]:b[i + 1]], op, group.size)
+        _ag_steps(comm, buf, group, counts)
+    return buf.reshape(x.shape)

@@ -1,0 +1,171 @@
+"""SPMD case functions and deliberately broken variants shared by the collective property tests.
+
+Each case runs on every rank and returns what the driver needs to judge it: this rank's result
+(or the error it raised), the bytes the ledger counted and, for algorithms, the bytes predicted.
+A ``mutant`` name makes the rank run a broken variant instead, for the negative tests.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import torch
+
+from commbench import verify
+from commbench.collectives import ALGORITHMS, predict
+from commbench.collectives import ring as ring_mod
+from commbench.comm import Comm
+from commbench.volume import ring_chunks
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+          "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8,
+          "int32": torch.int32, "int64": torch.int64}
+
+
+class CorruptingComm(Comm):
+    """Member 0 adds one to the first element of every message it sends."""
+
+    def isend(self, x, group, peer, *, tag=0):
+        if group.index == 0 and x.numel():
+            x = x.clone()
+            x.view(-1)[0] += 1
+        return super().isend(x, group, peer, tag=tag)
+
+
+class ShiftedRootComm(Comm):
+    """Broadcasts from the wrong root: the next member."""
+
+    def broadcast(self, x, group, *, root=0, inplace=False):
+        return super().broadcast(x, group, root=(root + 1) % group.size, inplace=inplace)
+
+
+class ReversedSplitsComm(Comm):
+    """All-to-all that sends its blocks in reverse member order (a wrong permutation)."""
+
+    inner = False
+
+    def all_to_all(self, x, group, in_splits=None, out_splits=None):
+        if self.inner:  # the count exchange inside the real call stays correct
+            return super().all_to_all(x, group, in_splits, out_splits)
+        n = group.size
+        splits = in_splits or [x.shape[0] // n] * n
+        blocks = list(torch.split(x, splits))[::-1]
+        self.inner = True
+        try:
+            return super().all_to_all(torch.cat(blocks), group, splits[::-1], out_splits)
+        finally:
+            self.inner = False
+
+
+def _comm(ctx, transport: str, mutant: str | None) -> Comm:
+    base = ctx.comm(transport)
+    cls = {"corrupt": CorruptingComm, "wrong_root": ShiftedRootComm,
+           "wrong_permutation": ReversedSplitsComm}.get(mutant or "")
+    return cls(base.backend, base.ledger, base.tracker) if cls else base
+
+
+def _skip_last_rs_step(comm, buf, group, counts, op):
+    """Ring reduce-scatter that stops one step early: one contribution per chunk is missing."""
+    n = group.size
+    b = ring_mod._bounds(counts)
+    i = group.index
+    for k in range(n - 2):
+        s, r = (i - k - 1) % n, (i - k - 2) % n
+        got = ring_mod.exchange(comm, buf[b[s]:b[s + 1]], (i + 1) % n, buf[b[r]:b[r + 1]],
+                                (i - 1) % n, group)
+        buf[b[r]:b[r + 1]] = ring_mod.combine(got, buf[b[r]:b[r + 1]], op)
+
+
+def _off_by_one_chunks(count, n):
+    """Chunk boundaries shifted by one element: the first chunk one longer, the last one shorter."""
+    c = ring_chunks(count, n)
+    if n > 1 and c[-1] > 0:
+        c[0] += 1
+        c[-1] -= 1
+    return c
+
+
+def _mutations(mutant: str | None):
+    if mutant == "skip_step":
+        return mock.patch.object(ring_mod, "_rs_steps", _skip_last_rs_step)
+    if mutant == "off_by_one_chunk":
+        return mock.patch.object(ring_mod, "ring_chunks", _off_by_one_chunks)
+    return mock.patch.dict({})  # no-op context
+
+
+def native_case(ctx, transport, op, count, dtype, redop, root, inplace, seed, mutant=None):
+    """One native collective through the comm layer; the result or the error's message."""
+    comm, g, n, r = _comm(ctx, transport, mutant), ctx.world, ctx.size, ctx.rank
+    dt = DTYPES[dtype]
+    root %= n
+    x = verify.pattern(seed, r, count * (n if op in ("reduce_scatter", "all_to_all") else 1), dt,
+                       redop)
+    try:
+        if op == "all_reduce":
+            y = comm.all_reduce(x, g, op=redop, inplace=inplace)
+            if inplace and y is not x:
+                return "inplace all_reduce returned a new tensor"
+        elif op == "reduce_scatter":
+            y = comm.reduce_scatter(x, g, op=redop)
+        elif op == "all_gather":
+            y = comm.all_gather(x, g)
+        elif op == "all_to_all":
+            y = comm.all_to_all(x, g)
+        elif op == "broadcast":
+            y = comm.broadcast(x, g, root=root, inplace=inplace)
+        elif op == "reduce":
+            y = comm.reduce(x, g, root=root, op=redop)
+        elif op == "gather":
+            y = comm.gather(x, g, root=root)
+        elif op == "scatter":
+            src = verify.pattern(seed, r, count * n, dt, redop) if r == root else x
+            y = comm.scatter(src, g, root=root)
+        else:
+            raise ValueError(op)
+    except ValueError as exc:
+        return f"ValueError: {exc}"
+    return y
+
+
+def alltoallv_case(ctx, transport, splits, row, seed, mutant=None):
+    """Uneven all-to-all: member i sends ``splits[i][j]`` rows of width ``row`` to member j."""
+    comm, g, r = _comm(ctx, transport, mutant), ctx.world, ctx.rank
+    mine = splits[r]
+    x = verify.pattern(seed, r, sum(mine) * row, torch.int32).reshape(sum(mine), row)
+    return comm.all_to_all(x, g, mine)  # counts exchanged first
+
+
+def algorithm_case(ctx, transport, op, algo, count, dtype, redop, root, seed, mutant=None,
+                   random_floats=False):
+    """One algorithm built from send/recv: (result, (sent, recv) counted, (sent, recv) predicted)."""
+    comm, g, n, r = _comm(ctx, transport, mutant), ctx.world, ctx.size, ctx.rank
+    dt = DTYPES[dtype]
+    total = count * n if op in ("reduce_scatter", "all_to_all") else count
+    if random_floats:  # arbitrary values: sums are inexact, so agreement must come from the schedule
+        gen = torch.Generator().manual_seed(seed * 1000 + r)
+        x = torch.randn(total, generator=gen, dtype=torch.float64).to(dt)
+    else:
+        x = verify.pattern(seed, r, total, dt, redop)
+    fn = ALGORITHMS[(op, algo)]
+    kw: dict = {"root": root % n}
+    with _mutations(mutant), ctx.ledger.capture() as cap:
+        if algo == "hierarchical":
+            grid = ctx.grid(f"node={n // 2},local=2")
+            y = fn(comm, x, grid["local"], grid["node"], op=redop)
+            kw["local"] = 2
+        elif op in ("all_reduce", "reduce_scatter"):
+            y = fn(comm, x, g, op=redop)
+        elif op == "all_gather":
+            y = fn(comm, x, g)
+        elif op == "broadcast":
+            y = fn(comm, x, g, root=root % n)
+        elif op == "reduce":
+            y = fn(comm, x, g, root=root % n, op=redop)
+        elif algo == "pairwise":
+            kw.update(in_splits=[count] * n, out_splits=[count] * n)
+            y = fn(comm, x, g, [count] * n, [count] * n)
+        else:
+            y = fn(comm, x, g)
+    itemsize = torch.empty((), dtype=dt).element_size()
+    pred = predict(op, algo, n, g.index, total, itemsize, **kw)
+    return y, (cap.sent, cap.recv), pred

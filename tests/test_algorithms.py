@@ -1,0 +1,144 @@
+"""Algorithms built from send/recv: equal to the oracle, byte-exact against their formulas.
+
+Three properties per algorithm, each with negative tests that break it on purpose:
+
+* the result equals the oracle exactly (verify patterns: small integers, exact in every dtype);
+* with arbitrary floats, every rank of an all-reduce holds bitwise the same result (the schedule,
+  not luck, makes them agree);
+* the bytes the ledger counted, message by message, equal the algorithm's formula, and the formula
+  equals the textbook closed form where one applies.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from collective_cases import algorithm_case
+from hypothesis import given
+from hypothesis import strategies as st
+
+from commbench import verify
+from commbench.collectives import ALGORITHMS, predict
+from commbench.volume import ring_chunks
+
+pytestmark = [pytest.mark.collectives, pytest.mark.ring]
+
+ALGOS = sorted(ALGORITHMS)
+DTYPE_NAMES = ["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64"]
+COUNTS = st.sampled_from([0, 1, 2, 3, 5, 7, 11, 13, 97, 4099]) | st.integers(0, 200)
+
+
+def _expected(op, algo, seed, r, n, count, dtype, redop, root):
+    dt = getattr(torch, dtype)
+    if op == "reduce_scatter":  # ring chunks: member r keeps chunk r of ring_chunks(total, n)
+        total = count * n
+        c = ring_chunks(total, n)
+        full = verify.expected("all_reduce", seed, r, n, total, dt, redop)
+        return full[sum(c[:r]):sum(c[: r + 1])]
+    total = count * n if op == "all_to_all" else count
+    return verify.expected(op, seed, r, n, total, dt, redop, root % n)
+
+
+def judge_algorithm(world, transport, op, algo, count, dtype, redop, root, seed, mutant=None):
+    n = world.size
+    if algo == "hierarchical" and n % 2:
+        return []
+    outs = world.run(algorithm_case, transport, op, algo, count, dtype, redop, root, seed, mutant)
+    problems = []
+    for r, (got, counted, predicted) in enumerate(outs):
+        want = _expected(op, algo, seed, r, n, count, dtype, redop, root)
+        bad = verify.wrong(got.reshape(-1) if got is not None else None, want)
+        if bad:
+            problems.append(f"rank {r}: {bad} wrong elements ({op}/{algo}, {transport}, {dtype}, "
+                            f"{redop}, count {count})")
+        if counted != predicted:
+            problems.append(f"rank {r}: ledger counted {counted} bytes, formula says {predicted}")
+    return problems
+
+
+def _redops(op: str, dtype: str) -> st.SearchStrategy[str]:
+    if op not in ("all_reduce", "reduce_scatter", "reduce"):
+        return st.just("sum")
+    floating = dtype.startswith(("float", "bfloat"))
+    return st.sampled_from(["sum", "prod", "min", "max"] + (["avg"] if floating else []))
+
+
+@pytest.mark.world(sizes=[1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("key", ALGOS, ids=["/".join(k) for k in ALGOS])
+@given(data=st.data(), count=COUNTS, dtype=st.sampled_from(DTYPE_NAMES), root=st.integers(0, 7),
+       seed=st.integers(0, 999))
+def test_algorithms_match_the_oracle_and_their_bytes(world, key, data, count, dtype, root, seed):
+    op, algo = key
+    redop = data.draw(_redops(op, dtype), label="redop")
+    for transport in world.transports:
+        assert judge_algorithm(world, transport, op, algo, count, dtype, redop, root, seed) == []
+
+
+def judge_bitwise(world, transport, algo, count, seed, mutant=None):
+    outs = world.run(algorithm_case, transport, "all_reduce", algo, count, "float32", "sum", 0,
+                     seed, mutant, True)
+    first = outs[0][0]
+    return [f"rank {r} differs bitwise from rank 0 ({algo})" for r, (y, _, _) in enumerate(outs)
+            if not torch.equal(y.view(torch.int32), first.view(torch.int32))]
+
+
+@pytest.mark.world(sizes=[2, 3, 4, 5, 8])
+@given(algo=st.sampled_from([a for o, a in ALGOS if o == "all_reduce"]),
+       count=st.integers(1, 300), seed=st.integers(0, 999))
+def test_all_reduce_leaves_every_rank_bitwise_equal(world, algo, count, seed):
+    if algo == "hierarchical" and world.size % 2:
+        return
+    for transport in world.transports:
+        assert judge_bitwise(world, transport, algo, count, seed) == []
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 16])
+def test_formulas_meet_the_closed_forms(n):
+    """Where P divides S: ring 2(P-1)/P*S, Rabenseifner 2(p-1)/p*S, recursive doubling log2(P)*S,
+    Bruck (P/2)*log2(P) blocks (P a power of two), pairwise (P-1) blocks; all per rank."""
+    S = 16 * 9 * 5 * 7  # divisible by every n used and by every power-of-two split
+    for i in range(n):
+        assert predict("all_reduce", "ring", n, i, S, 1) == (2 * (n - 1) * S // n,) * 2
+        assert predict("all_to_all", "pairwise", n, i, S, 1, in_splits=[S // n] * n,
+                       out_splits=[S // n] * n) == ((n - 1) * S // n,) * 2
+        if n & (n - 1) == 0:
+            log = int(math.log2(n))
+            assert predict("all_reduce", "rabenseifner", n, i, S, 1) == (2 * (n - 1) * S // n,) * 2
+            assert predict("all_reduce", "recursive_doubling", n, i, S, 1) == (log * S,) * 2
+            assert predict("all_to_all", "bruck", n, i, S, 1) == (n // 2 * log * S // n,) * 2
+
+
+# -- negative tests ---------------------------------------------------------------------------------
+@pytest.mark.world(sizes=[3])
+@pytest.mark.parametrize("key", ALGOS, ids=["/".join(k) for k in ALGOS])
+def test_oracle_property_catches_a_corrupted_message(world, key):
+    op, algo = key
+    if algo == "hierarchical" or world.size < 2:
+        pytest.skip("needs an even world with more than one rank")
+    root = 1 if op == "reduce" else 0  # member 0, the corrupter, must send something
+    for transport in world.transports:
+        assert judge_algorithm(world, transport, op, algo, 12, "int32", "sum", root, 1, "corrupt")
+
+
+@pytest.mark.world(sizes=[4])
+def test_oracle_property_catches_a_corrupted_hierarchical_message(world):
+    for transport in world.transports:
+        assert judge_algorithm(world, transport, "all_reduce", "hierarchical", 12, "int32", "sum",
+                               0, 1, "corrupt")
+
+
+@pytest.mark.world(sizes=[4])
+@pytest.mark.parametrize("mutant", ["skip_step", "off_by_one_chunk"])
+def test_ring_properties_catch_a_skipped_step_and_an_off_by_one_chunk(world, mutant):
+    for transport in world.transports:
+        problems = judge_algorithm(world, transport, "all_reduce", "ring", 13, "int64", "sum", 0,
+                                   2, mutant)
+        assert problems, f"{mutant} went unnoticed on {transport}"
+
+
+@pytest.mark.world(sizes=[3])
+def test_bitwise_property_catches_a_rank_that_differs(world):
+    for transport in world.transports:
+        assert judge_bitwise(world, transport, "ring", 50, 3, "corrupt")

@@ -1,0 +1,118 @@
+"""Every standard collective through the comm layer, on every transport, against the oracle.
+
+Inputs are :mod:`commbench.verify` patterns (small integers, exact in every dtype tested), so the
+expected result is exact and the comparison uses tolerance 0 for every dtype and op, including the
+floating ones: any difference is a bug, not rounding. A dtype/op pair a transport cannot do must
+fail with a ValueError naming it, never return a wrong answer.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from collective_cases import DTYPES, alltoallv_case, native_case
+from hypothesis import given
+from hypothesis import strategies as st
+
+from commbench import verify
+
+pytestmark = pytest.mark.collectives
+
+OPS = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce",
+       "gather", "scatter"]
+REDUCING = {"all_reduce", "reduce_scatter", "reduce"}
+# element counts: empty, one, primes, and a large prime; the per-rank count is multiplied by the
+# world size for reduce-scatter and all-to-all, so their totals do not divide by much else
+COUNTS = st.sampled_from([0, 1, 2, 3, 5, 7, 13, 31, 97, 1009, 65537]) | st.integers(0, 300)
+
+
+def _unsupported(transport: str, dtype: str, op: str) -> bool:
+    return transport == "mpi" and dtype == "bfloat16" and op in REDUCING
+
+
+def judge_native(world, transport, op, count, dtype, redop, root, inplace, seed, mutant=None):
+    """Problems found with one native collective (empty: all good)."""
+    n = world.size
+    outs = world.run(native_case, transport, op, count, dtype, redop, root, inplace, seed, mutant)
+    if op in REDUCING and redop == "avg" and not DTYPES[dtype].is_floating_point:
+        return [] if all("avg needs a floating dtype" in str(o) for o in outs) else \
+            [f"avg on {dtype} was not refused: {outs[0]}"]
+    if _unsupported(transport, dtype, op):
+        ok = all(isinstance(o, str) and "MPI has no reduction" in o for o in outs)
+        return [] if ok else [f"{dtype} {redop} on mpi was not refused: {outs[0]!r}"]
+    problems = []
+    total = count * n if op in ("reduce_scatter", "all_to_all", "scatter") else count
+    for r, got in enumerate(outs):
+        if isinstance(got, str):
+            problems.append(f"rank {r}: {got}")
+            continue
+        want = verify.expected(op, seed, r, n, total, DTYPES[dtype], redop, root % n)
+        bad = verify.wrong(got, want)
+        if bad:
+            problems.append(f"rank {r}: {bad} wrong elements in {op} ({transport}, {dtype}, "
+                            f"{redop}, count {count}, root {root % n})")
+    if op == "all_reduce" and not problems:
+        first = outs[0].view(torch.uint8) if outs[0].numel() else outs[0]
+        if any(not torch.equal(o.view(torch.uint8) if o.numel() else o, first) for o in outs):
+            problems.append("all_reduce results differ bitwise between ranks")
+    return problems
+
+
+@pytest.mark.world(sizes=[1, 2, 3, 4])
+@given(op=st.sampled_from(OPS), count=COUNTS, dtype=st.sampled_from(sorted(DTYPES)),
+       redop=st.sampled_from(["sum", "prod", "min", "max", "avg"]), root=st.integers(0, 7),
+       inplace=st.booleans(), seed=st.integers(0, 2**16))
+def test_native_collectives_match_the_oracle(world, op, count, dtype, redop, root, inplace, seed):
+    for transport in world.transports:
+        assert judge_native(world, transport, op, count, dtype, redop, root, inplace, seed) == []
+
+
+def judge_alltoallv(world, transport, splits, row, seed, mutant=None):
+    n = world.size
+    outs = world.run(alltoallv_case, transport, splits, row, seed, mutant)
+    inputs = [verify.pattern(seed, j, sum(splits[j]) * row, torch.int32).reshape(-1, row)
+              for j in range(n)]
+    problems = []
+    for i, got in enumerate(outs):
+        parts = []
+        for j in range(n):
+            start = sum(splits[j][:i])
+            parts.append(inputs[j][start:start + splits[j][i]])
+        if not torch.equal(got, torch.cat(parts)):
+            problems.append(f"rank {i}: all_to_allv result differs ({transport}, splits {splits})")
+    return problems
+
+
+@pytest.mark.world(sizes=[1, 2, 3, 4])
+@given(data=st.data(), row=st.integers(1, 3), seed=st.integers(0, 99))
+def test_uneven_all_to_allv_matches_the_oracle(world, data, row, seed):
+    n = world.size
+    splits = data.draw(st.lists(st.lists(st.integers(0, 4), min_size=n, max_size=n),
+                                min_size=n, max_size=n), label="splits")  # empty blocks included
+    for transport in world.transports:
+        assert judge_alltoallv(world, transport, splits, row, seed) == []
+
+
+# -- negative tests: each property catches a deliberately broken variant ---------------------------
+@pytest.mark.world(sizes=[3])
+@pytest.mark.parametrize(("mutant", "op"), [("wrong_root", "broadcast"),
+                                            ("wrong_permutation", "all_to_all")])
+def test_native_property_catches_broken_variants(world, mutant, op):
+    for transport in world.transports:
+        problems = judge_native(world, transport, op, 5, "float32", "sum", 0, False, 1, mutant)
+        assert problems, f"{mutant} went unnoticed on {transport}"
+
+
+@pytest.mark.world(sizes=[3])
+def test_alltoallv_property_catches_a_wrong_permutation(world):
+    splits = [[1, 2, 0], [0, 3, 1], [2, 0, 2]]
+    for transport in world.transports:
+        assert judge_alltoallv(world, transport, splits, 2, 0, "wrong_permutation")
+
+
+def test_a_transport_that_cannot_refuses_clearly():
+    """bfloat16 reductions over MPI raise the rule; they are never computed wrongly."""
+    from commbench.transport.mpi_backend import MPIBackend
+
+    pytest.importorskip("mpi4py")
+    assert "MPI has no reduction" in MPIBackend().unsupported("sum", torch.bfloat16)
