@@ -69,19 +69,34 @@ def counts_for(op: str, nbytes: int, n: int, itemsize: int) -> tuple[int, int]:
     return block * n, block * n * itemsize
 
 
-def _timed(call, barrier, cuda: bool) -> float:
-    """One iteration: barrier (untimed), then the call; CUDA events bracket it on a GPU."""
-    barrier()
-    if cuda:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
-    t0 = time.perf_counter()
-    call()
-    return time.perf_counter() - t0
+def _loop(prep, barrier, iters: int, warmup: int, cuda: bool) -> list[float]:
+    """The timed loop: reset and barrier untimed, then one call; CUDA events on a GPU.
+
+    Kept flat (no call between the barrier and the timer) so that the timed region holds the
+    transport's call and nothing else of commbench.
+    """
+    times = []
+    reset, call = prep.reset, prep.call
+    perf = time.perf_counter
+    for i in range(warmup + iters):
+        reset()
+        if cuda:
+            torch.cuda.synchronize()
+            barrier()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            t = start.elapsed_time(end) / 1e3
+        else:
+            barrier()
+            t0 = perf()
+            call()
+            t = perf() - t0
+        if i >= warmup:
+            times.append(t)
+    return times
 
 
 def measure(ctx, case: Case, nbytes: int) -> dict:
@@ -98,21 +113,17 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
         prep = prepare_native(comm, g, case.op, case.redop, root, src, count)
     else:
         prep = _prepare_algorithm(ctx, comm, case, src, count, root)
-    cuda = dev.type == "cuda"
     be = comm.backend
-    barrier = (lambda: (torch.cuda.synchronize(), be.barrier(g))) if cuda else \
-        (lambda: be.barrier(g))
+    barrier = be.bind("barrier", None, None, g) or (lambda: be.barrier(g))
     with ctx.ledger.capture() as one_call:
         prep.first()
-    times = []
-    tracker = ctx.tracker  # published outside the timer, so a hang in the loop is still named
-    for i in range(case.warmup + case.iters):
-        prep.reset()
-        tracker.enter(f"timed {case.op}/{case.algo} (iteration {i}, barrier first)", g.ranks)
-        t = _timed(prep.call, barrier, cuda)
-        tracker.leave(case.op)
-        if i >= case.warmup:
-            times.append(t / 2 if case.op == "pingpong" else t)  # one way, as OSU reports it
+    # published before the loop, so a hang inside it is still named
+    ctx.tracker.enter(f"timed {case.op}/{case.algo} loop ({case.warmup}+{case.iters} iterations, "
+                      "a barrier before each)", g.ranks)
+    times = _loop(prep, barrier, case.iters, case.warmup, dev.type == "cuda")
+    ctx.tracker.leave(case.op)
+    if case.op == "pingpong":
+        times = [t / 2 for t in times]  # one way, as OSU reports it
     kw = dict(prep.vol, root=root, local=2 if case.algo == "hierarchical" else None)
     pred_sent, pred_recv = predict(case.op, case.algo, n, g.index, count, itemsize, **kw) \
         if case.op not in ("sendrecv", "pingpong") else prep.p2p_bytes(itemsize)

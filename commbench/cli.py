@@ -1,8 +1,10 @@
-"""``commbench``: info, run.
+"""``commbench``: info, run, compare.
 
     commbench info                      launcher, world, transports, versions, devices
-    commbench run                       the default suite: every collective, local 4-rank world
-    commbench run all_reduce -b 8 -e 64M -f 2 --transport mpi
+    commbench run                       the default suite: every collective and algorithm, 4 ranks
+    commbench run all_reduce -b 8 -e 64M -f 2 --transport mpi --algo native,ring
+    commbench run overhead --np 2       commbench's timing of MPI all-reduce against raw mpi4py
+    commbench compare OLD.json NEW.json per-row ratios; exit 1 on a regression
 
 Every argument is checked before any rank starts; a bad one ends with a one-line error and exit
 code 2. Under a launcher (mpirun, srun, torchrun) the ranks are the launcher's and rank 0 prints.
@@ -11,12 +13,11 @@ code 2. Under a launcher (mpirun, srun, torchrun) the ranks are the launcher's a
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from commbench.bench import COLLECTIVES, DTYPES
 
-SUITES = {"collectives": COLLECTIVES}
+SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",)}
 
 
 class UsageError(Exception):
@@ -45,6 +46,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=float, default=120.0, help="seconds per size before a hang")
     r.add_argument("--out", default="results", help="folder for the JSON and markdown tables")
     r.add_argument("--no-write", action="store_true")
+    r.add_argument("--algo", default="", help="comma-separated algorithms (native, ring, ...); "
+                   "default: native and every algorithm built for each collective")
+    r.add_argument("--rounds", type=int, default=6, help="interleaved rounds (overhead study)")
+    c = sub.add_parser("compare", help="per-row ratios of two results files; a regression gate")
+    c.add_argument("old")
+    c.add_argument("new")
+    c.add_argument("--threshold", type=float, default=0.10, help="busbw drop that counts (0.10)")
+    c.add_argument("--min-size", default="64K", help="smallest size the gate judges (64K)")
     return p
 
 
@@ -55,8 +64,15 @@ def main(argv: list[str] | None = None) -> int:
             from commbench.info import info
 
             return info()
-        return _run(args)
+        if args.cmd == "compare":
+            return _compare(args)
+        from commbench.run_cmd import run
+
+        return run(args, *_check_run_args(args))
     except UsageError as exc:
+        print(f"commbench: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # a bad value found once the world is up (--transport, --algo)
         print(f"commbench: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -64,10 +80,27 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _compare(a) -> int:
+    from commbench.compare import CompareError, compare, load, report
+    from commbench.runner import parse_size
+
+    try:
+        min_size = parse_size(a.min_size)
+        rows, bad = compare(load(a.old), load(a.new), a.threshold, min_size)
+    except (CompareError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    if not rows:
+        raise UsageError(f"{a.old} and {a.new} have no rows in common")
+    print(report(rows, bad, a.threshold, min_size))
+    return 1 if bad else 0
+
+
 def _check_run_args(a) -> tuple[list[str], list[int]]:
     from commbench.runner import parse_size, sizes_between
 
     ops: list[str] = []
+    if "overhead" in a.targets and len(a.targets) > 1:
+        raise UsageError("overhead is a study of its own; run it alone")
     for t in a.targets or ["collectives"]:
         if t in SUITES:
             ops += [o for o in SUITES[t] if o not in ops]
@@ -86,7 +119,8 @@ def _check_run_args(a) -> tuple[list[str], list[int]]:
         raise UsageError(f"-o {a.op}: must be sum, prod, min, max or avg")
     if a.op == "avg" and not DTYPES[a.datatype].is_floating_point:
         raise UsageError(f"-o avg -d {a.datatype}: avg needs a floating dtype")
-    for name, v, lo in (("-n", a.iters, 1), ("-w", a.warmup_iters, 0), ("--np", a.np, 1)):
+    for name, v, lo in (("-n", a.iters, 1), ("-w", a.warmup_iters, 0), ("--np", a.np, 1),
+                        ("--rounds", a.rounds, 1)):
         if v < lo:
             raise UsageError(f"{name} {v}: must be >= {lo}")
     if a.root < 0:
@@ -94,66 +128,6 @@ def _check_run_args(a) -> tuple[list[str], list[int]]:
     if a.timeout <= 0:
         raise UsageError(f"--timeout {a.timeout}: must be > 0")
     return ops, sizes
-
-
-def _world(a):
-    from commbench.launch import detect
-
-    info = detect()
-    if info.launched:
-        from commbench.context import Context
-        from commbench.spmd import LauncherWorld
-
-        if a.np != 4 and a.np != info.size:
-            raise UsageError(f"--np {a.np}: the launcher ({info.launcher}) started {info.size} "
-                             "ranks; drop --np or launch that many")
-        return LauncherWorld(Context.from_launcher(), timeout_s=a.timeout), info.rank == 0
-    from commbench.local import LocalWorld
-
-    return LocalWorld(a.np, launch=a.launch, timeout_s=a.timeout), True
-
-
-def _run(a) -> int:
-    from commbench import results as res
-    from commbench.bench import Case
-    from commbench.runner import HEADER, hardware, run_series
-
-    ops, sizes = _check_run_args(a)
-    world, printer = _world(a)
-    emit = print if printer else (lambda s: None)
-    wrong = 0
-    try:
-        world.start()
-        transports = [t for t in a.transport.split(",") if t] or list(world.transports)
-        bad = [t for t in transports if t not in world.transports]
-        if bad:
-            raise UsageError(f"--transport {','.join(bad)}: this world has "
-                             f"{', '.join(world.transports)}")
-        launch = f"local-{world.launch}" if hasattr(world, "launch") and \
-            world.launch in ("mpi", "plain") else world.launch
-        measurement = {"cadence": "isolated (transport barrier before each iteration, untimed)",
-                       "rank_aggregation": "per-iteration max over ranks",
-                       "statistic": "median", "iters": a.iters, "warmup": a.warmup_iters}
-        emit(f"# commbench run {' '.join(ops)}: {world.size} ranks ({launch}), "
-             f"transports {' '.join(transports)}, dtype {a.datatype}, op {a.op}")
-        emit(f"# {', '.join(f'{k}: {v}' for k, v in measurement.items())}")
-        for transport in transports:
-            record = res.header("collectives", world.size, launch, hardware(), measurement)
-            stem = os.path.join(a.out, f"collectives_{hardware()}-{transport}-x{world.size}")
-            path = None if a.no_write or not printer else stem + ".json"
-            emit("#\n" + HEADER)
-            for op in ops:
-                case = Case(op, transport, "native", a.datatype, a.op, a.root, a.iters,
-                            a.warmup_iters, bool(a.check))
-                rows = run_series(world, case, sizes, record, path, emit)
-                wrong += sum(r["wrong"] for r in rows)
-            if path:
-                res.write_atomic(stem + ".md", res.markdown(record))
-                emit(f"# wrote {path} and {stem}.md")
-        emit(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-    finally:
-        world.close()
-    return 1 if wrong else 0
 
 
 if __name__ == "__main__":

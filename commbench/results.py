@@ -125,14 +125,83 @@ def markdown(record: dict) -> str:
     by_series: dict[tuple, list[dict]] = {}
     for row in record["rows"]:
         by_series.setdefault((row["op"], row["transport"], row["algo"]), []).append(row)
+    if record.get("memcpy_GBps"):
+        lines.insert(-1, f"- memory-copy bandwidth in the same run: {record['memcpy_GBps']:.2f} GB/s"
+                     " (rows of 16 MiB and up give busbw as a fraction of it)")
+    best = record.get("best_vs_native")
+    if best:
+        lines += ["## all_reduce: the transport's own against the fastest algorithm built here", "",
+                  tabulate([[b["size"], f"{b['native_us']:.1f}", b["best_algo"],
+                             f"{b['best_us']:.1f}", f"{b['native_over_best']:.2f}"] for b in best],
+                           headers=["size(B)", "native(us)", "best algorithm", "best(us)",
+                                    "native/best"], tablefmt="github"), ""]
     for (op, transport, algo), rows in by_series.items():
         lines += [f"## {op} / {transport} / {algo}", ""]
         table = [[r["size"], r["count"], r["type"], r["redop"], r["root"], f"{r['time_us']:.1f}",
                   f"{r['p99_us']:.1f}", f"{r['algbw']:.3f}", f"{r['busbw']:.3f}", r["wrong"],
-                  r["sent"], r["pred_sent"]] for r in rows]
+                  r["sent"], r["pred_sent"],
+                  f"{r['memcpy_frac']:.3f}" if "memcpy_frac" in r else ""] for r in rows]
         lines.append(tabulate(table, headers=["size(B)", "count", "type", "redop", "root",
                                               "time(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)",
-                                              "#wrong", "sent(B)", "pred(B)"],
+                                              "#wrong", "sent(B)", "pred(B)", "busbw/memcpy"],
                               tablefmt="github"))
         lines.append("")
     return "\n".join(lines)
+
+
+def overhead_markdown(record: dict) -> str:
+    from tabulate import tabulate
+
+    rows = record["rows"]
+    head = markdown(dict(record, rows=[])).rstrip()
+    table = tabulate([[r["size"], f"{r['raw_us']:.2f}", f"{r['commbench_us']:.2f}",
+                       f"{r['ratio']:.3f}", f"{r['raw_p99_us']:.1f}", f"{r['commbench_p99_us']:.1f}",
+                       r["samples"]] for r in rows],
+                     headers=["size(B)", "raw mpi4py (us)", "commbench (us)", "ratio",
+                              "raw p99 (us)", "commbench p99 (us)", "samples each"],
+                     tablefmt="github")
+    worst = max(r["ratio"] for r in rows)
+    return (f"{head}\n\n## MPI all-reduce: commbench's reported time over a bare mpi4py loop\n\n"
+            f"{table}\n\nWorst ratio: {worst:.3f} (target: at most 1.10).\n")
+
+
+def plot(record: dict, path: str) -> str | None:
+    """busbw against size, one panel per collective, one line per algorithm. None without
+    matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    series: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for r in record["rows"]:
+        if r["size"] > 0:
+            series.setdefault(r["op"], {}).setdefault(r["algo"], []).append((r["size"], r["busbw"]))
+    if not series:
+        return None
+    cols = min(3, len(series))
+    rows = -(-len(series) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    for ax, (op, algos) in zip(axes.flat, sorted(series.items())):
+        for algo, pts in sorted(algos.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=algo)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(op)
+        ax.set_xlabel("size (B)")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(series):]:
+        ax.axis("off")
+    fig.suptitle(f"{record['suite']}: {record['hardware']}, {record['world_size']} ranks, "
+                 f"{record['launch']}")
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path

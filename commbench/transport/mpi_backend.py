@@ -8,6 +8,7 @@ are staged through host memory (no CUDA-aware MPI is assumed), which the timing 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 
@@ -38,6 +39,27 @@ class MPIBackend:
             return "MPI has no reduction for this dtype"
         if dtype.is_floating_point and dtype.itemsize == 1:
             return "MPI has no float8 type"
+        return None
+
+    def bind(self, op: str, out, x, group: Group, redop: str = "sum", root: int = 0):
+        """A zero-argument call of ``op`` on buffers fixed now, for timing loops (CPU only).
+
+        The NumPy views and the MPI handles are made here, once, so a timed call costs what a
+        bare mpi4py call costs. None where there is no such shortcut.
+        """
+        if any(t is not None and t.is_cuda for t in (out, x)):
+            return None
+        c, mpi = group.mpi_comm, self.MPI
+        if op == "barrier":
+            return c.Barrier
+        if op == "all_reduce":
+            return partial(c.Allreduce, mpi.IN_PLACE, _np(out), self._ops[redop])
+        if op == "all_gather":
+            return partial(c.Allgather, _np(x), _np(out))
+        if op == "reduce_scatter":
+            return partial(c.Reduce_scatter_block, _np(x), _np(out), self._ops[redop])
+        if op == "broadcast":
+            return partial(c.Bcast, _np(out), root=root)
         return None
 
     def _staged(self, *ts):

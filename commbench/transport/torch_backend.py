@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.distributed as dist
 
@@ -26,6 +28,21 @@ class TorchBackend:
             return "reductions take real numeric dtypes"
         if self.name == "gloo" and dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
             return "gloo has no float8 reductions"
+        return None
+
+    def bind(self, op: str, out, x, group: Group, redop: str = "sum", root: int = 0):
+        """A zero-argument call of ``op`` on fixed buffers, for timing loops (None: no shortcut)."""
+        pg = group.torch_pg
+        if op == "barrier":
+            return partial(dist.barrier, group=pg)
+        if op == "all_reduce":
+            return partial(dist.all_reduce, out, _OPS[redop], group=pg)
+        if op == "all_gather":
+            return partial(_ALL_GATHER, out, x, group=pg)
+        if op == "reduce_scatter":
+            return partial(_REDUCE_SCATTER, out, x, _OPS[redop], group=pg)
+        if op == "broadcast":
+            return partial(dist.broadcast, out, group=pg, group_src=root)
         return None
 
     def all_reduce(self, buf, group: Group, op: str) -> None:

@@ -1,0 +1,97 @@
+"""``commbench compare OLD NEW``: per-row ratios between two results files, and a regression gate.
+
+Rows are matched on (op, algo, transport, type, redop, root, size). A row regresses when both hold:
+
+1. its busbw fell by more than ``threshold`` (default 10%) at a size of at least ``min_size``
+   (default 64 KiB; smaller messages measure latency, whose noise on a shared machine is larger
+   than any threshold worth setting), and
+2. the slowdown is outside the old run's spread: even the fastest new iteration (``min_us``) is
+   slower than the old median. One slow iteration, or a noisy median, cannot fail the gate; a
+   shift of the whole distribution does.
+
+Exit status: 0 no regression, 1 regression, 2 unreadable or incomparable files.
+"""
+
+from __future__ import annotations
+
+import json
+
+from commbench.results import SCHEMA
+
+__all__ = ["CompareError", "compare", "load"]
+
+KEY = ("op", "algo", "transport", "type", "redop", "root", "size")
+NEEDED = (*KEY, "time_us", "min_us", "busbw")
+
+
+class CompareError(ValueError):
+    """A results file that cannot be compared: unreadable, wrong schema, other world size."""
+
+
+def load(path: str) -> dict:
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        raise CompareError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise CompareError(f"{path}: not valid JSON (truncated or corrupt?): {exc.msg} at line "
+                           f"{exc.lineno}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CompareError(f"{path}: cannot read: {exc}") from None
+    if not isinstance(record, dict) or "schema" not in record:
+        raise CompareError(f"{path}: not a commbench results file (no 'schema' field)")
+    if record["schema"] != SCHEMA:
+        raise CompareError(f"{path}: schema {record['schema']!r}, this commbench reads {SCHEMA!r}")
+    rows = record.get("rows")
+    if not isinstance(rows, list):
+        raise CompareError(f"{path}: 'rows' must be a list")
+    for k, row in enumerate(rows):
+        missing = [f for f in NEEDED if not isinstance(row, dict) or f not in row]
+        if missing:
+            raise CompareError(f"{path}: row {k} lacks {', '.join(missing)}")
+    if not isinstance(record.get("world_size"), int):
+        raise CompareError(f"{path}: 'world_size' must be an integer")
+    return record
+
+
+def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 << 10
+            ) -> tuple[list[dict], list[dict]]:
+    """(every matched row with its ratio and verdict, the regressed rows)."""
+    if not 0 < threshold < 1:
+        raise CompareError(f"threshold={threshold}: must be between 0 and 1")
+    if old["world_size"] != new["world_size"]:
+        raise CompareError(f"world sizes differ: {old['world_size']} ranks against "
+                           f"{new['world_size']}; results of different worlds do not compare")
+    before = {tuple(r[k] for k in KEY): r for r in old["rows"]}
+    out, bad = [], []
+    for r in new["rows"]:
+        key = tuple(r[k] for k in KEY)
+        o = before.get(key)
+        if o is None:
+            continue
+        ratio = r["busbw"] / o["busbw"] if o["busbw"] > 0 else float("nan")
+        slower = r["min_us"] > o["time_us"]
+        regressed = (r["size"] >= min_size and o["busbw"] > 0
+                     and r["busbw"] < o["busbw"] * (1 - threshold) and slower)
+        row = {**dict(zip(KEY, key)), "old_busbw": o["busbw"], "new_busbw": r["busbw"],
+               "ratio": ratio, "old_us": o["time_us"], "new_us": r["time_us"],
+               "new_min_us": r["min_us"], "regressed": regressed}
+        out.append(row)
+        if regressed:
+            bad.append(row)
+    return out, bad
+
+
+def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -> str:
+    from tabulate import tabulate
+
+    table = [[r["op"], r["algo"], r["transport"], r["size"], f"{r['old_us']:.1f}",
+              f"{r['new_us']:.1f}", f"{r['old_busbw']:.4f}", f"{r['new_busbw']:.4f}",
+              f"{r['ratio']:.3f}", "REGRESSED" if r["regressed"] else ""] for r in rows]
+    text = tabulate(table, headers=["op", "algo", "transport", "size", "old(us)", "new(us)",
+                                    "old busbw", "new busbw", "new/old", ""], tablefmt="github")
+    verdict = (f"# {len(bad)} of {len(rows)} rows regressed (busbw down > {threshold:.0%} at "
+               f">= {min_size} B, new best iteration slower than old median)" if bad else
+               f"# no regression in {len(rows)} matched rows")
+    return text + "\n" + verdict

@@ -1,0 +1,165 @@
+"""``commbench run``: sweeps of collectives and algorithms, and the overhead study.
+
+Results go to ``<out>/<suite>_<hardware>-<transport>-x<ranks>.{json,md,png}``; the JSON is
+rewritten after every row (atomically), the markdown and the plot when a transport's sweep ends.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+from commbench import results as res
+from commbench.bench import Case
+from commbench.collectives import ALGORITHMS
+from commbench.runner import HEADER, hardware, run_series
+
+__all__ = ["run"]
+
+MEASUREMENT = {"cadence": "isolated (transport barrier before each iteration, untimed)",
+               "rank_aggregation": "per-iteration max over ranks", "statistic": "median"}
+
+
+def _world(a):
+    from commbench.launch import detect
+
+    info = detect()
+    if info.launched:
+        from commbench.context import Context
+        from commbench.spmd import LauncherWorld
+
+        if a.np not in (4, info.size):
+            raise ValueError(f"--np {a.np}: the launcher ({info.launcher}) started {info.size} "
+                             "ranks; drop --np or launch that many")
+        return LauncherWorld(Context.from_launcher(), timeout_s=a.timeout), info.rank == 0
+    from commbench.local import LocalWorld
+
+    return LocalWorld(a.np, launch=a.launch, timeout_s=a.timeout), True
+
+
+def _algorithms(op: str, wanted: list[str], n: int, emit) -> list[str]:
+    algos = ["native"] + [alg for o, alg in ALGORITHMS if o == op]
+    if wanted:
+        algos = [alg for alg in algos if alg in wanted]
+    if "hierarchical" in algos and n % 2:
+        emit(f"# {op}/hierarchical skipped: it needs an even world (nodes of 2 ranks), not {n}")
+        algos.remove("hierarchical")
+    if op == "pingpong" and n < 2:
+        emit("# pingpong skipped: it needs 2 ranks")
+        return []
+    return algos
+
+
+def _check_algos(wanted: list[str], ops: list[str]) -> None:
+    known = {"native"} | {alg for o, alg in ALGORITHMS if o in ops}
+    bad = [w for w in wanted if w not in known]
+    if bad:
+        raise ValueError(f"--algo {','.join(bad)}: not built for {', '.join(ops)}; known: "
+                         f"{', '.join(sorted(known))}")
+
+
+def run(a, ops: list[str], sizes: list[int]) -> int:
+    wanted = [w for w in a.algo.split(",") if w]
+    _check_algos(wanted, ops)
+    world, printer = _world(a)
+    emit = print if printer else (lambda s: None)
+    try:
+        world.start()
+        transports = [t for t in a.transport.split(",") if t] or list(world.transports)
+        bad = [t for t in transports if t not in world.transports]
+        if bad:
+            raise ValueError(f"--transport {','.join(bad)}: this world has "
+                             f"{', '.join(world.transports)}")
+        launch = f"local-{world.launch}" if world.launch in ("mpi", "plain") else world.launch
+        if a.targets == ["overhead"]:
+            return _overhead(a, world, sizes, launch, printer, emit)
+        return _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit)
+    finally:
+        world.close()
+
+
+def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> int:
+    from commbench.studies import memcpy_bandwidth
+
+    n = world.size
+    measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters)
+    memcpy = statistics.median(world.run(memcpy_bandwidth))
+    emit(f"# commbench run {' '.join(a.targets or ['collectives'])}: {n} ranks ({launch}), "
+         f"transports {' '.join(transports)}, dtype {a.datatype}, op {a.op}")
+    emit(f"# {', '.join(f'{k}: {v}' for k, v in measurement.items())}")
+    emit(f"# memory-copy bandwidth (64 MiB copy_, median over ranks): {memcpy / 1e9:.2f} GB/s")
+    wrong = 0
+    suite = "collectives" if not a.targets or a.targets == ["collectives"] else "_".join(ops)
+    for transport in transports:
+        record = res.header(suite, n, launch, hardware(), measurement)
+        record["memcpy_GBps"] = memcpy / 1e9
+        stem = os.path.join(a.out, f"{suite}_{hardware()}-{transport}-x{n}")
+        path = None if a.no_write or not printer else stem + ".json"
+        emit("#\n" + HEADER)
+        for op in ops:
+            for algo in _algorithms(op, wanted, n, emit):
+                case = Case(op, transport, algo, a.datatype, a.op, a.root, a.iters,
+                            a.warmup_iters, bool(a.check))
+                rows = run_series(world, case, sizes, record, path, emit)
+                for r in rows:
+                    if r["size"] >= 16 << 20:
+                        r["memcpy_frac"] = r["busbw"] * 1e9 / memcpy
+                wrong += sum(r["wrong"] for r in rows)
+        record["best_vs_native"] = _best_vs_native(record["rows"])
+        for line in _best_lines(record["best_vs_native"], transport):
+            emit(line)
+        if path:
+            res.write_json(path, record)
+            res.write_atomic(stem + ".md", res.markdown(record))
+            png = res.plot(record, stem + ".png")
+            emit(f"# wrote {path}, {stem}.md" + (f", {png}" if png else " (no matplotlib: no plot)"))
+    emit(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+    return 1 if wrong else 0
+
+
+def _best_vs_native(rows: list[dict]) -> list[dict]:
+    """Per all-reduce size: the transport's own time, the fastest algorithm built here, the ratio."""
+    by_size: dict[int, dict[str, float]] = {}
+    for r in rows:
+        if r["op"] == "all_reduce":
+            by_size.setdefault(r["size"], {})[r["algo"]] = r["time_us"]
+    out = []
+    for size, times in sorted(by_size.items()):
+        algos = {k: v for k, v in times.items() if k != "native"}
+        if "native" not in times or not algos:
+            continue
+        best = min(algos, key=algos.get)
+        out.append({"size": size, "native_us": times["native"], "best_algo": best,
+                    "best_us": algos[best], "native_over_best": times["native"] / algos[best]})
+    return out
+
+
+def _best_lines(summary: list[dict], transport: str) -> list[str]:
+    if not summary:
+        return []
+    lines = [f"# all_reduce on {transport}: the transport's own against the fastest algorithm "
+             "built here (native/best > 1: the algorithm is faster)",
+             f"#{'size':>11} {'native(us)':>11} {'best':>19} {'best(us)':>10} {'native/best':>12}"]
+    lines += [f" {s['size']:>11} {s['native_us']:>11.1f} {s['best_algo']:>19} {s['best_us']:>10.1f} "
+              f"{s['native_over_best']:>12.2f}" for s in summary]
+    return lines
+
+
+def _overhead(a, world, sizes, launch, printer, emit) -> int:
+    from commbench.studies import overhead
+
+    measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters, rounds=a.rounds,
+                       order="ABBA: raw then commbench, then commbench then raw, ...")
+    emit(f"# commbench run overhead: MPI all-reduce, {world.size} ranks ({launch}); commbench's "
+         "reported time against a bare mpi4py loop of the same call, interleaved")
+    rows = overhead(world, sizes, a.iters, a.warmup_iters, a.rounds, emit)
+    worst = max(r["ratio"] for r in rows)
+    emit(f"# worst ratio {worst:.3f} (target <= 1.10)")
+    if not a.no_write and printer:
+        record = res.header("overhead", world.size, launch, hardware(), measurement)
+        record["rows"] = rows
+        stem = os.path.join(a.out, f"overhead_{hardware()}-mpi-x{world.size}")
+        res.write_json(stem + ".json", record)
+        res.write_atomic(stem + ".md", res.overhead_markdown(record))
+        emit(f"# wrote {stem}.json and {stem}.md")
+    return 0
