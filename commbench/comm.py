@@ -255,16 +255,17 @@ class Comm:
                            group, peer, tag)
 
     def _start(self, op: str, buf: torch.Tensor, group: Group, peer: int, tag: int) -> Work:
-        """Post a non-blocking op; it is booked when posted, its time runs until ``wait``."""
+        """Post a non-blocking op; it is booked at ``wait``, its time runs from the post."""
         t0 = time.perf_counter()
         with quiet():
             handle = getattr(self.backend, op)(buf, group, peer, tag)
-        itemsize = buf.element_size()
-        sent, recv = booked(op, group.size, group.index, buf.numel(), itemsize)
+        nbytes = buf.numel() * buf.element_size()
+        sent, recv = (nbytes, 0) if op == "isend" else (0, nbytes)  # volume.booked's p2p rule
+        ledger, transport = self.ledger, self.transport
 
         def done() -> None:
-            self.ledger.record(op, group.ranks, self.transport, _dtype_name(buf.dtype),
-                               buf.numel(), sent, recv, time.perf_counter() - t0)
+            ledger.record(op, group.ranks, transport, _dtype_name(buf.dtype), buf.numel(), sent,
+                          recv, time.perf_counter() - t0)
 
         return Work(handle, buf, done)
 

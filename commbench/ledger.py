@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 __all__ = ["Capture", "Entry", "Ledger", "summarize", "summary_table"]
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
+    """One call on one rank (a NamedTuple: booking sits on the hot path of every message)."""
+
     op: str
     group: tuple[int, ...]
     transport: str
@@ -33,7 +35,7 @@ class Entry:
     source: str = "commbench"  # or "torch" for calls seen by the watcher
 
     def as_dict(self) -> dict:
-        d = asdict(self)
+        d = self._asdict()
         d["group"] = list(self.group)
         return d
 
@@ -70,7 +72,7 @@ class Ledger:
     def record(self, op: str, group: tuple[int, ...], transport: str, dtype: str, count: int,
                sent: int, recv: int, seconds: float, source: str = "commbench") -> Entry:
         entry = Entry(op, group, transport, dtype, count, sent, recv, seconds,
-                      "/".join(self._scopes), source)
+                      "/".join(self._scopes) if self._scopes else "", source)
         self.entries.append(entry)
         for cap in self._captures:
             cap.entries.append(entry)

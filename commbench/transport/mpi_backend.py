@@ -130,10 +130,14 @@ class MPIBackend:
         back()
 
     def isend(self, x, group: Group, peer: int, tag: int):
+        if not x.is_cuda:  # the common case, kept short: it is on every message of an algorithm
+            return _Request(group.mpi_comm.Isend(_np(x), dest=peer, tag=tag), x, None)
         (h,), _ = self._staged(x)
         return _Request(group.mpi_comm.Isend(_np(h), dest=peer, tag=tag), h, None)
 
     def irecv(self, out, group: Group, peer: int, tag: int):
+        if not out.is_cuda:
+            return _Request(group.mpi_comm.Irecv(_np(out), source=peer, tag=tag), out, None)
         (h,), back = self._staged(out)
         return _Request(group.mpi_comm.Irecv(_np(h), source=peer, tag=tag), h, back)
 
