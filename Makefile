@@ -8,7 +8,7 @@ TORCH_SPEC     ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 NP ?= 4
 
-.PHONY: bench test test-% gpu-check lint info clean
+.PHONY: bench test test-% suites gpu-check lint info clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ test: $(VENV)/.installed  ## set up, run the test suite
 
 test-%: $(VENV)/.installed  ## the test suite under mpiexec with % ranks, e.g. make test-4
 	$(BIN)/mpiexec -n $* $(BIN)/python -m pytest -x -p no:cacheprovider $(PYTEST_ARGS)
+
+suites: $(VENV)/.installed  ## benchmark suites; pytest-benchmark records under results/
+	$(BIN)/python -m pytest suites -m bench --benchmark-enable --benchmark-autosave \
+		--benchmark-storage=file://results/pytest-benchmark
 
 gpu-check: $(VENV)/.installed  ## one GPU: NCCL world of one, CUDA tensors, CUDA-event timing
 	$(BIN)/python -m pytest -m gpu -rs tests/test_gpu.py

@@ -24,9 +24,17 @@ class UsageError(Exception):
     pass
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line like every other error of commbench."""
+
+    def error(self, message: str):
+        print(f"commbench: error: {message} ({self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="commbench", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p = _Parser(prog="commbench", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     sub.add_parser("info", help="launcher, world, transports, versions, devices")
     r = sub.add_parser("run", help="time collectives (nccl-tests flags)")
     r.add_argument("targets", nargs="*", help=f"suites ({', '.join(SUITES)}) or collectives "
@@ -49,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--algo", default="", help="comma-separated algorithms (native, ring, ...); "
                    "default: native and every algorithm built for each collective")
     r.add_argument("--rounds", type=int, default=6, help="interleaved rounds (overhead study)")
+    r.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run: keep the rows its results file holds")
     c = sub.add_parser("compare", help="per-row ratios of two results files; a regression gate")
     c.add_argument("old")
     c.add_argument("new")
@@ -57,8 +67,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate(signum, frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends a run like Ctrl-C: the world closes, rows stay saved
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         if args.cmd == "info":
             from commbench.info import info

@@ -21,6 +21,20 @@ import time
 
 import torch
 
+from commbench.checks import (
+    OPS,
+    check_group,
+    check_index,
+    check_p2p,
+    check_redop,
+    check_tensor,
+    dtype_name,
+    finish,
+    rows,
+    splits,
+    work_buffer,
+)
+from commbench.debug import OP_CODES, agree, fingerprint
 from commbench.group import Group
 from commbench.ledger import Ledger
 from commbench.status import Tracker
@@ -28,8 +42,6 @@ from commbench.volume import booked
 from commbench.watch import quiet
 
 __all__ = ["OPS", "Comm", "Work"]
-
-OPS = ("sum", "prod", "min", "max", "avg")
 
 
 class Work:
@@ -49,43 +61,22 @@ class Work:
 class Comm:
     """Collectives and point-to-point over one transport, each call booked in ``ledger``."""
 
-    def __init__(self, backend, ledger: Ledger, tracker: Tracker | None = None) -> None:
+    def __init__(self, backend, ledger: Ledger, tracker: Tracker | None = None, *,
+                 debug: bool = False) -> None:
         self.backend = backend
         self.transport: str = backend.name
         self.ledger = ledger
         self.tracker = tracker or Tracker()
-
-    # -- checks -------------------------------------------------------------------------------
-    def _group(self, group: Group, op: str) -> None:
-        if not isinstance(group, Group):
-            raise TypeError(f"{op}: group must be a commbench Group, got {type(group).__name__}")
-        if not group.member:
-            raise ValueError(f"{op}: rank {group.rank} is not in {group}")
-
-    @staticmethod
-    def _tensor(x, op: str, name: str = "x") -> None:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(x).__name__}")
-
-    def _redop(self, op: str, red: str, dtype: torch.dtype) -> None:
-        if red not in OPS:
-            raise ValueError(f"{op}: op={red!r}: must be one of {', '.join(OPS)}")
-        if red == "avg" and not dtype.is_floating_point:
-            raise ValueError(f"{op}: op='avg' with dtype {dtype}: avg needs a floating dtype")
-        reason = self.backend.unsupported(red, dtype)
-        if reason:
-            raise ValueError(f"{op}: {red} on {dtype} over {self.transport}: {reason}")
-
-    @staticmethod
-    def _index(value: int, group: Group, op: str, name: str) -> None:
-        if not isinstance(value, int) or not 0 <= value < group.size:
-            raise ValueError(f"{op}: {name}={value!r}: must be a position in 0..{group.size - 1}"
-                             f" of {group}")
+        self.debug = debug  # members agree on each call before it starts (commbench.debug)
 
     # -- booking ------------------------------------------------------------------------------
-    def _run(self, op: str, group: Group, dtype: torch.dtype, count: int, fn, **vol):
+    def _run(self, op: str, group: Group, dtype: torch.dtype, count: int, fn, redop: str = "",
+             same_count: bool = True, **vol):
         tracker = self.tracker
         tracker.enter(op, group.ranks)
+        if self.debug and op in OP_CODES:
+            agree(self.backend, group, fingerprint(op, dtype, count if same_count else -1, redop,
+                                                   vol.get("root", 0), group.ranks))
         t0 = time.perf_counter()
         with quiet():
             result = fn()
@@ -93,7 +84,7 @@ class Comm:
         tracker.leave(op)
         itemsize = torch.empty((), dtype=dtype).element_size()
         sent, recv = booked(op, group.size, group.index, count, itemsize, **vol)
-        self.ledger.record(op, group.ranks, self.transport, _dtype_name(dtype), count, sent, recv,
+        self.ledger.record(op, group.ranks, self.transport, dtype_name(dtype), count, sent, recv,
                            seconds)
         return result
 
@@ -101,38 +92,62 @@ class Comm:
     def all_reduce(self, x: torch.Tensor, group: Group, *, op: str = "sum",
                    inplace: bool = False) -> torch.Tensor:
         """Reduce ``x`` over ``group``; every member gets the result. x, out [*]."""
-        self._group(group, "all_reduce")
-        self._tensor(x, "all_reduce")
-        self._redop("all_reduce", op, x.dtype)
-        buf = _work_buffer(x, inplace)
+        check_group(group, "all_reduce")
+        check_tensor(x, "all_reduce")
+        check_redop(self.backend, "all_reduce", op, x.dtype)
+        buf = work_buffer(x, inplace)
         self._run("all_reduce", group, x.dtype, x.numel(),
-                  lambda: self.backend.all_reduce(buf, group, "sum" if op == "avg" else op))
+                  lambda: self.backend.all_reduce(buf, group, "sum" if op == "avg" else op), op)
         if op == "avg":
             buf.div_(group.size)
-        return _finish(x, buf, inplace)
+        return finish(x, buf, inplace)
+
+    def all_reduce_async(self, x: torch.Tensor, group: Group, *, op: str = "sum") -> Work:
+        """Start an all-reduce of ``x`` in place; ``wait()`` returns it reduced (``avg`` not
+        offered: divide after the wait). Booked when waited for, its time running from the start."""
+        check_group(group, "all_reduce")
+        check_tensor(x, "all_reduce")
+        check_redop(self.backend, "all_reduce", op, x.dtype)
+        if op == "avg" or not x.is_contiguous():
+            raise ValueError("all_reduce_async: x must be contiguous and op not 'avg'")
+        if self.debug:
+            agree(self.backend, group, fingerprint("all_reduce", x.dtype, x.numel(), op, 0,
+                                                   group.ranks))
+        t0 = time.perf_counter()
+        with quiet():
+            handle = self.backend.all_reduce_async(x, group, op)
+        sent, recv = booked("all_reduce", group.size, group.index, x.numel(), x.element_size())
+        ledger, transport = self.ledger, self.transport
+
+        def done() -> None:
+            ledger.record("all_reduce", group.ranks, transport, dtype_name(x.dtype), x.numel(),
+                          sent, recv, time.perf_counter() - t0)
+
+        return Work(handle, x, done)
 
     def all_gather(self, x: torch.Tensor, group: Group) -> torch.Tensor:
         """Concatenate every member's ``x`` along dim 0. x [d, *] -> out [P*d, *]."""
-        self._group(group, "all_gather")
-        self._tensor(x, "all_gather")
+        check_group(group, "all_gather")
+        check_tensor(x, "all_gather")
         x = x.contiguous()
-        out = x.new_empty((group.size * _rows(x), *x.shape[1:]))
+        out = x.new_empty((group.size * rows(x), *x.shape[1:]))
         self._run("all_gather", group, x.dtype, x.numel(),
                   lambda: self.backend.all_gather(out, x, group))
         return out
 
     def reduce_scatter(self, x: torch.Tensor, group: Group, *, op: str = "sum") -> torch.Tensor:
         """Reduce ``x`` over ``group``; member i keeps block i of dim 0. x [P*d, *] -> out [d, *]."""
-        self._group(group, "reduce_scatter")
-        self._tensor(x, "reduce_scatter")
-        self._redop("reduce_scatter", op, x.dtype)
+        check_group(group, "reduce_scatter")
+        check_tensor(x, "reduce_scatter")
+        check_redop(self.backend, "reduce_scatter", op, x.dtype)
         if x.dim() == 0 or x.shape[0] % group.size:
-            raise ValueError(f"reduce_scatter: dim 0 of x ({_rows(x) if x.dim() else 'scalar'}) "
+            raise ValueError(f"reduce_scatter: dim 0 of x ({rows(x) if x.dim() else 'scalar'}) "
                              f"must be a multiple of the group size {group.size}")
         x = x.contiguous()
         out = x.new_empty((x.shape[0] // group.size, *x.shape[1:]))
         self._run("reduce_scatter", group, x.dtype, x.numel(),
-                  lambda: self.backend.reduce_scatter(out, x, group, "sum" if op == "avg" else op))
+                  lambda: self.backend.reduce_scatter(out, x, group, "sum" if op == "avg" else op),
+                  op)
         if op == "avg":
             out.div_(group.size)
         return out
@@ -145,53 +160,53 @@ class Comm:
         equal blocks. With ``in_splits`` but no ``out_splits``, the counts are exchanged first
         (one all-to-all of P int64 values, booked like any other call).
         """
-        self._group(group, "all_to_all")
-        self._tensor(x, "all_to_all")
-        n, rows = group.size, _rows(x)
+        check_group(group, "all_to_all")
+        check_tensor(x, "all_to_all")
+        n, nrows = group.size, rows(x)
         if in_splits is None:
             if out_splits is not None:
                 raise ValueError("all_to_all: out_splits given without in_splits")
-            if rows % n:
-                raise ValueError(f"all_to_all: dim 0 of x ({rows}) must be a multiple of the group "
+            if nrows % n:
+                raise ValueError(f"all_to_all: dim 0 of x ({nrows}) must be a multiple of the group "
                                  f"size {n}, or give in_splits")
-            in_splits = out_splits = [rows // n] * n
-        in_splits = _splits(in_splits, n, "in_splits")
-        if sum(in_splits) != rows:
+            in_splits = out_splits = [nrows // n] * n
+        in_splits = splits(in_splits, n, "in_splits")
+        if sum(in_splits) != nrows:
             raise ValueError(f"all_to_all: in_splits {in_splits} sum to {sum(in_splits)}, "
-                             f"but dim 0 of x is {rows}")
+                             f"but dim 0 of x is {nrows}")
         if out_splits is None:
             counts = torch.tensor(in_splits, dtype=torch.int64, device=x.device)
             out_splits = self.all_to_all(counts, group).tolist()
-        out_splits = _splits(out_splits, n, "out_splits")
+        out_splits = splits(out_splits, n, "out_splits")
         x = x.contiguous()
         out = x.new_empty((sum(out_splits), *x.shape[1:]))
         row = math.prod(x.shape[1:])
         self._run("all_to_all", group, x.dtype, x.numel(),
                   lambda: self.backend.all_to_all(out, x, group, out_splits, in_splits),
-                  in_splits=in_splits, out_splits=out_splits, row=row)
+                  same_count=False, in_splits=in_splits, out_splits=out_splits, row=row)
         return out
 
     def broadcast(self, x: torch.Tensor, group: Group, *, root: int = 0,
                   inplace: bool = False) -> torch.Tensor:
         """Every member gets the root's ``x``; other members pass a tensor of the same shape."""
-        self._group(group, "broadcast")
-        self._tensor(x, "broadcast")
-        self._index(root, group, "broadcast", "root")
-        buf = _work_buffer(x, inplace)
+        check_group(group, "broadcast")
+        check_tensor(x, "broadcast")
+        check_index(root, group, "broadcast", "root")
+        buf = work_buffer(x, inplace)
         self._run("broadcast", group, x.dtype, x.numel(),
                   lambda: self.backend.broadcast(buf, group, root), root=root)
-        return _finish(x, buf, inplace)
+        return finish(x, buf, inplace)
 
     def reduce(self, x: torch.Tensor, group: Group, *, root: int = 0,
                op: str = "sum") -> torch.Tensor | None:
         """Reduce ``x`` onto the root; the root gets the result, the others None."""
-        self._group(group, "reduce")
-        self._tensor(x, "reduce")
-        self._index(root, group, "reduce", "root")
-        self._redop("reduce", op, x.dtype)
+        check_group(group, "reduce")
+        check_tensor(x, "reduce")
+        check_index(root, group, "reduce", "root")
+        check_redop(self.backend, "reduce", op, x.dtype)
         buf = x.detach().clone().contiguous()
         self._run("reduce", group, x.dtype, x.numel(),
-                  lambda: self.backend.reduce(buf, group, root, "sum" if op == "avg" else op),
+                  lambda: self.backend.reduce(buf, group, root, "sum" if op == "avg" else op), op,
                   root=root)
         if group.index != root:
             return None
@@ -199,24 +214,24 @@ class Comm:
 
     def gather(self, x: torch.Tensor, group: Group, *, root: int = 0) -> torch.Tensor | None:
         """The root gets every member's ``x`` along dim 0. x [d, *] -> out [P*d, *] on the root."""
-        self._group(group, "gather")
-        self._tensor(x, "gather")
-        self._index(root, group, "gather", "root")
+        check_group(group, "gather")
+        check_tensor(x, "gather")
+        check_index(root, group, "gather", "root")
         x = x.contiguous()
-        out = x.new_empty((group.size * _rows(x), *x.shape[1:])) if group.index == root else None
+        out = x.new_empty((group.size * rows(x), *x.shape[1:])) if group.index == root else None
         self._run("gather", group, x.dtype, x.numel(),
                   lambda: self.backend.gather(out, x, group, root), root=root)
         return out
 
     def scatter(self, x: torch.Tensor, group: Group, *, root: int = 0) -> torch.Tensor:
         """Member i gets block i of the root's ``x`` [P*d, *]; the others pass a [d, *] template."""
-        self._group(group, "scatter")
-        self._tensor(x, "scatter")
-        self._index(root, group, "scatter", "root")
+        check_group(group, "scatter")
+        check_tensor(x, "scatter")
+        check_index(root, group, "scatter", "root")
         n = group.size
         if group.index == root:
             if x.dim() == 0 or x.shape[0] % n:
-                raise ValueError(f"scatter: dim 0 of the root's x ({_rows(x)}) must be a multiple "
+                raise ValueError(f"scatter: dim 0 of the root's x ({rows(x)}) must be a multiple "
                                  f"of the group size {n}")
             src = x.contiguous()
             out = x.new_empty((x.shape[0] // n, *x.shape[1:]))
@@ -227,30 +242,30 @@ class Comm:
         return out
 
     def barrier(self, group: Group) -> None:
-        self._group(group, "barrier")
+        check_group(group, "barrier")
         self._run("barrier", group, torch.uint8, 0, lambda: self.backend.barrier(group))
 
     # -- point to point -----------------------------------------------------------------------
     def send(self, x: torch.Tensor, group: Group, peer: int, *, tag: int = 0) -> None:
-        self._p2p_checks("send", x, group, peer)
+        check_p2p("send", x, group, peer)
         x = x.contiguous()
         self._run("send", group, x.dtype, x.numel(),
                   lambda: self.backend.send(x, group, peer, tag))
 
     def recv(self, x: torch.Tensor, group: Group, peer: int, *, tag: int = 0) -> torch.Tensor:
         """Receive into a new tensor shaped like ``x`` (x is only a template)."""
-        self._p2p_checks("recv", x, group, peer)
+        check_p2p("recv", x, group, peer)
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         self._run("recv", group, x.dtype, x.numel(),
                   lambda: self.backend.recv(out, group, peer, tag))
         return out
 
     def isend(self, x: torch.Tensor, group: Group, peer: int, *, tag: int = 0) -> Work:
-        self._p2p_checks("isend", x, group, peer)
+        check_p2p("isend", x, group, peer)
         return self._start("isend", x.contiguous(), group, peer, tag)
 
     def irecv(self, x: torch.Tensor, group: Group, peer: int, *, tag: int = 0) -> Work:
-        self._p2p_checks("irecv", x, group, peer)
+        check_p2p("irecv", x, group, peer)
         return self._start("irecv", torch.empty_like(x, memory_format=torch.contiguous_format),
                            group, peer, tag)
 
@@ -264,44 +279,10 @@ class Comm:
         ledger, transport = self.ledger, self.transport
 
         def done() -> None:
-            ledger.record(op, group.ranks, transport, _dtype_name(buf.dtype), buf.numel(), sent,
+            ledger.record(op, group.ranks, transport, dtype_name(buf.dtype), buf.numel(), sent,
                           recv, time.perf_counter() - t0)
 
         return Work(handle, buf, done)
 
-    def _p2p_checks(self, op: str, x, group: Group, peer: int) -> None:
-        self._group(group, op)
-        self._tensor(x, op)
-        self._index(peer, group, op, "peer")
-        if peer == group.index:
-            raise ValueError(f"{op}: peer={peer} is this rank's own position in {group}")
 
 
-def _rows(x: torch.Tensor) -> int:
-    return x.shape[0] if x.dim() else 1
-
-
-def _splits(splits, n: int, name: str) -> list[int]:
-    splits = [int(s) for s in splits]
-    if len(splits) != n:
-        raise ValueError(f"all_to_all: {name} has {len(splits)} entries, the group has {n} members")
-    if any(s < 0 for s in splits):
-        raise ValueError(f"all_to_all: {name}={splits}: counts must be >= 0")
-    return splits
-
-
-def _work_buffer(x: torch.Tensor, inplace: bool) -> torch.Tensor:
-    if inplace and x.is_contiguous():
-        return x
-    return x.detach().clone(memory_format=torch.contiguous_format)
-
-
-def _finish(x: torch.Tensor, buf: torch.Tensor, inplace: bool) -> torch.Tensor:
-    if inplace and buf is not x:
-        x.copy_(buf)
-        return x
-    return buf
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")

@@ -49,8 +49,10 @@ def import_mpi():
 class Context:
     def __init__(self, *, rank: int, size: int, local_rank: int = 0, launcher: str = "none",
                  backend: str | None = None, mpi_comm=None, tracker: Tracker | None = None,
-                 torch_ready: bool = True) -> None:
+                 torch_ready: bool = True, debug: bool | None = None) -> None:
         self.rank, self.size, self.local_rank, self.launcher = rank, size, local_rank, launcher
+        # debug: members check that they agree on every collective first (commbench.debug)
+        self.debug = os.environ.get("COMMBENCH_DEBUG") == "1" if debug is None else debug
         self.backend = backend if torch_ready else None
         self.mpi = mpi_comm
         self.tracker = tracker or Tracker()
@@ -120,7 +122,7 @@ class Context:
                 from commbench.transport.torch_backend import TorchBackend
 
                 backend = TorchBackend(transport)
-            self._comms[transport] = Comm(backend, self.ledger, self.tracker)
+            self._comms[transport] = Comm(backend, self.ledger, self.tracker, debug=self.debug)
         return self._comms[transport]
 
     # -- groups -------------------------------------------------------------------------------

@@ -49,6 +49,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="how the local world starts its ranks: mpiexec (gloo+MPI) or plain (gloo)")
     g.addoption("--world-timeout", type=float, default=120.0,
                 help="seconds before a call on the world fails as a hang")
+    g.addoption("--no-debug-collectives", action="store_true",
+                help="skip the check that ranks agree on each collective before it starts")
 
 
 def _launched() -> bool:
@@ -67,6 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     common = dict(deadline=None, print_blob=True,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    if not config.getoption("no_debug_collectives"):
+        os.environ["COMMBENCH_DEBUG"] = "1"  # read by every rank's Context (commbench.debug)
     launched = _launched()
     if launched:  # every rank must draw the same examples and keep no per-rank database
         common.update(derandomize=True, database=None)

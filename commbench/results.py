@@ -101,6 +101,7 @@ def write_atomic(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; results are for everyone to read
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -91,10 +91,12 @@ def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> i
     wrong = 0
     suite = "collectives" if not a.targets or a.targets == ["collectives"] else "_".join(ops)
     for transport in transports:
-        record = res.header(suite, n, launch, hardware(), measurement)
-        record["memcpy_GBps"] = memcpy / 1e9
         stem = os.path.join(a.out, f"{suite}_{hardware()}-{transport}-x{n}")
         path = None if a.no_write or not printer else stem + ".json"
+        record = _resumed(stem + ".json", n, measurement, emit) if a.resume else None
+        if record is None:
+            record = res.header(suite, n, launch, hardware(), measurement)
+        record["memcpy_GBps"] = memcpy / 1e9
         emit("#\n" + HEADER)
         for op in ops:
             for algo in _algorithms(op, wanted, n, emit):
@@ -115,6 +117,23 @@ def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> i
             emit(f"# wrote {path}, {stem}.md" + (f", {png}" if png else " (no matplotlib: no plot)"))
     emit(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
     return 1 if wrong else 0
+
+
+def _resumed(path: str, n: int, measurement: dict, emit) -> dict | None:
+    """The record of an interrupted run at ``path``, if it is one this run can continue."""
+    from commbench.compare import CompareError, load
+
+    if not os.path.exists(path):
+        return None
+    try:
+        record = load(path)
+    except CompareError as exc:
+        raise ValueError(f"--resume: {exc}") from None
+    if record["world_size"] != n or record.get("measurement") != measurement:
+        raise ValueError(f"--resume: {path} was measured with {record['world_size']} ranks and "
+                         f"{record.get('measurement')}; this run has {n} ranks and {measurement}")
+    emit(f"# resuming {path}: {len(record['rows'])} rows kept")
+    return record
 
 
 def _best_vs_native(rows: list[dict]) -> list[dict]:

@@ -63,15 +63,23 @@ def format_row(row: dict) -> str:
 
 def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
                path: str | None = None, emit: Callable[[str], None] = print) -> list[dict]:
-    """Measure ``case`` at each size on ``world``; print and record each row as it finishes."""
+    """Measure ``case`` at each size on ``world``; print and record each row as it finishes.
+
+    Sizes the record already holds for this series (a resumed run) are not measured again.
+    """
     n = world.size
     rows = []
+    done = {(r["op"], r["algo"], r["transport"], r.get("requested")) for r in
+            (record or {}).get("rows", [])}
     for nbytes in sizes:
+        if (case.op, case.algo, case.transport, nbytes) in done:
+            continue
         outs = world.run(measure, case, nbytes)
         stats = res.summarize_samples([o["times"] for o in outs])
         size, count = outs[0]["size"], outs[0]["count"]
         seconds = stats["time_us"] / 1e6
         row = {"op": case.op, "algo": case.algo, "transport": case.transport, "size": size,
+               "requested": nbytes,
                "count": count, "type": case.dtype,
                "redop": case.redop if case.op in ("all_reduce", "reduce_scatter", "reduce") else "-",
                "root": case.root % n if case.op in ("broadcast", "reduce", "gather", "scatter")

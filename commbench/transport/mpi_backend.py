@@ -78,6 +78,11 @@ class MPIBackend:
         group.mpi_comm.Allreduce(self.MPI.IN_PLACE, _np(h), self._ops[op])
         back()
 
+    def all_reduce_async(self, buf, group: Group, op: str):
+        (h,), back = self._staged(buf)
+        req = group.mpi_comm.Iallreduce(self.MPI.IN_PLACE, _np(h), self._ops[op])
+        return _Request(req, h, back)
+
     def all_gather(self, out, x, group: Group) -> None:
         (o, i), back = self._staged(out, x)
         group.mpi_comm.Allgather(_np(i), _np(o))

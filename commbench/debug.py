@@ -1,0 +1,67 @@
+"""Debug mode: before each collective, the members agree on what they are about to call.
+
+Ranks that call different collectives, or one collective with different dtypes, element counts,
+reduction ops, roots or groups, would hang or compute garbage. With debug on (``Comm(debug=True)``,
+``COMMBENCH_DEBUG=1``; the test suite turns it on), every member first all-gathers a fingerprint of
+its call over the same group and transport, and all of them raise the same error, naming the op
+and the disagreeing ranks, before the real call starts. A member that calls nothing at all leaves
+the others in the fingerprint exchange, where the world's timeout names the pending op.
+
+The fingerprint exchange is harness traffic: it is not booked in the ledger.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+
+__all__ = ["DTYPE_CODES", "OP_CODES", "agree", "fingerprint"]
+
+OP_CODES = {name: k for k, name in enumerate(
+    ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather",
+     "scatter", "barrier"))}
+DTYPE_CODES = {d: k for k, d in enumerate(
+    (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+     torch.int16, torch.int32, torch.int64, torch.bool, torch.float8_e4m3fn, torch.float8_e5m2))}
+REDOPS = ("", "sum", "prod", "min", "max", "avg")
+FIELDS = ("op", "dtype", "count", "redop", "root", "group")
+
+
+class Mismatch(ValueError):
+    """Members of a group called different collectives, or one with different arguments."""
+
+
+def fingerprint(op: str, dtype: torch.dtype, count: int, redop: str, root: int,
+                ranks: tuple[int, ...]) -> list[int]:
+    """count -1: the op lets members pass different counts (all-to-all)."""
+    group = zlib.crc32(",".join(map(str, ranks)).encode())
+    return [OP_CODES[op], DTYPE_CODES.get(dtype, -1), count, REDOPS.index(redop), root, group]
+
+
+def _describe(fp: list[int]) -> str:
+    ops = {v: k for k, v in OP_CODES.items()}
+    dts = {v: str(k).removeprefix("torch.") for k, v in DTYPE_CODES.items()}
+    text = f"{ops.get(fp[0], '?')} {dts.get(fp[1], '?')}"
+    if fp[2] >= 0:
+        text += f"[{fp[2]}]"
+    if fp[3]:
+        text += f" op={REDOPS[fp[3]]}"
+    if fp[0] in (OP_CODES["broadcast"], OP_CODES["reduce"], OP_CODES["gather"],
+                 OP_CODES["scatter"]):
+        text += f" root={fp[4]}"
+    return text
+
+
+def agree(backend, group, fp: list[int]) -> None:
+    """All-gather ``fp`` over ``group`` and raise :class:`Mismatch` unless every member's matches."""
+    mine = torch.tensor(fp, dtype=torch.int64)
+    everyone = torch.empty(group.size * len(fp), dtype=torch.int64)
+    backend.all_gather(everyone, mine, group)
+    rows = everyone.view(group.size, len(fp)).tolist()
+    if all(r == rows[0] for r in rows):
+        return
+    differ = [FIELDS[k] for k in range(len(fp)) if len({r[k] for r in rows}) > 1]
+    calls = "; ".join(f"rank {group.ranks[i]}: {_describe(r)}" for i, r in enumerate(rows))
+    raise Mismatch(f"{_describe(fp).split()[0]} on {group}: the members disagree on "
+                   f"{', '.join(differ)} ({calls})")

@@ -1,0 +1,150 @@
+"""The transformer layer of the TP/SP patterns: config, seeded weights, and the one-process oracle.
+
+Every rank builds the same full weights from ``(cfg, seed)`` and slices its shard, so nothing large
+crosses from the driver; the oracle runs the unsharded layer in float64 with autograd.
+
+Layer (pre-LN, Shoeybi 2019 Fig. 2): y = x2 + drop(MLP(LN2(x2))), x2 = x + drop(Attn(LN1(x))).
+Shapes: x, y [b, s, h]; Wqkv [3h, h] (q, k, v blocks, heads of d = h/H); Wo [h, h]; W1 [f, h];
+W2 [h, f]. Embedding E [V, h], tied with the LM head.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["LayerWeights", "TPConfig", "attention", "init_weights", "inputs", "oracle_layer"]
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+@dataclass(frozen=True, slots=True)
+class TPConfig:
+    """One tensor-parallel layer: b batch, s sequence, h hidden, f FFN, H heads, V vocabulary."""
+
+    batch: int = 2
+    seq: int = 8
+    hidden: int = 16
+    ffn: int = 32
+    heads: int = 4
+    vocab: int = 32
+    tp: int = 2
+    dp: int = 1
+    sequence_parallel: bool = False
+    regather: bool = False  # SP: re-gather the input in backward (Megatron) instead of keeping it
+    causal: bool = True
+    dropout: float = 0.0
+    dtype: str = "float64"
+
+    def validate(self, world_size: int | None = None) -> TPConfig:
+        """Raise ValueError naming the value and the rule; return self when it can work."""
+        for name in ("batch", "seq", "hidden", "ffn", "heads", "vocab", "tp", "dp"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
+        rules = [
+            (self.hidden % self.heads, f"hidden={self.hidden} is not a multiple of heads={self.heads}"),
+            (self.heads % self.tp, f"heads={self.heads}: must be a multiple of tp={self.tp} (each "
+                                   "rank holds whole heads)"),
+            (self.ffn % self.tp, f"ffn={self.ffn}: must be a multiple of tp={self.tp}"),
+            (self.vocab % self.tp, f"vocab={self.vocab}: must be a multiple of tp={self.tp}"),
+            (self.sequence_parallel and self.seq % self.tp,
+             f"seq={self.seq}: must be a multiple of tp={self.tp} under sequence parallelism"),
+            (self.regather and not self.sequence_parallel,
+             "regather=True only applies under sequence parallelism"),
+            (not 0 <= self.dropout < 1, f"dropout={self.dropout}: must be in [0, 1)"),
+            (self.dtype not in DTYPES, f"dtype={self.dtype!r}: must be one of {', '.join(DTYPES)}"),
+        ]
+        for bad, message in rules:
+            if bad:
+                raise ValueError(message)
+        if world_size is not None and self.tp * self.dp != world_size:
+            raise ValueError(f"tp={self.tp} x dp={self.dp} = {self.tp * self.dp}: must equal the "
+                             f"world size {world_size}")
+        return self
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LayerWeights:
+    ln1_w: torch.Tensor
+    ln1_b: torch.Tensor
+    wqkv: torch.Tensor
+    bqkv: torch.Tensor
+    wo: torch.Tensor
+    bo: torch.Tensor
+    ln2_w: torch.Tensor
+    ln2_b: torch.Tensor
+    w1: torch.Tensor
+    b1: torch.Tensor
+    w2: torch.Tensor
+    b2: torch.Tensor
+
+    def named(self) -> dict[str, torch.Tensor]:
+        return dict(vars(self))
+
+
+def init_weights(cfg: TPConfig, seed: int, dtype: torch.dtype = torch.float64) -> LayerWeights:
+    g = torch.Generator().manual_seed(seed)
+    h, f = cfg.hidden, cfg.ffn
+
+    def rnd(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+
+    return LayerWeights(
+        ln1_w=1 + rnd(h, scale=0.1), ln1_b=rnd(h, scale=0.1),
+        wqkv=rnd(3 * h, h, scale=h ** -0.5), bqkv=rnd(3 * h, scale=0.1),
+        wo=rnd(h, h, scale=h ** -0.5), bo=rnd(h, scale=0.1),
+        ln2_w=1 + rnd(h, scale=0.1), ln2_b=rnd(h, scale=0.1),
+        w1=rnd(f, h, scale=h ** -0.5), b1=rnd(f, scale=0.1),
+        w2=rnd(h, f, scale=f ** -0.5), b2=rnd(h, scale=0.1))
+
+
+def inputs(cfg: TPConfig, seed: int, dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+    """x [b, s, h], the output gradient dy [b, s, h], dropout masks, token ids and targets [b, s]."""
+    g = torch.Generator().manual_seed(seed + 1)
+    b, s, h = cfg.batch, cfg.seq, cfg.hidden
+    keep = 1 - cfg.dropout
+    masks = [(torch.rand(b, s, h, generator=g) < keep).to(dtype) / keep for _ in range(2)]
+    return {"x": torch.randn(b, s, h, generator=g, dtype=torch.float64).to(dtype),
+            "dy": torch.randn(b, s, h, generator=g, dtype=torch.float64).to(dtype),
+            "mask1": masks[0], "mask2": masks[1],
+            "ids": torch.randint(0, cfg.vocab, (b, s), generator=g),
+            "targets": torch.randint(0, cfg.vocab, (b, s), generator=g),
+            "embedding": torch.randn(cfg.vocab, h, generator=g, dtype=torch.float64).to(dtype)}
+
+
+def attention(qkv: torch.Tensor, heads: int, causal: bool) -> torch.Tensor:
+    """Local multi-head attention. qkv [b, s, 3*H*d] (q, k, v blocks) -> [b, s, H*d]."""
+    b, s, three_hd = qkv.shape
+    d = three_hd // (3 * heads)
+    q, k, v = (t.reshape(b, s, heads, d).transpose(1, 2) for t in qkv.split(heads * d, dim=-1))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d)  # [b, H, s, s]
+    if causal:
+        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+    return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, heads * d)
+
+
+def layer(x, w: LayerWeights, cfg: TPConfig, m1, m2) -> torch.Tensor:
+    """The unsharded layer (the oracle's forward)."""
+    h = cfg.hidden
+    a = attention(F.layer_norm(x, (h,), w.ln1_w, w.ln1_b) @ w.wqkv.T + w.bqkv, cfg.heads,
+                  cfg.causal) @ w.wo.T + w.bo
+    x2 = x + a * m1
+    u = F.gelu(F.layer_norm(x2, (h,), w.ln2_w, w.ln2_b) @ w.w1.T + w.b1)
+    return x2 + (u @ w.w2.T + w.b2) * m2
+
+
+def oracle_layer(cfg: TPConfig, seed: int) -> dict[str, torch.Tensor]:
+    """Output y, dx and every weight gradient of the full layer, float64, one process."""
+    w = init_weights(cfg, seed)
+    d = inputs(cfg, seed)
+    params = {k: v.clone().requires_grad_() for k, v in w.named().items()}
+    x = d["x"].clone().requires_grad_()
+    y = layer(x, LayerWeights(**params), cfg, d["mask1"], d["mask2"])
+    y.backward(d["dy"])
+    return {"y": y.detach(), "dx": x.grad, **{f"d{k}": p.grad for k, p in params.items()}}

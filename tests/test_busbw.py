@@ -1,0 +1,43 @@
+"""busbw factors and the size convention, pinned to nccl-tests' doc/PERFORMANCE.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from commbench.bench import counts_for
+from commbench.benchclock import SampleClock
+from commbench.busbw import busbw, factor
+from commbench.runner import parse_size, sizes_between
+
+pytestmark = pytest.mark.collectives
+
+
+@pytest.mark.parametrize(("op", "n", "f"), [
+    ("all_reduce", 8, 2 * 7 / 8), ("all_reduce", 1, 0.0), ("all_gather", 4, 0.75),
+    ("reduce_scatter", 2, 0.5), ("all_to_all", 8, 7 / 8), ("broadcast", 8, 1.0), ("reduce", 3, 1.0),
+])
+def test_factors(op, n, f):
+    assert factor(op, n) == pytest.approx(f)
+
+
+def test_busbw_of_a_known_row():
+    # 1 GB all-reduced on 8 ranks in 1 s: algbw 1 GB/s, busbw 1.75 GB/s
+    assert busbw("all_reduce", 8, 10**9, 1.0) == pytest.approx(1.75)
+
+
+def test_sizes_follow_nccl_tests():
+    assert counts_for("all_reduce", 1000, 4, 4) == (250, 1000)
+    assert counts_for("all_gather", 1 << 20, 4, 4) == ((1 << 18) // 4, 1 << 20)  # per-rank block
+    assert counts_for("reduce_scatter", 100, 4, 4) == (24, 96)  # blocks rounded to 16 bytes
+    assert parse_size("64K") == 65536 and parse_size("1G") == 1 << 30 and parse_size("8") == 8
+    assert sizes_between(8, 64, 2) == [8, 16, 32, 64]
+
+
+def test_sample_clock_reports_exactly_the_samples():
+    clock = SampleClock()
+    clock.load([0.5, 0.25])
+    t0 = clock()
+    clock.step()
+    assert clock() - t0 == 0.5
+    with pytest.raises(ValueError):
+        clock.load([])

@@ -1,0 +1,120 @@
+"""The command line: info, run, compare; every bad argument is one line and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from commbench.cli import main
+from commbench.compare import CompareError, compare, load
+
+pytestmark = pytest.mark.collectives
+
+
+def _cli(*args: str, env=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["run", "-b", "0"], "must be > 0"),
+    (["run", "-b", "64", "-e", "8"], "-e 8 is below -b 64"),
+    (["run", "-b", "-8"], "size '-8'"),
+    (["run", "frobnicate"], "unknown suite or collective 'frobnicate'"),
+    (["run", "-d", "complex64"], "-d complex64: unknown dtype"),
+    (["run", "-o", "xor"], "-o xor: must be sum, prod, min, max or avg"),
+    (["run", "-o", "avg", "-d", "int32"], "avg needs a floating dtype"),
+    (["run", "-n", "0"], "-n 0: must be >= 1"),
+    (["run", "--np", "0"], "--np 0: must be >= 1"),
+    (["run", "-f", "1"], "-f 1: must be >= 2"),
+    (["run", "all_reduce", "--algo", "quantum"], "--algo quantum: not built for all_reduce"),
+    (["run", "overhead", "all_reduce"], "overhead is a study of its own"),
+])
+def test_bad_run_arguments_fail_before_any_rank_starts(args, message, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("commbench: error: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_run_prints_the_table_and_writes_results(tmp_path):
+    out = _cli("run", "all_reduce", "--np", "2", "-b", "8", "-e", "1K", "-f", "8", "-n", "3",
+               "-w", "1", "--algo", "native,ring", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("#") and "busbw" in line and "#wrong" in line for line in lines)
+    rows = [line.split() for line in lines if line and not line.startswith("#")]
+    assert {r[5] for r in rows} == {"native", "ring"} and all(r[11] == "0" for r in rows)
+    assert "# Out of bounds values : 0 OK" in lines
+    written = sorted(p.name for p in tmp_path.iterdir())
+    for t in ("gloo", "mpi"):
+        assert f"all_reduce_cpu-{t}-x2.json" in written and f"all_reduce_cpu-{t}-x2.md" in written
+    record = load(str(tmp_path / "all_reduce_cpu-gloo-x2.json"))
+    assert record["measurement"]["rank_aggregation"] == "per-iteration max over ranks"
+    assert all(r["sent"] == r["pred_sent"] for r in record["rows"])
+
+
+def test_info_without_a_launcher():
+    out = _cli("info")
+    assert out.returncode == 0 and "# launcher   : none" in out.stdout and "gloo yes" in out.stdout
+
+
+@pytest.mark.skipif(not __import__("commbench.local.world", fromlist=["x"])._mpi_usable(),
+                    reason="needs mpiexec")
+def test_info_under_mpiexec_and_the_wrong_mpi_trap():
+    from commbench.local import find_mpiexec
+
+    out = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "commbench", "info"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "# world size : 2" in out.stdout
+    assert "Rank  0" in out.stdout and "Rank  1" in out.stdout
+    import os
+
+    env = dict(os.environ, OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_SIZE="4")
+    trap = _cli("info", env=env)
+    assert trap.returncode == 1
+    assert "openmpi says 4 ranks" in trap.stderr and "MPI.COMM_WORLD has 1" in trap.stderr
+
+
+def _record(rows, world_size=2):
+    return {"schema": "commbench.results/1", "world_size": world_size, "rows": rows}
+
+
+def _row(size, time_us, min_us, busbw, **kw):
+    return dict({"op": "all_reduce", "algo": "ring", "transport": "gloo", "type": "float32",
+                 "redop": "sum", "root": -1, "size": size, "time_us": time_us, "min_us": min_us,
+                 "busbw": busbw}, **kw)
+
+
+def test_compare_flags_a_planted_regression_and_passes_noise():
+    old = _record([_row(1 << 20, 100.0, 90.0, 10.0), _row(1 << 10, 10.0, 9.0, 0.1)])
+    planted = _record([_row(1 << 20, 125.0, 112.0, 8.0), _row(1 << 10, 20.0, 18.0, 0.05)])
+    rows, bad = compare(old, planted)
+    assert [b["size"] for b in bad] == [1 << 20]  # the small size is below the gate's min_size
+    noisy = _record([_row(1 << 20, 120.0, 85.0, 8.3), _row(1 << 10, 10.0, 9.0, 0.1)])
+    assert compare(old, noisy)[1] == []  # slower median, but the best iteration overlaps
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{not json", "not valid JSON"),
+    ('{"schema": "commbench.results/1", "world_size": 2, "rows": [{"op": "x"}]', "not valid JSON"),
+    ('{"schema": "commbench.results/0", "world_size": 2, "rows": []}', "schema"),
+    ('{"rows": []}', "no 'schema' field"),
+    ('{"schema": "commbench.results/1", "world_size": 2, "rows": [{"op": "x"}]}', "row 0 lacks"),
+])
+def test_compare_refuses_bad_files(tmp_path, content, message, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_record([_row(1 << 20, 1.0, 1.0, 1.0)])))
+    assert main(["compare", str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_compare_refuses_different_world_sizes():
+    with pytest.raises(CompareError, match="world sizes differ"):
+        compare(_record([], 2), _record([], 4))

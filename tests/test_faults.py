@@ -1,0 +1,188 @@
+"""Faults and bad input: mismatched collectives, stalls, kills and interrupts mid-sweep, fuzzed
+arguments. Each ends in a bounded time with the op and the ranks named, and loses nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from commbench.compare import CompareError, load
+from commbench.errors import CallTimeout, SPMDError
+from commbench.local import LocalWorld
+
+pytestmark = pytest.mark.faults
+
+
+def _mismatched(ctx, transport, kind):
+    comm, g, r = ctx.comm(transport), ctx.world, ctx.rank
+    x = torch.ones(4)
+    if kind == "op":
+        return comm.all_reduce(x, g) if r == 0 else comm.all_gather(x, g)
+    if kind == "shape":
+        return comm.all_reduce(torch.ones(4 + r), g)
+    if kind == "dtype":
+        return comm.all_reduce(x.to(torch.float64) if r else x, g)
+    if kind == "redop":
+        return comm.all_reduce(x, g, op="max" if r else "sum")
+    if kind == "root":
+        return comm.broadcast(x, g, root=r % 2)
+    raise ValueError(kind)
+
+
+@pytest.mark.world(sizes=[2, 3])
+@pytest.mark.parametrize(("kind", "field"), [("op", "op"), ("shape", "count"),
+                                              ("dtype", "dtype"), ("redop", "redop"),
+                                              ("root", "root")])
+def test_mismatched_collectives_are_named_before_they_start(world, kind, field):
+    for transport in world.transports:
+        t0 = time.monotonic()
+        with pytest.raises(SPMDError, match=f"the members disagree on [a-z, ]*{field}") as info:
+            world.run(_mismatched, transport, kind)
+        assert time.monotonic() - t0 < 10
+        assert len(info.value.failures) == world.size  # every rank says the same
+        assert "rank 0:" in str(info.value) and "rank 1:" in str(info.value)
+
+
+def _unmatched_without_debug(ctx):
+    from commbench.comm import Comm
+
+    base = ctx.comm()
+    comm = Comm(base.backend, base.ledger, base.tracker, debug=False)
+    if ctx.rank == 0:
+        comm.all_reduce(torch.ones(4), ctx.world)
+    else:
+        comm.recv(torch.ones(4), ctx.world, 0)
+
+
+def _stall(ctx):
+    if ctx.rank == 1:
+        time.sleep(60)
+    ctx.comm().all_reduce(torch.ones(2), ctx.world)
+
+
+@pytest.mark.local
+@pytest.mark.parametrize(("fn", "expected"), [
+    (_unmatched_without_debug, ["all_reduce (call #1) on group [0, 1]: ranks [0] arrived, "
+                                "ranks [1] did not", "rank 1: recv (call #1) on group [0, 1]"]),
+    (_stall, ["ranks [0] arrived, ranks [1] did not", "rank 1: running _stall, no call yet"]),
+])
+def test_hangs_without_debug_and_stalls_are_named_by_the_timeout(fn, expected):
+    with LocalWorld(2, launch="plain") as w:
+        t0 = time.monotonic()
+        with pytest.raises(CallTimeout) as info:
+            w.run(fn, timeout=2.0)
+        assert time.monotonic() - t0 < 6
+        for text in expected:
+            assert text in str(info.value)
+
+
+def _sweep(tmp_path, *extra):
+    return subprocess.Popen(
+        [sys.executable, "-m", "commbench", "run", "all_reduce", "--np", "2", "--launch", "plain",
+         "--transport", "gloo", "--algo", "native,ring,naive", "-b", "8", "-e", "64M", "-f", "2",
+         "-n", "3", "-w", "1", "--out", str(tmp_path), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_rows(path, n, proc, limit=120.0):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and proc.poll() is None:
+        if path.exists():
+            try:
+                if len(json.loads(path.read_text())["rows"]) >= n:
+                    return
+            except (json.JSONDecodeError, KeyError):
+                pytest.fail("a reader saw a half-written results file")
+        time.sleep(0.05)
+    pytest.fail(f"the sweep did not reach {n} rows")
+
+
+def _workers_of(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "commbench.local.worker"], capture_output=True, text=True)
+    kids = []
+    for p in map(int, out.stdout.split()):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    kids.append(p)
+        except OSError:
+            pass
+    return kids
+
+
+@pytest.mark.local
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "kill a rank"])
+def test_an_interrupted_sweep_keeps_its_rows_and_resumes(tmp_path, how):
+    path = tmp_path / "all_reduce_cpu-gloo-x2.json"
+    proc = _sweep(tmp_path)
+    _wait_rows(path, 3, proc)
+    t0 = time.monotonic()
+    if how == "kill a rank":
+        os.kill(_workers_of(proc.pid)[0], signal.SIGKILL)
+    else:
+        proc.send_signal(getattr(signal, how))
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 10, "the fault took too long to end the run"
+    assert proc.returncode != 0
+    if how == "kill a rank":
+        assert "rank" in err and "died" in err
+    kept = load(str(path))["rows"]  # valid JSON, finished rows all there
+    assert len(kept) >= 3 and all(r["wrong"] == 0 for r in kept)
+    assert not _workers_of(proc.pid)
+    if how == "SIGINT":  # resume the same run: the kept rows are not measured again
+        again = _sweep(tmp_path, "--resume", "-e", "1K")
+        out, err = again.communicate(timeout=300)
+        assert again.returncode == 0, err
+        assert "resuming" in out
+        rows = load(str(path))["rows"]
+        keys = [(r["algo"], r["requested"]) for r in rows]
+        assert len(keys) == len(set(keys)) and rows[: len(kept)] == kept
+
+
+FLAGS = st.sampled_from(["-b", "-e", "-f", "-n", "-w", "-d", "-o", "-r", "-c", "--np",
+                         "--transport", "--algo", "--timeout", "--rounds", "--launch"])
+VALUES = st.one_of(st.integers(-5, 1 << 31).map(str), st.sampled_from(
+    ["0", "8", "1K", "64M", "1G", "-1", "x", "", "float32", "bfloat16", "int8", "sum", "avg",
+     "prod", "gloo", "mpi", "ring", "native,ring", "nccl", "auto", "plain", "1e3", "8X"]))
+TARGETS = st.lists(st.sampled_from(["collectives", "all_reduce", "overhead", "bogus",
+                                    "all_to_all", "pingpong"]), max_size=2)
+
+
+@given(targets=TARGETS, pairs=st.lists(st.tuples(FLAGS, VALUES), max_size=5))
+def test_fuzzed_run_arguments_get_a_clear_verdict(targets, pairs):
+    """Validation either accepts (sizes ascending and positive, ops known) or says why in one
+    line; nothing else escapes, and nothing starts a rank."""
+    from commbench.cli import SUITES, UsageError, _check_run_args, _parser
+
+    argv = ["run", *targets] + [x for pair in pairs for x in pair]
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        assert exc.code == 2
+        return
+    try:
+        ops, sizes = _check_run_args(args)
+    except UsageError as exc:
+        assert "\n" not in str(exc) and str(exc)
+        return
+    assert sizes and sizes == sorted(sizes) and sizes[0] > 0
+    assert all(op in {o for v in SUITES.values() for o in v} for op in ops)
+
+
+@given(blob=st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
+def test_fuzzed_results_files_never_crash_compare(tmp_path_factory, blob):
+    path = tmp_path_factory.mktemp("fuzz") / "r.json"
+    path.write_bytes(blob)
+    try:
+        load(str(path))
+    except CompareError as exc:
+        assert str(exc).startswith(str(path))
