@@ -13,11 +13,13 @@ code 2. Under a launcher (mpirun, srun, torchrun) the ranks are the launcher's a
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from commbench.bench import COLLECTIVES, DTYPES
 
-SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",)}
+SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "tp": ()}
+STUDIES = ("overhead", "tp")  # suites that are studies of their own, run alone
 
 
 class UsageError(Exception):
@@ -59,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--rounds", type=int, default=6, help="interleaved rounds (overhead study)")
     r.add_argument("--resume", action="store_true",
                    help="continue an interrupted run: keep the rows its results file holds")
+    k = sub.add_parser("claims", help="measure the notes' claims; write the claims table")
+    k.add_argument("--np", type=int, default=4)
+    k.add_argument("--launch", default="auto", choices=("auto", "mpi", "plain"))
+    k.add_argument("--out", default="results")
+    k.add_argument("--no-write", action="store_true")
     c = sub.add_parser("compare", help="per-row ratios of two results files; a regression gate")
     c.add_argument("old")
     c.add_argument("new")
@@ -84,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             return info()
         if args.cmd == "compare":
             return _compare(args)
+        if args.cmd == "claims":
+            return _claims(args)
         from commbench.run_cmd import run
 
         return run(args, *_check_run_args(args))
@@ -96,6 +105,29 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("commbench: interrupted; finished rows are saved", file=sys.stderr)
         return 130
+
+
+def _claims(a) -> int:
+    from commbench import results as res
+    from commbench.claims import claims_markdown, tp_claims
+    from commbench.local import LocalWorld
+    from commbench.runner import hardware
+
+    if a.np < 2:
+        raise UsageError(f"--np {a.np}: the claims need at least 2 ranks")
+    with LocalWorld(a.np, launch=a.launch) as world:
+        rows = tp_claims(world)
+        launch = f"local-{world.launch}"
+    record = res.header("claims", a.np, launch, hardware(), {"what": "ledger bytes, not time"})
+    record["rows"] = rows
+    text = claims_markdown(record)
+    print(text)
+    if not a.no_write:
+        stem = os.path.join(a.out, f"claims_{hardware()}-x{a.np}")
+        res.write_json(stem + ".json", record)
+        res.write_atomic(stem + ".md", text)
+        print(f"# wrote {stem}.json and {stem}.md")
+    return 0 if all(r["ledger_matches_formula"] for r in rows) else 1
 
 
 def _compare(a) -> int:
@@ -117,8 +149,9 @@ def _check_run_args(a) -> tuple[list[str], list[int]]:
     from commbench.runner import parse_size, sizes_between
 
     ops: list[str] = []
-    if "overhead" in a.targets and len(a.targets) > 1:
-        raise UsageError("overhead is a study of its own; run it alone")
+    for study in STUDIES:
+        if study in a.targets and len(a.targets) > 1:
+            raise UsageError(f"{study} is a study of its own; run it alone")
     for t in a.targets or ["collectives"]:
         if t in SUITES:
             ops += [o for o in SUITES[t] if o not in ops]

@@ -75,8 +75,9 @@ class Comm:
         tracker = self.tracker
         tracker.enter(op, group.ranks)
         if self.debug and op in OP_CODES:
-            agree(self.backend, group, fingerprint(op, dtype, count if same_count else -1, redop,
-                                                   vol.get("root", 0), group.ranks))
+            with quiet():  # harness traffic: neither booked nor seen by a watcher
+                agree(self.backend, group, fingerprint(op, dtype, count if same_count else -1,
+                                                       redop, vol.get("root", 0), group.ranks))
         t0 = time.perf_counter()
         with quiet():
             result = fn()
@@ -111,8 +112,9 @@ class Comm:
         if op == "avg" or not x.is_contiguous():
             raise ValueError("all_reduce_async: x must be contiguous and op not 'avg'")
         if self.debug:
-            agree(self.backend, group, fingerprint("all_reduce", x.dtype, x.numel(), op, 0,
-                                                   group.ranks))
+            with quiet():
+                agree(self.backend, group, fingerprint("all_reduce", x.dtype, x.numel(), op, 0,
+                                                       group.ranks))
         t0 = time.perf_counter()
         with quiet():
             handle = self.backend.all_reduce_async(x, group, op)

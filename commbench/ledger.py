@@ -40,7 +40,7 @@ class Entry(NamedTuple):
         return d
 
 
-@dataclass
+@dataclass(eq=False)  # identity: nested captures with equal contents are still different
 class Capture:
     """The entries recorded while a ``with ledger.capture()`` block ran."""
 

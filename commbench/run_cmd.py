@@ -73,6 +73,8 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
         launch = f"local-{world.launch}" if world.launch in ("mpi", "plain") else world.launch
         if a.targets == ["overhead"]:
             return _overhead(a, world, sizes, launch, printer, emit)
+        if a.targets == ["tp"]:
+            return _tp(a, world, launch, printer, emit)
         return _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit)
     finally:
         world.close()
@@ -159,8 +161,8 @@ def _best_lines(summary: list[dict], transport: str) -> list[str]:
     lines = [f"# all_reduce on {transport}: the transport's own against the fastest algorithm "
              "built here (native/best > 1: the algorithm is faster)",
              f"#{'size':>11} {'native(us)':>11} {'best':>19} {'best(us)':>10} {'native/best':>12}"]
-    lines += [f" {s['size']:>11} {s['native_us']:>11.1f} {s['best_algo']:>19} {s['best_us']:>10.1f} "
-              f"{s['native_over_best']:>12.2f}" for s in summary]
+    lines += [f"#{s['size']:>11} {s['native_us']:>11.1f} {s['best_algo']:>19} {s['best_us']:>10.1f} "
+              f"{s['native_over_best']:>12.2f}" for s in summary]  # '#': one data table per output
     return lines
 
 
@@ -182,3 +184,22 @@ def _overhead(a, world, sizes, launch, printer, emit) -> int:
         res.write_atomic(stem + ".md", res.overhead_markdown(record))
         emit(f"# wrote {stem}.json and {stem}.md")
     return 0
+
+
+def _tp(a, world, launch, printer, emit) -> int:
+    from commbench.pattern_bench import tp_bench, tp_markdown
+
+    measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters)
+    emit(f"# commbench run tp: one transformer layer, {world.size} ranks ({launch}), transport "
+         f"{world.transports[0]}")
+    rows = tp_bench(world, a.iters, a.warmup_iters, emit)
+    bad = [r for r in rows if r["sent"] != r["pred_sent"]]
+    emit(f"# bytes counted = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
+    if not a.no_write and printer:
+        record = res.header("tp", world.size, launch, hardware(), measurement)
+        record["rows"] = rows
+        stem = os.path.join(a.out, f"tp_{hardware()}-{world.transports[0]}-x{world.size}")
+        res.write_json(stem + ".json", record)
+        res.write_atomic(stem + ".md", tp_markdown(record))
+        emit(f"# wrote {stem}.json and {stem}.md")
+    return 1 if bad else 0

@@ -28,7 +28,8 @@ def test_busbw_of_a_known_row():
 def test_sizes_follow_nccl_tests():
     assert counts_for("all_reduce", 1000, 4, 4) == (250, 1000)
     assert counts_for("all_gather", 1 << 20, 4, 4) == ((1 << 18) // 4, 1 << 20)  # per-rank block
-    assert counts_for("reduce_scatter", 100, 4, 4) == (24, 96)  # blocks rounded to 16 bytes
+    # 100 B over 4 ranks: 6 floats a rank, rounded down to 16 bytes: blocks of 4, 64 B in all
+    assert counts_for("reduce_scatter", 100, 4, 4) == (16, 64)
     assert parse_size("64K") == 65536 and parse_size("1G") == 1 << 30 and parse_size("8") == 8
     assert sizes_between(8, 64, 2) == [8, 16, 32, 64]
 

@@ -15,10 +15,12 @@ Predicted bytes per layer, forward + backward (A = b*s*h elements of the layer's
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.nn.functional as F
 
-from commbench.patterns.ddp import DDP
+from commbench.patterns.ddp import DDP, naive_sync
 from commbench.patterns.tp_layers import shard_weights, sync_replicated_grads, tp_layer
 from commbench.patterns.tp_model import DTYPES, LayerWeights, TPConfig, init_weights, inputs
 from commbench.patterns.vocab import lm_head, vocab_parallel_cross_entropy, vocab_parallel_embedding
@@ -46,8 +48,14 @@ def _ledger(entries) -> list[tuple]:
     return [(e.op, e.group, e.count, e.dtype, e.sent, e.recv) for e in entries]
 
 
-def run_layer(ctx, cfg: TPConfig, seed: int, naive: bool = False, bucket_bytes: int = 1 << 20):
-    """One layer forward + backward: y, dx and gradient shards of this rank; the ledger."""
+def run_layer(ctx, cfg: TPConfig, seed: int, naive: bool = False, bucket_bytes: int = 1 << 20,
+              attention_block: bool = True, iters: int = 0, warmup: int = 0,
+              naive_ddp: bool = False):
+    """One layer forward + backward: y, dx and gradient shards of this rank; the ledger.
+
+    With ``iters``, the step is then timed ``warmup + iters`` more times (a barrier before each,
+    outside the timer) and the per-iteration seconds come back as ``times``.
+    """
     _, tp, dp, comm = _setup(ctx, cfg)
     dt = DTYPES[cfg.dtype]
     d = inputs(cfg, seed, dt)
@@ -57,17 +65,35 @@ def run_layer(ctx, cfg: TPConfig, seed: int, naive: bool = False, bucket_bytes: 
     sp = cfg.sequence_parallel
     x = _local(d["x"], cfg, dp.index, tp.index, sp).requires_grad_()
     m1, m2, dy = (_local(d[k], cfg, dp.index, tp.index, sp) for k in ("mask1", "mask2", "dy"))
-    ddp = DDP(list(params.values()), comm, dp, bucket_bytes) if dp.size > 1 else None
-    with ctx.ledger.capture() as cap:
-        y = tp_layer(x, wl, cfg, comm, tp, m1, m2, naive=naive)
+
+    def step():
+        for t in (x, *params.values()):
+            t.grad = None
+        ddp = DDP(list(params.values()), comm, dp, bucket_bytes) \
+            if dp.size > 1 and not naive_ddp else None
+        y = tp_layer(x, wl, cfg, comm, tp, m1, m2, naive=naive, attention_block=attention_block)
         y.backward(dy)
         if ddp is not None:  # DP sums first: the buckets left with the gradients as they stood
             ddp.finish()
+        elif dp.size > 1:
+            naive_sync(list(params.values()), comm, dp)
         if sp:
             sync_replicated_grads(wl, comm, tp)
-    return {"y": y.detach(), "dx": x.grad, **{f"d{k}": p.grad for k, p in params.items()},
+        return y, ddp
+
+    with ctx.ledger.capture() as cap:
+        y, ddp = step()
+    times = []
+    for i in range(warmup + iters):
+        comm.backend.barrier(ctx.world)
+        t0 = time.perf_counter()
+        step()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return {"y": y.detach(), "dx": x.grad,
+            **{f"d{k}": p.grad for k, p in params.items() if p.grad is not None},
             "ledger": _ledger(cap.entries), "tp": tp.ranks, "dp": dp.ranks,
-            "ddp_issued": ddp.issued_at if ddp else []}
+            "ddp_issued": ddp.issued_at if ddp else [], "times": times}
 
 
 def expected_layer(oracle: dict, cfg: TPConfig, rank: int) -> dict[str, torch.Tensor]:

@@ -92,9 +92,12 @@ def _row(x, w, b, cfg: TPConfig, comm: Comm, group: Group) -> torch.Tensor:
 
 
 def tp_layer(x, w: LayerWeights, cfg: TPConfig, comm: Comm, group: Group, m1, m2,
-             naive: bool = False) -> torch.Tensor:
-    """One layer on this rank. x, m1, m2, y [b, s, h] (SP: [b, s/P, h]); w from shard_weights."""
+             naive: bool = False, attention_block: bool = True) -> torch.Tensor:
+    """One layer on this rank. x, m1, m2, y [b, s, h] (SP: [b, s/P, h]); w from shard_weights.
+    ``attention_block=False`` runs the MLP block alone (x2 = x)."""
     h, P = cfg.hidden, group.size
+    if not attention_block:
+        return _mlp(x, x, w, cfg, comm, group, m2, naive)
     ln1 = F.layer_norm(x, (h,), w.ln1_w, w.ln1_b)
     qkv = _column(ln1, w.wqkv, w.bqkv, cfg, comm, group)  # [b, s, 3h/P]
     if naive:  # gather every column output, compute all heads, cut again for the row linear
@@ -104,7 +107,11 @@ def tp_layer(x, w: LayerWeights, cfg: TPConfig, comm: Comm, group: Group, m1, m2
     else:
         ctx = attention(qkv, cfg.heads // P, cfg.causal)  # [b, s, h/P]
     x2 = x + _row(ctx, w.wo, w.bo, cfg, comm, group) * m1
-    up = _column(F.layer_norm(x2, (h,), w.ln2_w, w.ln2_b), w.w1, w.b1, cfg, comm, group)
+    return _mlp(x, x2, w, cfg, comm, group, m2, naive)
+
+
+def _mlp(x, x2, w: LayerWeights, cfg: TPConfig, comm: Comm, group: Group, m2, naive: bool):
+    up = _column(F.layer_norm(x2, (cfg.hidden,), w.ln2_w, w.ln2_b), w.w1, w.b1, cfg, comm, group)
     if naive:
         up = scatter_to_tp(gather_from_tp(up, comm, group), comm, group)
     return x2 + _row(F.gelu(up), w.w2, w.b2, cfg, comm, group) * m2

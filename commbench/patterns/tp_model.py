@@ -50,6 +50,8 @@ class TPConfig:
                                    "rank holds whole heads)"),
             (self.ffn % self.tp, f"ffn={self.ffn}: must be a multiple of tp={self.tp}"),
             (self.vocab % self.tp, f"vocab={self.vocab}: must be a multiple of tp={self.tp}"),
+            (self.batch % self.dp, f"batch={self.batch}: must be a multiple of dp={self.dp} (each "
+                                   "DP replica takes batch/dp)"),
             (self.sequence_parallel and self.seq % self.tp,
              f"seq={self.seq}: must be a multiple of tp={self.tp} under sequence parallelism"),
             (self.regather and not self.sequence_parallel,
@@ -139,12 +141,15 @@ def layer(x, w: LayerWeights, cfg: TPConfig, m1, m2) -> torch.Tensor:
     return x2 + (u @ w.w2.T + w.b2) * m2
 
 
-def oracle_layer(cfg: TPConfig, seed: int) -> dict[str, torch.Tensor]:
-    """Output y, dx and every weight gradient of the full layer, float64, one process."""
-    w = init_weights(cfg, seed)
-    d = inputs(cfg, seed)
+def oracle_layer(cfg: TPConfig, seed: int, dtype: torch.dtype = torch.float64
+                 ) -> dict[str, torch.Tensor]:
+    """Output y, dx and every weight gradient of the full layer in one process (float64: the
+    truth; float32: how close an unsharded float32 computation gets to it)."""
+    w = init_weights(cfg, seed, dtype)
+    d = inputs(cfg, seed, dtype)
     params = {k: v.clone().requires_grad_() for k, v in w.named().items()}
     x = d["x"].clone().requires_grad_()
     y = layer(x, LayerWeights(**params), cfg, d["mask1"], d["mask2"])
     y.backward(d["dy"])
-    return {"y": y.detach(), "dx": x.grad, **{f"d{k}": p.grad for k, p in params.items()}}
+    return {"y": y.detach().double(), "dx": x.grad.double(),
+            **{f"d{k}": p.grad.double() for k, p in params.items()}}
