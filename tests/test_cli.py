@@ -47,7 +47,7 @@ def test_run_prints_the_table_and_writes_results(tmp_path):
     lines = out.stdout.splitlines()
     assert any(line.startswith("#") and "busbw" in line and "#wrong" in line for line in lines)
     rows = [line.split() for line in lines if line and not line.startswith("#")]
-    assert {r[5] for r in rows} == {"native", "ring"} and all(r[11] == "0" for r in rows)
+    assert {r[6] for r in rows} == {"native", "ring"} and all(r[12] == "0" for r in rows)
     assert "# Out of bounds values : 0 OK" in lines
     written = sorted(p.name for p in tmp_path.iterdir())
     for t in ("gloo", "mpi"):
