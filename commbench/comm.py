@@ -105,27 +105,42 @@ class Comm:
 
     def all_reduce_async(self, x: torch.Tensor, group: Group, *, op: str = "sum") -> Work:
         """Start an all-reduce of ``x`` in place; ``wait()`` returns it reduced (``avg`` not
-        offered: divide after the wait). Booked when waited for, its time running from the start."""
+        offered: divide after the wait)."""
         check_group(group, "all_reduce")
         check_tensor(x, "all_reduce")
         check_redop(self.backend, "all_reduce", op, x.dtype)
         if op == "avg" or not x.is_contiguous():
             raise ValueError("all_reduce_async: x must be contiguous and op not 'avg'")
+        return self._async("all_reduce", group, x, x, op,
+                           lambda: self.backend.all_reduce_async(x, group, op))
+
+    def all_gather_async(self, x: torch.Tensor, group: Group) -> Work:
+        """Start an all-gather of ``x`` [d, *] -> [P*d, *]; ``wait()`` returns the result."""
+        check_group(group, "all_gather")
+        check_tensor(x, "all_gather")
+        x = x.contiguous()
+        out = x.new_empty((group.size * rows(x), *x.shape[1:]))
+        return self._async("all_gather", group, x, out, "",
+                           lambda: self.backend.all_gather_async(out, x, group))
+
+    def _async(self, op: str, group: Group, x: torch.Tensor, out: torch.Tensor, redop: str,
+               start) -> Work:
+        """Post a non-blocking collective; it is booked at ``wait``, its time from the post."""
         if self.debug:
             with quiet():
-                agree(self.backend, group, fingerprint("all_reduce", x.dtype, x.numel(), op, 0,
+                agree(self.backend, group, fingerprint(op, x.dtype, x.numel(), redop, 0,
                                                        group.ranks))
         t0 = time.perf_counter()
         with quiet():
-            handle = self.backend.all_reduce_async(x, group, op)
-        sent, recv = booked("all_reduce", group.size, group.index, x.numel(), x.element_size())
+            handle = start()
+        sent, recv = booked(op, group.size, group.index, x.numel(), x.element_size())
         ledger, transport = self.ledger, self.transport
 
         def done() -> None:
-            ledger.record("all_reduce", group.ranks, transport, dtype_name(x.dtype), x.numel(),
-                          sent, recv, time.perf_counter() - t0)
+            ledger.record(op, group.ranks, transport, dtype_name(x.dtype), x.numel(), sent, recv,
+                          time.perf_counter() - t0)
 
-        return Work(handle, x, done)
+        return Work(handle, out, done)
 
     def all_gather(self, x: torch.Tensor, group: Group) -> torch.Tensor:
         """Concatenate every member's ``x`` along dim 0. x [d, *] -> out [P*d, *]."""

@@ -78,12 +78,37 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.register_profile("thorough", max_examples=300, **common)
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile(os.environ.get("COMMBENCH_HYPOTHESIS_PROFILE", "commbench"))
+    seed = config.getoption("hypothesis_seed", None)
+    if seed is None and not launched:  # one seed for the session, printed, so any failure replays
+        from hypothesis import core
+
+        seed = int.from_bytes(os.urandom(4), "little")
+        core.global_force_seed = seed
+    config._commbench_seed = seed
     config._commbench_pool = _Pool(config, launched)
     if launched:
         from commbench.launch import detect
 
         if detect().rank != 0:  # one rank reports; the others keep quiet unless they fail
             config.option.verbose = -1
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    seed = getattr(config, "_commbench_seed", None)
+    if seed is None:
+        return None
+    return f"commbench: hypothesis seed {seed} (a failure prints the command that replays it)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    seed = getattr(item.config, "_commbench_seed", None)
+    if report.failed and call.when == "call" and hasattr(getattr(item, "obj", None), "hypothesis"):
+        how = f"--hypothesis-seed={seed}" if seed is not None else "(derandomized: as it is)"
+        report.sections.append(("commbench replay",
+                                f"replay: python -m pytest '{item.nodeid}' {how}"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -50,6 +50,19 @@ def _algorithms(op: str, wanted: list[str], n: int, emit) -> list[str]:
     return algos
 
 
+def _check_pairs(a, ops: list[str], transports: list[str]) -> None:
+    """Refuse dtype/op/transport pairs a transport cannot do, before any collective starts."""
+    from commbench.bench import DTYPES
+    from commbench.transport.mpi_backend import MPIBackend
+
+    reducing = [op for op in ops if op in ("all_reduce", "reduce_scatter", "reduce")]
+    if "mpi" in transports and reducing:
+        why = MPIBackend.unsupported(a.op, DTYPES[a.datatype])
+        if why:
+            raise ValueError(f"-d {a.datatype} -o {a.op} over mpi ({', '.join(reducing)}): {why}; "
+                             "choose another dtype or --transport")
+
+
 def _check_algos(wanted: list[str], ops: list[str]) -> None:
     known = {"native"} | {alg for o, alg in ALGORITHMS if o in ops}
     bad = [w for w in wanted if w not in known]
@@ -70,6 +83,7 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
         if bad:
             raise ValueError(f"--transport {','.join(bad)}: this world has "
                              f"{', '.join(world.transports)}")
+        _check_pairs(a, ops, transports)
         launch = f"local-{world.launch}" if world.launch in ("mpi", "plain") else world.launch
         if a.targets == ["overhead"]:
             return _overhead(a, world, sizes, launch, printer, emit)

@@ -58,7 +58,7 @@ def judge_native(world, transport, op, count, dtype, redop, root, inplace, seed,
     return problems
 
 
-@pytest.mark.world(sizes=[1, 2, 3, 4])
+@pytest.mark.world(sizes=[1, 2, 3, 4, 5, 8])
 @given(op=st.sampled_from(OPS), count=COUNTS, dtype=st.sampled_from(sorted(DTYPES)),
        redop=st.sampled_from(["sum", "prod", "min", "max", "avg"]), root=st.integers(0, 7),
        inplace=st.booleans(), seed=st.integers(0, 2**16))
@@ -83,7 +83,7 @@ def judge_alltoallv(world, transport, splits, row, seed, mutant=None):
     return problems
 
 
-@pytest.mark.world(sizes=[1, 2, 3, 4])
+@pytest.mark.world(sizes=[1, 2, 3, 4, 5, 8])
 @given(data=st.data(), row=st.integers(1, 3), seed=st.integers(0, 99))
 def test_uneven_all_to_allv_matches_the_oracle(world, data, row, seed):
     n = world.size

@@ -186,3 +186,63 @@ def test_fuzzed_results_files_never_crash_compare(tmp_path_factory, blob):
         load(str(path))
     except CompareError as exc:
         assert str(exc).startswith(str(path))
+
+
+@given(batch=st.integers(-1, 9), seq=st.integers(-1, 17), hidden=st.integers(-1, 33),
+       ffn=st.integers(-1, 33), heads=st.integers(-1, 9), vocab=st.integers(-1, 33),
+       tp=st.integers(-1, 5), dp=st.integers(-1, 3), sp=st.booleans(), regather=st.booleans(),
+       dropout=st.floats(-1, 2), dtype=st.sampled_from(["float64", "float32", "int8", ""]),
+       world=st.integers(1, 8))
+def test_fuzzed_tp_configs_are_accepted_or_refused_with_the_rule(
+        batch, seq, hidden, ffn, heads, vocab, tp, dp, sp, regather, dropout, dtype, world):
+    from commbench.patterns.tp_model import TPConfig
+
+    cfg = TPConfig(batch, seq, hidden, ffn, heads, vocab, tp, dp, sp, regather, True, dropout,
+                   dtype)
+    try:
+        cfg.validate(world)
+    except ValueError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    assert tp * dp == world and heads % tp == 0 and hidden % heads == 0 and vocab % tp == 0
+    assert batch % dp == 0 and (not sp or seq % tp == 0) and 0 <= dropout < 1
+
+
+def test_more_ranks_than_the_launcher_gave_is_refused_before_starting(capsys):
+    from commbench.cli import main
+
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "9"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        assert main(["run", "all_reduce", "--np", "8"]) == 2
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    err = capsys.readouterr().err
+    assert "--np 8: the launcher (torchrun) started 2 ranks" in err
+
+
+FAILING = """
+from hypothesis import given, strategies as st
+
+@given(st.lists(st.integers(0, 100), min_size=1))
+def test_sum_is_small(xs):
+    assert sum(xs) < 150
+"""
+
+
+def test_a_failing_property_prints_the_command_that_replays_it(pytester):
+    pytester.makepyfile(test_prop=FAILING)
+    first = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    first.assert_outcomes(failed=1)
+    text = first.stdout.str()
+    replay = next(line for line in text.splitlines() if line.startswith("replay: "))
+    seed = replay.split("--hypothesis-seed=")[1].strip()
+    falsifying = [line for line in text.splitlines() if "xs=" in line]
+    again = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--hypothesis-seed={seed}")
+    again.assert_outcomes(failed=1)
+    assert [line for line in again.stdout.str().splitlines() if "xs=" in line] == falsifying

@@ -122,7 +122,7 @@ def judge_head(world, cfg: TPConfig, seed: int, fused: bool, naive: bool, mutant
 @pytest.mark.world(sizes=[1, 2, 4])
 @given(data=st.data(), seed=st.integers(0, 99), fused=st.booleans(), naive=st.booleans())
 def test_vocab_parallel_head_matches_the_oracle(world, data, seed, fused, naive):
-    cfg = data.draw(configs(world.size, sp=False), label="cfg")
+    cfg = data.draw(configs(world.size), label="cfg")  # with and without SP
     cfg = TPConfig(**{**cfg.as_dict(), "dtype": "float64", "dropout": 0.0})
     problems, _ = judge_head(world, cfg, seed, fused, naive)
     assert problems == []

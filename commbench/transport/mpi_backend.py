@@ -34,7 +34,8 @@ class MPIBackend:
         self.MPI = MPI
         self._ops = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
 
-    def unsupported(self, op: str, dtype: torch.dtype) -> str | None:
+    @staticmethod
+    def unsupported(op: str, dtype: torch.dtype) -> str | None:
         if dtype in _RAW or dtype.is_complex or not (dtype.is_floating_point or _is_int(dtype)):
             return "MPI has no reduction for this dtype"
         if dtype.is_floating_point and dtype.itemsize == 1:
@@ -82,6 +83,10 @@ class MPIBackend:
         (h,), back = self._staged(buf)
         req = group.mpi_comm.Iallreduce(self.MPI.IN_PLACE, _np(h), self._ops[op])
         return _Request(req, h, back)
+
+    def all_gather_async(self, out, x, group: Group):
+        (o, i), back = self._staged(out, x)
+        return _Request(group.mpi_comm.Iallgather(_np(i), _np(o)), (o, i), back)
 
     def all_gather(self, out, x, group: Group) -> None:
         (o, i), back = self._staged(out, x)

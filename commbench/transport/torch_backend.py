@@ -51,6 +51,9 @@ class TorchBackend:
     def all_reduce_async(self, buf, group: Group, op: str):
         return dist.all_reduce(buf, _OPS[op], group=group.torch_pg, async_op=True)
 
+    def all_gather_async(self, out, x, group: Group):
+        return _ALL_GATHER(out, x, group=group.torch_pg, async_op=True)
+
     def all_gather(self, out, x, group: Group) -> None:
         _ALL_GATHER(out, x, group=group.torch_pg)
 
