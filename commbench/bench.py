@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from commbench import verify
-from commbench.bench_native import Prepared, prepare_native
+from commbench.bench_native import Prepared, like, prepare_native
 from commbench.collectives import ALGORITHMS, predict
 
 __all__ = ["COLLECTIVES", "Case", "counts_for", "measure"]
@@ -108,6 +108,8 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     count, size = counts_for(case.op, nbytes, n, itemsize)
     dev = ctx.device if case.transport != "mpi" else torch.device("cpu")
     src = verify.pattern(case.seed, r, count, dtype, case.redop, dev)
+    if dev.type == "cpu":  # the input too lives in NumPy-allocated memory (see bench_native.like)
+        src = like(src, count).copy_(src)
     root = case.root % n
     if case.algo == "native":
         prep = prepare_native(comm, g, case.op, case.redop, root, src, count)

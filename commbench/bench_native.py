@@ -16,7 +16,7 @@ import torch
 from commbench.comm import Comm
 from commbench.group import Group
 
-__all__ = ["Prepared", "prepare_native"]
+__all__ = ["Prepared", "like", "prepare_native"]
 
 
 @dataclass
@@ -37,7 +37,8 @@ def prepare_native(comm: Comm, g: Group, op: str, redop: str, root: int, src: to
     be, n = comm.backend, g.size
     none = lambda: None  # noqa: E731
     if op in ("all_reduce", "broadcast", "reduce"):
-        out = src.clone()
+        out = like(src, src.numel())
+        out.copy_(src)
         call = be.bind(op, out, src, g, redop, root) or {
                 "all_reduce": lambda: be.all_reduce(out, g, redop),
                 "broadcast": lambda: be.broadcast(out, g, root),
@@ -49,42 +50,56 @@ def prepare_native(comm: Comm, g: Group, op: str, redop: str, root: int, src: to
         return Prepared(call, _restore(out, src), first, result,
                         {"root": root} if op != "all_reduce" else {})
     if op == "all_gather":
-        out = src.new_empty(count * n)
+        out = like(src, count * n)
         call = be.bind(op, out, src, g) or (lambda: be.all_gather(out, src, g))
         return Prepared(call, none, lambda: comm.all_gather(src, g), lambda: out)
     if op == "gather":
-        out = src.new_empty(count * n) if g.index == root else None
+        out = like(src, count * n) if g.index == root else None
         return Prepared(lambda: be.gather(out, src, g, root), none,
                         lambda: comm.gather(src, g, root=root), lambda: out, {"root": root})
     if op == "reduce_scatter":
-        out = src.new_empty(count // n)
+        out = like(src, count // n)
         call = be.bind(op, out, src, g, redop) or (lambda: be.reduce_scatter(out, src, g, redop))
         return Prepared(call, none,
                         lambda: comm.reduce_scatter(src, g, op=redop), lambda: out)
     if op == "all_to_all":
-        out, splits = src.new_empty(count), [count // n] * n
+        out, splits = like(src, count), [count // n] * n
         return Prepared(lambda: be.all_to_all(out, src, g, splits, splits), none,
                         lambda: comm.all_to_all(src, g), lambda: out,
                         {"in_splits": splits, "out_splits": splits})
     if op == "scatter":
-        out = src.new_empty(count // n)
+        out = like(src, count // n)
         s = src if g.index == root else None
         return Prepared(lambda: be.scatter(out, s, g, root), none,
                         lambda: comm.scatter(src if g.index == root else out, g, root=root),
                         lambda: out, {"root": root})
     if op == "sendrecv":
-        out = src.new_empty(count)
+        out = like(src, count)
         moved = (count, count) if n > 1 else (0, 0)
         return Prepared(lambda: _sendrecv(be, src, out, g), none,
                         lambda: _checked_sendrecv(comm, src, g), lambda: out, {"p2p": moved})
     if op == "pingpong":
         if n < 2:
             raise ValueError("pingpong needs at least 2 ranks")
-        out = src.new_empty(count)
+        out = like(src, count)
         moved = (count, count) if g.index in (0, 1) else (0, 0)
         return Prepared(lambda: _pingpong(be, src, out, g), none,
                         lambda: _pingpong(be, src, out, g), lambda: out, {"p2p": moved})
     raise ValueError(f"op {op!r}: not a collective commbench times")
+
+
+def like(src: torch.Tensor, count: int) -> torch.Tensor:
+    """An empty 1-D buffer of ``count`` elements like ``src``. On CPU its memory comes from NumPy,
+    which advises the kernel to back large arrays with huge pages, as it does for a bare mpi4py
+    loop's arrays; torch's allocator does not, which costs TLB misses from a few MiB on and would
+    show up as harness overhead."""
+    if src.is_cuda:
+        return src.new_empty(count)
+    import numpy as np
+
+    raw = {torch.bfloat16: torch.int16, torch.bool: torch.uint8}.get(src.dtype, src.dtype)
+    arr = np.empty(count, dtype=torch.empty((), dtype=raw).numpy().dtype)
+    return torch.from_numpy(arr).view(src.dtype)
 
 
 def _restore(out: torch.Tensor, src: torch.Tensor) -> Callable[[], object]:

@@ -82,3 +82,54 @@ def tp_markdown(record: dict) -> str:
     return (f"{head}\n\nOne transformer layer, forward + backward, float32. sent: the bytes "
             "the ledger counted on the busiest rank (every group); predicted: the formula "
             f"(commbench.patterns.tp.predicted_layer; DDP: one all-reduce per bucket).\n\n{table}\n")
+
+
+def pp_bench(world, compute_s: float = 0.002, emit=print) -> list[dict]:
+    """Bubble measured against the formula, and activation memory with and without checkpointing.
+
+    Stages of equal synthetic compute (a sleep of ``compute_s`` per layer forward, twice that
+    backward), so the bubble is the schedule's and not the machine's. Measured bubble on a rank:
+    1 - (its compute time) / (its wall time from the first barrier to its last send); the row
+    gives the mean over ranks.
+    """
+    from commbench.patterns.pp import PPConfig, run_pipeline
+    from commbench.patterns.pp_schedule import bubble_fraction
+
+    p = world.size
+    rows = []
+    emit(f"#{'schedule':>12} {'m':>3} {'v':>2} {'ckpt':>5} {'bubble':>7} {'predicted':>9} "
+         f"{'time(ms)':>9} {'peak act(B)':>11} {'sent(B)':>8}")
+    cases = [("gpipe", 1, 1), ("gpipe", 4, 1), ("gpipe", 8, 1), ("1f1b", 4, 1), ("1f1b", 8, 1),
+             ("interleaved", p * 2, 2), ("interleaved", p * 2, 4)]
+    for name, m, v in cases:
+        for ckpt in (False, True):
+            cfg = PPConfig(stages=p, layers=p * v * (4 // v if v <= 4 else 1), hidden=32,
+                           batch=m * 4, micro=m, virtual=v, schedule=name, checkpoint=ckpt,
+                           compute_s=compute_s / v)
+            outs = world.run(run_pipeline, cfg, 0)
+            bubble = sum(1 - o["busy_s"] / o["total_s"] for o in outs) / p
+            row = {"schedule": name if m > 1 else "naive (m=1)", "micro": m, "virtual": v,
+                   "checkpoint": ckpt, "bubble": bubble,
+                   "predicted": bubble_fraction(name, p, m, v),
+                   "time_ms": max(o["total_s"] for o in outs) * 1e3,
+                   "peak_activation_bytes": max(o["peak_activation_bytes"] for o in outs),
+                   "sent": max(sum(e[2] for e in o["ledger"]) for o in outs)}
+            rows.append(row)
+            emit(f" {row['schedule']:>12} {m:>3} {v:>2} {str(ckpt):>5} {bubble:>7.3f} "
+                 f"{row['predicted']:>9.3f} {row['time_ms']:>9.1f} "
+                 f"{row['peak_activation_bytes']:>11} {row['sent']:>8}")
+    return rows
+
+
+def pp_markdown(record: dict) -> str:
+    from tabulate import tabulate
+
+    head = res.markdown(dict(record, rows=[])).rstrip()
+    table = tabulate([[r["schedule"], r["micro"], r["virtual"], r["checkpoint"],
+                       f"{r['bubble']:.3f}", f"{r['predicted']:.3f}", f"{r['time_ms']:.1f}",
+                       r["peak_activation_bytes"], r["sent"]] for r in record["rows"]],
+                     headers=["schedule", "m", "v", "checkpoint", "bubble (measured)",
+                              "(p-1)/(vm+p-1)", "time(ms)", "peak activations(B)",
+                              "sent(B)/rank"], tablefmt="github")
+    return (f"{head}\n\nStages of equal synthetic compute (sleeps). Bubble: mean over ranks of "
+            f"1 - compute time / wall time.\n\n{table}\n")

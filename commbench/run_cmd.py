@@ -89,6 +89,8 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
             return _overhead(a, world, sizes, launch, printer, emit)
         if a.targets == ["tp"]:
             return _tp(a, world, launch, printer, emit)
+        if a.targets == ["pp"]:
+            return _pp(a, world, launch, printer, emit)
         return _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit)
     finally:
         world.close()
@@ -217,3 +219,20 @@ def _tp(a, world, launch, printer, emit) -> int:
         res.write_atomic(stem + ".md", tp_markdown(record))
         emit(f"# wrote {stem}.json and {stem}.md")
     return 1 if bad else 0
+
+
+def _pp(a, world, launch, printer, emit) -> int:
+    from commbench.pattern_bench import pp_bench, pp_markdown
+
+    emit(f"# commbench run pp: pipeline schedules, {world.size} stages ({launch})")
+    rows = pp_bench(world, emit=emit)
+    if not a.no_write and printer:
+        record = res.header("pp", world.size, launch, hardware(),
+                            {"cadence": "one barrier, then the whole schedule",
+                             "bubble": "mean over ranks of 1 - compute / wall time"})
+        record["rows"] = rows
+        stem = os.path.join(a.out, f"pp_{hardware()}-{world.transports[0]}-x{world.size}")
+        res.write_json(stem + ".json", record)
+        res.write_atomic(stem + ".md", pp_markdown(record))
+        emit(f"# wrote {stem}.json and {stem}.md")
+    return 0

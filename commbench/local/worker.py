@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"mpiexec was asked for {a.size} ranks but MPI.COMM_WORLD has "
                     f"{mpi_comm.Get_size()}: mpi4py uses "
                     f"{MPI.Get_library_version().splitlines()[0].strip()!r}, not this mpiexec's MPI")
+        _bind(rank, a.size)
         conn.send(("hello", rank, os.getpid()))
         ctx = _join(a, rank, mpi_comm)
     except BaseException as exc:  # report why this rank could not join, then leave
@@ -94,6 +95,15 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(1)
     conn.send(("ready", rank, ctx.transports))
     _serve(conn, ctx, rank)
+
+
+def _bind(rank: int, size: int) -> None:
+    """Pin rank r to core r when there is a core per rank (as ``mpirun --bind-to core`` does):
+    without it the scheduler moves busy-polling ranks around and timings shift from run to run.
+    ``COMMBENCH_BIND=0`` leaves the ranks free."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if os.environ.get("COMMBENCH_BIND", "1") != "0" and 0 < size <= len(cores):
+        os.sched_setaffinity(0, {cores[rank]})
 
 
 def _join(a, rank: int, mpi_comm):
