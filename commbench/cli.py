@@ -18,8 +18,9 @@ import sys
 
 from commbench.bench import COLLECTIVES, DTYPES
 
-SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "tp": (), "pp": ()}
-STUDIES = ("overhead", "tp", "pp")  # suites that are studies of their own, run alone
+SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "tp": (), "pp": (),
+          "zero": ()}
+STUDIES = ("overhead", "tp", "pp", "zero")  # suites that are studies of their own, run alone
 
 
 class UsageError(Exception):

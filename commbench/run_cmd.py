@@ -91,6 +91,8 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
             return _tp(a, world, launch, printer, emit)
         if a.targets == ["pp"]:
             return _pp(a, world, launch, printer, emit)
+        if a.targets == ["zero"]:
+            return _zero(a, world, launch, printer, emit)
         return _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit)
     finally:
         world.close()
@@ -229,10 +231,27 @@ def _pp(a, world, launch, printer, emit) -> int:
     if not a.no_write and printer:
         record = res.header("pp", world.size, launch, hardware(),
                             {"cadence": "one barrier, then the whole schedule",
-                             "bubble": "mean over ranks of 1 - compute / wall time"})
+                             "bubble": "mean over ranks of 1 - compute / pipeline wall time"})
         record["rows"] = rows
         stem = os.path.join(a.out, f"pp_{hardware()}-{world.transports[0]}-x{world.size}")
         res.write_json(stem + ".json", record)
         res.write_atomic(stem + ".md", pp_markdown(record))
         emit(f"# wrote {stem}.json and {stem}.md")
     return 0
+
+
+def _zero(a, world, launch, printer, emit) -> int:
+    from commbench.pattern_bench import zero_bench, zero_markdown
+
+    emit(f"# commbench run zero: DDP and ZeRO-1/2/3, {world.size} ranks ({launch})")
+    rows = zero_bench(world, emit=emit)
+    bad = [r for r in rows if r["sent"] != r["pred_sent"]]
+    emit(f"# bytes counted = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
+    if not a.no_write and printer:
+        record = res.header("zero", world.size, launch, hardware(), dict(MEASUREMENT))
+        record["rows"] = rows
+        stem = os.path.join(a.out, f"zero_{hardware()}-{world.transports[0]}-x{world.size}")
+        res.write_json(stem + ".json", record)
+        res.write_atomic(stem + ".md", zero_markdown(record))
+        emit(f"# wrote {stem}.json and {stem}.md")
+    return 1 if bad else 0

@@ -17,6 +17,8 @@ DDP 2(P-1)/P*Psi; ZeRO-1 the same (RS + AG); ZeRO-2 (m+1)(P-1)/P*Psi; ZeRO-3 3m(
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from commbench.comm import Comm
@@ -94,8 +96,12 @@ def train(ctx, cfg: ZeroConfig, seed: int, prefetch: bool = True, mutant: str | 
     bl = cfg.batch // P
     stale: list = []
     memory = {"params": 0, "grads": 0, "optimizer": 0}
+    comm.backend.barrier(g)
+    t0 = time.perf_counter()
+    step_times: list[float] = []
     with ctx.ledger.capture() as cap:
         for step in range(cfg.steps):
+            ts = time.perf_counter()
             acc = [torch.zeros(padded if cfg.stage < 2 else c, dtype=mdt) for _ in master]
             for mb in range(cfg.micro):
                 x, t = (v[r * bl:(r + 1) * bl].to(cdt) for v in batch(cfg, seed, step, mb))
@@ -109,11 +115,14 @@ def train(ctx, cfg: ZeroConfig, seed: int, prefetch: bool = True, mutant: str | 
             memory = {"params": _nbytes(params), "grads": _nbytes(acc),
                       "optimizer": opt.nbytes() + (_nbytes(master) if cfg.mixed else 0)}
             _update(cfg, comm, g, opt, acc, master, params, cdt, mutant)
+            step_times.append(time.perf_counter() - ts)
+    seconds = time.perf_counter() - t0
     final = [m.double() for m in master] if cfg.stage == 0 else \
         [comm.all_gather(m, g).double() for m in master]  # harness: outside the ledger capture
     return {"params": [f[:n] for f in final], "ledger": [(e.op, e.count, e.sent, e.recv)
                                                          for e in cap.entries],
-            "memory": memory, "padded": padded}
+            "memory": memory, "padded": padded, "step_s": seconds / cfg.steps,
+            "step_times": step_times}
 
 
 def _forward_full(params, acc, x, cfg: ZeroConfig, comm: Comm, g: Group, mutant):
