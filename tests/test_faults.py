@@ -235,6 +235,7 @@ def test_sum_is_small(xs):
 """
 
 
+@pytest.mark.local  # under a launcher the inner run is derandomized: its replay is the same command
 def test_a_failing_property_prints_the_command_that_replays_it(pytester):
     pytester.makepyfile(test_prop=FAILING)
     first = pytester.runpytest_subprocess("-p", "no:cacheprovider")

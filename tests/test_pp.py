@@ -99,7 +99,7 @@ def test_activation_memory_gpipe_1f1b_and_checkpointing(world):
     (dict(virtual=2), "virtual=2"), (dict(schedule="interleaved", virtual=2, micro=3), "micro=3"),
     (dict(stages=3, layers=6), "stages=3")])
 def test_bad_configs_are_refused(world, bad, rule):
-    cfg = PPConfig(**{**dict(stages=world.size, layers=4, batch=4, micro=2), **bad})
+    cfg = PPConfig(**{**dict(stages=world.size, layers=2 * world.size, batch=4, micro=2), **bad})
     with pytest.raises(SPMDError, match=rule):
         world.run(run_pipeline, cfg, 0)
 
