@@ -118,3 +118,39 @@ def test_bad_configs_are_refused(world, bad, rule):
 def test_properties_catch_broken_variants(world, mutant, stage):
     cfg = ZeroConfig(stage=stage, layers=2, hidden=3, batch=world.size * 2, micro=1, steps=2)
     assert judge(world, cfg, 1, mutant), f"{mutant} went unnoticed"
+
+
+def _gathered_linear(ctx, n_in, n_out):
+    from commbench.patterns.zero import gathered
+
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(n_out * n_in, generator=g, dtype=torch.float64)
+    x = torch.randn(5, n_in, generator=g, dtype=torch.float64)
+    P, r = ctx.size, ctx.rank
+    c = -(-w.numel() // P)
+    chunk = torch.cat([w, w.new_zeros(c * P - w.numel())])[r * c:(r + 1) * c].requires_grad_()
+    with ctx.ledger.capture() as cap:
+        y = x @ gathered(chunk, w.numel(), ctx.comm(), ctx.world).view(n_out, n_in).T
+        y.sum().backward()
+    return y.detach(), chunk.grad, [(e.op, e.count) for e in cap.entries]
+
+
+@pytest.mark.world(sizes=[1, 2, 3])
+def test_any_layer_can_be_zero3_sharded_with_gathered(world):
+    """The building block Ulysses + ZeRO-3 uses: a weight all-gathered before use, its gradient
+    reduce-scattered; equal to the unsharded layer, each rank left with its gradient chunk."""
+    n_in, n_out = 3, 4
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(n_out * n_in, generator=g, dtype=torch.float64).requires_grad_()
+    x = torch.randn(5, n_in, generator=g, dtype=torch.float64)
+    want = x @ w.view(n_out, n_in).T
+    want.sum().backward()
+    P = world.size
+    c = -(-w.numel() // P)
+    # every rank feeds the same samples: the reduce-scatter sums P equal gradients
+    full_grad = P * torch.cat([w.grad, w.grad.new_zeros(c * P - w.numel())])
+    for r, (y, grad, calls) in enumerate(world.run(_gathered_linear, n_in, n_out)):
+        assert torch.allclose(y, want.detach(), rtol=1e-12, atol=1e-12)
+        assert torch.allclose(grad, full_grad[r * c:(r + 1) * c], rtol=1e-12, atol=1e-12)
+        if P > 1:
+            assert calls == [("all_gather", c), ("reduce_scatter", c * P)]

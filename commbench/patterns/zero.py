@@ -25,7 +25,29 @@ from commbench.comm import Comm
 from commbench.group import Group
 from commbench.patterns.zero_model import DTYPES, Adam, ZeroConfig, batch, flat_size, init_layers
 
-__all__ = ["predicted_calls", "train"]
+__all__ = ["gathered", "predicted_calls", "train"]
+
+
+class _Gathered(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, chunk, numel, comm, group):
+        ctx.comm, ctx.group = comm, group
+        return comm.all_gather(chunk, group)[:numel]
+
+    @staticmethod
+    def backward(ctx, grad):
+        comm, group = ctx.comm, ctx.group
+        padded = torch.zeros(group.size * -(-grad.numel() // group.size), dtype=grad.dtype)
+        padded[: grad.numel()] = grad
+        return comm.reduce_scatter(padded, group), None, None, None
+
+
+def gathered(chunk: torch.Tensor, numel: int, comm: Comm, group: Group) -> torch.Tensor:
+    """ZeRO-3 for any layer: this rank's chunk [c] -> the whole flat parameter [numel], all-gathered
+    just before use; backward reduce-scatters its gradient back to [c]. A layer that views the
+    result as its weights (``w = gathered(...)[: h*h].view(h, h)``) is ZeRO-3 sharded; the
+    Ulysses + ZeRO-3 combination gathers its projections this way."""
+    return _Gathered.apply(chunk, numel, comm, group)
 
 
 def predicted_calls(cfg: ZeroConfig, P: int) -> list[tuple[str, int]]:
