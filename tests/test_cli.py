@@ -62,7 +62,7 @@ def test_info_without_a_launcher():
     assert out.returncode == 0 and "# launcher   : none" in out.stdout and "gloo yes" in out.stdout
 
 
-@pytest.mark.skipif(not __import__("commbench.local.world", fromlist=["x"])._mpi_usable(),
+@pytest.mark.skipif(not __import__("commbench.local.spawn", fromlist=["x"]).mpi_usable(),
                     reason="needs mpiexec")
 def test_info_under_mpiexec_and_the_wrong_mpi_trap():
     from commbench.local import find_mpiexec

@@ -17,12 +17,12 @@ import pytest
 
 from commbench.errors import CallTimeout, RankDied, SPMDError
 from commbench.local import LocalWorld
-from commbench.local.world import _mpi_usable
+from commbench.local.spawn import mpi_usable
 
 pytestmark = pytest.mark.foundation
 local = pytest.mark.local
 LAUNCHES = ["plain", pytest.param("mpi", marks=pytest.mark.skipif(
-    not _mpi_usable(), reason="mpi4py or mpiexec is not installed"))]
+    not mpi_usable(), reason="mpi4py or mpiexec is not installed"))]
 
 
 def _identity(ctx, tag):
@@ -137,7 +137,7 @@ DRIVER = textwrap.dedent("""
 def test_no_rank_outlives_a_driver_that_vanishes(tmp_path):
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
-    launches = ["plain", "mpi"] if _mpi_usable() else ["plain"]
+    launches = ["plain", "mpi"] if mpi_usable() else ["plain"]
     drivers = [subprocess.Popen([sys.executable, str(script), launch], stdout=subprocess.PIPE,
                                 text=True) for launch in launches]
     pids = []

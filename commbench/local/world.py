@@ -34,25 +34,12 @@ import weakref
 from multiprocessing.connection import Listener, wait
 
 from commbench.errors import CallTimeout, Outcome, RankDied, SPMDError, WorldError, describe_hang
+from commbench.local.spawn import drain_fatal, find_mpiexec, log_tail, mpi_usable, parent_death_signal
 from commbench.status import read_slot
 
 __all__ = ["LocalWorld", "find_mpiexec"]
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
-
-
-def find_mpiexec() -> str | None:
-    """The ``mpiexec`` beside this Python (the ``mpich`` wheel's), else the one on PATH."""
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    if os.access(here, os.X_OK):
-        return here
-    return shutil.which("mpiexec")
-
-
-def _mpi_usable() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("mpi4py") is not None and find_mpiexec() is not None
 
 
 class LocalWorld:
@@ -65,11 +52,11 @@ class LocalWorld:
             raise ValueError(f"size={size!r}: must be an integer >= 1")
         if launch not in ("auto", "mpi", "plain"):
             raise ValueError(f"launch={launch!r}: must be auto, mpi or plain")
-        if launch == "mpi" and not _mpi_usable():
+        if launch == "mpi" and not mpi_usable():
             raise WorldError("launch='mpi' but mpi4py or mpiexec is missing "
                              "(pip install 'commbench[mpi]' brings both)")
         self.size, self.backend = size, backend
-        self.launch = ("mpi" if _mpi_usable() else "plain") if launch == "auto" else launch
+        self.launch = ("mpi" if mpi_usable() else "plain") if launch == "auto" else launch
         self.timeout_s, self.start_timeout_s, self.grace_s = timeout_s, start_timeout_s, grace_s
         self.transports: tuple[str, ...] = ()
         self.starts = 0
@@ -113,7 +100,7 @@ class LocalWorld:
                "--store-port", str(store.port), "--size", str(self.size),
                "--status-dir", self._dir, "--backend", self.backend]
         main_thread = threading.current_thread() is threading.main_thread()
-        pre = _parent_death_signal if main_thread else None
+        pre = parent_death_signal if main_thread else None
         if self.launch == "mpi":
             log = open(os.path.join(self._dir, "ranks.log"), "wb")
             self._procs = [subprocess.Popen([find_mpiexec(), "-n", str(self.size), *cmd, "--mpi"],
@@ -155,13 +142,13 @@ class LocalWorld:
         while len(ready) < self.size:
             if time.monotonic() > deadline:
                 raise WorldError(f"local world of {self.size}: only ranks {sorted(ready)} were "
-                                 f"ready after {self.start_timeout_s:.0f} s{self._log_tail()}")
+                                 f"ready after {self.start_timeout_s:.0f} s{log_tail(self._dir)}")
             for p in self._procs:
                 if p.poll() is not None and len(ready) < self.size:
                     time.sleep(0.2)  # let a last message arrive before blaming the process
-                    self._drain_fatal(pending)
+                    drain_fatal(pending)
                     raise WorldError(f"local world of {self.size}: a rank process exited with "
-                                     f"code {p.returncode} during start-up{self._log_tail()}")
+                                     f"code {p.returncode} during start-up{log_tail(self._dir)}")
             while pending:
                 c = pending.pop()
                 kind, rank, pid = c.recv()
@@ -178,27 +165,6 @@ class LocalWorld:
             if not conns:
                 time.sleep(0.05)
         self._conns = conns
-
-    def _drain_fatal(self, pending: list) -> None:
-        for c in pending:
-            try:
-                msg = c.recv() if c.poll(0.1) else None
-                if msg and msg[0] == "fatal":
-                    raise WorldError(f"rank {msg[1]} could not join: {msg[2]}")
-            except (EOFError, OSError):
-                pass
-
-    def _log_tail(self, limit: int = 2000) -> str:
-        if not self._dir:
-            return ""
-        texts = []
-        for name in sorted(os.listdir(self._dir)):
-            if name.endswith(".log"):
-                with open(os.path.join(self._dir, name), "rb") as f:
-                    data = f.read().decode(errors="replace").strip()
-                if data:
-                    texts.append(f"[{name}] {data[-limit:]}")
-        return ("\n" + "\n".join(texts)) if texts else ""
 
     def close(self) -> None:
         """Stop every rank (killing any that do not leave at once) and remove the temp files."""
@@ -321,7 +287,7 @@ class LocalWorld:
     def _fail_death(self, name: str, rank: int, results) -> None:
         statuses = self._statuses()
         codes = {i: p.poll() for i, p in enumerate(self._procs)}
-        logs = self._log_tail(600)
+        logs = log_tail(self._dir, 600)
         self.close()
         others = "\n".join(f"rank {r}: {t}" for r, (_, _, t) in sorted(statuses.items())
                            if r != rank)
@@ -333,19 +299,6 @@ class LocalWorld:
 
 def _name(fn) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
-
-
-try:  # resolved here, in the parent: preexec_fn runs between fork and exec and must stay tiny
-    import ctypes
-
-    _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-except (OSError, AttributeError):
-    _PRCTL = None
-
-
-def _parent_death_signal() -> None:
-    if _PRCTL is not None:
-        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the driver
 
 
 @atexit.register
