@@ -71,17 +71,15 @@ def _dp_counts(out: dict) -> list[int]:
 
 
 def tp_markdown(record: dict) -> str:
-    from tabulate import tabulate
-
-    head = res.markdown(dict(record, rows=[])).rstrip()
-    table = tabulate([[r["variant"], r["model"], r["tp"], r["dp"], f"{r['time_us']:.1f}",
-                       f"{r['p99_us']:.1f}", r["sent"], r["pred_sent"],
-                       f"{r['vs_tp']:.2f}" if r["vs_tp"] else ""] for r in record["rows"]],
-                     headers=["variant", "b,s,h,f", "TP", "DP", "time(us)", "p99(us)",
-                              "sent(B)/rank", "predicted(B)", "time vs tp"], tablefmt="github")
-    return (f"{head}\n\nOne transformer layer, forward + backward, float32. sent: the bytes "
-            "the ledger counted on the busiest rank (every group); predicted: the formula "
-            f"(commbench.patterns.tp.predicted_layer; DDP: one all-reduce per bucket).\n\n{table}\n")
+    return res.study_markdown(
+        record, ["variant", "b,s,h,f", "TP", "DP", "time(us)", "p99(us)", "sent(B)/rank",
+                 "predicted(B)", "time vs tp"],
+        [[r["variant"], r["model"], r["tp"], r["dp"], f"{r['time_us']:.1f}", f"{r['p99_us']:.1f}",
+          r["sent"], r["pred_sent"], f"{r['vs_tp']:.2f}" if r["vs_tp"] else ""]
+         for r in record["rows"]],
+        "One transformer layer, forward + backward, float32. sent: the bytes the ledger counted "
+        "on the busiest rank (every group); predicted: the formula "
+        "(commbench.patterns.tp.predicted_layer; DDP: one all-reduce per bucket).")
 
 
 def pp_bench(world, compute_s: float = 0.005, emit=print) -> list[dict]:
@@ -124,20 +122,17 @@ def pp_bench(world, compute_s: float = 0.005, emit=print) -> list[dict]:
 
 
 def pp_markdown(record: dict) -> str:
-    from tabulate import tabulate
-
-    head = res.markdown(dict(record, rows=[])).rstrip()
-    table = tabulate([[r["schedule"], r["micro"], r["virtual"], r["checkpoint"],
-                       f"{r['bubble']:.3f}", f"{r['predicted']:.3f}", f"{r['time_ms']:.1f}",
-                       r["peak_activation_bytes"], r["sent"]] for r in record["rows"]],
-                     headers=["schedule", "m", "v", "checkpoint", "bubble (measured)",
-                              "(p-1)/(vm+p-1)", "time(ms)", "peak activations(B)",
-                              "sent(B)/rank"], tablefmt="github")
-    return (f"{head}\n\nStages of equal synthetic compute (sleeps of 5 ms per layer forward, 10 ms "
-            "backward, 4 layers per rank). Bubble: mean over ranks of 1 - compute time / the "
-            "pipeline's wall time. The formula takes communication as free; here each "
-            "point-to-point message over gloo costs about half a millisecond, which the "
-            f"interleaved schedule, with v times more messages, pays most.\n\n{table}\n")
+    return res.study_markdown(
+        record, ["schedule", "m", "v", "checkpoint", "bubble (measured)", "(p-1)/(vm+p-1)",
+                 "time(ms)", "peak activations(B)", "sent(B)/rank"],
+        [[r["schedule"], r["micro"], r["virtual"], r["checkpoint"], f"{r['bubble']:.3f}",
+          f"{r['predicted']:.3f}", f"{r['time_ms']:.1f}", r["peak_activation_bytes"], r["sent"]]
+         for r in record["rows"]],
+        "Stages of equal synthetic compute (sleeps of 5 ms per layer forward, 10 ms backward, "
+        "4 layers per rank). Bubble: mean over ranks of 1 - compute time / the pipeline's wall "
+        "time. The formula takes communication as free; here each point-to-point message over "
+        "gloo costs about half a millisecond, which the interleaved schedule, with v times more "
+        "messages, pays most.")
 
 
 def zero_bench(world, steps: int = 5, emit=print) -> list[dict]:
@@ -170,14 +165,11 @@ def zero_bench(world, steps: int = 5, emit=print) -> list[dict]:
 
 
 def zero_markdown(record: dict) -> str:
-    from tabulate import tabulate
-
-    head = res.markdown(dict(record, rows=[])).rstrip()
-    table = tabulate([[f"ZeRO-{r['stage']}" if r["stage"] else "DDP", r["model"], r["micro"],
-                       f"{r['step_ms']:.2f}", r["sent"], r["pred_sent"], r["mem_params"],
-                       r["mem_grads"], r["mem_optimizer"]] for r in record["rows"]],
-                     headers=["stage", "layers x h", "micro-batches", "step(ms)",
-                              "sent/step(B)/rank", "predicted(B)", "params(B)", "grads(B)",
-                              "optimizer(B)"], tablefmt="github")
-    return (f"{head}\n\nfloat32 Adam; step time is the slowest rank's mean over the steps; memory "
-            f"is what one rank holds.\n\n{table}\n")
+    return res.study_markdown(
+        record, ["stage", "layers x h", "micro-batches", "step(ms)", "sent/step(B)/rank",
+                 "predicted(B)", "params(B)", "grads(B)", "optimizer(B)"],
+        [[f"ZeRO-{r['stage']}" if r["stage"] else "DDP", r["model"], r["micro"],
+          f"{r['step_ms']:.2f}", r["sent"], r["pred_sent"], r["mem_params"], r["mem_grads"],
+          r["mem_optimizer"]] for r in record["rows"]],
+        "float32 Adam; step time is the slowest rank's mean over the steps; memory is what one "
+        "rank holds.")

@@ -150,6 +150,15 @@ def markdown(record: dict) -> str:
     return "\n".join(lines)
 
 
+def study_markdown(record: dict, headers: list[str], cells: list[list], note: str = "") -> str:
+    """The record's header lines, a note, and one table (the studies' common layout)."""
+    from tabulate import tabulate
+
+    head = markdown(dict(record, rows=[])).rstrip()
+    table = tabulate(cells, headers=headers, tablefmt="github")
+    return f"{head}\n\n{note}\n\n{table}\n" if note else f"{head}\n\n{table}\n"
+
+
 def overhead_markdown(record: dict) -> str:
     from tabulate import tabulate
 

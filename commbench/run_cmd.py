@@ -213,13 +213,7 @@ def _tp(a, world, launch, printer, emit) -> int:
     rows = tp_bench(world, a.iters, a.warmup_iters, emit)
     bad = [r for r in rows if r["sent"] != r["pred_sent"]]
     emit(f"# bytes counted = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
-    if not a.no_write and printer:
-        record = res.header("tp", world.size, launch, hardware(), measurement)
-        record["rows"] = rows
-        stem = os.path.join(a.out, f"tp_{hardware()}-{world.transports[0]}-x{world.size}")
-        res.write_json(stem + ".json", record)
-        res.write_atomic(stem + ".md", tp_markdown(record))
-        emit(f"# wrote {stem}.json and {stem}.md")
+    _write_study(a, printer, world, launch, "tp", measurement, rows, tp_markdown, emit)
     return 1 if bad else 0
 
 
@@ -228,15 +222,10 @@ def _pp(a, world, launch, printer, emit) -> int:
 
     emit(f"# commbench run pp: pipeline schedules, {world.size} stages ({launch})")
     rows = pp_bench(world, emit=emit)
-    if not a.no_write and printer:
-        record = res.header("pp", world.size, launch, hardware(),
-                            {"cadence": "one barrier, then the whole schedule",
-                             "bubble": "mean over ranks of 1 - compute / pipeline wall time"})
-        record["rows"] = rows
-        stem = os.path.join(a.out, f"pp_{hardware()}-{world.transports[0]}-x{world.size}")
-        res.write_json(stem + ".json", record)
-        res.write_atomic(stem + ".md", pp_markdown(record))
-        emit(f"# wrote {stem}.json and {stem}.md")
+    _write_study(a, printer, world, launch, "pp",
+                 {"cadence": "one barrier, then the whole schedule",
+                  "bubble": "mean over ranks of 1 - compute / pipeline wall time"},
+                 rows, pp_markdown, emit)
     return 0
 
 
@@ -247,11 +236,17 @@ def _zero(a, world, launch, printer, emit) -> int:
     rows = zero_bench(world, emit=emit)
     bad = [r for r in rows if r["sent"] != r["pred_sent"]]
     emit(f"# bytes counted = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
-    if not a.no_write and printer:
-        record = res.header("zero", world.size, launch, hardware(), dict(MEASUREMENT))
-        record["rows"] = rows
-        stem = os.path.join(a.out, f"zero_{hardware()}-{world.transports[0]}-x{world.size}")
-        res.write_json(stem + ".json", record)
-        res.write_atomic(stem + ".md", zero_markdown(record))
-        emit(f"# wrote {stem}.json and {stem}.md")
+    _write_study(a, printer, world, launch, "zero", dict(MEASUREMENT), rows, zero_markdown, emit)
     return 1 if bad else 0
+
+
+def _write_study(a, printer, world, launch, suite, measurement, rows, to_markdown, emit) -> None:
+    """results/<suite>_<hw>-<transport>-x<ranks>.{json,md} of a pattern study."""
+    if a.no_write or not printer:
+        return
+    record = res.header(suite, world.size, launch, hardware(), measurement)
+    record["rows"] = rows
+    stem = os.path.join(a.out, f"{suite}_{hardware()}-{world.transports[0]}-x{world.size}")
+    res.write_json(stem + ".json", record)
+    res.write_atomic(stem + ".md", to_markdown(record))
+    emit(f"# wrote {stem}.json and {stem}.md")

@@ -67,7 +67,7 @@ def _comm(ctx, transport: str, mutant: str | None) -> Comm:
 def _skip_last_rs_step(comm, buf, group, counts, op):
     """Ring reduce-scatter that stops one step early: one contribution per chunk is missing."""
     n = group.size
-    b = ring_mod._bounds(counts)
+    b = ring_mod.offsets(counts)
     i = group.index
     for k in range(n - 2):
         s, r = (i - k - 1) % n, (i - k - 2) % n

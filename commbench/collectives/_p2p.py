@@ -7,7 +7,7 @@ import torch
 from commbench.comm import Comm
 from commbench.group import Group
 
-__all__ = ["combine", "exchange", "finish_avg", "flat"]
+__all__ = ["combine", "exchange", "finish_avg", "flat", "offsets"]
 
 TAG = 7001  # algorithms use their own tag, apart from user point-to-point traffic
 
@@ -51,3 +51,11 @@ def finish_avg(x: torch.Tensor, op: str, n: int) -> torch.Tensor:
 
 def flat(x: torch.Tensor) -> torch.Tensor:
     return x.detach().reshape(-1).clone()
+
+
+def offsets(counts: list[int]) -> list[int]:
+    """Start of each block and the end: [0, c0, c0+c1, ..., sum(counts)]."""
+    out = [0]
+    for c in counts:
+        out.append(out[-1] + c)
+    return out

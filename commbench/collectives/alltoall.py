@@ -16,18 +16,11 @@ from __future__ import annotations
 
 import torch
 
-from commbench.collectives._p2p import exchange
+from commbench.collectives._p2p import exchange, offsets
 from commbench.comm import Comm
 from commbench.group import Group
 
 __all__ = ["bruck_all_to_all", "bruck_blocks_per_step", "pairwise_all_to_all"]
-
-
-def _offsets(splits: list[int]) -> list[int]:
-    out = [0]
-    for s in splits:
-        out.append(out[-1] + s)
-    return out
 
 
 def pairwise_all_to_all(comm: Comm, x: torch.Tensor, group: Group,
@@ -53,7 +46,7 @@ def pairwise_all_to_all(comm: Comm, x: torch.Tensor, group: Group,
                 got[src] = int(exchange(comm, counts[dst:dst + 1], dst, counts[:1], src,
                                         group).item())
             out_splits = got
-        io, oo = _offsets(in_splits), _offsets(out_splits)
+        io, oo = offsets(in_splits), offsets(out_splits)
         out = x.new_empty((oo[-1], *x.shape[1:]))
         out[oo[i]:oo[i + 1]] = x[io[i]:io[i + 1]]
         for k in range(1, n):

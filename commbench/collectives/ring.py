@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from commbench.collectives._p2p import combine, exchange, finish_avg, flat
+from commbench.collectives._p2p import combine, exchange, finish_avg, flat, offsets
 from commbench.comm import Comm
 from commbench.group import Group
 from commbench.volume import ring_chunks
@@ -29,16 +29,9 @@ from commbench.volume import ring_chunks
 __all__ = ["ring_all_gather", "ring_all_reduce", "ring_reduce_scatter"]
 
 
-def _bounds(counts: list[int]) -> list[int]:
-    out = [0]
-    for c in counts:
-        out.append(out[-1] + c)
-    return out
-
-
 def _rs_steps(comm: Comm, buf: torch.Tensor, group: Group, counts: list[int], op: str) -> None:
     n, i = group.size, group.index
-    b = _bounds(counts)
+    b = offsets(counts)
     nxt, prv = (i + 1) % n, (i - 1) % n
     for k in range(n - 1):
         s, r = (i - k - 1) % n, (i - k - 2) % n
@@ -48,7 +41,7 @@ def _rs_steps(comm: Comm, buf: torch.Tensor, group: Group, counts: list[int], op
 
 def _ag_steps(comm: Comm, buf: torch.Tensor, group: Group, counts: list[int]) -> None:
     n, i = group.size, group.index
-    b = _bounds(counts)
+    b = offsets(counts)
     nxt, prv = (i + 1) % n, (i - 1) % n
     for k in range(n - 1):
         s, r = (i - k) % n, (i - k - 1) % n
@@ -66,7 +59,7 @@ def ring_reduce_scatter(comm: Comm, x: torch.Tensor, group: Group, *, op: str = 
                          f"elements into {group.size} chunks")
     with comm.ledger.scope("ring_reduce_scatter"):
         _rs_steps(comm, buf, group, counts, op)
-    b = _bounds(counts)
+    b = offsets(counts)
     return finish_avg(buf[b[group.index]:b[group.index + 1]].clone(), op, group.size)
 
 
@@ -79,7 +72,7 @@ def ring_all_gather(comm: Comm, x: torch.Tensor, group: Group,
     if len(counts) != n or counts[group.index] != mine.numel():
         raise ValueError(f"ring_all_gather: counts {counts} do not match {n} members with "
                          f"{mine.numel()} elements here")
-    b = _bounds(counts)
+    b = offsets(counts)
     buf = mine.new_empty(b[-1])
     buf[b[group.index]:b[group.index + 1]] = mine
     with comm.ledger.scope("ring_all_gather"):
@@ -93,7 +86,7 @@ def ring_all_reduce(comm: Comm, x: torch.Tensor, group: Group, *, op: str = "sum
     counts = ring_chunks(buf.numel(), group.size)
     with comm.ledger.scope("ring_all_reduce"):
         _rs_steps(comm, buf, group, counts, op)
-        b = _bounds(counts)
+        b = offsets(counts)
         i = group.index
         finish_avg(buf[b[i]:b[i + 1]], op, group.size)
         _ag_steps(comm, buf, group, counts)
