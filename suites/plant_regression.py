@@ -1,7 +1,7 @@
 """Write a copy of a results file with every time scaled up, to check the regression gate.
 
-    python suites/plant_regression.py results/x.json /tmp/slow.json 1.25
-    commbench compare results/x.json /tmp/slow.json     # must exit 1 and name the rows
+    python suites/plant_regression.py results/x.json slow.json 1.25
+    commbench compare results/x.json slow.json     # must exit 1 and name the rows
 
 Times (median, min, max, p99) are multiplied by the factor and bandwidths divided by it: a 1.25x
 slowdown is a 20% busbw regression.
