@@ -38,24 +38,11 @@ from commbench.debug import OP_CODES, agree, fingerprint
 from commbench.group import Group
 from commbench.ledger import Ledger
 from commbench.status import Tracker
+from commbench.transport import Work
 from commbench.volume import booked
 from commbench.watch import quiet
 
 __all__ = ["OPS", "Comm", "Work"]
-
-
-class Work:
-    """Handle of a non-blocking send or receive; ``wait()`` returns the tensor."""
-
-    def __init__(self, handle, tensor: torch.Tensor, on_done) -> None:
-        self._handle, self.tensor, self._on_done = handle, tensor, on_done
-
-    def wait(self) -> torch.Tensor:
-        if self._handle is not None:
-            self._handle.wait()
-            self._handle = None
-            self._on_done()
-        return self.tensor
 
 
 class Comm:

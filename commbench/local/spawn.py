@@ -9,7 +9,8 @@ import sys
 
 from commbench.errors import WorldError
 
-__all__ = ["drain_fatal", "find_mpiexec", "log_tail", "mpi_usable", "parent_death_signal"]
+__all__ = ["drain_fatal", "find_mpiexec", "log_tail", "mpi_usable", "parent_death_signal",
+           "worker_env"]
 
 
 def find_mpiexec() -> str | None:
@@ -37,6 +38,22 @@ except (OSError, AttributeError):
 def parent_death_signal() -> None:
     if _PRCTL is not None:
         _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the driver
+
+
+def worker_env(key: bytes) -> dict[str, str]:
+    """The ranks' environment: the driver's, with the connection key, its import path and its
+    ``__main__`` script (for functions defined there), minus any launcher's variables."""
+    import json
+
+    env = dict(os.environ, COMMBENCH_AUTHKEY=key.hex(), PYTHONUNBUFFERED="1", COMMBENCH_WORKER="1",
+               COMMBENCH_SYS_PATH=json.dumps([p for p in sys.path if p]),
+               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file and main_file.endswith(".py"):
+        env["COMMBENCH_MAIN_FILE"] = os.path.abspath(main_file)
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    return env
 
 
 def drain_fatal(pending: list) -> None:

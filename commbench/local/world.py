@@ -34,7 +34,8 @@ import weakref
 from multiprocessing.connection import Listener, wait
 
 from commbench.errors import CallTimeout, Outcome, RankDied, SPMDError, WorldError, describe_hang
-from commbench.local.spawn import drain_fatal, find_mpiexec, log_tail, mpi_usable, parent_death_signal
+from commbench.local import spawn
+from commbench.local.spawn import find_mpiexec, mpi_usable
 from commbench.status import read_slot
 
 __all__ = ["LocalWorld", "find_mpiexec"]
@@ -88,19 +89,12 @@ class LocalWorld:
         store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
         self._store = store
         address = f"127.0.0.1:{listener.address[1]}"
-        env = dict(os.environ, COMMBENCH_AUTHKEY=key.hex(), PYTHONUNBUFFERED="1", COMMBENCH_WORKER="1",
-                   COMMBENCH_SYS_PATH=__import__("json").dumps([p for p in sys.path if p]),
-                   OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-        if main_file and main_file.endswith(".py"):
-            env["COMMBENCH_MAIN_FILE"] = os.path.abspath(main_file)
-        for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-            env.pop(var, None)
+        env = spawn.worker_env(key)
         cmd = [sys.executable, "-m", "commbench.local.worker", "--address", address,
                "--store-port", str(store.port), "--size", str(self.size),
                "--status-dir", self._dir, "--backend", self.backend]
         main_thread = threading.current_thread() is threading.main_thread()
-        pre = parent_death_signal if main_thread else None
+        pre = spawn.parent_death_signal if main_thread else None
         if self.launch == "mpi":
             log = open(os.path.join(self._dir, "ranks.log"), "wb")
             self._procs = [subprocess.Popen([find_mpiexec(), "-n", str(self.size), *cmd, "--mpi"],
@@ -142,13 +136,13 @@ class LocalWorld:
         while len(ready) < self.size:
             if time.monotonic() > deadline:
                 raise WorldError(f"local world of {self.size}: only ranks {sorted(ready)} were "
-                                 f"ready after {self.start_timeout_s:.0f} s{log_tail(self._dir)}")
+                                 f"ready after {self.start_timeout_s:.0f} s{spawn.log_tail(self._dir)}")
             for p in self._procs:
                 if p.poll() is not None and len(ready) < self.size:
                     time.sleep(0.2)  # let a last message arrive before blaming the process
-                    drain_fatal(pending)
+                    spawn.drain_fatal(pending)
                     raise WorldError(f"local world of {self.size}: a rank process exited with "
-                                     f"code {p.returncode} during start-up{log_tail(self._dir)}")
+                                     f"code {p.returncode} during start-up{spawn.log_tail(self._dir)}")
             while pending:
                 c = pending.pop()
                 kind, rank, pid = c.recv()
@@ -287,7 +281,7 @@ class LocalWorld:
     def _fail_death(self, name: str, rank: int, results) -> None:
         statuses = self._statuses()
         codes = {i: p.poll() for i, p in enumerate(self._procs)}
-        logs = log_tail(self._dir, 600)
+        logs = spawn.log_tail(self._dir, 600)
         self.close()
         others = "\n".join(f"rank {r}: {t}" for r, (_, _, t) in sorted(statuses.items())
                            if r != rank)
