@@ -9,7 +9,6 @@ keeps every row it finished.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 
 import torch
@@ -94,10 +93,6 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
             if path:
                 res.write_json(path, record)
     return rows
-
-
-def stderr(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def hardware() -> str:

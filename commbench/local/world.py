@@ -65,8 +65,7 @@ class LocalWorld:
         self._conns: dict[int, object] = {}
         self._pids: dict[int, int] = {}
         self._dir: str | None = None
-        self._task = 0
-        self._lock = threading.Lock()
+        self._task, self._lock = 0, threading.Lock()  # task numbers; one call at a time
 
     # -- lifecycle ----------------------------------------------------------------------------
     @property
@@ -86,8 +85,8 @@ class LocalWorld:
         key = secrets.token_bytes(16)
         self._dir = tempfile.mkdtemp(prefix="commbench-world-")
         listener = Listener(("127.0.0.1", 0), authkey=key)
-        store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-        self._store = store
+        # kept for the world's life: ranks create process groups through it after start-up
+        self._store = store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
         address = f"127.0.0.1:{listener.address[1]}"
         env = spawn.worker_env(key)
         cmd = [sys.executable, "-m", "commbench.local.worker", "--address", address,
