@@ -19,8 +19,8 @@ import sys
 from commbench.bench import COLLECTIVES, DTYPES
 
 SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "tp": (), "pp": (),
-          "zero": ()}
-STUDIES = ("overhead", "tp", "pp", "zero")  # suites that are studies of their own, run alone
+          "zero": (), "seqpar": (), "moe": ()}
+STUDIES = ("overhead", "tp", "pp", "zero", "seqpar", "moe")  # suites that are studies of their own, run alone
 
 
 class UsageError(Exception):
@@ -111,13 +111,14 @@ def main(argv: list[str] | None = None) -> int:
 def _claims(a) -> int:
     from commbench import results as res
     from commbench.claims import claims_markdown, tp_claims, zero_claims
+    from commbench.claims_a2a import a2a_claims
     from commbench.local import LocalWorld
     from commbench.runner import hardware
 
     if a.np < 2:
         raise UsageError(f"--np {a.np}: the claims need at least 2 ranks")
     with LocalWorld(a.np, launch=a.launch) as world:
-        rows = tp_claims(world) + zero_claims(world)
+        rows = tp_claims(world) + zero_claims(world) + a2a_claims(world)
         launch = f"local-{world.launch}"
     record = res.header("claims", a.np, launch, hardware(), {"what": "ledger bytes, not time"})
     record["rows"] = rows

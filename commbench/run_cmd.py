@@ -93,6 +93,8 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
             return _pp(a, world, launch, printer, emit)
         if a.targets == ["zero"]:
             return _zero(a, world, launch, printer, emit)
+        if a.targets in (["seqpar"], ["moe"]):
+            return _a2a(a, world, launch, printer, emit)
         return _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit)
     finally:
         world.close()
@@ -237,6 +239,22 @@ def _zero(a, world, launch, printer, emit) -> int:
     bad = [r for r in rows if r["sent"] != r["pred_sent"]]
     emit(f"# bytes counted = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
     _write_study(a, printer, world, launch, "zero", dict(MEASUREMENT), rows, zero_markdown, emit)
+    return 1 if bad else 0
+
+
+def _a2a(a, world, launch, printer, emit) -> int:
+    from commbench import pattern_bench_a2a as pb
+
+    suite = a.targets[0]
+    bench, markdown = {"seqpar": (pb.seqpar_bench, pb.seqpar_markdown),
+                       "moe": (pb.moe_bench, pb.moe_markdown)}[suite]
+    emit(f"# commbench run {suite}: {world.size} ranks ({launch}), transport "
+         f"{world.transports[0]}")
+    rows = bench(world, a.iters, a.warmup_iters, emit)
+    bad = [r for r in rows if r["sent"] != r["pred_sent"]]
+    emit(f"# bytes counted = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
+    _write_study(a, printer, world, launch, suite,
+                 dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters), rows, markdown, emit)
     return 1 if bad else 0
 
 

@@ -98,24 +98,24 @@ class _ReduceScatterSP(torch.autograd.Function):
 
 class _ScatterTP(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, comm, group):
-        ctx.comm, ctx.group = comm, group
-        return _slice(x, group, -1)
+    def forward(ctx, x, comm, group, dim):
+        ctx.comm, ctx.group, ctx.dim = comm, group, dim
+        return _slice(x, group, dim)
 
     @staticmethod
     def backward(ctx, dy):
-        return _ag(ctx.comm, dy, ctx.group, -1), None, None
+        return _ag(ctx.comm, dy, ctx.group, ctx.dim), None, None, None
 
 
 class _GatherTP(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, comm, group):
-        ctx.group = group
-        return _ag(comm, x, group, -1)
+    def forward(ctx, x, comm, group, dim):
+        ctx.group, ctx.dim = group, dim
+        return _ag(comm, x, group, dim)
 
     @staticmethod
     def backward(ctx, dy):
-        return _slice(dy, ctx.group, -1), None, None
+        return _slice(dy, ctx.group, ctx.dim), None, None, None
 
 
 def copy_to_tp(x: torch.Tensor, comm: Comm, group: Group) -> torch.Tensor:
@@ -138,11 +138,13 @@ def reduce_scatter_to_sp(x: torch.Tensor, comm: Comm, group: Group, dim: int = 1
     return x if group.size == 1 else _ReduceScatterSP.apply(x, comm, group, dim)
 
 
-def scatter_to_tp(x: torch.Tensor, comm: Comm, group: Group) -> torch.Tensor:
-    """Keep this rank's slice of the last dim: [.., h] -> [.., h/P]; backward all-gathers."""
-    return x if group.size == 1 else _ScatterTP.apply(x, comm, group)
+def scatter_to_tp(x: torch.Tensor, comm: Comm, group: Group, dim: int = -1) -> torch.Tensor:
+    """Keep this rank's slice of ``dim`` (default the last): [.., h] -> [.., h/P]; backward
+    all-gathers (DeepSpeed's ``drop_tokens`` along the capacity dim)."""
+    return x if group.size == 1 else _ScatterTP.apply(x, comm, group, dim)
 
 
-def gather_from_tp(x: torch.Tensor, comm: Comm, group: Group) -> torch.Tensor:
-    """All-gather the last dim: [.., h/P] -> [.., h]; backward keeps this rank's slice."""
-    return x if group.size == 1 else _GatherTP.apply(x, comm, group)
+def gather_from_tp(x: torch.Tensor, comm: Comm, group: Group, dim: int = -1) -> torch.Tensor:
+    """All-gather ``dim`` (default the last): [.., h/P] -> [.., h]; backward keeps this rank's
+    slice (DeepSpeed's ``gather_tokens``)."""
+    return x if group.size == 1 else _GatherTP.apply(x, comm, group, dim)

@@ -1,0 +1,143 @@
+"""Attention shared by the sequence-parallel patterns: the config, seeded inputs, the oracle, the
+sequence layouts, and the naive all-gather variant that Ulysses and ring attention are held to.
+
+Shapes: q [b, s, H, d], k and v [b, s, H_kv, d] (grouped-query attention when H_kv < H: query
+head h reads KV head h // (H / H_kv)). P is the Ulysses or context-parallel degree. Each rank holds
+the tokens at ``positions(cfg, r)``; masks are built from global positions, so one attention
+function serves the whole sequence, a contiguous shard and the load-balanced (zigzag) shard.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+from commbench.comm import Comm
+from commbench.group import Group
+from commbench.patterns.tp_ops import gather_from_sp
+
+__all__ = ["AttnConfig", "attend", "attention_inputs", "gqa_index", "local_tokens",
+           "naive_attention", "oracle_attention", "positions"]
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+@dataclass(frozen=True)
+class AttnConfig:
+    """One attention call under sequence (Ulysses) or context parallelism.
+
+    ``kv_heads`` 0 means as many as ``heads``. ``layout``: ``contiguous`` (rank r holds tokens
+    [r s/P, (r+1) s/P)) or ``zigzag`` (2P chunks, rank r holds chunks r and 2P-1-r, the
+    load-balanced split for causal ring attention).
+    """
+
+    batch: int = 1
+    seq: int = 8
+    heads: int = 4
+    kv_heads: int = 0
+    head_dim: int = 4
+    sp: int = 1
+    dp: int = 1
+    causal: bool = False
+    layout: str = "contiguous"
+    dtype: str = "float64"
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads or self.heads
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def validate(self, world_size: int, ulysses: bool = False) -> None:
+        """Raise ValueError naming the value and the rule, before any collective."""
+        for name in ("batch", "seq", "heads", "head_dim", "sp", "dp"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
+        if self.kv_heads < 0 or self.heads % self.kv:
+            raise ValueError(f"kv_heads={self.kv_heads}: must divide heads={self.heads} "
+                             "(grouped-query attention)")
+        if self.sp * self.dp != world_size:
+            raise ValueError(f"sp={self.sp} x dp={self.dp}: must equal the world size {world_size}")
+        if self.batch % self.dp:
+            raise ValueError(f"batch={self.batch}: must be a multiple of dp={self.dp}")
+        if self.layout not in ("contiguous", "zigzag"):
+            raise ValueError(f"layout={self.layout!r}: must be 'contiguous' or 'zigzag'")
+        chunks = self.sp * (2 if self.layout == "zigzag" else 1)
+        if self.seq % chunks:
+            raise ValueError(f"seq={self.seq}: must be a multiple of {chunks} "
+                             f"({self.layout} split over sp={self.sp})")
+        if ulysses and self.heads < self.sp:
+            raise ValueError(f"heads={self.heads}, sp={self.sp}: Ulysses needs at least one "
+                             "query head per rank (heads >= sp)")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r}: must be one of {sorted(DTYPES)}")
+
+
+def positions(cfg: AttnConfig, r: int) -> torch.Tensor:
+    """Global token positions rank ``r`` of the SP group holds, in its local order."""
+    P, s = cfg.sp, cfg.seq
+    if cfg.layout == "zigzag":
+        c = s // (2 * P)
+        return torch.cat([torch.arange(r * c, (r + 1) * c),
+                          torch.arange((2 * P - 1 - r) * c, (2 * P - r) * c)])
+    return torch.arange(r * s // P, (r + 1) * s // P)
+
+
+def local_tokens(t: torch.Tensor, cfg: AttnConfig, sp_index: int, dp_index: int) -> torch.Tensor:
+    """This rank's share: its DP slice of the batch, its SP positions of the sequence."""
+    b = cfg.batch // cfg.dp
+    return t[dp_index * b:(dp_index + 1) * b, positions(cfg, sp_index)].contiguous()
+
+
+def attention_inputs(cfg: AttnConfig, seed: int) -> dict[str, torch.Tensor]:
+    """Seeded float64 q, k, v and the upstream gradient dy, whole."""
+    g = torch.Generator().manual_seed(seed)
+    b, s, H, K, d = cfg.batch, cfg.seq, cfg.heads, cfg.kv, cfg.head_dim
+    r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)  # noqa: E731
+    return {"q": r(b, s, H, d), "k": r(b, s, K, d), "v": r(b, s, K, d), "dy": r(b, s, H, d)}
+
+
+def gqa_index(heads: range, heads_total: int, kv_total: int, kv_first: int = 0) -> list[int]:
+    """For each query head in ``heads``, the index of its KV head among those held locally
+    (which start at global KV head ``kv_first``)."""
+    group = heads_total // kv_total
+    return [h // group - kv_first for h in heads]
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_index: list[int],
+           pos_q: torch.Tensor, pos_k: torch.Tensor, causal: bool) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d)) v by autograd: q [b, sq, Hq, d], k/v [b, sk, Hk, d] -> [b, sq, Hq, d].
+
+    Query head i reads KV head ``kv_index[i]``; with ``causal``, query at position p sees keys at
+    positions <= p. Every query must see at least one key (true whenever it sees itself)."""
+    idx = torch.tensor(kv_index, dtype=torch.long)
+    ke, ve = k.index_select(2, idx), v.index_select(2, idx)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, ke) / math.sqrt(q.shape[-1])
+    if causal:
+        scores = scores.masked_fill(pos_k[None, :] > pos_q[:, None], float("-inf"))
+    return torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), ve)
+
+
+def oracle_attention(cfg: AttnConfig, seed: int, dtype=torch.float64) -> dict[str, torch.Tensor]:
+    """The single-process truth: y, dq, dk, dv of the whole sequence."""
+    d = attention_inputs(cfg, seed)
+    q, k, v = (d[n].to(dtype).requires_grad_() for n in ("q", "k", "v"))
+    pos = torch.arange(cfg.seq)
+    y = attend(q, k, v, gqa_index(range(cfg.heads), cfg.heads, cfg.kv), pos, pos, cfg.causal)
+    y.backward(d["dy"].to(dtype))
+    return {"y": y.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
+
+
+def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: AttnConfig,
+                    comm: Comm, group: Group) -> torch.Tensor:
+    """The naive counterpart of Ulysses and ring attention: all-gather K and V along the
+    sequence, attend with the local queries. q [b, n, H, d], k/v [b, n, H_kv, d] with n = s/P
+    -> [b, n, H, d]; backward reduce-scatters dK and dV."""
+    P = group.size
+    k_all, v_all = (gather_from_sp(t, comm, group, dim=1) for t in (k, v))
+    pos_k = torch.cat([positions(cfg, r) for r in range(P)])
+    return attend(q, k_all, v_all, gqa_index(range(cfg.heads), cfg.heads, cfg.kv),
+                  positions(cfg, group.index), pos_k, cfg.causal)

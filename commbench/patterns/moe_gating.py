@@ -1,0 +1,151 @@
+"""GShard top-2 gating (Lepikhin et al. 2020, arXiv:2006.16668, Algorithm 1) with capacity.
+
+For the T tokens of one group, x [T, M] and gate weights [M, E]:
+
+* gates = softmax(x W_g) [T, E]; the first expert is the argmax, the second (top_k = 2) the
+  argmax of the others.
+* Random routing: the second expert is kept only when u < 2 g2 / (g1 + g2), u uniform per token
+  (GShard §2.2). u is drawn from the seed and the token's global index, never from the rank, so
+  every TP rank holding the same tokens keeps the same ones.
+* Capacity C = max(ceil(k * capacity_factor * T_max / E), min_capacity), rounded up to a multiple
+  of the TP degree (the capacity dimension is split over TP). T_max is the largest token count
+  of the EP group, so every member's (E, C, M) buffer has the same shape.
+* Positions: first choices fill each expert's buffer in token order, second choices after all
+  first choices (GShard). A choice whose position is >= C is dropped; a buffer not full is zero
+  padding. A token may lose both choices: its output is zero.
+* Weights: g1, g2 renormalized over the choices that survived (DeepSpeed ``top2gating``); with
+  top_k = 1 the weight is the gate probability itself.
+* Auxiliary loss l_aux = E * sum_e mean_t(gates[:, e]) * mean_t(first choice == e), before drops;
+  0 for a group without tokens.
+
+Returns ``combine_weights`` [T, E, C], ``dispatch_mask`` [T, E, C] (bool) and ``l_aux``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["Gating", "MoEConfig", "capacity", "gshard_gating", "uniforms"]
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """An MoE layer over a ``dp x ep x tp`` grid. ``tokens[g]``: tokens of data group
+    g = dp_index * ep + ep_index (the TP ranks of a group hold the same tokens)."""
+
+    tokens: tuple[int, ...] = (4,)
+    model: int = 4
+    ffn: int = 8
+    experts: int = 2
+    top_k: int = 2
+    capacity_factor: float = 1.0
+    min_capacity: int = 1
+    random_routing: bool = True
+    aux_weight: float = 0.01
+    ep: int = 1
+    dp: int = 1
+    tp: int = 1
+    check_routing: bool = True
+    dtype: str = "float64"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def validate(self, world_size: int, variant: str = "capacity") -> None:
+        """Raise ValueError naming the value and the rule, before any collective."""
+        if not self.capacity_factor > 0:
+            raise ValueError(f"capacity_factor={self.capacity_factor}: must be > 0")
+        for name in ("model", "ffn", "experts", "min_capacity", "ep", "dp", "tp"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
+        if self.top_k not in (1, 2):
+            raise ValueError(f"top_k={self.top_k}: GShard gating takes 1 or 2")
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k={self.top_k}: must be <= experts={self.experts}")
+        if self.experts % self.ep:
+            raise ValueError(f"experts={self.experts}: must be a multiple of ep={self.ep}")
+        if self.ffn % self.tp:
+            raise ValueError(f"ffn={self.ffn}: must be a multiple of tp={self.tp}")
+        if self.dp * self.ep * self.tp != world_size:
+            raise ValueError(f"dp={self.dp} x ep={self.ep} x tp={self.tp}: must equal the world "
+                             f"size {world_size}")
+        if len(self.tokens) != self.dp * self.ep:
+            raise ValueError(f"tokens={list(self.tokens)}: needs one count per data group, "
+                             f"dp*ep = {self.dp * self.ep}")
+        if any(t < 0 for t in self.tokens):
+            raise ValueError(f"tokens={list(self.tokens)}: counts must be >= 0")
+        if variant not in ("capacity", "variable", "naive"):
+            raise ValueError(f"variant={variant!r}: must be 'capacity', 'variable' or 'naive'")
+        if variant != "capacity" and self.tp > 1:
+            raise ValueError(f"variant={variant!r} with tp={self.tp}: EP+TP runs the capacity "
+                             "layout (the C dimension split over TP)")
+        if self.dtype not in ("float64", "float32"):
+            raise ValueError(f"dtype={self.dtype!r}: must be 'float64' or 'float32'")
+
+
+def capacity(cfg: MoEConfig, tokens_max: int) -> int:
+    c = max(math.ceil(cfg.top_k * cfg.capacity_factor * tokens_max / cfg.experts),
+            cfg.min_capacity)
+    return -(-c // cfg.tp) * cfg.tp
+
+
+def uniforms(cfg: MoEConfig, seed: int, group: int) -> torch.Tensor:
+    """The random-routing draws of data group ``group``'s tokens (by global token index)."""
+    u = torch.rand(sum(cfg.tokens), generator=torch.Generator().manual_seed(seed + 7),
+                   dtype=torch.float64)
+    start = sum(cfg.tokens[:group])
+    return u[start:start + cfg.tokens[group]]
+
+
+def _positions(mask: torch.Tensor, before: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Buffer positions of one round of choices [T, E], after the ``before`` [E] slots taken by
+    earlier rounds (all of them, dropped or not, as in GShard); and the new ``before``."""
+    return torch.cumsum(mask, 0) - 1 + before, before + mask.sum(0)
+
+
+class Gating(NamedTuple):
+    combine: torch.Tensor   # [T, E, C], differentiable
+    dispatch: torch.Tensor  # [T, E, C] bool
+    l_aux: torch.Tensor     # scalar
+
+
+def gshard_gating(logits: torch.Tensor, cfg: MoEConfig, cap: int, u: torch.Tensor) -> Gating:
+    """logits [T, E] -> combine weights, dispatch mask and auxiliary loss (module docstring)."""
+    T, E = logits.shape
+    gates = logits.softmax(-1)
+    idx1 = gates.argmax(-1)
+    mask1 = F.one_hot(idx1, E).to(torch.int64)
+    l_aux = (gates.mean(0) * mask1.to(gates.dtype).mean(0)).sum() * E if T else gates.sum()
+    masks = [mask1]
+    if cfg.top_k == 2:
+        idx2 = gates.masked_fill(mask1.bool(), float("-inf")).argmax(-1)
+        mask2 = F.one_hot(idx2, E).to(torch.int64)
+        if cfg.random_routing:
+            g1, g2 = gates.gather(1, idx1[:, None])[:, 0], gates.gather(1, idx2[:, None])[:, 0]
+            keep = (u.to(gates.dtype) < 2 * g2 / (g1 + g2)).detach()
+            mask2 = mask2 * keep[:, None].to(torch.int64)
+        masks.append(mask2)
+    combine = gates.new_zeros((T, E, cap))
+    dispatch = torch.zeros((T, E, cap), dtype=torch.bool)
+    before = torch.zeros(E, dtype=torch.int64)
+    kept, locs = [], []
+    for mask in masks:
+        loc, before = _positions(mask, before)
+        mask = mask * (loc < cap)
+        kept.append(mask)
+        locs.append((loc * mask).sum(1))
+    weights = [(gates * m).sum(1) for m in kept]
+    if cfg.top_k == 2:
+        den = (weights[0] + weights[1]).clamp_min(torch.finfo(gates.dtype).eps)
+        weights = [w / den for w in weights]
+    for m, loc, w in zip(kept, locs, weights, strict=True):
+        slot = F.one_hot(loc, cap).to(torch.bool) & m.bool().any(1)[:, None]
+        sel = m.bool()[:, :, None] & slot[:, None, :]
+        dispatch |= sel
+        combine = combine + w[:, None, None] * sel.to(gates.dtype)
+    return Gating(combine, dispatch, l_aux)

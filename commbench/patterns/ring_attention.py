@@ -1,0 +1,163 @@
+"""Context parallelism by ring attention (Liu et al. 2023, arXiv:2310.01889; the blockwise
+online softmax of Milakov & Gimelshein 2018 / FlashAttention, Dao et al. 2022).
+
+Each rank keeps its queries q [b, n, H, d] (n = s/P) and passes its K/V block [b, n, H_kv, d]
+round the ring (rank r sends to r+1, receives from r-1) in P-1 hops, posted before the block on
+hand is computed so the transfer overlaps the work. Partial outputs merge by their log-sum-exp:
+lse = logaddexp(lse_a, lse_b), o = o_a e^(lse_a - lse) + o_b e^(lse_b - lse).
+
+Backward recomputes each block's probabilities from the saved lse. K/V travel the ring again;
+the dK/dV accumulator of each block follows one hop behind, collecting every other rank's share,
+and a last hop brings it home: P-1 hops of K/V and P-1 of dK/dV, twice the forward bytes.
+
+With the zigzag layout (2P chunks, rank r holds chunks r and 2P-1-r), causal attention gives
+every rank the same work; chunk pairs that are wholly masked are skipped, so the balance shows in
+time. Blocks are computed chunk against chunk; every query sees at least its own position.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from commbench.comm import Comm
+from commbench.group import Group
+from commbench.patterns.attention import AttnConfig, gqa_index, positions
+
+__all__ = ["causal_work", "ring_attention"]
+
+
+def _pairs(pos_q: torch.Tensor, pos_k: torch.Tensor, causal: bool):
+    """(query rows, key rows) chunk pairs with at least one visible score."""
+    out = []
+    for qs in torch.arange(len(pos_q)).chunk(2):
+        for ks in torch.arange(len(pos_k)).chunk(2):
+            if len(qs) and len(ks) and (not causal or pos_k[ks].min() <= pos_q[qs].max()):
+                out.append((qs, ks))
+    return out
+
+
+def _scores(q, ke, pos_q, pos_k, causal):
+    s = torch.einsum("bqhd,bkhd->bhqk", q, ke) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(pos_k[None, :] > pos_q[:, None], float("-inf"))
+    return s
+
+
+def _merge(out, lse, o_i, lse_i):
+    """Online-softmax merge into out [b, q, H, d], lse [b, H, q] (in place)."""
+    new = torch.logaddexp(lse, lse_i)
+    safe = torch.where(torch.isfinite(new), new, torch.zeros_like(new))
+    a, c = torch.exp(lse - safe), torch.exp(lse_i - safe)
+    out.mul_(a.transpose(1, 2)[..., None]).add_(o_i * c.transpose(1, 2)[..., None])
+    lse.copy_(new)
+
+
+def _forward_block(q, k, v, idx, pos_q, pos_k, causal, out, lse):
+    for qs, ks in _pairs(pos_q, pos_k, causal):
+        s = _scores(q[:, qs], k[:, ks].index_select(2, idx), pos_q[qs], pos_k[ks], causal)
+        m = s.amax(-1, keepdim=True)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        p = torch.exp(s - m)
+        den = p.sum(-1, keepdim=True)
+        o = torch.einsum("bhqk,bkhd->bqhd", p / den.clamp_min(1e-300),
+                         v[:, ks].index_select(2, idx))
+        o_rows, l_rows = out[:, qs], lse[:, :, qs]
+        _merge(o_rows, l_rows, o, (m + torch.log(den)).squeeze(-1))
+        out[:, qs], lse[:, :, qs] = o_rows, l_rows
+
+
+def _backward_block(q, k, v, idx, pos_q, pos_k, causal, dout, lse, delta, dq, dk, dv):
+    scale = 1 / math.sqrt(q.shape[-1])
+    for qs, ks in _pairs(pos_q, pos_k, causal):
+        ke, ve = k[:, ks].index_select(2, idx), v[:, ks].index_select(2, idx)
+        p = torch.exp(_scores(q[:, qs], ke, pos_q[qs], pos_k[ks], causal)
+                      - lse[:, :, qs, None])
+        do = dout[:, qs]
+        dv[:, ks] += torch.zeros_like(dv[:, ks]).index_add_(
+            2, idx, torch.einsum("bhqk,bqhd->bkhd", p, do))
+        ds = p * (torch.einsum("bqhd,bkhd->bhqk", do, ve) - delta[:, :, qs, None])
+        dq[:, qs] += torch.einsum("bhqk,bkhd->bqhd", ds, ke) * scale
+        dk[:, ks] += torch.zeros_like(dk[:, ks]).index_add_(
+            2, idx, torch.einsum("bhqk,bqhd->bkhd", ds, q[:, qs]) * scale)
+
+
+def _hop(comm: Comm, group: Group, t: torch.Tensor, tag: int):
+    """Post: send ``t`` to the next rank, receive the previous rank's into a new tensor."""
+    P, r = group.size, group.index
+    return comm.isend(t, group, (r + 1) % P, tag=tag), comm.irecv(t, group, (r - 1) % P, tag=tag)
+
+
+def _return_home(comm: Comm, group: Group, acc: torch.Tensor) -> torch.Tensor:
+    """The last hop: each dK/dV accumulator goes to the rank whose block it is."""
+    sent, got = _hop(comm, group, acc, 3)
+    sent.wait()
+    return got.wait()
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cfg, comm, group):
+        P, r = group.size, group.index
+        idx = torch.tensor(gqa_index(range(cfg.heads), cfg.heads, cfg.kv))
+        pos_q = positions(cfg, r)
+        b, n, H, d = q.shape
+        out = q.new_zeros(q.shape)
+        lse = q.new_full((b, H, n), float("-inf"))
+        kv = torch.stack([k, v])
+        for step in range(P):
+            pending = _hop(comm, group, kv, 1) if step < P - 1 else None
+            _forward_block(q, kv[0], kv[1], idx, pos_q, positions(cfg, (r - step) % P),
+                           cfg.causal, out, lse)
+            if pending:
+                pending[0].wait()
+                kv = pending[1].wait()
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.cfg, ctx.comm, ctx.group, ctx.idx = cfg, comm, group, idx
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        cfg, comm, group, idx = ctx.cfg, ctx.comm, ctx.group, ctx.idx
+        P, r = group.size, group.index
+        pos_q, dout = positions(cfg, r), dout.contiguous()
+        delta = (dout * out).sum(-1).transpose(1, 2)  # [b, H, n]
+        dq = torch.zeros_like(q)
+        own = torch.zeros((2, *k.shape), dtype=k.dtype)
+        _backward_block(q, k, v, idx, pos_q, pos_q, cfg.causal, dout, lse, delta, dq, own[0], own[1])
+        kv, acc = torch.stack([k, v]), None
+        for hop in range(1, P):
+            kv_posts = _hop(comm, group, kv, 2)
+            # the accumulator of the block just done follows it one hop behind
+            acc_posts = _hop(comm, group, acc, 3) if acc is not None else None
+            kv_posts[0].wait()
+            kv = kv_posts[1].wait()
+            if acc_posts:
+                acc_posts[0].wait()
+                acc = acc_posts[1].wait()
+            else:
+                acc = torch.zeros_like(kv)
+            _backward_block(q, kv[0], kv[1], idx, pos_q, positions(cfg, (r - hop) % P),
+                            cfg.causal, dout, lse, delta, dq, acc[0], acc[1])
+        if P > 1:
+            own += _return_home(comm, group, acc)
+        return dq, own[0], own[1], None, None, None
+
+
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: AttnConfig,
+                   comm: Comm, group: Group) -> torch.Tensor:
+    """q [b, n, H, d], k/v [b, n, H_kv, d] at this rank's positions -> [b, n, H, d]."""
+    return _RingAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), cfg, comm, group)
+
+
+def causal_work(cfg: AttnConfig) -> list[int]:
+    """Visible (query, key) scores each rank computes, per batch row and head: the load balance."""
+    P = cfg.sp
+    out = []
+    for r in range(P):
+        pq = positions(cfg, r)
+        out.append(sum(int((positions(cfg, j)[None, :] <= pq[:, None]).sum()) if cfg.causal
+                       else len(pq) * len(positions(cfg, j)) for j in range(P)))
+    return out

@@ -1,0 +1,61 @@
+"""The all-to-all suites: Ulysses, ring attention (zigzag and contiguous) and the naive
+all-gather of K/V; MoE dispatch/combine in the capacity, variable and naive layouts.
+
+pytest-benchmark gets the per-iteration maximum over ranks; every case checks that the bytes the
+ledger counted equal the prediction. ``commbench run seqpar`` / ``commbench run moe`` print and
+write the committed tables.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from commbench.benchclock import CLOCK, feed
+from commbench.pattern_bench_a2a import ATTN_MODELS, MOE_MODELS
+from commbench.patterns.attention import AttnConfig
+from commbench.patterns.moe_gating import MoEConfig
+from commbench.patterns.moe_run import predicted, run_moe
+from commbench.patterns.seqpar import predicted as sp_predicted
+from commbench.patterns.seqpar import run_attention
+
+pytestmark = [pytest.mark.bench]
+ATTN = [("ulysses", "contiguous"), ("ring", "zigzag"), ("ring", "contiguous"), ("naive", "zigzag")]
+
+
+def _samples(outs):
+    return [max(ts) for ts in zip(*(o["times"] for o in outs), strict=True)]
+
+
+@pytest.mark.ulysses
+@pytest.mark.cp
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.benchmark(timer=CLOCK, group="seqpar")
+@pytest.mark.parametrize("model", ATTN_MODELS[:2], ids=lambda m: f"s{m[1]}-kv{m[3]}")
+@pytest.mark.parametrize(("variant", "layout"), ATTN, ids=[f"{v}-{lay}" for v, lay in ATTN])
+def test_attention(world, benchmark, model, variant, layout):
+    b, s, H, K, d = model
+    P = world.size
+    cfg = AttnConfig(batch=b, seq=s * P, heads=H, kv_heads=K, head_dim=d, sp=P, causal=True,
+                     layout=layout, dtype="float32")
+    outs = world.run(run_attention, cfg, 0, variant, 10, 3)
+    sent = max(sum(e[4] for e in o["ledger"]) for o in outs)
+    feed(benchmark, _samples(outs), variant=variant, layout=layout, ranks=P, sent=sent)
+    assert sent == max(sum(x[1] for x in sp_predicted(cfg, variant, r)) for r in range(P))
+
+
+@pytest.mark.moe
+@pytest.mark.ep
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.benchmark(timer=CLOCK, group="moe")
+@pytest.mark.parametrize("cf", [0.5, 2.0])
+@pytest.mark.parametrize("variant", ["capacity", "variable", "naive"])
+def test_moe_layer(world, benchmark, variant, cf):
+    T, M, F, per = MOE_MODELS[0]
+    P = world.size
+    cfg = MoEConfig(tokens=(T,) * P, model=M, ffn=F, experts=per * P, capacity_factor=cf, ep=P,
+                    dtype="float32")
+    outs = world.run(run_moe, cfg, 0, variant, 10, 3)
+    sent = max(sum(e[4] for e in o["ledger"]) for o in outs)
+    feed(benchmark, _samples(outs), variant=variant, capacity_factor=cf, ranks=P, sent=sent)
+    kept = [o["kept"] for o in outs]
+    assert sent == max(sum(x[2] for x in predicted(cfg, variant, r, kept)) for r in range(P))
