@@ -19,8 +19,9 @@ import sys
 from commbench.bench import COLLECTIVES, DTYPES
 
 SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "tp": (), "pp": (),
-          "zero": (), "seqpar": (), "moe": ()}
-STUDIES = ("overhead", "tp", "pp", "zero", "seqpar", "moe")  # suites that are studies of their own, run alone
+          "zero": (), "seqpar": (), "moe": (), "model": ()}
+# suites that are studies of their own, run alone
+STUDIES = ("overhead", "tp", "pp", "zero", "seqpar", "moe", "model")
 
 
 class UsageError(Exception):
@@ -60,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--algo", default="", help="comma-separated algorithms (native, ring, ...); "
                    "default: native and every algorithm built for each collective")
     r.add_argument("--rounds", type=int, default=6, help="interleaved rounds (overhead study)")
+    r.add_argument("--topology", default="", help="also give each row NCCL's model time for the "
+                   "same collective on this many GPUs of a preset or topology file")
+    r.add_argument("--repeat", type=int, default=1, help="run the whole sweep this many times; "
+                   "each row keeps the best round's median (the gate's noise rule)")
     r.add_argument("--resume", action="store_true",
                    help="continue an interrupted run: keep the rows its results file holds")
     k = sub.add_parser("claims", help="measure the notes' claims; write the claims table")
@@ -72,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("new")
     c.add_argument("--threshold", type=float, default=0.10, help="busbw drop that counts (0.10)")
     c.add_argument("--min-size", default="64K", help="smallest size the gate judges (64K)")
+    from commbench.predict_cmd import add_parser
+
+    add_parser(sub)
     return p
 
 
@@ -94,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
             return _compare(args)
         if args.cmd == "claims":
             return _claims(args)
+        if args.cmd == "predict":
+            from commbench.predict_cmd import predict
+
+            return predict(args)
         from commbench.run_cmd import run
 
         return run(args, *_check_run_args(args))
@@ -154,6 +166,13 @@ def _check_run_args(a) -> tuple[list[str], list[int]]:
     for study in STUDIES:
         if study in a.targets and len(a.targets) > 1:
             raise UsageError(f"{study} is a study of its own; run it alone")
+    if a.topology:
+        from commbench.costmodel.topology import load
+
+        try:
+            load(a.topology)
+        except ValueError as exc:
+            raise UsageError(f"--topology: {exc}") from None
     for t in a.targets or ["collectives"]:
         if t in SUITES:
             ops += [o for o in SUITES[t] if o not in ops]
@@ -172,7 +191,10 @@ def _check_run_args(a) -> tuple[list[str], list[int]]:
         raise UsageError(f"-o {a.op}: must be sum, prod, min, max or avg")
     if a.op == "avg" and not DTYPES[a.datatype].is_floating_point:
         raise UsageError(f"-o avg -d {a.datatype}: avg needs a floating dtype")
+    if a.repeat > 1 and a.resume:
+        raise UsageError("--resume works with --repeat 1 only (repeated rounds are kept whole)")
     for name, v, lo in (("-n", a.iters, 1), ("-w", a.warmup_iters, 0), ("--np", a.np, 1),
+                        ("--repeat", a.repeat, 1),
                         ("--rounds", a.rounds, 1)):
         if v < lo:
             raise UsageError(f"{name} {v}: must be >= {lo}")

@@ -4,8 +4,14 @@ Rows are matched on (op, algo, transport, type, redop, root, size). A row regres
 size of at least ``min_size`` (default 64 KiB; smaller messages measure latency, whose noise on a
 shared machine exceeds any threshold worth setting), its time grew by more than the threshold
 (default 10%, in busbw: fell by more than 10%) both in the median and in the best iteration
-(``min_us``). Slow outliers move the median but not the best iteration, a lucky best iteration
-moves the minimum but not the median; a regression of the code moves both.
+(``min_us``), at three consecutive sizes of the same series (op, algo, transport, ...); a
+series with fewer sizes at or above ``min_size`` must regress at all of them. Slow outliers move
+the median but not the best iteration, a lucky best iteration moves the minimum but not the
+median; a slow spell of a shared machine strikes one or two sizes; a regression of the code
+moves both statistics over a range of sizes. Measured here (results/gate_*.txt): three
+unchanged reruns with ``commbench run --repeat 3`` compared pairwise, 12 comparisons, had 1-6
+rows past the threshold in every one of them, at most 2 consecutive; a planted 20% busbw loss
+is flagged in every row. Tables measured with ``--repeat R`` hold each row's best round.
 
 Exit status: 0 no regression, 1 regression, 2 unreadable or incomparable files.
 """
@@ -19,6 +25,7 @@ from commbench.results import SCHEMA
 __all__ = ["CompareError", "compare", "load"]
 
 KEY = ("op", "algo", "transport", "type", "redop", "root", "size")
+RUN = 3  # consecutive sizes of a series that must regress together
 NEEDED = (*KEY, "time_us", "min_us", "busbw")
 
 
@@ -76,8 +83,18 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
                "ratio": ratio, "old_us": o["time_us"], "new_us": r["time_us"],
                "new_min_us": r["min_us"], "regressed": regressed}
         out.append(row)
-        if regressed:
-            bad.append(row)
+    series: dict[tuple, list[dict]] = {}
+    for row in out:
+        if row["size"] >= min_size:
+            series.setdefault(tuple(row[k] for k in KEY[:-1]), []).append(row)
+    for rows in series.values():
+        rows.sort(key=lambda row: row["size"])
+        slow = [row["regressed"] for row in rows]
+        run = min(RUN, len(rows))  # a shorter series must regress at every size
+        for i, row in enumerate(rows):
+            row["regressed"] = any(all(slow[j:j + run]) for j in range(max(0, i - run + 1),
+                                                                       min(i, len(rows) - run) + 1))
+    bad = [row for row in out if row["regressed"]]
     return out, bad
 
 
@@ -90,6 +107,7 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
     text = tabulate(table, headers=["op", "algo", "transport", "size", "old(us)", "new(us)",
                                     "old busbw", "new busbw", "new/old", ""], tablefmt="github")
     verdict = (f"# {len(bad)} of {len(rows)} rows regressed (time up > {1 / (1 - threshold) - 1:.1%}"
-               f" in the median and in the best iteration, at >= {min_size} B)" if bad else
+               f" in the median and in the best iteration, at >= {min_size} B, over {RUN} "
+               "consecutive sizes of a series)" if bad else
                f"# no regression in {len(rows)} matched rows")
     return text + "\n" + verdict

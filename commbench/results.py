@@ -141,10 +141,15 @@ def markdown(record: dict) -> str:
         table = [[r["size"], r["count"], r["type"], r["redop"], r["root"], f"{r['time_us']:.1f}",
                   f"{r['p99_us']:.1f}", f"{r['algbw']:.3f}", f"{r['busbw']:.3f}", r["wrong"],
                   r["sent"], r["pred_sent"],
-                  f"{r['memcpy_frac']:.3f}" if "memcpy_frac" in r else ""] for r in rows]
+                  f"{r['memcpy_frac']:.3f}" if "memcpy_frac" in r else "",
+                  f"{r['pred_us']:.1f}" if r.get("pred_us") else "",
+                  f"{r['meas_over_pred']:.2f}" if r.get("meas_over_pred") else "",
+                  f"{r['nccl_pred_us']:.1f}" if r.get("nccl_pred_us") is not None else ""]
+                 for r in rows]
         lines.append(tabulate(table, headers=["size(B)", "count", "type", "redop", "root",
                                               "time(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)",
-                                              "#wrong", "sent(B)", "pred(B)", "busbw/memcpy"],
+                                              "#wrong", "sent(B)", "pred(B)", "busbw/memcpy",
+                                              "model(us)", "meas/model", "NCCL model(us)"],
                               tablefmt="github"))
         lines.append("")
     return "\n".join(lines)

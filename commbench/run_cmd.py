@@ -12,7 +12,7 @@ import statistics
 from commbench import results as res
 from commbench.bench import Case
 from commbench.collectives import ALGORITHMS
-from commbench.runner import HEADER, hardware, run_series
+from commbench.runner import HEADER, hardware, merge_rounds, run_series
 
 __all__ = ["run"]
 
@@ -95,16 +95,23 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
             return _zero(a, world, launch, printer, emit)
         if a.targets in (["seqpar"], ["moe"]):
             return _a2a(a, world, launch, printer, emit)
+        if a.targets == ["model"]:
+            from commbench.model_study import run_model
+
+            return run_model(a, world, transports, launch, printer, emit)
         return _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit)
     finally:
         world.close()
 
 
 def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> int:
+    from commbench.costmodel.topology import load
+    from commbench.model_study import annotate, stored_fit
     from commbench.studies import memcpy_bandwidth
 
     n = world.size
     measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters)
+    topo = load(a.topology) if a.topology else None
     memcpy = statistics.median(world.run(memcpy_bandwidth))
     emit(f"# commbench run {' '.join(a.targets or ['collectives'])}: {n} ranks ({launch}), "
          f"transports {' '.join(transports)}, dtype {a.datatype}, op {a.op}")
@@ -119,16 +126,27 @@ def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> i
         if record is None:
             record = res.header(suite, n, launch, hardware(), measurement)
         record["memcpy_GBps"] = memcpy / 1e9
+        model, where = stored_fit(a.out, transport, n)
+        emit(f"# model: {where}" if model else f"# model: none (commbench run model --np {n} "
+             f"writes {where})")
         emit("#\n" + HEADER)
-        for op in ops:
-            for algo in _algorithms(op, wanted, n, emit):
-                case = Case(op, transport, algo, a.datatype, a.op, a.root, a.iters,
-                            a.warmup_iters, bool(a.check))
-                rows = run_series(world, case, sizes, record, path, emit)
-                for r in rows:
-                    if r["size"] >= 16 << 20:
-                        r["memcpy_frac"] = r["busbw"] * 1e9 / memcpy
-                wrong += sum(r["wrong"] for r in rows)
+        cases = [Case(op, transport, algo, a.datatype, a.op, a.root, a.iters, a.warmup_iters,
+                      bool(a.check)) for op in ops for algo in _algorithms(op, wanted, n, emit)]
+        rounds = []
+        for k in range(a.repeat):  # the whole sweep again: a slow spell hits one round
+            if a.repeat > 1:
+                emit(f"# round {k + 1} of {a.repeat}")
+            rounds.append([run_series(world, case, sizes, record if a.repeat == 1 else None,
+                                      path, emit) for case in cases])
+        for series in zip(*rounds, strict=True):
+            rows = merge_rounds(list(series), n) if a.repeat > 1 else series[0]
+            if a.repeat > 1:
+                record["rows"] += rows
+            annotate(rows, model, n, topo)
+            for r in rows:
+                if r["size"] >= 16 << 20:
+                    r["memcpy_frac"] = r["busbw"] * 1e9 / memcpy
+            wrong += sum(r["wrong"] for r in rows)
         record["best_vs_native"] = _best_vs_native(record["rows"])
         for line in _best_lines(record["best_vs_native"], transport):
             emit(line)

@@ -99,3 +99,24 @@ def hardware() -> str:
     if torch.cuda.is_available():
         return torch.cuda.get_device_name().replace(" ", "-")
     return os.environ.get("COMMBENCH_HARDWARE", "cpu")
+
+
+def merge_rounds(rounds: list[list[dict]], n: int) -> list[dict]:
+    """One row per size from R repeated sweeps: the best round's median (``time_us``), the
+    lowest single iteration (``min_us``), every round's median (``rounds_us``).
+
+    Repeats run one after another over the whole series, so a slow spell of a shared machine
+    hits one round, not all; the best round is the machine's steady state. A code regression
+    slows every round alike, so it still shows."""
+    out = []
+    for rows in zip(*rounds, strict=True):
+        best = min(rows, key=lambda r: r["time_us"])
+        row = dict(rows[0])
+        row.update({k: best[k] for k in ("time_us", "p99_us", "max_us")},
+                   min_us=min(r["min_us"] for r in rows), rounds_us=[r["time_us"] for r in rows],
+                   wrong=sum(r["wrong"] for r in rows))
+        seconds = row["time_us"] / 1e6
+        row["algbw"] = algbw(row["size"], seconds)
+        row["busbw"] = busbw(row["op"], n, row["size"], seconds)
+        out.append(row)
+    return out

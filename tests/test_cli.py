@@ -32,6 +32,10 @@ def _cli(*args: str, env=None, timeout=300) -> subprocess.CompletedProcess:
     (["run", "-f", "1"], "-f 1: must be >= 2"),
     (["run", "all_reduce", "--algo", "quantum"], "--algo quantum: not built for all_reduce"),
     (["run", "overhead", "all_reduce"], "overhead is a study of its own"),
+    (["run", "--repeat", "0"], "--repeat 0: must be >= 1"),
+    (["run", "--repeat", "2", "--resume"], "--resume works with --repeat 1 only"),
+    (["run", "--topology", "cray-1"], "--topology: topology 'cray-1': no such preset"),
+    (["run", "model", "all_reduce"], "model is a study of its own"),
 ])
 def test_bad_run_arguments_fail_before_any_rank_starts(args, message, capsys):
     assert main(args) == 2
@@ -98,6 +102,27 @@ def test_compare_flags_a_planted_regression_and_passes_noise():
     assert compare(old, noisy)[1] == []  # slower median, but the best iteration overlaps
 
 
+def test_compare_does_not_count_a_slow_spell_on_one_size_of_a_series():
+    sizes = [1 << 16, 1 << 18, 1 << 20, 1 << 22]
+    old = _record([_row(s, 100.0, 90.0, 10.0) for s in sizes])
+    spell = _record([_row(s, 150.0 if s == 1 << 20 else 100.0, 130.0 if s == 1 << 20 else 90.0,
+                          6.7 if s == 1 << 20 else 10.0) for s in sizes])
+    rows, bad = compare(old, spell)
+    assert bad == [] and len(rows) == 4
+    two = _record([_row(s, 150.0 if s >= 1 << 20 else 100.0, 130.0 if s >= 1 << 20 else 90.0,
+                        6.7 if s >= 1 << 20 else 10.0) for s in sizes])
+    assert compare(old, two)[1] == []  # two sizes: within what a slow spell does here
+    three = _record([_row(s, 150.0 if s >= 1 << 18 else 100.0, 130.0 if s >= 1 << 18 else 90.0,
+                          6.7 if s >= 1 << 18 else 10.0) for s in sizes])
+    assert [b["size"] for b in compare(old, three)[1]] == [1 << 18, 1 << 20, 1 << 22]
+    both = _record([_row(s, 100.0, 90.0, 10.0, algo=a) for s in sizes for a in ("ring", "naive")])
+    apart = _record([_row(s, *((150.0, 130.0, 6.7) if (s, a) in ((1 << 20, "ring"),
+                                                                 (1 << 18, "naive"))
+                                else (100.0, 90.0, 10.0)), algo=a)
+                     for s in sizes for a in ("ring", "naive")])
+    assert compare(both, apart)[1] == []  # a neighbour must be of the same series
+
+
 @pytest.mark.parametrize(("content", "message"), [
     ("{not json", "not valid JSON"),
     ('{"schema": "commbench.results/1", "world_size": 2, "rows": [{"op": "x"}]', "not valid JSON"),
@@ -118,3 +143,16 @@ def test_compare_refuses_bad_files(tmp_path, content, message, capsys):
 def test_compare_refuses_different_world_sizes():
     with pytest.raises(CompareError, match="world sizes differ"):
         compare(_record([], 2), _record([], 4))
+
+
+def test_repeated_rounds_keep_the_best_round_and_every_round_median():
+    from commbench.runner import merge_rounds
+
+    def row(t, lo, wrong=0):
+        return {"op": "all_reduce", "size": 1 << 20, "time_us": t, "min_us": lo, "p99_us": 2 * t,
+                "max_us": 3 * t, "wrong": wrong, "algbw": 0.0, "busbw": 0.0}
+    merged = merge_rounds([[row(300.0, 250.0)], [row(200.0, 190.0, 1)], [row(250.0, 180.0)]], 2)
+    (m,) = merged
+    assert (m["time_us"], m["min_us"], m["p99_us"], m["wrong"]) == (200.0, 180.0, 400.0, 1)
+    assert m["rounds_us"] == [300.0, 200.0, 250.0]
+    assert m["busbw"] == pytest.approx((1 << 20) / 200e-6 / 1e9)  # n = 2: factor 1

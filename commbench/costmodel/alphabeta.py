@@ -1,0 +1,159 @@
+"""The alpha-beta-gamma model (Hockney; Thakur, Rabenseifner & Gropp 2005) for every collective
+and algorithm commbench runs, and its calibration on the machine at hand.
+
+    T = alpha * steps + beta * bytes + gamma * reduced
+
+steps: messages on the critical path; bytes: bytes a rank sends on it; reduced: bytes it
+combines. S is nccl-tests' size (all-gather / reduce-scatter / all-to-all: the whole buffer).
+Two classes of cost are calibrated separately, because they are different code: ``lib`` (the
+transport's own collectives and its raw point-to-point, compiled) and ``py`` (algorithms built
+here from point-to-point through commbench's comm layer, a Python call per message).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from commbench.collectives.alltoall import bruck_blocks_per_step
+
+__all__ = ["Fit", "Params", "cost_class", "fit", "terms"]
+
+
+def _lg(n: int) -> int:
+    return math.ceil(math.log2(n)) if n > 1 else 0
+
+
+def terms(op: str, algo: str, n: int, size: float, local: int = 2) -> tuple[float, float, float]:
+    """(steps, bytes sent on the critical path, bytes reduced) of one call."""
+    if n == 1:
+        return 0.0, 0.0, 0.0
+    S, f = float(size), (n - 1) / n
+    if op == "pingpong":
+        return 1, S, 0
+    if op == "sendrecv":
+        return 1, S, 0
+    if algo == "native":  # bandwidth-optimal schedules at log latency (what MPICH/gloo use)
+        return {"all_reduce": (2 * _lg(n), 2 * f * S, f * S),
+                "all_gather": (_lg(n), f * S, 0), "reduce_scatter": (_lg(n), f * S, f * S),
+                "all_to_all": (n - 1, f * S, 0), "broadcast": (_lg(n), _lg(n) * S, 0),
+                "reduce": (_lg(n), _lg(n) * S, _lg(n) * S), "gather": (_lg(n), f * S, 0),
+                "scatter": (_lg(n), f * S, 0)}[op]
+    p = 1 << int(math.log2(n))
+    extra = 1 if n > p else 0
+    lp = int(math.log2(p))
+    if (op, algo) == ("all_reduce", "ring"):
+        return 2 * (n - 1), 2 * f * S, f * S
+    if (op, algo) == ("all_reduce", "naive"):
+        return 2 * (n - 1), 2 * (n - 1) * S, (n - 1) * S
+    if (op, algo) == ("all_reduce", "recursive_doubling"):
+        return lp + 2 * extra, S * (lp + 2 * extra), S * (lp + extra)
+    if (op, algo) == ("all_reduce", "rabenseifner"):
+        return 2 * lp + 2 * extra, 2 * (p - 1) / p * S + 2 * extra * S, (p - 1) / p * S + extra * S
+    if (op, algo) == ("all_reduce", "hierarchical"):
+        L, N = local, n // local
+        return (2 * (L - 1) + 2 * (N - 1), 2 * (L - 1) / L * S + 2 * (N - 1) / N * S / L,
+                (L - 1) / L * S + (N - 1) / N * S / L)
+    if (op, algo) in (("all_gather", "ring"), ("reduce_scatter", "ring")):
+        return n - 1, f * S, f * S if op == "reduce_scatter" else 0
+    if (op, algo) == ("all_to_all", "pairwise"):
+        return n - 1, f * S, 0
+    if (op, algo) == ("all_to_all", "bruck"):
+        return _lg(n), S / n * sum(bruck_blocks_per_step(n)), 0
+    if (op, algo) in (("broadcast", "binomial"), ("reduce", "binomial")):
+        return _lg(n), _lg(n) * S, _lg(n) * S if op == "reduce" else 0
+    raise ValueError(f"no alpha-beta terms for {op}/{algo}")
+
+
+def cost_class(op: str, algo: str) -> str:
+    """``lib`` for the transport's own calls (and its raw ping-pong), ``py`` for commbench's."""
+    return "lib" if algo == "native" and op != "sendrecv" else "py"
+
+
+@dataclass(frozen=True)
+class Params:
+    alpha: float  # seconds per message
+    beta: float   # seconds per byte sent
+    gamma: float  # seconds per byte reduced
+
+    def time(self, t: tuple[float, float, float]) -> float:
+        return self.alpha * t[0] + self.beta * t[1] + self.gamma * t[2]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Calibrated parameters per cost class and, where calibrated, per algorithm; with the
+    calibration residuals."""
+
+    classes: dict[str, Params]
+    residuals: list[dict]
+    algos: dict[str, Params] | None = None  # "op/algo" -> its own alpha, beta, gamma
+
+    def predict_us(self, op: str, algo: str, n: int, size: float, per_algo: bool = True) -> float:
+        own = (self.algos or {}).get(f"{op}/{algo}") if per_algo else None
+        return (own or self.classes[cost_class(op, algo)]).time(terms(op, algo, n, size)) * 1e6
+
+    def as_dict(self) -> dict:
+        return {"classes": {k: asdict(v) for k, v in self.classes.items()},
+                "algorithms": {k: asdict(v) for k, v in (self.algos or {}).items()},
+                "residuals": self.residuals}
+
+    @staticmethod
+    def from_dict(d: dict) -> Fit:
+        return Fit({k: Params(**v) for k, v in d["classes"].items()}, d.get("residuals", []),
+                   {k: Params(**v) for k, v in d.get("algorithms", {}).items()})
+
+
+def _nnls_relative(A: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """min sum ((A x - y) / y)^2 with x >= 0 (relative error; a small active-set loop)."""
+    W = A / y[:, None]
+    ones = np.ones_like(y)
+    free = list(range(A.shape[1]))
+    x = np.zeros(A.shape[1])
+    while free:
+        sol, *_ = np.linalg.lstsq(W[:, free], ones, rcond=None)
+        if (sol >= 0).all():
+            x[:] = 0
+            x[free] = sol
+            return x
+        free.pop(int(np.argmin(sol)))
+    return x
+
+
+def _fit_rows(rows: list[dict], n: int, label: str, residuals: list[dict]) -> Params:
+    A = np.array([terms(r["op"], r["algo"], n, r["size"]) for r in rows], dtype=float)
+    y = np.array([r["time_us"] * 1e-6 for r in rows])
+    scale = np.array([1e-6, 1e-9, 1e-9])  # condition the columns
+    x = _nnls_relative(A * scale, y) * scale
+    for r, t in zip(rows, A @ x, strict=True):
+        residuals.append({"fit": label, "op": r["op"], "algo": r["algo"], "size": r["size"],
+                          "measured_us": r["time_us"], "fitted_us": t * 1e6,
+                          "rel_error": (t * 1e6 - r["time_us"]) / r["time_us"]})
+    return Params(*map(float, x))
+
+
+CALIBRATION = (("pingpong", "native"), ("all_reduce", "native"), ("sendrecv", "native"),
+               ("all_reduce", "ring"))
+
+
+def fit(rows: list[dict], n: int, per_algo: bool = True) -> Fit:
+    """Fit alpha, beta, gamma per cost class on the calibration cases (ping-pong, the
+    transport's all-reduce, commbench's sendrecv and ring all-reduce), and, with ``per_algo``,
+    each algorithm's own three on its rows (op, algo, size, time_us)."""
+    rows = [r for r in rows if r["time_us"] > 0]
+    classes: dict[str, Params] = {}
+    residuals: list[dict] = []
+    for cls in ("lib", "py"):
+        mine = [r for r in rows if (r["op"], r["algo"]) in CALIBRATION
+                and cost_class(r["op"], r["algo"]) == cls]
+        if mine:
+            classes[cls] = _fit_rows(mine, n, cls, residuals)
+    algos = {}
+    if per_algo:
+        for key in sorted({(r["op"], r["algo"]) for r in rows}):
+            mine = [r for r in rows if (r["op"], r["algo"]) == key]
+            if len(mine) >= 3:
+                algos["/".join(key)] = _fit_rows(mine, n, "/".join(key), residuals)
+    return Fit(classes, residuals, algos)

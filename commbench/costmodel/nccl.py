@@ -1,0 +1,210 @@
+"""NCCL's own tuning model, rebuilt from its published source (``ncclTopoTuneModel``,
+``ncclTopoGetAlgoTime``, ``topoGetAlgoInfo``; constants in ``data/nccl-<version>.json``).
+
+For every enabled (algorithm, protocol) pair NCCL computes
+
+    time_us = latency + nBytes / (1000 * algBw)
+
+and runs the fastest; ``nBytes`` is the whole buffer (all-gather / reduce-scatter: n x the
+per-rank block). Algorithms Ring, Tree, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT;
+protocols LL, LL128, Simple. Latency = base + per-hop hardware latency x steps (intra-node:
+NVLink or PCI; inter-node: NET); bandwidth = channels x per-channel graph bandwidth, capped per
+protocol, then turned into algorithm bandwidth (Ring: n / nsteps; Tree, CollNet: 1/2).
+Not modeled: the lowering of channel and thread counts for tiny messages, tuner plugins, FP8.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from commbench.costmodel.topology import Graph, Topology, graphs
+
+__all__ = ["ALGOS", "PROTOS", "Choice", "constants", "hierarchical_all_reduce", "nccl_predict",
+           "nccl_table", "versions"]
+
+ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
+PROTOS = ("LL", "LL128", "Simple")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+
+
+@cache
+def constants(version: str = "2.30.7") -> dict:
+    name = f"nccl-{version}.json"
+    base = resources.files("commbench.costmodel") / "data"
+    if not (base / name).is_file():
+        raise ValueError(f"NCCL version {version!r}: no constants; known: {', '.join(versions())}")
+    return json.loads((base / name).read_text())
+
+
+def versions() -> list[str]:
+    base = resources.files("commbench.costmodel") / "data"
+    return sorted(p.name[5:-5] for p in base.iterdir() if p.name.startswith("nccl-"))
+
+
+@dataclass(frozen=True)
+class Choice:
+    algo: str
+    proto: str
+    time_us: float
+    lat_us: float
+    bus_bw: float   # GB/s, nccl-tests' busbw convention
+    alg_bw: float
+
+
+def _node_index(nodes: int) -> int:
+    return 0 if nodes == 1 else (1 if nodes == 2 else 2)
+
+
+def _nsteps(op: str, n: int) -> int:
+    return 2 * (n - 1) if op == "all_reduce" else (n - 1 if op in ("all_gather", "reduce_scatter") else n)
+
+
+def _bus_bw(op, algo, p, topo: Topology, g: Graph, c: dict, ppn: int) -> float:
+    arch, ni, nodes = topo.arch, _node_index(topo.nodes), topo.nodes
+    per = g.bw_intra if nodes <= 2 or algo.startswith("collnet") else g.bw_inter
+    bus = g.channels * per
+    ll_row = arch if nodes == 1 else ("volta" if topo.cpu_vendor == "intel" else "ampere")
+    ll_max = c["ll_max_bw"][ll_row][ni]
+    if algo == "ring":
+        return [min(ll_max, 0.5 * bus),
+                min(0.92 * bus, g.channels * c["per_ch_max_ring_ll128_bw"][arch][ni]), bus][p]
+    if algo == "tree":
+        return [min(bus / 3.8, ll_max),
+                min(bus * (7 / 9 if nodes == 1 else 120 / 128),
+                    g.channels * c["per_ch_max_tree_ll128_bw"][arch][ni]),
+                min(0.92 * bus, g.channels * c["per_ch_max_tree_bw"][arch][ni])][p]
+    if algo in ("nvls", "nvls_tree"):
+        intra = g.bw_intra * c["nvls_efficiency"][arch] * (g.channels - 1) / g.channels
+        intra *= 2.0 if op == "all_reduce" else (ppn - 1) / ppn
+        if nodes == 1:
+            return g.channels * intra
+        inter = g.bw_inter * (2.0 if algo == "nvls_tree" and nodes <= 2 else 1.0)
+        bw = min(intra, inter)
+        if algo == "nvls_tree":
+            bw = min(bw, c["per_ch_max_nvls_tree_bw"][arch][ni])
+        return g.channels * bw
+    if algo == "pat":
+        return 0.75 * bus
+    return bus  # collnet
+
+
+def _enabled(op: str, algo: str, p: int, topo: Topology, n: int, ppn: int, c: dict) -> bool:
+    if algo not in c["base_lat_us"]:
+        return False
+    if algo in ("nvls", "nvls_tree"):
+        if p != 2 or not topo.nvls or (algo == "nvls_tree") != (topo.nodes > 1):
+            return False
+        if algo == "nvls" and topo.nodes > 1 and not topo.collnet:
+            return False
+        return op == "all_reduce" or (op in ("all_gather", "reduce_scatter") and ppn <= c["max_nvls_arity"])
+    if algo == "tree":
+        return op == "all_reduce"
+    if algo.startswith("collnet"):
+        return topo.collnet and p == 2 and op == "all_reduce"
+    if algo == "pat":
+        return op in ("all_gather", "reduce_scatter") and ppn == 1 and p == 2
+    return True  # ring: every op
+
+
+def _latency(op, algo, p, topo: Topology, n: int, ppn: int, c: dict) -> float:
+    link = "pci" if topo.intra == "pci" else "nvlink"
+    intra = c["hw_lat_us"][link][algo][p]
+    net_algo = "tree" if ppn == 1 and algo == "ring" else algo
+    inter = c["hw_lat_us"]["net"][net_algo][p] + topo.latency_inter_us * (2 if p == 2 else 1)
+    base, nodes = c["base_lat_us"][algo][p], topo.nodes
+    nsteps = _nsteps(op, n)
+    if algo == "ring":
+        if op in ("broadcast", "reduce"):
+            return base + nsteps * intra
+        inter_steps = (2 if op == "all_reduce" else 1) * (nodes - 1)
+        if nodes > 1:
+            intra = max(intra, c["net_overhead_us"][topo.cpu_vendor] * (3 if p == 2 else 1))
+        return base + (nsteps - inter_steps) * intra + inter_steps * inter
+    if algo == "tree":
+        return base + 2 * ((ppn - 1) * intra + math.log2(nodes) * inter)
+    if algo == "nvls":
+        return intra + (inter if nodes > 1 else 0.0)
+    if algo == "nvls_tree":
+        return intra + 2 * math.log2(nodes) * inter
+    if algo == "collnet_direct":
+        return base + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * 0.4) + inter
+    if algo == "collnet_chain":
+        return base + 2 * (ppn - 1) * intra + inter
+    return base + math.log2(nodes) * inter / 3.5 + 2.8 * n  # pat
+
+
+def nccl_table(op: str, nbytes: int, topo: Topology, version: str = "2.30.7") -> list[Choice]:
+    """Every enabled (algorithm, protocol) for ``op`` of ``nbytes`` on all of ``topo``'s ranks."""
+    if op not in OPS:
+        raise ValueError(f"op={op!r}: NCCL's tuning model covers {', '.join(OPS)}")
+    if nbytes < 0:
+        raise ValueError(f"nbytes={nbytes}: must be >= 0")
+    c = constants(version)
+    n, ppn = topo.ranks, topo.gpus_per_node
+    if n == 1:
+        return [Choice("ring", "Simple", 0.0, 0.0, 0.0, 0.0)]
+    g_all = graphs(topo, c["nvlink_bw_per_link"][topo.arch], c["nvls_search_speeds_sm90"])
+    out = []
+    for algo in ALGOS:
+        for p, proto in enumerate(PROTOS):
+            if not _enabled(op, algo, p, topo, n, ppn, c):
+                continue
+            g = g_all[algo]
+            bus = _bus_bw(op, algo, p, topo, g, c, ppn)
+            if bus <= 0:
+                continue
+            if algo == "ring" or (algo in ("nvls", "nvls_tree") and op == "all_reduce"):
+                alg = bus * n / _nsteps(op, n)
+            elif algo == "tree" or algo.startswith("collnet"):
+                alg = bus * 0.5
+            else:
+                alg = bus
+            lat = _latency(op, algo, p, topo, n, ppn, c)
+            if algo == "tree" and op == "all_reduce" and nbytes >> 6 > 0:
+                k = int(math.log2(nbytes >> 6))
+                if k < len(c["tree_correction"][p]):
+                    alg *= c["tree_correction"][p][k]
+            if algo == "ring" and p == 2 and op == "all_reduce" and topo.nodes > 1 \
+                    and nbytes / (g.channels * n) >= 64:
+                lat *= c["ring_plateau"]["sm80_plus" if topo.arch != "volta" else "older"]
+            t = lat + nbytes / (1000 * alg)
+            out.append(Choice(algo, proto, t, lat, alg * _nsteps(op, n) / n
+                              if op in ("all_reduce", "all_gather", "reduce_scatter") else alg,
+                              alg))
+    return out
+
+
+def nccl_predict(op: str, nbytes: int, topo: Topology, version: str = "2.30.7",
+                 algo: str | None = None, proto: str | None = None) -> Choice:
+    """NCCL's pick (the argmin of :func:`nccl_table`), or the given algorithm/protocol."""
+    table = nccl_table(op, nbytes, topo, version)
+    if algo or proto:
+        table = [t for t in table if (not algo or t.algo == algo) and (not proto or t.proto == proto)]
+        if not table:
+            raise ValueError(f"{op} on {topo.name} ({topo.ranks} ranks): NCCL would not run "
+                             f"algo={algo} proto={proto} here")
+    return min(table, key=lambda t: t.time_us)
+
+
+def hierarchical_all_reduce(nbytes: int, topo: Topology, version: str = "2.30.7") -> float:
+    """A two-level all-reduce across nodes (costmodel.md 1.3): reduce-scatter inside each node,
+    an all-reduce of S/L across nodes on each of the L rails at once (one GPU per node, its
+    share of the NICs), all-gather inside the node; each stage timed by NCCL's model (us)."""
+    from dataclasses import asdict
+
+    L, N = topo.gpus_per_node, topo.nodes
+    fields = {**asdict(topo), "sources": topo.sources}
+    node = Topology(**{**fields, "nodes": 1})
+    rail = Topology(**{**fields, "gpus_per_node": 1, "nvls": False,
+                       "nics_per_node": max(1, topo.nics_per_node // L)})
+    t = 0.0
+    if L > 1:
+        t += nccl_predict("reduce_scatter", nbytes, node, version).time_us
+        t += nccl_predict("all_gather", nbytes, node, version).time_us
+    if N > 1:
+        t += nccl_predict("all_reduce", nbytes // L, rail, version).time_us
+    return t

@@ -1,0 +1,227 @@
+"""The cost models' arithmetic, pinned: NCCL's tuning model against hand-worked cases and its
+published latency floors, the presets against published nccl-tests figures, topology files and
+NCCL's XML, and the alpha-beta-gamma fit."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from commbench.collectives.predict import predict
+from commbench.costmodel.alphabeta import Params, fit, terms
+from commbench.costmodel.nccl import nccl_predict, nccl_table
+from commbench.costmodel.published import HEADLINE, check_published
+from commbench.costmodel.topology import from_nccl_xml, load
+
+pytestmark = [pytest.mark.model]
+
+
+def _lat(table, algo, proto):
+    return next(round(t.lat_us, 2) for t in table if (t.algo, t.proto) == (algo, proto))
+
+
+def test_latency_floors_of_one_and_two_h100_nodes_by_hand():
+    """costmodel.md 3.7: 8 GPUs on NVLink, Intel host, latencyInter 0."""
+    one = nccl_table("all_reduce", 8, load("dgx-h100"))
+    assert _lat(one, "ring", "LL") == 6.6 + 14 * 0.6
+    assert _lat(one, "ring", "LL128") == round(14 + 14 * 1.9, 2)
+    assert _lat(one, "ring", "Simple") == round(8.4 + 14 * 3.4, 2)
+    assert _lat(one, "tree", "LL") == round(6.8 + 2 * 7 * 0.6, 2)
+    assert _lat(one, "tree", "Simple") == round(8.4 + 2 * 7 * 4, 2)
+    assert _lat(one, "nvls", "Simple") == 25.0
+    two = nccl_table("all_reduce", 8, load("cluster-h100-ndr", 2))
+    assert _lat(two, "ring", "LL") == round(6.6 + 28 * 1.0 + 2 * 2.7, 2)  # intra max'd to 1 us
+    assert _lat(two, "ring", "Simple") == round(8.4 + 28 * 3.4 + 2 * 14, 2)
+    assert _lat(two, "tree", "LL") == round(6.8 + 2 * (7 * 0.6 + 5.0), 2)
+    assert _lat(two, "tree", "Simple") == round(8.4 + 2 * (28 + 14), 2)
+    assert _lat(two, "nvls_tree", "Simple") == round(25 + 2 * 20.9, 2)
+    ag = nccl_table("all_gather", 8, load("dgx-h100"))
+    assert _lat(ag, "ring", "LL") == round(6.6 + 7 * 0.6, 2)
+    assert _lat(ag, "ring", "Simple") == round(8.4 + 7 * 3.4, 2)
+
+
+def test_small_messages_pick_ll_and_large_ones_simple_at_the_hand_worked_crossover():
+    """Ring on one H100 node: LL (15 us, busBw min(141, 0.5 x 370.8)) against Simple (56 us,
+    370.8): equal when 15 + S/alg_LL = 56 + S/alg_S, alg = busBw * 8/14."""
+    h = load("dgx-h100")
+    alg_ll, alg_s = min(141.0, 0.5 * 370.8) * 8 / 14, 370.8 * 8 / 14
+    cross = (56.0 - 15.0) / (1 / alg_ll - 1 / alg_s) * 1000  # bytes
+    below, above = int(cross * 0.9), int(cross * 1.1)
+    ring = [t for t in nccl_table("all_reduce", below, h) if t.algo == "ring"]
+    assert min(ring, key=lambda t: t.time_us).proto in ("LL", "LL128")
+    for size, proto in ((below, "LL"), (above, "Simple")):
+        ll, simple = (nccl_predict("all_reduce", size, h, algo="ring", proto=p) for p in ("LL", "Simple"))
+        assert (ll.time_us < simple.time_us) == (proto == "LL")
+    assert nccl_predict("all_reduce", 8, h).time_us == pytest.approx(15.0 + 8 / (1000 * alg_ll))
+
+
+def test_tree_correction_factor_and_ring_plateau_are_applied():
+    h = load("dgx-h100")
+    size = 1 << 20  # (1 MiB >> 6) = 2^14: Simple factor 0.5
+    tree = nccl_predict("all_reduce", size, h, algo="tree", proto="Simple")
+    bus = min(0.92 * 370.8, 16 * 38.7)
+    assert tree.time_us == pytest.approx(64.4 + size / (1000 * bus * 0.5 * 0.5))
+    multi = load("cluster-h100-ndr", 4)
+    big = nccl_predict("all_reduce", 1 << 30, multi, algo="ring", proto="Simple")
+    n = multi.ranks
+    lat = (8.4 + (2 * (n - 1) - 6) * 3.4 + 6 * 14.0) * 1.4
+    assert big.lat_us == pytest.approx(lat)
+
+
+def test_one_rank_costs_nothing_and_unknown_requests_are_refused():
+    one = load("dgx-h100").__class__(**{**load("dgx-h100").__dict__, "gpus_per_node": 1})
+    assert nccl_predict("all_reduce", 1 << 20, one).time_us == 0.0
+    with pytest.raises(ValueError, match="op='all_to_all'"):
+        nccl_table("all_to_all", 8, load("dgx-h100"))
+    with pytest.raises(ValueError, match="would not run algo=nvls"):
+        nccl_predict("all_reduce", 8, load("dgx-a100"), algo="nvls")
+
+
+def test_presets_reproduce_the_published_figures_within_ten_percent():
+    rows = check_published()
+    for r in rows[:HEADLINE]:
+        assert abs(r["ratio"] - 1) <= 0.10, r
+    assert [r["headline"] for r in rows].count(True) == HEADLINE
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"arch": "kepler"}, "arch='kepler': must be one of"),
+    ({"gpus_per_node": 0}, "gpus_per_node=0: must be an integer >= 1"),
+    ({"nvlink_links": 0}, "nvlink_links=0: an NVLink machine needs"),
+    ({"nic_GBps": -1}, "nic_GBps=-1: must be a number >= 0"),
+    ({"nodes": 2, "nics_per_node": 0}, "nodes=2 needs nics_per_node"),
+    ({"arch": "ampere", "nvls": True}, "nvls=true needs a Hopper or Blackwell"),
+    ({"speed": 3}, "unknown field 'speed'"),
+    ({"graphs": {"ring": {"channels": 2}}}, "graphs.ring: needs exactly"),
+])
+def test_topology_files_with_missing_or_nonsensical_fields_are_refused(tmp_path, change, message):
+    data = json.loads(load.__globals__["presets"]()["dgx-h100"].read_text())
+    data.update(change)
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        load(str(path))
+    del data["name"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="mine.json: missing field 'name'"):
+        load(str(path))
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="mine.json: not valid JSON"):
+        load(str(path))
+
+
+XML = """<system version="1">
+ <cpu numaid="0" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="143">
+  <pci busid="0000:17:00.0" class="0x060400" link_speed="32.0 GT/s PCIe" link_width="16">
+   {gpus}
+   <nic><net name="mlx5_0" dev="0" speed="400000" port="1" latency="0" gdr="1"/></nic>
+   <nic><net name="mlx5_1" dev="1" speed="400000" port="1" latency="0" gdr="1"/></nic>
+  </pci>
+ </cpu>
+</system>"""
+GPU = ('<pci busid="0000:1{i}:00.0"><gpu dev="{i}" sm="90" rank="{i}" gdr="1">'
+       '<nvlink target="0000:e7:00.0" count="18" tclass="0x068000"/></gpu></pci>')
+
+
+def test_an_nccl_topology_dump_is_read_into_a_topology(tmp_path):
+    path = tmp_path / "dump.xml"
+    path.write_text(XML.format(gpus="".join(GPU.format(i=i) for i in range(8))))
+    topo = load(str(path), nodes=2)
+    assert (topo.arch, topo.gpus_per_node, topo.intra, topo.nvlink_links, topo.nodes) == \
+        ("hopper", 8, "nvswitch", 18, 2)
+    assert (topo.nics_per_node, topo.nic_GBps, topo.nvls) == (2, 50.0, True)
+    with pytest.raises(ValueError, match="no <gpu> element"):
+        from_nccl_xml(XML.format(gpus=""))
+    with pytest.raises(ValueError, match="not valid XML"):
+        from_nccl_xml("<system>")
+
+
+# -- alpha-beta-gamma -------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8])
+@pytest.mark.parametrize(("op", "algo"), [("all_reduce", "ring"), ("all_gather", "ring"),
+                                          ("reduce_scatter", "ring"), ("all_to_all", "pairwise"),
+                                          ("all_to_all", "bruck")])
+def test_bytes_term_equals_the_ledger_formula(n, op, algo):
+    """Where every rank sends the same, the model's bytes are the formula's bytes per rank."""
+    block = 16 * n
+    size = block * n * 4
+    count = size // 4 if op != "all_gather" else block
+    sent, _ = predict(op, algo, n, 0, count, 4, in_splits=[block] * n, out_splits=[block] * n)
+    assert terms(op, algo, n, size)[1] == pytest.approx(sent)
+
+
+def test_fit_recovers_known_constants_and_never_goes_negative():
+    truth = {"lib": Params(5e-6, 2e-10, 1e-10), "py": Params(4e-5, 5e-10, 8e-10)}
+    rows = []
+    for op, algo in (("pingpong", "native"), ("all_reduce", "native"), ("sendrecv", "native"),
+                     ("all_reduce", "ring"), ("all_reduce", "naive")):
+        cls = "lib" if algo == "native" and op != "sendrecv" else "py"
+        for size in (4096, 65536, 1 << 20, 16 << 20):
+            rows.append({"op": op, "algo": algo, "size": size,
+                         "time_us": truth[cls].time(terms(op, algo, 4, size)) * 1e6})
+    model = fit(rows, 4)
+    for cls, p in truth.items():  # point-to-point rows separate beta from gamma
+        got = model.classes[cls]
+        for name in ("alpha", "beta", "gamma"):
+            assert getattr(got, name) == pytest.approx(getattr(p, name), rel=1e-6), (cls, name)
+    for r in rows:  # the fitted model reproduces the data it came from
+        assert model.predict_us(r["op"], r["algo"], 4, r["size"]) == pytest.approx(r["time_us"],
+                                                                                 rel=1e-6)
+    noisy = [dict(r, time_us=r["time_us"] * (0.2 if r["size"] > 65536 else 5)) for r in rows]
+    assert all(v >= 0 for p in fit(noisy, 4).classes.values() for v in p.__dict__.values())
+
+
+def test_native_all_reduce_terms_are_bandwidth_optimal_at_log_latency():
+    steps, sent, red = terms("all_reduce", "native", 8, 1 << 20)
+    assert steps == 2 * math.log2(8) and sent == pytest.approx(2 * 7 / 8 * (1 << 20))
+    assert red == pytest.approx(7 / 8 * (1 << 20))
+
+
+# -- command line -----------------------------------------------------------------------------------
+def test_predict_prints_the_table_and_refuses_bad_input_in_one_line(capsys):
+    from commbench.cli import main
+
+    assert main(["predict", "collective", "all_reduce", "1G", "--topology", "dgx-h100,dgx-a100"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("<-") == 2 and "nvls" in out and "answered in" in out
+    assert main(["predict", "published", "--no-write"]) == 0
+    assert "headline figures within 10%: 6 of 6" in capsys.readouterr().out
+    for argv, message in ((["predict", "collective", "all_reduce", "1G", "--topology", "nope"],
+                           "topology 'nope': no such preset"),
+                          (["predict", "collective", "all_to_all", "1G"], "op='all_to_all'"),
+                          (["predict", "layout", "--tp", "3"], "must split over tp=3")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1
+
+
+def test_rows_carry_the_calibrated_and_the_nccl_prediction():
+    from commbench.costmodel.alphabeta import Fit
+    from commbench.model_study import annotate
+
+    model = Fit({"lib": Params(1e-5, 1e-9, 0.0), "py": Params(1e-4, 1e-9, 1e-9)}, [])
+    rows = [{"op": "all_reduce", "algo": "native", "size": 1 << 20, "time_us": 3000.0},
+            {"op": "all_to_all", "algo": "bruck", "size": 1 << 20, "time_us": 5000.0}]
+    annotate(rows, model, 4, load("dgx-h100"))
+    want = (1e-5 * 4 + 1e-9 * 1.5 * (1 << 20)) * 1e6
+    assert rows[0]["pred_us"] == pytest.approx(want)
+    assert rows[0]["meas_over_pred"] == pytest.approx(3000 / want)
+    assert rows[0]["nccl_pred_us"] > 0 and "nccl_pred_us" not in rows[1]
+
+
+def test_two_level_all_reduce_is_its_three_stages():
+    from dataclasses import replace
+
+    from commbench.costmodel.nccl import hierarchical_all_reduce
+
+    topo, S = load("cluster-h100-ndr", 4), 1 << 30
+    node = replace(topo, nodes=1)
+    rail = replace(topo, gpus_per_node=1, nvls=False, nics_per_node=1)
+    want = (nccl_predict("reduce_scatter", S, node).time_us
+            + nccl_predict("all_gather", S, node).time_us
+            + nccl_predict("all_reduce", S // 8, rail).time_us)
+    assert hierarchical_all_reduce(S, topo) == pytest.approx(want)
+    # the rail all-reduce of S/8 over one 48 GB/s NIC per GPU bounds it: 2 (N-1)/N S/8 / 48 GB/s
+    assert nccl_predict("all_reduce", S // 8, rail).time_us > 2 * 3 / 4 * (S / 8) / 48e3

@@ -1,0 +1,108 @@
+"""``commbench predict layout``: the bytes it predicts per group agree to the byte with the
+ledger of the patterns run on a small world (TP, TP+SP, ZeRO-1/2/3, Ulysses, ring attention,
+expert parallelism), and it answers for 100,000 ranks in well under a second."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from commbench.costmodel.layout import Layout, dp_calls, predict_layout, step_bytes
+from commbench.costmodel.topology import load
+from commbench.patterns.attention import AttnConfig
+from commbench.patterns.moe_gating import MoEConfig
+from commbench.patterns.moe_run import run_moe
+from commbench.patterns.seqpar import run_attention
+from commbench.patterns.tp import run_layer
+from commbench.patterns.tp_model import TPConfig
+from commbench.patterns.zero import train
+from commbench.patterns.zero_model import ZeroConfig
+
+pytestmark = [pytest.mark.model]
+TOPO = load("cluster-h100-ndr", 2)
+
+
+def _row(lay: Layout, group: str) -> int:
+    return next(r["bytes_per_rank"] for r in predict_layout(lay, TOPO) if r["group"] == group)
+
+
+def _sent(out: dict, group) -> int:
+    return sum(e[4] for e in out["ledger"] if e[1] == group)
+
+
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.parametrize("sp", [False, True])
+def test_tensor_parallel_bytes_match_the_ledger(world, sp):
+    P = world.size
+    cfg = TPConfig(batch=2, seq=4 * P, hidden=8 * P, ffn=16 * P, heads=P, vocab=4 * P, tp=P,
+                   sequence_parallel=sp, dtype="float32")
+    out = world.run(run_layer, cfg, 0)[0]
+    lay = Layout(layers=1, hidden=cfg.hidden, ffn=cfg.ffn, heads=cfg.heads, seq=cfg.seq,
+                 micro_batch=cfg.batch, micro_batches=1, tp=P, sp=sp, act_bytes=4, grad_bytes=4)
+    assert _row(lay, "tp") == _sent(out, out["tp"])
+
+
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_data_parallel_and_zero_bytes_match_the_ledger(world, stage):
+    P, m = world.size, 2
+    cfg = ZeroConfig(stage=stage, layers=3, hidden=4, batch=2 * P, micro=m, steps=1,
+                     dtype="float32")
+    out = world.run(train, cfg, 0)[0]
+    psi = cfg.layers * (cfg.hidden * cfg.hidden + cfg.hidden)  # divisible by P: no padding
+    assert step_bytes(dp_calls(psi, P, stage, m, 4), P) == sum(e[2] for e in out["ledger"])
+
+
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.parametrize("kind", ["ulysses", "ring"])
+def test_context_parallel_bytes_match_the_ledger(world, kind):
+    P = world.size
+    cfg = AttnConfig(batch=2, seq=4 * P, heads=2 * P, kv_heads=P, head_dim=3, sp=P, causal=True,
+                     layout="zigzag" if kind == "ring" else "contiguous", dtype="float32")
+    out = world.run(run_attention, cfg, 0, kind)[0]
+    lay = Layout(layers=1, hidden=cfg.heads * cfg.head_dim, heads=cfg.heads,
+                 kv_heads=cfg.kv_heads, seq=cfg.seq, micro_batch=cfg.batch, micro_batches=1,
+                 cp=P, cp_kind=kind, act_bytes=4)
+    assert _row(lay, "cp") == _sent(out, out["sp"])
+
+
+@pytest.mark.world(sizes=[2, 4])
+def test_expert_parallel_bytes_match_the_ledger(world):
+    P, T, M = world.size, 12, 8
+    cfg = MoEConfig(tokens=(T,) * P, model=M, ffn=16, experts=2 * P, ep=P, capacity_factor=1.5,
+                    dtype="float32")
+    out = world.run(run_moe, cfg, 0, "capacity")[0]
+    lay = Layout(layers=1, hidden=M, ffn=16, heads=1, seq=T, micro_batch=1, micro_batches=1,
+                 ep=P, dp=P, experts=cfg.experts, capacity_factor=1.5, act_bytes=4)
+    a2a = sum(e[4] for e in out["ledger"] if e[0] == "all_to_all")
+    assert _row(lay, "ep") == a2a
+
+
+def test_a_hundred_thousand_ranks_in_under_a_second():
+    lay = Layout(layers=128, hidden=16384, heads=128, kv_heads=8, seq=8192, micro_batches=16,
+                 tp=8, sp=True, cp=2, pp=8, dp=780, zero=1)
+    t0 = time.perf_counter()
+    rows = predict_layout(lay, load("cluster-h100-ndr", 12500))
+    assert time.perf_counter() - t0 < 1.0
+    assert lay.ranks == 99840 and {r["group"] for r in rows} == {"tp", "cp", "dp", "pp"}
+    assert all(r["time_ms"] > 0 and r["bytes_per_rank"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (dict(tp=3), "heads=32, kv_heads=32: must split over tp=3"),
+    (dict(capacity_factor=0, experts=8, ep=2, dp=2), "capacity_factor=0: must be > 0"),
+    (dict(ep=2, dp=2), "ep=2: needs experts > 0"),
+    (dict(ep=3, dp=4, experts=6), "ep=3: must divide dp=4"),
+    (dict(zero=4), "zero=4: must be 0, 1, 2 or 3"),
+    (dict(layers=30, pp=4), "layers=30: must be a multiple of pp=4"),
+    (dict(cp_kind="tree"), "cp_kind='tree'"),
+])
+def test_layouts_that_cannot_work_are_refused(change, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        predict_layout(Layout(**change), load("cluster-h100-ndr"))
+
+
+def test_a_layout_larger_than_the_machine_is_refused():
+    with pytest.raises(ValueError, match="needs 256 ranks.*has 128"):
+        predict_layout(Layout(tp=8, dp=32), load("cluster-h100-ndr"))
