@@ -26,6 +26,8 @@ def add_parser(sub) -> None:
     c.add_argument("op", help="all_reduce, all_gather, reduce_scatter, broadcast, reduce")
     c.add_argument("size", help="bytes (whole buffer; all-gather: the gathered size), e.g. 1G")
     _common(c)
+    c.add_argument("--ranks", type=int, default=None,
+                   help="GPUs taking part (default: every GPU of the topology); filled node by node")
     c.add_argument("--algo", default=None)
     c.add_argument("--proto", default=None)
     pub = what.add_parser("published", help="the presets against published nccl-tests figures")
@@ -76,6 +78,8 @@ def _collective(a) -> None:
 
     size = parse_size(a.size)
     for topo in _topologies(a):
+        if a.ranks is not None:
+            topo = on_ranks(topo, a.ranks)
         n = topo.ranks
         table = nccl_table(a.op, size, topo, a.nccl_version)
         pick = nccl_predict(a.op, size, topo, a.nccl_version, a.algo, a.proto)
@@ -90,6 +94,24 @@ def _collective(a) -> None:
             t = hierarchical_all_reduce(size, topo, a.nccl_version)
             print(f"# two-level (RS in node, AR across nodes on each rail, AG in node): "
                   f"{t:.1f} us, busbw {size / t / 1e3 * bus_factor(a.op, n):.1f} GB/s")
+
+
+def on_ranks(topo, ranks: int):
+    """``topo`` cut down to ``ranks`` GPUs, filled node by node."""
+    from dataclasses import replace
+
+    if ranks < 1:
+        raise ValueError(f"--ranks {ranks}: must be >= 1")
+    here = min(ranks, topo.gpus_per_node)
+    if ranks % here:
+        raise ValueError(f"--ranks {ranks}: must fill whole nodes of {topo.gpus_per_node} GPUs "
+                         "when it spans several")
+    nodes = ranks // here
+    if nodes > 1 and not (topo.nics_per_node and topo.nic_GBps):
+        raise ValueError(f"--ranks {ranks}: {topo.name} has no NICs to span {nodes} nodes")
+    return replace(topo, gpus_per_node=here, nodes=nodes,
+                   nics_per_node=max(1, topo.nics_per_node * here // topo.gpus_per_node)
+                   if topo.nics_per_node else 0, nvls=topo.nvls and here > 1)
 
 
 def _layout(a) -> None:

@@ -225,3 +225,16 @@ def test_two_level_all_reduce_is_its_three_stages():
     assert hierarchical_all_reduce(S, topo) == pytest.approx(want)
     # the rail all-reduce of S/8 over one 48 GB/s NIC per GPU bounds it: 2 (N-1)/N S/8 / 48 GB/s
     assert nccl_predict("all_reduce", S // 8, rail).time_us > 2 * 3 / 4 * (S / 8) / 48e3
+
+
+def test_two_gpus_by_hand():
+    """n = 2 on one H100 node: ring AR nsteps 2, LL 6.6 + 2 x 0.6; Simple 8.4 + 2 x 3.4; the
+    tree chain 2 x (1 x 4.0) + 8.4; NVLS 25 whatever n."""
+    from commbench.predict_cmd import on_ranks
+
+    two = on_ranks(load("dgx-h100"), 2)
+    t = nccl_table("all_reduce", 8, two)
+    assert (_lat(t, "ring", "LL"), _lat(t, "ring", "Simple")) == (7.8, 15.2)
+    assert (_lat(t, "tree", "Simple"), _lat(t, "nvls", "Simple")) == (16.4, 25.0)
+    with pytest.raises(ValueError, match="--ranks 12: must fill whole nodes of 8"):
+        on_ranks(load("cluster-h100-ndr"), 12)
