@@ -111,22 +111,25 @@ class Adam:
 
 
 def oracle_train(cfg: ZeroConfig, seed: int, dtype: torch.dtype = torch.float64,
-                 slices: int = 1) -> list[torch.Tensor]:
+                 slices: int = 1, reverse: bool = False) -> list[torch.Tensor]:
     """Each layer's flat parameters after ``cfg.steps`` steps, trained unsharded in one process.
 
     dtype float64 is the truth. In lower precision the result depends on where the batch is cut:
     with ``slices`` = P, each of P batch slices is computed on its own in ``dtype`` and the
     gradients summed in float32 (float64 for float64), as P data-parallel ranks do with fp32
     gradient reduction; only the order of that sum differs from a distributed run.
+    ``reverse`` sums the micro-batches and slices in the opposite order: the spread between the
+    two runs is how much the order of the sum alone moves the result.
     """
     master_dtype = torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
     master = [f.to(master_dtype) for f in init_layers(cfg, seed)]
     opt = Adam(master, cfg.lr)
     for step in range(cfg.steps):
         grads = [torch.zeros_like(f) for f in master]
-        for mb in range(cfg.micro):
+        for mb in (reversed if reverse else iter)(range(cfg.micro)):
             xs, ts = batch(cfg, seed, step, mb)
-            for x, t in zip(xs.chunk(slices), ts.chunk(slices)):
+            pairs = list(zip(xs.chunk(slices), ts.chunk(slices)))
+            for x, t in reversed(pairs) if reverse else pairs:
                 params = [f.to(dtype, copy=True).requires_grad_() for f in master]
                 y = forward(params, x.to(dtype), cfg.hidden)
                 (0.5 * ((y - t.to(dtype)) ** 2).sum()).backward()
