@@ -168,17 +168,13 @@ def stored_fit(out_dir: str, transport: str, n: int):
 def annotate(rows: list[dict], model, n: int, topo=None, version: str = "2.30.7") -> None:
     """Add the calibrated model's time (``pred_us``, ``meas_over_pred``) and, with a topology,
     NCCL's model of the same collective and size on n GPUs of that machine (``nccl_pred_us``)."""
-    from dataclasses import asdict
-
     from commbench.costmodel.alphabeta import terms
     from commbench.costmodel.nccl import OPS, nccl_predict
-    from commbench.costmodel.topology import Topology
 
     sub = None
     if topo is not None:
         here = min(n, topo.gpus_per_node)
-        sub = Topology(**{**asdict(topo), "gpus_per_node": here, "nodes": -(-n // here),
-                          "sources": topo.sources})
+        sub = topo.part(-(-n // here), here)
     for r in rows:
         if model is not None:
             try:

@@ -15,7 +15,7 @@ from commbench.patterns.tp import predicted_layer, run_layer
 from commbench.patterns.tp_model import TPConfig
 from commbench.volume import booked
 
-__all__ = ["MODELS", "VARIANTS", "tp_bench"]
+__all__ = ["MODELS", "VARIANTS", "per_iteration", "timing", "tp_bench"]
 
 # (batch, seq, hidden, ffn) per model size; heads = hidden / 16
 MODELS = [(2, 64, 64, 256), (2, 128, 128, 512), (2, 256, 256, 1024)]
@@ -48,15 +48,13 @@ def tp_bench(world, iters: int = 10, warmup: int = 3, emit=print) -> list[dict]:
             cfg = TPConfig(batch=b * dp, seq=s, hidden=h, ffn=f, heads=h // 16, vocab=tp, tp=tp,
                            dp=dp, sequence_parallel=sp, regather=regather, dtype="float32")
             outs = world.run(run_layer, cfg, 0, naive, 25 << 20, True, iters, warmup, naive_ddp)
-            per_iter = [max(ts) for ts in zip(*(o["times"] for o in outs))]
-            sent = max(sum(e[4] for e in o["ledger"]) for o in outs)
+            t, p99, sent = timing(outs)
             pred = _predicted_sent(cfg, naive) if dp == 1 else \
                 max(sum(booked("all_reduce", dp, i, c, 4)[0] for c in _dp_counts(outs[0]))
                     for i in range(dp))
-            t = statistics.median(per_iter) * 1e6
             base = t if name == "tp" else base
             row = {"variant": name, "model": f"{b},{s},{h},{f}", "tp": tp, "dp": dp,
-                   "time_us": t, "p99_us": res.percentile(per_iter, 99) * 1e6,
+                   "time_us": t, "p99_us": p99,
                    "sent": sent, "pred_sent": pred,
                    "vs_tp": t / base if base and dp == 1 else None}
             rows.append(row)
@@ -64,6 +62,19 @@ def tp_bench(world, iters: int = 10, warmup: int = 3, emit=print) -> list[dict]:
             emit(f" {name:>15} {row['model']:>16} {t:>10.1f} {row['p99_us']:>10.1f} "
                  f"{sent:>10} {pred:>10} {vs:>6}")
     return rows
+
+
+def per_iteration(outs: list[dict], key: str = "times") -> list[float]:
+    """Per iteration, the seconds of the slowest rank (the iteration ends with it)."""
+    return [max(ts) for ts in zip(*(o[key] for o in outs), strict=True)]
+
+
+def timing(outs: list[dict]) -> tuple[float, float, int]:
+    """(median us, p99 us) of the per-iteration maximum over ranks, and the bytes the busiest
+    rank's ledger counted."""
+    per_iter = per_iteration(outs)
+    return (statistics.median(per_iter) * 1e6, res.percentile(per_iter, 99) * 1e6,
+            max(sum(e[4] for e in o["ledger"]) for o in outs))
 
 
 def _dp_counts(out: dict) -> list[int]:

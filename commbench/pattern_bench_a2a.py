@@ -9,9 +9,8 @@ side by side in one run.
 
 from __future__ import annotations
 
-import statistics
-
 from commbench import results as res
+from commbench.pattern_bench import timing
 from commbench.patterns.attention import AttnConfig
 from commbench.patterns.moe_gating import MoEConfig
 from commbench.patterns.moe_run import predicted, run_moe
@@ -27,12 +26,6 @@ ATTN_MODELS = [(2, 64, 8, 8, 32), (2, 256, 8, 8, 32), (2, 256, 8, 2, 32)]
 MOE_MODELS = [(256, 64, 256, 2), (1024, 128, 512, 2)]
 
 
-def _timing(outs) -> tuple[float, float, int]:
-    per_iter = [max(ts) for ts in zip(*(o["times"] for o in outs), strict=True)]
-    return (statistics.median(per_iter) * 1e6, res.percentile(per_iter, 99) * 1e6,
-            max(sum(e[4] for e in o["ledger"]) for o in outs))
-
-
 def seqpar_bench(world, iters: int = 10, warmup: int = 3, emit=print) -> list[dict]:
     P = world.size
     rows = []
@@ -45,7 +38,7 @@ def seqpar_bench(world, iters: int = 10, warmup: int = 3, emit=print) -> list[di
             cfg = AttnConfig(batch=b, seq=s * P, heads=H, kv_heads=K, head_dim=d, sp=P,
                              causal=True, layout=layout, dtype="float32")
             outs = world.run(run_attention, cfg, 0, variant, iters, warmup)
-            t, p99, sent = _timing(outs)
+            t, p99, sent = timing(outs)
             pred = max(sum(x[1] for x in sp_predicted(cfg, variant, r)) for r in range(P))
             work = causal_work(cfg)
             base = t if variant == "ulysses" else base
@@ -88,7 +81,7 @@ def moe_bench(world, iters: int = 10, warmup: int = 3, emit=print) -> list[dict]
                                     capacity_factor=cf, ep=ep, dp=dp, tp=tp, dtype="float32")
                     outs = world.run(run_moe, cfg, 0, variant, iters, warmup)
                     kept = [o["kept"] for o in outs[::tp]]  # the routing of each data group
-                    t, p99, sent = _timing(outs)
+                    t, p99, sent = timing(outs)
                     pred = max(sum(x[2] for x in predicted(cfg, variant, r, kept))
                                for r in range(n))
                     frac = sum(int(o["kept"].sum()) for o in outs) / (2 * T * len(outs))

@@ -98,8 +98,6 @@ def _collective(a) -> None:
 
 def on_ranks(topo, ranks: int):
     """``topo`` cut down to ``ranks`` GPUs, filled node by node."""
-    from dataclasses import replace
-
     if ranks < 1:
         raise ValueError(f"--ranks {ranks}: must be >= 1")
     here = min(ranks, topo.gpus_per_node)
@@ -109,9 +107,7 @@ def on_ranks(topo, ranks: int):
     nodes = ranks // here
     if nodes > 1 and not (topo.nics_per_node and topo.nic_GBps):
         raise ValueError(f"--ranks {ranks}: {topo.name} has no NICs to span {nodes} nodes")
-    return replace(topo, gpus_per_node=here, nodes=nodes,
-                   nics_per_node=max(1, topo.nics_per_node * here // topo.gpus_per_node)
-                   if topo.nics_per_node else 0, nvls=topo.nvls and here > 1)
+    return topo.part(nodes, here)
 
 
 def _layout(a) -> None:

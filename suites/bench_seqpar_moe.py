@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from commbench.benchclock import CLOCK, feed
+from commbench.pattern_bench import per_iteration
 from commbench.pattern_bench_a2a import ATTN_MODELS, MOE_MODELS
 from commbench.patterns.attention import AttnConfig
 from commbench.patterns.moe_gating import MoEConfig
@@ -20,10 +21,6 @@ from commbench.patterns.seqpar import run_attention
 
 pytestmark = [pytest.mark.bench]
 ATTN = [("ulysses", "contiguous"), ("ring", "zigzag"), ("ring", "contiguous"), ("naive", "zigzag")]
-
-
-def _samples(outs):
-    return [max(ts) for ts in zip(*(o["times"] for o in outs), strict=True)]
 
 
 @pytest.mark.ulysses
@@ -39,7 +36,7 @@ def test_attention(world, benchmark, model, variant, layout):
                      layout=layout, dtype="float32")
     outs = world.run(run_attention, cfg, 0, variant, 10, 3)
     sent = max(sum(e[4] for e in o["ledger"]) for o in outs)
-    feed(benchmark, _samples(outs), variant=variant, layout=layout, ranks=P, sent=sent)
+    feed(benchmark, per_iteration(outs), variant=variant, layout=layout, ranks=P, sent=sent)
     assert sent == max(sum(x[1] for x in sp_predicted(cfg, variant, r)) for r in range(P))
 
 
@@ -56,6 +53,6 @@ def test_moe_layer(world, benchmark, variant, cf):
                     dtype="float32")
     outs = world.run(run_moe, cfg, 0, variant, 10, 3)
     sent = max(sum(e[4] for e in o["ledger"]) for o in outs)
-    feed(benchmark, _samples(outs), variant=variant, capacity_factor=cf, ranks=P, sent=sent)
+    feed(benchmark, per_iteration(outs), variant=variant, capacity_factor=cf, ranks=P, sent=sent)
     kept = [o["kept"] for o in outs]
     assert sent == max(sum(x[2] for x in predicted(cfg, variant, r, kept)) for r in range(P))

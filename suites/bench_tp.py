@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from commbench.benchclock import CLOCK, feed
-from commbench.pattern_bench import MODELS, VARIANTS, _predicted_sent
+from commbench.pattern_bench import MODELS, VARIANTS, _predicted_sent, per_iteration
 from commbench.patterns.tp import run_layer
 from commbench.patterns.tp_model import TPConfig
 
@@ -31,7 +31,7 @@ def test_layer(world, benchmark, model, variant):
     cfg = TPConfig(batch=b * dp, seq=s, hidden=h, ffn=f, heads=h // 16, vocab=tp, tp=tp, dp=dp,
                    sequence_parallel=sp, regather=regather, dtype="float32")
     outs = world.run(run_layer, cfg, 0, naive, 25 << 20, True, 10, 3, naive_ddp)
-    samples = [max(ts) for ts in zip(*(o["times"] for o in outs))]
+    samples = per_iteration(outs)
     sent = max(sum(e[4] for e in o["ledger"]) for o in outs)
     feed(benchmark, samples, variant=variant, model=list(model), ranks=world.size, sent=sent)
     if dp == 1:

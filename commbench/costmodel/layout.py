@@ -175,10 +175,7 @@ def _time_us(op: str, n: int, count: int, e: int, topo: Topology, span, version:
         cross = sent if op == "send" and nodes > 1 else sent * (n - here) / max(n - 1, 1)
         lat = c["base_lat_us"]["ring"][2] + c["hw_lat_us"]["net" if nodes > 1 else link]["ring"][2]
         return lat + (sent - cross) / (1000 * nv) + (cross / (1000 * nic) if cross else 0), "p2p"
-    sub = Topology(**{**asdict(topo), "nodes": nodes, "gpus_per_node": here,
-                      "nics_per_node": max(1, topo.nics_per_node * here // topo.gpus_per_node)
-                      if topo.nics_per_node else 0, "sources": topo.sources,
-                      "nvls": topo.nvls and here > 1})
+    sub = topo.part(nodes, here)
     choice = nccl_predict(op, count * n * e if op == "all_gather" else count * e, sub, version)
     return choice.time_us, f"{choice.algo}/{choice.proto}"
 

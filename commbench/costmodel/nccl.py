@@ -194,13 +194,8 @@ def hierarchical_all_reduce(nbytes: int, topo: Topology, version: str = "2.30.7"
     """A two-level all-reduce across nodes (costmodel.md 1.3): reduce-scatter inside each node,
     an all-reduce of S/L across nodes on each of the L rails at once (one GPU per node, its
     share of the NICs), all-gather inside the node; each stage timed by NCCL's model (us)."""
-    from dataclasses import asdict
-
     L, N = topo.gpus_per_node, topo.nodes
-    fields = {**asdict(topo), "sources": topo.sources}
-    node = Topology(**{**fields, "nodes": 1})
-    rail = Topology(**{**fields, "gpus_per_node": 1, "nvls": False,
-                       "nics_per_node": max(1, topo.nics_per_node // L)})
+    node, rail = topo.part(1, L), topo.part(N, 1)
     t = 0.0
     if L > 1:
         t += nccl_predict("reduce_scatter", nbytes, node, version).time_us

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -54,7 +54,15 @@ class Topology:
     graphs: dict = field(default_factory=dict)
 
     def with_nodes(self, nodes: int) -> Topology:
-        return Topology(**{**asdict(self), "nodes": nodes, "sources": self.sources})
+        return replace(self, nodes=nodes)
+
+    def part(self, nodes: int, per_node: int) -> Topology:
+        """``nodes`` nodes with ``per_node`` of this machine's GPUs each (a group of a larger
+        job): those GPUs' share of each node's NICs, NVLS only with two or more per node."""
+        nics = max(1, self.nics_per_node * per_node // self.gpus_per_node) \
+            if self.nics_per_node else 0
+        return replace(self, nodes=nodes, gpus_per_node=per_node, nics_per_node=nics,
+                       nvls=self.nvls and per_node > 1)
 
     @property
     def ranks(self) -> int:

@@ -16,10 +16,9 @@ Per step, with L = E/P local experts, C' = C/t, e bytes per element:
 
 from __future__ import annotations
 
-import time
-
 import torch
 
+from commbench.patterns._steps import ledger_rows, timed
 from commbench.patterns.moe import expert_ffn, moe_capacity, moe_naive, moe_variable
 from commbench.patterns.moe_gating import MoEConfig, capacity, gshard_gating, uniforms
 from commbench.volume import booked
@@ -121,16 +120,10 @@ def run_moe(ctx, cfg: MoEConfig, seed: int, variant: str = "capacity", iters: in
 
     with ctx.ledger.capture() as cap:
         y, gate = step()
-    times = []
-    for i in range(warmup + iters):
-        comm.backend.barrier(ctx.world)
-        t0 = time.perf_counter()
-        step()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
+    times = timed(ctx, step, iters, warmup)
     return {"y": y.detach(), "dx": x.grad, "dwg": wg.grad, "dw1": w1.grad, "dw2": w2.grad,
             "kept": gate.dispatch.any(2), "l_aux": gate.l_aux.detach(),
-            "ledger": [(e.op, e.group, e.count, e.dtype, e.sent, e.recv) for e in cap.entries],
+            "ledger": ledger_rows(cap.entries),
             "groups": {"ep": ep.ranks, "tp": tp.ranks, "dp": dp.ranks, "dp_ep": data.ranks},
             "times": times}
 

@@ -15,10 +15,9 @@ element and H_r / K_r the query / KV heads member r attends to:
 
 from __future__ import annotations
 
-import time
-
 import torch
 
+from commbench.patterns._steps import ledger_rows, timed
 from commbench.patterns.attention import (
     DTYPES,
     AttnConfig,
@@ -36,21 +35,6 @@ from commbench.volume import booked
 __all__ = ["ATTENTION", "expected", "oracle_zero3", "predicted", "run_attention", "run_zero3"]
 
 ATTENTION = {"ulysses": ulysses_attention, "ring": ring_attention, "naive": naive_attention}
-
-
-def _ledger(entries) -> list[tuple]:
-    return [(e.op, e.group, e.count, e.dtype, e.sent, e.recv) for e in entries]
-
-
-def _timed(ctx, step, iters: int, warmup: int) -> list[float]:
-    times = []
-    for i in range(warmup + iters):
-        ctx.comm().backend.barrier(ctx.world)
-        t0 = time.perf_counter()
-        step()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return times
 
 
 def run_attention(ctx, cfg: AttnConfig, seed: int, variant: str, iters: int = 0,
@@ -76,11 +60,11 @@ def run_attention(ctx, cfg: AttnConfig, seed: int, variant: str, iters: int = 0,
             y = ATTENTION[variant](q, k, v, cfg, comm, sp)
         y.backward(dy)
     out = {"y": y.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad,
-           "ledger": _ledger(cap.entries), "ledger_fwd": _ledger(fwd.entries),
+           "ledger": ledger_rows(cap.entries), "ledger_fwd": ledger_rows(fwd.entries),
            "sp": sp.ranks, "dp": dp.ranks}
     for t in (q, k, v):
         t.grad = None
-    out["times"] = _timed(ctx, step, iters, warmup)
+    out["times"] = timed(ctx, step, iters, warmup)
     return out
 
 
@@ -149,7 +133,7 @@ def run_zero3(ctx, cfg: AttnConfig, seed: int) -> dict:
         full = gathered(chunk, numel, comm, ctx.world)
         y = _layer(xl, full, cfg, lambda q, k, v: ulysses_attention(q, k, v, cfg, comm, sp))
         y.backward(local_tokens(dy, cfg, sp.index, dp.index))
-    return {"y": y.detach(), "dx": xl.grad, "dchunk": chunk.grad, "ledger": _ledger(cap.entries),
+    return {"y": y.detach(), "dx": xl.grad, "dchunk": chunk.grad, "ledger": ledger_rows(cap.entries),
             "sp": sp.ranks, "world": ctx.world.ranks}
 
 

@@ -15,11 +15,10 @@ Predicted bytes per layer, forward + backward (A = b*s*h elements of the layer's
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn.functional as F
 
+from commbench.patterns._steps import ledger_rows, timed
 from commbench.patterns.ddp import DDP, naive_sync
 from commbench.patterns.tp_layers import shard_weights, sync_replicated_grads, tp_layer
 from commbench.patterns.tp_model import DTYPES, LayerWeights, TPConfig, init_weights, inputs
@@ -42,10 +41,6 @@ def _local(t: torch.Tensor, cfg: TPConfig, dp_index: int, tp_index: int, seq: bo
         s = cfg.seq // cfg.tp
         t = t[:, tp_index * s:(tp_index + 1) * s]
     return t.contiguous()
-
-
-def _ledger(entries) -> list[tuple]:
-    return [(e.op, e.group, e.count, e.dtype, e.sent, e.recv) for e in entries]
 
 
 def run_layer(ctx, cfg: TPConfig, seed: int, naive: bool = False, bucket_bytes: int = 1 << 20,
@@ -83,16 +78,10 @@ def run_layer(ctx, cfg: TPConfig, seed: int, naive: bool = False, bucket_bytes: 
 
     with ctx.ledger.capture() as cap:
         y, ddp = step()
-    times = []
-    for i in range(warmup + iters):
-        comm.backend.barrier(ctx.world)
-        t0 = time.perf_counter()
-        step()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
+    times = timed(ctx, step, iters, warmup)
     return {"y": y.detach(), "dx": x.grad,
             **{f"d{k}": p.grad for k, p in params.items() if p.grad is not None},
-            "ledger": _ledger(cap.entries), "tp": tp.ranks, "dp": dp.ranks,
+            "ledger": ledger_rows(cap.entries), "tp": tp.ranks, "dp": dp.ranks,
             "ddp_issued": ddp.issued_at if ddp else [], "times": times}
 
 
@@ -153,8 +142,8 @@ def run_head(ctx, cfg: TPConfig, seed: int, fused: bool = False, naive: bool = F
         logits.backward(grad_logits)
         if dp.size > 1:
             e.grad = comm.all_reduce(e.grad, dp)
-    return {"loss": loss.detach(), "de": e.grad, "ce": _ledger(ce_fwd.entries + ce_bwd.entries),
-            "ledger": _ledger(whole.entries)}
+    return {"loss": loss.detach(), "de": e.grad, "ce": ledger_rows(ce_fwd.entries + ce_bwd.entries),
+            "ledger": ledger_rows(whole.entries)}
 
 
 def oracle_head(cfg: TPConfig, seed: int) -> dict[str, torch.Tensor]:
