@@ -24,6 +24,7 @@ import torch
 from commbench import verify
 from commbench.bench_native import Prepared, like, prepare_native
 from commbench.collectives import ALGORITHMS, predict
+from commbench.collectives.schedule import Compiled, schedule
 
 __all__ = ["COLLECTIVES", "Case", "counts_for", "measure"]
 
@@ -124,6 +125,8 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
                       "a barrier before each)", g.ranks)
     times = _loop(prep, barrier, case.iters, case.warmup, dev.type == "cuda")
     ctx.tracker.leave(case.op)
+    if prep.after is not None:
+        prep.after(times)
     if case.op == "pingpong":
         times = [t / 2 for t in times]  # one way, as OSU reports it
     kw = dict(prep.vol, root=root, local=2 if case.algo == "hierarchical" else None)
@@ -150,6 +153,8 @@ def _prepare_algorithm(ctx, comm, case: Case, src, count: int, root: int) -> Pre
         raise ValueError(f"no algorithm {case.algo!r} for {case.op!r}; known: {', '.join(known)}")
     g, n, op = ctx.world, ctx.size, case.redop
     vol: dict = {}
+    if case.algo.endswith("_compiled"):
+        return _prepare_compiled(comm, case, src, fn, g)
     if case.algo == "hierarchical":
         if n % 2:
             raise ValueError(f"hierarchical all_reduce: the world ({n}) must be even: it stands "
@@ -176,3 +181,22 @@ def _prepare_algorithm(ctx, comm, case: Case, src, count: int, root: int) -> Pre
         holder["out"] = run()
 
     return Prepared(call, lambda: None, call, lambda: holder.get("out"), vol)
+
+
+def _prepare_compiled(comm, case: Case, src, fn, g) -> Prepared:
+    """A compiled schedule bound once to a NumPy-backed buffer; the timer brackets its replay.
+
+    Like the native path: restored before each iteration and booked after the loop, message by
+    message, each timed call at its own time.
+    """
+    buf = like(src, src.numel())
+    steps = schedule(case.algo.removesuffix("_compiled"), g.size, g.index, buf.numel())
+    sched = Compiled(comm, buf, g, steps, case.redop, case.algo)
+
+    def after(times: list[float]) -> None:
+        for t in times:
+            sched.book(t)
+        sched.close()
+
+    return Prepared(sched.run, lambda: buf.copy_(src), lambda: fn(comm, src, g, op=case.redop),
+                    lambda: buf, after=after)

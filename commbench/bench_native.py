@@ -27,6 +27,7 @@ class Prepared:
     result: Callable[[], torch.Tensor | None]  # this rank's result after the last call
     vol: dict = field(default_factory=dict)  # extra arguments of the byte formula
     count: int = 0
+    after: Callable[[list[float]], None] | None = None  # once after the loop, given the times
 
     def p2p_bytes(self, itemsize: int) -> tuple[int, int]:
         return self.vol.get("p2p", (0, 0))[0] * itemsize, self.vol.get("p2p", (0, 0))[1] * itemsize

@@ -14,6 +14,7 @@ import torch
 from commbench import verify
 from commbench.collectives import ALGORITHMS, predict
 from commbench.collectives import ring as ring_mod
+from commbench.collectives import schedule as schedule_mod
 from commbench.comm import Comm
 from commbench.volume import ring_chunks
 
@@ -85,7 +86,30 @@ def _off_by_one_chunks(count, n):
     return c
 
 
-def _mutations(mutant: str | None):
+def _miscombine_on_member_0(build):
+    """Member 0 mis-handles its first received block: combined where it should overwrite, or
+    overwritten where it should combine (a contribution lost or counted twice)."""
+
+    def steps(n, i, count):
+        out = build(n, i, count)
+        if i != 0:
+            return out
+        for k, s in enumerate(out):
+            if s.recv and s.recv[1] > s.recv[0]:
+                out[k] = schedule_mod.Step(s.send, s.dst, s.recv, s.src, not s.reduce)
+                break
+        return out
+
+    return steps
+
+
+def _mutations(mutant: str | None, algo: str = ""):
+    base = algo.removesuffix("_compiled")
+    if algo.endswith("_compiled") and mutant == "corrupt":  # no comm.isend to corrupt: the schedule
+        return mock.patch.dict(schedule_mod.SCHEDULES,
+                               {base: _miscombine_on_member_0(schedule_mod.SCHEDULES[base])})
+    if algo.endswith("_compiled") and mutant == "off_by_one_chunk":
+        return mock.patch.object(schedule_mod, "ring_chunks", _off_by_one_chunks)
     if mutant == "skip_step":
         return mock.patch.object(ring_mod, "_rs_steps", _skip_last_rs_step)
     if mutant == "off_by_one_chunk":
@@ -148,7 +172,7 @@ def algorithm_case(ctx, transport, op, algo, count, dtype, redop, root, seed, mu
         x = verify.pattern(seed, r, total, dt, redop)
     fn = ALGORITHMS[(op, algo)]
     kw: dict = {"root": root % n}
-    with _mutations(mutant), ctx.ledger.capture() as cap:
+    with _mutations(mutant, algo), ctx.ledger.capture() as cap:
         if algo == "hierarchical":
             grid = ctx.grid(f"node={n // 2},local=2")
             y = fn(comm, x, grid["local"], grid["node"], op=redop)

@@ -138,6 +138,16 @@ def test_ring_properties_catch_a_skipped_step_and_an_off_by_one_chunk(world, mut
         assert problems, f"{mutant} went unnoticed on {transport}"
 
 
+@pytest.mark.world(sizes=[4])
+@pytest.mark.parametrize("algo", ["ring_compiled", "rabenseifner_compiled"])
+def test_compiled_schedules_catch_an_off_by_one_chunk(world, algo):
+    """Every member cutting the same wrong chunks still sums right: the bytes give it away."""
+    for transport in world.transports:
+        problems = judge_algorithm(world, transport, "all_reduce", algo, 13, "int64", "sum", 0,
+                                   2, "off_by_one_chunk")
+        assert any("ledger counted" in p for p in problems), f"{algo} on {transport}"
+
+
 @pytest.mark.world(sizes=[3])
 def test_bitwise_property_catches_a_rank_that_differs(world):
     for transport in world.transports:

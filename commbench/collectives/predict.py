@@ -60,7 +60,7 @@ def predict(op: str, algo: str, n: int, i: int, count: int, itemsize: int, *, ro
         if op == "all_to_all":
             kw = {"in_splits": in_splits, "out_splits": out_splits, "row": row}
         return booked(op, n, i, count, itemsize, **kw)
-    key = (op, algo)
+    key = (op, algo.removesuffix("_compiled"))  # a compiled schedule moves what its source does
     if key == ("all_reduce", "ring"):
         s, r = booked("all_reduce", n, i, count, 1)
     elif key == ("reduce_scatter", "ring"):

@@ -41,6 +41,7 @@ def terms(op: str, algo: str, n: int, size: float, local: int = 2) -> tuple[floa
                 "all_to_all": (n - 1, f * S, 0), "broadcast": (_lg(n), _lg(n) * S, 0),
                 "reduce": (_lg(n), _lg(n) * S, _lg(n) * S), "gather": (_lg(n), f * S, 0),
                 "scatter": (_lg(n), f * S, 0)}[op]
+    algo = algo.removesuffix("_compiled")  # the same schedule: the same steps and bytes
     p = 1 << int(math.log2(n))
     extra = 1 if n > p else 0
     lp = int(math.log2(p))

@@ -1,0 +1,291 @@
+"""The all-reduce algorithms as step lists, compiled once onto fixed buffers and replayed.
+
+:mod:`ring` and :mod:`doubling` are the readable reference: each message goes through the comm
+layer, which checks, tracks and books it, and each step allocates its result. That costs tens of
+microseconds per step in Python, more than MPI's own small all-reduce takes. Here the same
+schedules (the same blocks, peers and order of operations, so bitwise the same results) are
+written as data, :class:`Step`, and :class:`Compiled` binds them to one flat buffer and a scratch
+block:
+
+* MPI: one persistent send and receive request per step (``Send_init`` / ``Recv_init`` on NumPy
+  views made once), replayed by ``Startall`` / ``Waitall``; reductions by NumPy ufuncs in place
+  (torch ops for float16 and bfloat16, whose NumPy forms round differently or do not exist).
+* torch.distributed: the process group's own ``send`` / ``recv`` on fixed tensor views (gloo), or
+  one ``batch_isend_irecv`` per step (NCCL, which needs the pair grouped); reductions in place.
+
+The ledger still sees every message: :meth:`Compiled.book` records each one (same op names and
+bytes as the reference path) after the call, outside any timed region.
+
+Shapes: buf [S] flat, this rank's vector, reduced in place; scratch [max received block].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+import torch
+
+from commbench.bench_native import like
+from commbench.checks import OPS, dtype_name
+from commbench.collectives._p2p import TAG, flat, offsets
+from commbench.collectives.doubling import _member, fold_layout, halving_ranges
+from commbench.group import Group
+from commbench.volume import ring_chunks
+from commbench.watch import quiet
+
+__all__ = ["Compiled", "Step", "compiled_all_reduce", "schedule", "SCHEDULES"]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step of one member: send buf[send] to ``dst`` while receiving buf-sized ``recv`` from
+    ``src``; ``reduce``: combine what came into buf[recv] (else it overwrites buf[recv]).
+    ``avg``: no message, divide buf[avg] by the group size (op avg only)."""
+
+    send: tuple[int, int] | None = None
+    dst: int = -1
+    recv: tuple[int, int] | None = None
+    src: int = -1
+    reduce: bool = False
+    avg: tuple[int, int] | None = None
+
+
+def _ring(n: int, i: int, count: int) -> list[Step]:
+    """Ring reduce-scatter then ring all-gather (:mod:`commbench.collectives.ring`)."""
+    b = offsets(ring_chunks(count, n))
+    nxt, prv, out = (i + 1) % n, (i - 1) % n, []
+    for k in range(n - 1):
+        s, r = (i - k - 1) % n, (i - k - 2) % n
+        out.append(Step((b[s], b[s + 1]), nxt, (b[r], b[r + 1]), prv, reduce=True))
+    out.append(Step(avg=(b[i], b[i + 1])))
+    for k in range(n - 1):
+        s, r = (i - k) % n, (i - k - 1) % n
+        out.append(Step((b[s], b[s + 1]), nxt, (b[r], b[r + 1]), prv))
+    return out
+
+
+def _fold(n: int, i: int, count: int) -> tuple[list[Step], list[Step]]:
+    """The non-power-of-two fold and unfold of :mod:`commbench.collectives.doubling`."""
+    _, r, _ = fold_layout(n, i)
+    if i >= 2 * r:
+        return [], []
+    whole = (0, count)
+    if i % 2 == 0:
+        return [Step(send=whole, dst=i + 1)], [Step(recv=whole, src=i + 1)]
+    return [Step(recv=whole, src=i - 1, reduce=True)], [Step(send=whole, dst=i - 1)]
+
+
+def _doubling(n: int, i: int, count: int) -> list[Step]:
+    p, r, new = fold_layout(n, i)
+    fold, unfold = _fold(n, i, count)
+    out, d = list(fold), 1
+    while new >= 0 and d < p:
+        peer = _member(new ^ d, r)
+        out.append(Step((0, count), peer, (0, count), peer, reduce=True))
+        d <<= 1
+    return out + unfold + [Step(avg=(0, count))]
+
+
+def _rabenseifner(n: int, i: int, count: int) -> list[Step]:
+    p, r, new = fold_layout(n, i)
+    fold, unfold = _fold(n, i, count)
+    out = list(fold)
+    if new >= 0:
+        b = offsets(ring_chunks(count, p))
+        steps, d = halving_ranges(p, new), p >> 1
+        for kl, kh, sl, sh in steps:
+            peer = _member(new ^ d, r)
+            out.append(Step((b[sl], b[sh]), peer, (b[kl], b[kh]), peer, reduce=True))
+            d >>= 1
+        out.append(Step(avg=(b[new], b[new + 1])))
+        d = 1
+        for kl, kh, sl, sh in reversed(steps):
+            peer = _member(new ^ d, r)
+            out.append(Step((b[kl], b[kh]), peer, (b[sl], b[sh]), peer))
+            d <<= 1
+    return out + unfold
+
+
+SCHEDULES = {"ring": _ring, "recursive_doubling": _doubling, "rabenseifner": _rabenseifner}
+
+
+def schedule(algo: str, n: int, i: int, count: int) -> list[Step]:
+    """Member ``i``'s steps of ``algo`` for a vector of ``count`` elements in a group of ``n``."""
+    if algo not in SCHEDULES:
+        raise ValueError(f"algo={algo!r}: must be one of {', '.join(SCHEDULES)}")
+    return SCHEDULES[algo](n, i, count)
+
+
+_NP_OPS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum,
+           "max": np.maximum}
+_TORCH_OPS = {"sum": torch.add, "avg": torch.add, "prod": torch.mul, "min": torch.minimum,
+              "max": torch.maximum}
+_NP_EXACT = (torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16, torch.int32,
+             torch.int64)
+
+
+class Compiled:
+    """``steps`` bound to ``buf`` on ``comm``'s transport: :meth:`run` replays them in place."""
+
+    def __init__(self, comm, buf: torch.Tensor, group: Group, steps: list[Step], op: str,
+                 name: str) -> None:
+        if op not in OPS:
+            raise ValueError(f"{name}: op={op!r}: must be one of {', '.join(OPS)}")
+        if op == "avg" and not buf.dtype.is_floating_point:
+            raise ValueError(f"{name}: op='avg' with dtype {buf.dtype}: avg needs a floating dtype")
+        if comm.transport == "mpi" and buf.is_cuda:
+            raise ValueError(f"{name}: compiled schedules over MPI take CPU tensors, got {buf.device}")
+        if buf.dim() != 1 or not buf.is_contiguous():
+            raise ValueError(f"{name}: the buffer must be flat and contiguous, got {tuple(buf.shape)}")
+        self.comm, self.buf, self.group, self.name, self.steps = comm, buf, group, name, steps
+        longest = max((s.recv[1] - s.recv[0] for s in steps if s.reduce), default=0)
+        self.scratch = like(buf, longest)  # NumPy-backed on CPU, as the bench's buffers
+        self._reqs: list = []
+        self._mpi = comm.transport == "mpi"
+        self._ops = self._bind_mpi(op) if comm.transport == "mpi" else self._bind_torch(op)
+
+    # -- binding --------------------------------------------------------------------------------
+    def _views(self, step: Step):
+        """(send view, receive view, combine target) of a step as tensors; None where absent."""
+        buf = self.buf
+        send = buf[step.send[0]:step.send[1]] if step.send and step.send[1] > step.send[0] else None
+        recv = target = None
+        if step.recv and step.recv[1] > step.recv[0]:
+            target = buf[step.recv[0]:step.recv[1]]
+            recv = self.scratch[:target.numel()] if step.reduce else target
+        return send, recv, (target if step.reduce else None)
+
+    def _reducer(self, op: str, target: torch.Tensor, got: torch.Tensor):
+        if target.device.type == "cpu" and target.dtype in _NP_EXACT:
+            a, b = target.numpy(), got.numpy()
+            return partial(_NP_OPS[op], a, b, out=a)
+        return partial(_TORCH_OPS[op], target, got, out=target)
+
+    def _averager(self, lo: int, hi: int, op: str):
+        view, n = self.buf[lo:hi], self.group.size
+        return partial(view.div_, n) if op == "avg" and hi > lo else None
+
+    def _bind_mpi(self, op: str) -> list:
+        from mpi4py import MPI
+
+        from commbench.transport.mpi_backend import _np
+
+        c, ops = self.group.mpi_comm, []
+        start, wait = MPI.Prequest.Startall, MPI.Request.Waitall
+        for step in self.steps:
+            if step.avg:
+                ops.append(self._averager(*step.avg, op))
+                continue
+            send, recv, target = self._views(step)
+            reqs = []
+            if recv is not None:
+                reqs.append(c.Recv_init(_np(recv), source=step.src, tag=TAG))
+            if send is not None:
+                reqs.append(c.Send_init(_np(send), dest=step.dst, tag=TAG))
+            self._reqs += reqs
+            if reqs:
+                ops += [partial(start, reqs), partial(wait, reqs)]
+            if target is not None:
+                ops.append(self._reducer(op, target, recv))
+        return [f for f in ops if f is not None]
+
+    def _bind_torch(self, op: str) -> list:
+        pg, ops = self.group.torch_pg, []
+        nccl = self.comm.transport == "nccl"
+        for step in self.steps:
+            if step.avg:
+                ops.append(self._averager(*step.avg, op))
+                continue
+            send, recv, target = self._views(step)
+            if nccl:
+                ops.append(partial(_batched, pg, send, step.dst, recv, step.src))
+            elif send is not None or recv is not None:
+                ops.append(partial(_pair, pg, [send] if send is not None else None, step.dst,
+                                   [recv] if recv is not None else None, step.src))
+            if target is not None:
+                ops.append(self._reducer(op, target, recv))
+        return [f for f in ops if f is not None]
+
+    # -- use ------------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Replay the schedule once on ``buf`` (nothing booked, nothing allocated)."""
+        if self._mpi:
+            for f in self._ops:
+                f()
+        else:
+            with quiet():  # booked by :meth:`book`, not by a watcher
+                for f in self._ops:
+                    f()
+
+    def messages(self) -> list[tuple[str, int]]:
+        """("isend" | "irecv", elements) for every message of one call, in order."""
+        out = []
+        for s in self.steps:
+            if s.recv and s.recv[1] > s.recv[0]:
+                out.append(("irecv", s.recv[1] - s.recv[0]))
+            if s.send and s.send[1] > s.send[0]:
+                out.append(("isend", s.send[1] - s.send[0]))
+        return out
+
+    def book(self, seconds: float = 0.0) -> None:
+        """Book one call's messages, as the comm layer books each; the call's time split evenly."""
+        msgs, ledger, g = self.messages(), self.comm.ledger, self.group
+        size, dtype = self.buf.element_size(), dtype_name(self.buf.dtype)
+        with ledger.scope(self.name):
+            for kind, count in msgs:
+                nbytes = count * size
+                sent, recv = (nbytes, 0) if kind == "isend" else (0, nbytes)
+                ledger.record(kind, g.ranks, self.comm.transport, dtype, count, sent, recv,
+                              seconds / max(len(msgs), 1))
+
+    def close(self) -> None:
+        """Free the persistent requests (MPI); the object cannot run afterwards."""
+        for req in self._reqs:
+            req.Free()
+        self._reqs, self._ops = [], []
+
+    def __enter__(self) -> Compiled:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _pair(pg, send, dst: int, recv, src: int) -> None:
+    rx = pg.recv(recv, src, TAG) if recv is not None else None
+    tx = pg.send(send, dst, TAG) if send is not None else None
+    if tx is not None:
+        tx.wait()
+    if rx is not None:
+        rx.wait()
+
+
+def _batched(pg, send, dst: int, recv, src: int) -> None:
+    import torch.distributed as dist
+
+    ops = []
+    if recv is not None:
+        ops.append(dist.P2POp(dist.irecv, recv, group=pg, group_peer=src, tag=TAG))
+    if send is not None:
+        ops.append(dist.P2POp(dist.isend, send, group=pg, group_peer=dst, tag=TAG))
+    for w in dist.batch_isend_irecv(ops) if ops else []:
+        w.wait()
+
+
+def compiled_all_reduce(comm, x: torch.Tensor, group: Group, *, op: str = "sum",
+                        algo: str = "ring") -> torch.Tensor:
+    """``algo``'s all-reduce compiled and run once: ``x`` [*] -> same shape, on every member."""
+    import time
+
+    buf = flat(x)
+    steps = schedule(algo, group.size, group.index, buf.numel())
+    name = f"{algo}_compiled"
+    with Compiled(comm, buf, group, steps, op, name) as c:
+        comm.tracker.enter(f"all_reduce/{name}", group.ranks)
+        t0 = time.perf_counter()
+        c.run()
+        c.book(time.perf_counter() - t0)
+        comm.tracker.leave(f"all_reduce/{name}")
+    return buf.reshape(x.shape)

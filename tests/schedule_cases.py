@@ -1,0 +1,51 @@
+"""SPMD cases for the compiled schedules: compiled against the reference path, replay, refusals."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import torch
+from collective_cases import _miscombine_on_member_0
+
+from commbench.collectives import ALGORITHMS
+from commbench.collectives import schedule as schedule_mod
+from commbench.collectives.schedule import Compiled, schedule
+
+
+def compiled_vs_reference(ctx, transport, algo, count, dtype, redop, seed, mutant=None):
+    """(reference result, compiled result) for arbitrary values (inexact sums)."""
+    comm, g, r = ctx.comm(transport), ctx.world, ctx.rank
+    gen = torch.Generator().manual_seed(seed * 1000 + r)
+    x = (torch.randn(count, generator=gen, dtype=torch.float64) * 3).to(getattr(torch, dtype))
+    ref = ALGORITHMS[("all_reduce", algo)](comm, x, g, op=redop)
+    patch = mock.patch.dict(schedule_mod.SCHEDULES, {algo: _miscombine_on_member_0(
+        schedule_mod.SCHEDULES[algo])}) if mutant == "corrupt" else mock.patch.dict({})
+    with patch:
+        got = ALGORITHMS[("all_reduce", f"{algo}_compiled")](comm, x, g, op=redop)
+    return ref, got
+
+
+def replay(ctx, transport, algo, count, times):
+    """Compile once, run ``times`` times from the same input: every run's result, messages booked."""
+    comm, g, r = ctx.comm(transport), ctx.world, ctx.rank
+    x = torch.arange(count, dtype=torch.int64) * (r + 1)
+    buf = x.clone()
+    outs = []
+    with ctx.ledger.capture() as cap, \
+            Compiled(comm, buf, g, schedule(algo, g.size, g.index, count), "sum", algo) as c:
+        for _ in range(times):
+            buf.copy_(x)
+            c.run()
+            c.book()
+            outs.append(buf.clone())
+    return outs, len(cap.entries), len(c.messages())
+
+
+def refusal(ctx, transport, algo, op, dtype):
+    """The error a bad compiled call raises on this rank, before anything is sent."""
+    comm, g = ctx.comm(transport), ctx.world
+    try:
+        ALGORITHMS[("all_reduce", f"{algo}_compiled")](comm, torch.ones(5, dtype=dtype), g, op=op)
+    except ValueError as exc:
+        return str(exc)
+    return None

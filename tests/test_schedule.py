@@ -1,0 +1,94 @@
+"""Compiled schedules: bitwise the reference algorithms, replayable, refusing bad calls up front.
+
+The oracle and byte properties of ``<algo>_compiled`` run with every other algorithm in
+``test_algorithms.py``; here, what is particular to compiling: the same blocks, peers and order of
+operations as the reference path give bitwise the same floats (not merely close ones), a compiled
+object replays any number of times, and bad arguments fail before any message.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from schedule_cases import compiled_vs_reference, refusal, replay
+
+from commbench.collectives.schedule import SCHEDULES, Step, schedule
+
+pytestmark = [pytest.mark.collectives, pytest.mark.ring]
+
+ALGOS = sorted(SCHEDULES)
+
+
+def judge_same(world, transport, algo, count, dtype, redop, seed, mutant=None):
+    outs = world.run(compiled_vs_reference, transport, algo, count, dtype, redop, seed, mutant)
+    raw = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,
+           torch.bfloat16: torch.int16}
+    return [f"rank {r}: compiled {algo} differs bitwise from the reference ({dtype}, {redop})"
+            for r, (ref, got) in enumerate(outs)
+            if not torch.equal(ref.view(raw[ref.dtype]), got.view(raw[got.dtype]))]
+
+
+@pytest.mark.world(sizes=[1, 2, 3, 4, 5, 8])
+@given(algo=st.sampled_from(ALGOS), count=st.sampled_from([0, 1, 7, 13, 97]) | st.integers(0, 300),
+       dtype=st.sampled_from(["float32", "float64", "float16", "bfloat16"]),
+       redop=st.sampled_from(["sum", "avg", "prod", "min", "max"]), seed=st.integers(0, 999))
+def test_compiled_equals_the_reference_bitwise(world, algo, count, dtype, redop, seed):
+    for transport in world.transports:
+        assert judge_same(world, transport, algo, count, dtype, redop, seed) == []
+
+
+@pytest.mark.world(sizes=[3])
+@pytest.mark.parametrize("algo", ALGOS)
+def test_bitwise_comparison_catches_a_miscombined_block(world, algo):
+    for transport in world.transports:
+        assert judge_same(world, transport, algo, 40, "float32", "sum", 5, "corrupt")
+
+
+@pytest.mark.world(sizes=[4])
+@pytest.mark.parametrize("algo", ALGOS)
+def test_a_compiled_schedule_replays(world, algo):
+    for transport in world.transports:
+        outs = world.run(replay, transport, algo, 10, 3)
+        want = torch.arange(10, dtype=torch.int64) * sum(range(1, world.size + 1))
+        for runs, booked, per_call in outs:
+            assert all(torch.equal(y, want) for y in runs)
+            assert booked == 3 * per_call
+
+
+@pytest.mark.world(sizes=[2])
+@pytest.mark.parametrize(("op", "dtype", "words"), [
+    ("median", torch.float32, "op='median': must be one of"),
+    ("avg", torch.int32, "avg needs a floating dtype"),
+])
+def test_bad_calls_are_refused_before_any_message(world, op, dtype, words):
+    for transport in world.transports:
+        for msg in world.run(refusal, transport, "ring", op, dtype):
+            assert msg is not None and words in msg
+
+
+def test_schedules_pair_up():
+    """Every message a member sends is one its peer receives, same step order, same length."""
+    for algo in ALGOS:
+        for n in range(1, 9):
+            for count in (0, 1, 5, 64, 101):
+                steps = [schedule(algo, n, i, count) for i in range(n)]
+                sent = {(i, s.dst): [] for i in range(n) for s in steps[i]}
+                for i in range(n):
+                    for s in steps[i]:
+                        if s.send and s.send[1] > s.send[0]:
+                            sent.setdefault((i, s.dst), []).append(s.send[1] - s.send[0])
+                for j in range(n):
+                    got: dict[int, list[int]] = {}
+                    for s in steps[j]:
+                        if s.recv and s.recv[1] > s.recv[0]:
+                            got.setdefault(s.src, []).append(s.recv[1] - s.recv[0])
+                    for i, lengths in got.items():
+                        assert sent.get((i, j), []) == lengths, (algo, n, count, i, j)
+
+
+def test_unknown_schedule_is_named():
+    with pytest.raises(ValueError, match="algo='tree': must be one of"):
+        schedule("tree", 4, 0, 10)
+    assert Step().avg is None
