@@ -7,6 +7,11 @@ Each rank returns its per-iteration times; the driver takes the maximum over ran
 (nccl-tests' ``-I`` aggregation) and reports min, median, max and p99 of those. Nothing of the
 driver's dispatch is inside a timed region.
 
+Binding (BINDING): in a local world with a core per rank, MPI series run with each rank bound to
+its core (MPI busy-polls; a moving rank shifts timings), gloo series with the ranks free: gloo's
+I/O threads must run beside the rank's main thread, and bound to one core its wake-ups wait
+for a scheduler tick (measured here: a 2-rank gloo exchange went from ~0.4 ms to ~3.6 ms).
+
 Native collectives are timed as the transport's bare call on buffers prepared before the loop; the
 comm layer's checks ran once in the first warm-up call, and each timed call is booked in the
 ledger after its timer stops. Inputs are :mod:`commbench.verify` patterns, so the last iteration's
@@ -49,6 +54,7 @@ class Case:
     warmup: int = 5
     check: bool = True
     seed: int = 0
+    batch: int = 1  # calls timed back to back per sample (1: a barrier before every call)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -70,15 +76,18 @@ def counts_for(op: str, nbytes: int, n: int, itemsize: int) -> tuple[int, int]:
     return block * n, block * n * itemsize
 
 
-def _loop(prep, barrier, iters: int, warmup: int, cuda: bool) -> list[float]:
-    """The timed loop: reset and barrier untimed, then one call; CUDA events on a GPU.
+def _loop(prep, barrier, iters: int, warmup: int, cuda: bool, batch: int = 1) -> list[float]:
+    """The timed loop: reset and barrier untimed, then ``batch`` calls; CUDA events on a GPU.
 
     Kept flat (no call between the barrier and the timer) so that the timed region holds the
-    transport's call and nothing else of commbench.
+    transport's calls and nothing else of commbench. With ``batch`` > 1 the calls of a sample run
+    back to back (nccl-tests' cadence: no barrier and no reset between them; an in-place input
+    is reduced again) and the sample is their mean.
     """
     times = []
     reset, call = prep.reset, prep.call
     perf = time.perf_counter
+    calls = range(batch)
     for i in range(warmup + iters):
         reset()
         if cuda:
@@ -86,22 +95,31 @@ def _loop(prep, barrier, iters: int, warmup: int, cuda: bool) -> list[float]:
             barrier()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            call()
+            for _ in calls:
+                call()
             end.record()
             end.synchronize()
             t = start.elapsed_time(end) / 1e3
         else:
             barrier()
             t0 = perf()
-            call()
+            for _ in calls:
+                call()
             t = perf() - t0
         if i >= warmup:
-            times.append(t)
+            times.append(t / batch)
+    if batch > 1:  # the result checked is one call's on a restored input
+        reset()
+        call()
     return times
 
 
 def measure(ctx, case: Case, nbytes: int) -> dict:
     """Time ``case`` at ``nbytes`` on this rank; return its samples, #wrong and bytes per call."""
+    if case.batch < 1:
+        raise ValueError(f"batch={case.batch}: must be >= 1")
+    if ctx.affinity is not None:  # a local world with a core per rank: see BINDING
+        ctx.affinity(case.transport == "mpi")
     comm = ctx.comm(case.transport)
     g, n, r = ctx.world, ctx.size, ctx.rank
     dtype = DTYPES[case.dtype]
@@ -121,12 +139,13 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     with ctx.ledger.capture() as one_call:
         prep.first()
     # published before the loop, so a hang inside it is still named
-    ctx.tracker.enter(f"timed {case.op}/{case.algo} loop ({case.warmup}+{case.iters} iterations, "
-                      "a barrier before each)", g.ranks)
-    times = _loop(prep, barrier, case.iters, case.warmup, dev.type == "cuda")
+    ctx.tracker.enter(f"timed {case.op}/{case.algo} loop ({case.warmup}+{case.iters} samples of "
+                      f"{case.batch} call(s), a barrier before each)", g.ranks)
+    times = _loop(prep, barrier, case.iters, case.warmup, dev.type == "cuda", case.batch)
     ctx.tracker.leave(case.op)
+    per_call = [t for t in times for _ in range(case.batch)]  # one ledger entry per timed call
     if prep.after is not None:
-        prep.after(times)
+        prep.after(per_call)
     if case.op == "pingpong":
         times = [t / 2 for t in times]  # one way, as OSU reports it
     kw = dict(prep.vol, root=root, local=2 if case.algo == "hierarchical" else None)
@@ -134,7 +153,7 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
         if case.op not in ("sendrecv", "pingpong") else prep.p2p_bytes(itemsize)
     if case.algo == "native":  # the transport's own call: booked at its formula volume
         sent, recv = pred_sent, pred_recv
-        for t in times:
+        for t in per_call:
             ctx.ledger.record(case.op, g.ranks, comm.transport, case.dtype, count, sent, recv, t)
     else:  # built from send/recv: what the ledger counted, message by message, in one call
         sent, recv = one_call.sent, one_call.recv

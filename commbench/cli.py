@@ -65,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
                    "same collective on this many GPUs of a preset or topology file")
     r.add_argument("--repeat", type=int, default=1, help="run the whole sweep this many times; "
                    "each row keeps the best round's median (the gate's noise rule)")
+    r.add_argument("--batch", type=int, default=1, help="calls timed back to back per sample "
+                   "(nccl-tests' cadence); 1: a barrier before every call")
+    r.add_argument("--separate-sweeps", action="store_true", help="model study: the whole "
+                   "calibration sweep before the whole evaluation sweep (default: per case, one "
+                   "right after the other)")
     r.add_argument("--resume", action="store_true",
                    help="continue an interrupted run: keep the rows its results file holds")
     k = sub.add_parser("claims", help="measure the notes' claims; write the claims table")
@@ -194,7 +199,7 @@ def _check_run_args(a) -> tuple[list[str], list[int]]:
     if a.repeat > 1 and a.resume:
         raise UsageError("--resume works with --repeat 1 only (repeated rounds are kept whole)")
     for name, v, lo in (("-n", a.iters, 1), ("-w", a.warmup_iters, 0), ("--np", a.np, 1),
-                        ("--repeat", a.repeat, 1),
+                        ("--repeat", a.repeat, 1), ("--batch", a.batch, 1),
                         ("--rounds", a.rounds, 1)):
         if v < lo:
             raise UsageError(f"{name} {v}: must be >= {lo}")

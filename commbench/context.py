@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -57,6 +58,8 @@ class Context:
         self.mpi = mpi_comm
         self.tracker = tracker or Tracker()
         self.ledger = Ledger()
+        # local worlds: affinity(bound) binds this rank's threads to its core or frees them
+        self.affinity: Callable[[bool], None] | None = None
         self.device = torch.device("cpu")
         if self.backend == "nccl":
             self.device = torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))

@@ -20,6 +20,15 @@ MEASUREMENT = {"cadence": "isolated (transport barrier before each iteration, un
                "rank_aggregation": "per-iteration max over ranks", "statistic": "median"}
 
 
+def cadence(batch: int) -> dict:
+    """The measurement fields for samples of ``batch`` calls (see commbench.bench._loop)."""
+    if batch == 1:
+        return dict(MEASUREMENT)
+    return dict(MEASUREMENT, cadence=f"batched ({batch} calls back to back per sample after an "
+                "untimed transport barrier; the sample is their mean)",
+                rank_aggregation="per-sample max over ranks", batch=batch)
+
+
 def _world(a):
     from commbench.launch import detect
 
@@ -110,7 +119,7 @@ def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> i
     from commbench.studies import memcpy_bandwidth
 
     n = world.size
-    measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters)
+    measurement = dict(cadence(a.batch), iters=a.iters, warmup=a.warmup_iters)
     topo = load(a.topology) if a.topology else None
     memcpy = statistics.median(world.run(memcpy_bandwidth))
     emit(f"# commbench run {' '.join(a.targets or ['collectives'])}: {n} ranks ({launch}), "
@@ -131,7 +140,8 @@ def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> i
              f"writes {where})")
         emit("#\n" + HEADER)
         cases = [Case(op, transport, algo, a.datatype, a.op, a.root, a.iters, a.warmup_iters,
-                      bool(a.check)) for op in ops for algo in _algorithms(op, wanted, n, emit)]
+                      bool(a.check), batch=a.batch)
+                 for op in ops for algo in _algorithms(op, wanted, n, emit)]
         rounds = []
         for k in range(a.repeat):  # the whole sweep again: a slow spell hits one round
             if a.repeat > 1:

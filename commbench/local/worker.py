@@ -86,9 +86,10 @@ def main(argv: list[str] | None = None) -> None:
                     f"mpiexec was asked for {a.size} ranks but MPI.COMM_WORLD has "
                     f"{mpi_comm.Get_size()}: mpi4py uses "
                     f"{MPI.Get_library_version().splitlines()[0].strip()!r}, not this mpiexec's MPI")
-        _bind(rank, a.size)
+        affinity = _bind(rank, a.size)
         conn.send(("hello", rank, os.getpid()))
         ctx = _join(a, rank, mpi_comm)
+        ctx.affinity = affinity
     except BaseException as exc:  # report why this rank could not join, then leave
         conn.send(("fatal", rank, remote_error(rank, exc)))
         conn.close()
@@ -97,13 +98,25 @@ def main(argv: list[str] | None = None) -> None:
     _serve(conn, ctx, rank)
 
 
-def _bind(rank: int, size: int) -> None:
+def _bind(rank: int, size: int):
     """Pin rank r to core r when there is a core per rank (as ``mpirun --bind-to core`` does):
     without it the scheduler moves busy-polling ranks around and timings shift from run to run.
-    ``COMMBENCH_BIND=0`` leaves the ranks free."""
+    ``COMMBENCH_BIND=0`` leaves the ranks free. Returns ``affinity(bound)``, which binds every
+    thread of this rank to its core or frees them to all cores (None: nothing to switch)."""
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if os.environ.get("COMMBENCH_BIND", "1") != "0" and 0 < size <= len(cores):
-        os.sched_setaffinity(0, {cores[rank]})
+    if os.environ.get("COMMBENCH_BIND", "1") == "0" or not 0 < size <= len(cores):
+        return None
+    os.sched_setaffinity(0, {cores[rank]})
+
+    def affinity(bound: bool) -> None:
+        mask = {cores[rank]} if bound else set(cores)
+        for tid in os.listdir("/proc/self/task"):  # every thread, gloo's own included
+            try:
+                os.sched_setaffinity(int(tid), mask)
+            except OSError:  # a thread that ended meanwhile
+                pass
+
+    return affinity
 
 
 def _join(a, rank: int, mpi_comm):
