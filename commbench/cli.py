@@ -70,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--separate-sweeps", action="store_true", help="model study: the whole "
                    "calibration sweep before the whole evaluation sweep (default: per case, one "
                    "right after the other)")
+    r.add_argument("--refit", action="store_true", help="model study: judge the stored "
+                   "results/model_* again with the current model, measuring nothing")
     r.add_argument("--resume", action="store_true",
                    help="continue an interrupted run: keep the rows its results file holds")
     k = sub.add_parser("claims", help="measure the notes' claims; write the claims table")
@@ -171,6 +173,9 @@ def _check_run_args(a) -> tuple[list[str], list[int]]:
     for study in STUDIES:
         if study in a.targets and len(a.targets) > 1:
             raise UsageError(f"{study} is a study of its own; run it alone")
+    for flag, on in (("--refit", a.refit), ("--separate-sweeps", a.separate_sweeps)):
+        if on and a.targets != ["model"]:
+            raise UsageError(f"{flag}: an option of the model study (commbench run model)")
     if a.topology:
         from commbench.costmodel.topology import load
 

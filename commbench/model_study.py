@@ -73,6 +73,24 @@ def _as(rows: list[dict], stat: str) -> list[dict]:
     return rows if stat == "median" else [dict(r, time_us=r["min_us"]) for r in rows]
 
 
+def last_level_cache(default: int = 32 * MiB) -> int:
+    """Bytes of this machine's largest CPU cache (Linux sysfs), the model's knee."""
+    import glob
+
+    best = 0
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        unit = {"K": KiB, "M": MiB}.get(text[-1:], 1)
+        digits = text.rstrip("KM")
+        if digits.isdigit():
+            best = max(best, int(digits) * unit)
+    return best or default
+
+
 def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int, warmup: int,
                 emit=print, lo: int = 4 * KiB, hi: int = 64 * MiB, repeat: int = 1,
                 separate: bool = False, batch: int = 1) -> dict:
@@ -82,30 +100,55 @@ def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int,
     emit(f"# calibration (factor 4) and evaluation (factor 2) sweeps ({transport}, {n} ranks): "
          f"{len(cases)} cases, {repeat} round(s), {'separate' if separate else 'interleaved'}")
     cal, ev = _sweeps(world, transport, cases, iters, warmup, lo, hi, repeat, separate, batch)
-    models = {stat: fit(_as(cal, stat), n) for stat in ("median", "min")}
-    for cls, p in models["median"].classes.items():
-        emit(f"# {cls}: alpha {p.alpha * 1e6:.2f} us, beta {p.beta * 1e9:.4f} ns/B "
-             f"({1 / p.beta / 1e9 if p.beta else float('inf'):.2f} GB/s), gamma "
-             f"{p.gamma * 1e9:.4f} ns/B")
+    out = judge(cal, _as(cal, "min"), ev, n, last_level_cache())
+    for cls, p in out["model"]["classes"].items():
+        emit(f"# {cls}: alpha {p['alpha'] * 1e6:.2f} us, beta {p['beta'] * 1e9:.4f} ns/B, gamma "
+             f"{p['gamma'] * 1e9:.4f} ns/B")
     emit(f"# evaluation\n#{'op/algo':>28} {'size':>10} {'meas(us)':>10} "
          f"{'pred(us)':>10} {'meas/pred':>9} {'best(us)':>10} {'pred best':>10}")
+    for r in out["rows"]:
+        emit(f" {r['op'] + '/' + r['algo']:>28} {r['size']:>10} {r['time_us']:>10.1f} "
+             f"{r['pred_us']:>10.1f} {r['meas_over_pred'] or 0:>9.2f} "
+             f"{r['min_us']:>10.1f} {r['pred_min_us']:>10.1f}")
+    return out
+
+
+def judge(cal: list[dict], cal_min: list[dict], ev: list[dict], n: int, knee: float) -> dict:
+    """Fit on the calibration rows (median and best iterations), predict every evaluation row,
+    and score both: the study's record fields."""
+    models = {"median": fit(cal, n, knee=knee), "min": fit(cal_min, n, knee=knee)}
     rows = []
     for r in ev:
         op, algo, size = r["op"], r["algo"], r["size"]
-        r["pred_us"] = models["median"].predict_us(op, algo, n, size)
-        r["class_pred_us"] = models["median"].predict_us(op, algo, n, size, per_algo=False)
+        r = dict(r, pred_us=models["median"].predict_us(op, algo, n, size),
+                 class_pred_us=models["median"].predict_us(op, algo, n, size, per_algo=False),
+                 pred_min_us=models["min"].predict_us(op, algo, n, size),
+                 class_pred_min_us=models["min"].predict_us(op, algo, n, size, per_algo=False))
         r["meas_over_pred"] = r["time_us"] / r["pred_us"] if r["pred_us"] else None
-        r["pred_min_us"] = models["min"].predict_us(op, algo, n, size)
-        r["class_pred_min_us"] = models["min"].predict_us(op, algo, n, size, per_algo=False)
         rows.append(r)
-        emit(f" {op + '/' + algo:>28} {size:>10} {r['time_us']:>10.1f} "
-             f"{r['pred_us']:>10.1f} {r['meas_over_pred'] or 0:>9.2f} "
-             f"{r['min_us']:>10.1f} {r['pred_min_us']:>10.1f}")
     best = [dict(r, time_us=r["min_us"], pred_us=r["pred_min_us"],
                  class_pred_us=r["class_pred_min_us"]) for r in rows]
     return {"model": models["median"].as_dict(), "model_min": models["min"].as_dict(),
-            "rows": rows, "accuracy": accuracy(rows, cal),
-            "accuracy_min": accuracy(best, _as(cal, "min"))}
+            "rows": rows, "accuracy": accuracy(rows, cal), "accuracy_min": accuracy(best, cal_min)}
+
+
+def refit(record: dict) -> dict:
+    """A stored study judged again with the current model: its calibration rows (kept as the
+    per-algorithm fits' residuals) and evaluation rows, nothing measured anew."""
+    def cal(model: dict) -> list[dict]:
+        return [{"op": r["op"], "algo": r["algo"], "size": r["size"], "time_us": r["measured_us"]}
+                for r in model["residuals"] if "/" in r["fit"]]
+
+    ev = [{k: v for k, v in r.items() if not k.startswith(("pred", "class_pred", "meas_over"))}
+          for r in record["rows"]]
+    import datetime
+
+    out = dict(record)
+    out.update(judge(cal(record["model"]), cal(record["model_min"]), ev, record["world_size"],
+                     last_level_cache()))
+    out["refit"] = {"created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                    "commit": res.git_commit()}
+    return out
 
 
 def _err(pred: float, meas: float) -> float:
@@ -140,6 +183,10 @@ def model_markdown(record: dict) -> str:
     fitted = "; ".join(f"{k}: alpha {v['alpha'] * 1e6:.2f} us, beta {v['beta'] * 1e9:.4f} ns/B, "
                        f"gamma {v['gamma'] * 1e9:.4f} ns/B" for k, v in classes.items())
 
+    again = record.get("refit")
+    refit = (f"Fitted and judged again from the stored measurements on {again['created']} "
+             f"(commit {again['commit']}): `commbench run model --refit`. ") if again else ""
+
     def f(x, key):
         return "" if x is None or x.get(key) is None else f"{x[key]:.3f}"
 
@@ -154,6 +201,7 @@ def model_markdown(record: dict) -> str:
                  "best: textbook", "best: noise floor"], cells,
         f"Calibrated on one sweep (4 KiB..64 MiB, factor 4), judged on a second sweep measured "
         f"afterwards (factor 2; sweeps: {record['measurement'].get('sweeps', 'separate')}). "
+        f"{refit}"
         f"Each row's time is the median over iterations (of the "
         f"per-iteration maximum over ranks); the model is also fitted and judged a second time "
         f"on each row's best iteration (the last three columns), which interference from other "
@@ -161,8 +209,10 @@ def model_markdown(record: dict) -> str:
         f"{len(acc)} collective/algorithm pairs on median times, {met_best} of {len(best)} on "
         f"best times. Class fit (median times): {fitted}. 'textbook model' predicts every "
         "algorithm from the class constants alone (lib: the transport's own calls; py: "
-        "commbench's algorithms from point-to-point). 'noise floor': the same collective, "
-        "algorithm and size measured in both sweeps, minutes apart: median |diff|/meas.")
+        "commbench's algorithms from point-to-point); each algorithm's own fit adds delta, per "
+        f"byte beyond a knee at the last-level cache ({record['model'].get('knee_bytes', 0) / MiB:g}"
+        " MiB). 'noise floor': the same collective, algorithm and size measured in both "
+        "sweeps: median |diff|/meas.")
 
 
 def run_model(a, world, transports: list[str], launch: str, printer: bool, emit) -> int:
@@ -201,6 +251,33 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
             res.write_atomic(stem + ".md", model_markdown(record))
             emit(f"# wrote {stem}.json and {stem}.md")
     return 0
+
+
+def refit_stored(a, emit) -> int:
+    """``commbench run model --refit``: each stored study of this world size judged again."""
+    import json
+    import os
+
+    from commbench.runner import hardware
+
+    transports = [t for t in a.transport.split(",") if t] or ["gloo", "mpi"]
+    found = 0
+    for transport in transports:
+        stem = os.path.join(a.out, f"model_{hardware()}-{transport}-x{a.np}")
+        if not os.path.exists(stem + ".json"):
+            emit(f"# {stem}.json: none stored")
+            continue
+        with open(stem + ".json") as f:
+            record = refit(json.load(f))
+        found += 1
+        for acc, bst in zip(record["accuracy"], record["accuracy_min"], strict=True):
+            emit(f"# {transport} {acc['op']}/{acc['algo']}: median error "
+                 f"{acc['median_error']:.3f} (on best iterations {bst['median_error']:.3f})")
+        if not a.no_write:
+            res.write_json(stem + ".json", record)
+            res.write_atomic(stem + ".md", model_markdown(record))
+            emit(f"# wrote {stem}.json and {stem}.md")
+    return 0 if found else 1
 
 
 def stored_fit(out_dir: str, transport: str, n: int):

@@ -83,6 +83,10 @@ def _check_algos(wanted: list[str], ops: list[str]) -> None:
 def run(a, ops: list[str], sizes: list[int]) -> int:
     wanted = [w for w in a.algo.split(",") if w]
     _check_algos(wanted, ops)
+    if a.targets == ["model"] and a.refit:  # stored measurements only: no ranks needed
+        from commbench.model_study import refit_stored
+
+        return refit_stored(a, print)
     world, printer = _world(a)
     emit = print if printer else (lambda s: None)
     try:

@@ -33,6 +33,8 @@ def _cli(*args: str, env=None, timeout=300) -> subprocess.CompletedProcess:
     (["run", "all_reduce", "--algo", "quantum"], "--algo quantum: not built for all_reduce"),
     (["run", "overhead", "all_reduce"], "overhead is a study of its own"),
     (["run", "--repeat", "0"], "--repeat 0: must be >= 1"),
+    (["run", "--batch", "0"], "--batch 0: must be >= 1"),
+    (["run", "all_reduce", "--refit"], "--refit: an option of the model study"),
     (["run", "--repeat", "2", "--resume"], "--resume works with --repeat 1 only"),
     (["run", "--topology", "cray-1"], "--topology: topology 'cray-1': no such preset"),
     (["run", "model", "all_reduce"], "model is a study of its own"),
@@ -59,6 +61,21 @@ def test_run_prints_the_table_and_writes_results(tmp_path):
     record = load(str(tmp_path / "all_reduce_cpu-gloo-x2.json"))
     assert record["measurement"]["rank_aggregation"] == "per-iteration max over ranks"
     assert all(r["sent"] == r["pred_sent"] for r in record["rows"])
+
+
+def test_batched_cadence_checks_one_call_and_books_every_call(tmp_path):
+    """Samples of 3 back-to-back calls: in-place inputs are reduced again inside a sample, yet
+    the checked result is one call's, and the bytes booked per call still equal the formula."""
+    out = _cli("run", "all_reduce", "--np", "2", "-b", "64", "-e", "4K", "-f", "8", "-n", "2",
+               "-w", "1", "--batch", "3", "--algo", "native,ring,ring_compiled", "--out",
+               str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    for t in ("gloo", "mpi"):
+        record = load(str(tmp_path / f"all_reduce_cpu-{t}-x2.json"))
+        assert record["measurement"]["cadence"].startswith("batched (3 calls")
+        assert record["measurement"]["batch"] == 3
+        assert {r["algo"] for r in record["rows"]} == {"native", "ring", "ring_compiled"}
+        assert all(r["wrong"] == 0 and r["sent"] == r["pred_sent"] for r in record["rows"])
 
 
 def test_info_without_a_launcher():

@@ -81,3 +81,38 @@ def test_accuracy_sees_a_drifted_evaluation(monkeypatch):
     (a,) = out["accuracy"]
     assert a["median_error"] == pytest.approx(0.3, abs=1e-6)
     assert a["rerun_difference"] == pytest.approx(0.3, abs=1e-6)
+
+
+def test_knee_term_recovers_a_steeper_slope_past_the_cache():
+    """Times that steepen past a 1 MiB knee: the knee fit finds delta, the plain fit cannot."""
+    from commbench.costmodel.alphabeta import beyond, fit
+
+    true, knee, n = Params(20e-6, 0.2e-9, 0.1e-9, 0.6e-9), float(1 << 20), 2
+    rows = []
+    for s in [4096 << (2 * k) for k in range(7)]:  # 4 KiB .. 16 MiB
+        t = terms("all_reduce", "ring", n, s)
+        rows.append({"op": "all_reduce", "algo": "ring", "size": s,
+                     "time_us": true.time(t, beyond(t, s, knee)) * 1e6})
+    with_knee, plain = fit(rows, n, knee=knee), fit(rows, n)
+    assert with_knee.algos["all_reduce/ring"].delta == pytest.approx(true.delta, rel=1e-6)
+    for r in rows:
+        assert with_knee.predict_us("all_reduce", "ring", n, r["size"]) == pytest.approx(
+            r["time_us"], rel=1e-6)
+    assert max(abs(plain.predict_us("all_reduce", "ring", n, r["size"]) / r["time_us"] - 1)
+               for r in rows) > 0.2
+    again = type(with_knee).from_dict(with_knee.as_dict())
+    assert again.knee == knee and again.algos == with_knee.algos
+
+
+def test_refit_of_a_stored_study_reproduces_it(monkeypatch):
+    monkeypatch.setattr(ms, "run_series", _fake_series([]))
+    world = types.SimpleNamespace(size=2)
+    cases = [("all_reduce", "ring"), ("all_reduce", "native")]
+    out = ms.model_study(world, "mpi", cases, 5, 1, lambda s: None, 4096, 1 << 22)
+    again = ms.refit(dict(out, world_size=2))
+    assert again["accuracy"] == out["accuracy"] and again["accuracy_min"] == out["accuracy_min"]
+    assert [r["pred_us"] for r in again["rows"]] == [r["pred_us"] for r in out["rows"]]
+
+
+def test_last_level_cache_is_a_positive_size():
+    assert ms.last_level_cache() >= 1 << 16

@@ -76,6 +76,28 @@ def test_exceptions_from_every_failing_rank(world):
     assert world.run(_identity, "after")[0][2] == "after"  # the world survives a raise
 
 
+def _thread_affinities(ctx):
+    """Each rank's thread masks bound, then freed (then bound again, as the world started)."""
+    if ctx.affinity is None:
+        return None
+    masks = []
+    for bound in (True, False, True):
+        ctx.affinity(bound)
+        masks.append({frozenset(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")})
+    return masks
+
+
+@pytest.mark.world(sizes=[2])
+def test_affinity_binds_and_frees_every_thread_of_a_rank(world):
+    cores = sorted(os.sched_getaffinity(0))
+    results = world.run(_thread_affinities)
+    if None in results:  # a launcher's world, fewer cores than ranks, or COMMBENCH_BIND=0
+        pytest.skip("no per-rank binding in this world")
+    for bound, free, again in results:
+        assert len(bound) == 1 and len(next(iter(bound))) == 1, bound  # one core, every thread
+        assert free == {frozenset(cores)} and again == bound
+
+
 @local
 def test_unpicklable_function_is_refused_before_sending():
     w = LocalWorld(2)

@@ -1,7 +1,7 @@
 """The alpha-beta-gamma model (Hockney; Thakur, Rabenseifner & Gropp 2005) for every collective
 and algorithm commbench runs, and its calibration on the machine at hand.
 
-    T = alpha * steps + beta * bytes + gamma * reduced
+    T = alpha * steps + beta * bytes + gamma * reduced   (+ delta * bytes beyond the knee)
 
 steps: messages on the critical path; bytes: bytes a rank sends on it; reduced: bytes it
 combines. S is nccl-tests' size (all-gather / reduce-scatter / all-to-all: the whole buffer).
@@ -19,7 +19,7 @@ import numpy as np
 
 from commbench.collectives.alltoall import bruck_blocks_per_step
 
-__all__ = ["Fit", "Params", "cost_class", "fit", "terms"]
+__all__ = ["Fit", "Params", "beyond", "cost_class", "fit", "terms"]
 
 
 def _lg(n: int) -> int:
@@ -78,33 +78,46 @@ class Params:
     alpha: float  # seconds per message
     beta: float   # seconds per byte sent
     gamma: float  # seconds per byte reduced
+    delta: float = 0.0  # seconds per byte sent beyond the knee (see :func:`beyond`)
 
-    def time(self, t: tuple[float, float, float]) -> float:
-        return self.alpha * t[0] + self.beta * t[1] + self.gamma * t[2]
+    def time(self, t: tuple[float, float, float], over: float = 0.0) -> float:
+        return self.alpha * t[0] + self.beta * t[1] + self.gamma * t[2] + self.delta * over
+
+
+def beyond(t: tuple[float, float, float], size: float, knee: float) -> float:
+    """The share of a call's bytes sent once its size passes ``knee`` (the last-level cache):
+    bytes * (size - knee) / size above it, 0 below. Past the cache every byte costs more, and
+    above the mmap threshold of glibc's malloc (32 MiB) every allocation is fresh pages."""
+    return t[1] * (size - knee) / size if knee and size > knee else 0.0
 
 
 @dataclass(frozen=True)
 class Fit:
-    """Calibrated parameters per cost class and, where calibrated, per algorithm; with the
-    calibration residuals."""
+    """Calibrated parameters per cost class and, where calibrated, per algorithm (with a knee
+    term when ``knee`` > 0); with the calibration residuals."""
 
     classes: dict[str, Params]
     residuals: list[dict]
-    algos: dict[str, Params] | None = None  # "op/algo" -> its own alpha, beta, gamma
+    algos: dict[str, Params] | None = None  # "op/algo" -> its own alpha, beta, gamma, delta
+    knee: float = 0.0  # bytes; 0: no knee term
 
     def predict_us(self, op: str, algo: str, n: int, size: float, per_algo: bool = True) -> float:
         own = (self.algos or {}).get(f"{op}/{algo}") if per_algo else None
-        return (own or self.classes[cost_class(op, algo)]).time(terms(op, algo, n, size)) * 1e6
+        t = terms(op, algo, n, size)
+        if own is None:
+            return self.classes[cost_class(op, algo)].time(t) * 1e6
+        return own.time(t, beyond(t, size, self.knee)) * 1e6
 
     def as_dict(self) -> dict:
         return {"classes": {k: asdict(v) for k, v in self.classes.items()},
                 "algorithms": {k: asdict(v) for k, v in (self.algos or {}).items()},
-                "residuals": self.residuals}
+                "knee_bytes": self.knee, "residuals": self.residuals}
 
     @staticmethod
     def from_dict(d: dict) -> Fit:
         return Fit({k: Params(**v) for k, v in d["classes"].items()}, d.get("residuals", []),
-                   {k: Params(**v) for k, v in d.get("algorithms", {}).items()})
+                   {k: Params(**v) for k, v in d.get("algorithms", {}).items()},
+                   d.get("knee_bytes", 0.0))
 
 
 def _nnls_relative(A: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -123,10 +136,15 @@ def _nnls_relative(A: np.ndarray, y: np.ndarray) -> np.ndarray:
     return x
 
 
-def _fit_rows(rows: list[dict], n: int, label: str, residuals: list[dict]) -> Params:
-    A = np.array([terms(r["op"], r["algo"], n, r["size"]) for r in rows], dtype=float)
+def _fit_rows(rows: list[dict], n: int, label: str, residuals: list[dict],
+              knee: float = 0.0) -> Params:
+    def row(r):
+        t = terms(r["op"], r["algo"], n, r["size"])
+        return (*t, beyond(t, r["size"], knee)) if knee else t
+
+    A = np.array([row(r) for r in rows], dtype=float)
     y = np.array([r["time_us"] * 1e-6 for r in rows])
-    scale = np.array([1e-6, 1e-9, 1e-9])  # condition the columns
+    scale = np.array([1e-6, 1e-9, 1e-9, 1e-9][:A.shape[1]])  # condition the columns
     x = _nnls_relative(A * scale, y) * scale
     for r, t in zip(rows, A @ x, strict=True):
         residuals.append({"fit": label, "op": r["op"], "algo": r["algo"], "size": r["size"],
@@ -139,10 +157,11 @@ CALIBRATION = (("pingpong", "native"), ("all_reduce", "native"), ("sendrecv", "n
                ("all_reduce", "ring"))
 
 
-def fit(rows: list[dict], n: int, per_algo: bool = True) -> Fit:
+def fit(rows: list[dict], n: int, per_algo: bool = True, knee: float = 0.0) -> Fit:
     """Fit alpha, beta, gamma per cost class on the calibration cases (ping-pong, the
     transport's all-reduce, commbench's sendrecv and ring all-reduce), and, with ``per_algo``,
-    each algorithm's own three on its rows (op, algo, size, time_us)."""
+    each algorithm's own on its rows (op, algo, size, time_us): alpha, beta, gamma and, with a
+    ``knee`` (bytes), delta for the bytes beyond it."""
     rows = [r for r in rows if r["time_us"] > 0]
     classes: dict[str, Params] = {}
     residuals: list[dict] = []
@@ -155,6 +174,6 @@ def fit(rows: list[dict], n: int, per_algo: bool = True) -> Fit:
     if per_algo:
         for key in sorted({(r["op"], r["algo"]) for r in rows}):
             mine = [r for r in rows if (r["op"], r["algo"]) == key]
-            if len(mine) >= 3:
-                algos["/".join(key)] = _fit_rows(mine, n, "/".join(key), residuals)
-    return Fit(classes, residuals, algos)
+            if len(mine) >= 3 + bool(knee):
+                algos["/".join(key)] = _fit_rows(mine, n, "/".join(key), residuals, knee)
+    return Fit(classes, residuals, algos, knee)
