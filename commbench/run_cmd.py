@@ -124,6 +124,8 @@ def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> i
 
     n = world.size
     measurement = dict(cadence(a.batch), iters=a.iters, warmup=a.warmup_iters)
+    if a.repeat > 1:  # rows keep their best round (runner.merge_rounds)
+        measurement.update(repeat=a.repeat, rounds="whole sweep repeated; each row its best round")
     topo = load(a.topology) if a.topology else None
     memcpy = statistics.median(world.run(memcpy_bandwidth))
     emit(f"# commbench run {' '.join(a.targets or ['collectives'])}: {n} ranks ({launch}), "
