@@ -31,13 +31,26 @@ from commbench.bench_native import Prepared, like, prepare_native
 from commbench.collectives import ALGORITHMS, predict
 from commbench.collectives.schedule import Compiled, schedule
 
-__all__ = ["COLLECTIVES", "Case", "counts_for", "measure"]
+__all__ = ["COLLECTIVES", "MEASUREMENT", "Case", "cadence", "counts_for", "measure"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                "gather", "scatter", "sendrecv", "pingpong")
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8,
           "int32": torch.int32, "int64": torch.int64}
+
+
+MEASUREMENT = {"cadence": "isolated (transport barrier before each iteration, untimed)",
+               "rank_aggregation": "per-iteration max over ranks", "statistic": "median"}
+
+
+def cadence(batch: int) -> dict:
+    """The measurement fields for samples of ``batch`` calls (see commbench.bench._loop)."""
+    if batch == 1:
+        return dict(MEASUREMENT)
+    return dict(MEASUREMENT, cadence=f"batched ({batch} calls back to back per sample after an "
+                "untimed transport barrier; the sample is their mean)",
+                rank_aggregation="per-sample max over ranks", batch=batch)
 
 
 @dataclass(frozen=True, slots=True)

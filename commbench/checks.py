@@ -22,11 +22,17 @@ def check_tensor(x, op: str, name: str = "x") -> None:
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(x).__name__}")
 
 
-def check_redop(backend, op: str, red: str, dtype: torch.dtype) -> None:
+def check_op(op: str, red: str, dtype: torch.dtype) -> None:
+    """``red`` is a reduction commbench knows and can apply to ``dtype``."""
     if red not in OPS:
         raise ValueError(f"{op}: op={red!r}: must be one of {', '.join(OPS)}")
     if red == "avg" and not dtype.is_floating_point:
         raise ValueError(f"{op}: op='avg' with dtype {dtype}: avg needs a floating dtype")
+
+
+def check_redop(backend, op: str, red: str, dtype: torch.dtype) -> None:
+    """:func:`check_op`, and the transport can reduce ``dtype`` itself."""
+    check_op(op, red, dtype)
     reason = backend.unsupported(red, dtype)
     if reason:
         raise ValueError(f"{op}: {red} on {dtype} over {backend.name}: {reason}")

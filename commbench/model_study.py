@@ -24,15 +24,14 @@ rows) and ``.md``; later ``commbench run`` sweeps read the fit and add ``pred_us
 
 from __future__ import annotations
 
-import statistics
+import os
 
 from commbench import results as res
-from commbench.bench import Case
-from commbench.costmodel.alphabeta import fit
-from commbench.runner import merge_rounds, run_series, sizes_between
+from commbench.bench import Case, cadence
+from commbench.model_judge import KiB, MiB, judge, last_level_cache, model_markdown, refit
+from commbench.runner import hardware, merge_rounds, run_series, sizes_between
 
-__all__ = ["model_markdown", "model_study"]
-KiB, MiB = 1 << 10, 1 << 20
+__all__ = ["model_study", "run_model", "refit_stored", "stored_fit"]
 
 
 def _series(world, transport, case, iters, warmup, sizes, check: bool, batch: int) -> list[dict]:
@@ -50,45 +49,27 @@ def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: in
     the whole calibration sweep, then the whole evaluation sweep (minutes apart on a long list).
     """
     cal_sizes, eval_sizes = sizes_between(lo, hi, 4), sizes_between(lo, hi, 2)
-    if separate:
-        jobs = [[(c, cal_sizes, False) for c in cases], [(c, eval_sizes, True) for c in cases]]
+    jobs = [(c, sizes, check) for c in cases
+            for sizes, check in ((cal_sizes, False), (eval_sizes, True))]
+    if separate:  # every calibration job, then every evaluation job
+        groups = [[k for k, j in enumerate(jobs) if not j[2]], [k for k, j in enumerate(jobs) if j[2]]]
     else:
-        jobs = [[job for c in cases for job in ((c, cal_sizes, False), (c, eval_sizes, True))]]
-    done: dict[int, list[list[dict]]] = {}
-    order = [job for group in jobs for job in group]
-    for group in jobs:
+        groups = [list(range(len(jobs)))]
+    rounds: list[list[list[dict]]] = [[] for _ in jobs]
+    for group in groups:
         for _ in range(repeat):
-            for job in group:
-                done.setdefault(order.index(job), []).append(
-                    _series(world, transport, job[0], iters, warmup, job[1], job[2], batch))
-    merged = [merge_rounds(done[k], world.size) if repeat > 1 else done[k][0]
-              for k in range(len(order))]
-    cal = [r for k, job in enumerate(order) if not job[2] for r in merged[k]]
-    ev = [r for k, job in enumerate(order) if job[2] for r in merged[k]]
+            for k in group:
+                case, sizes, check = jobs[k]
+                rounds[k].append(_series(world, transport, case, iters, warmup, sizes, check, batch))
+    merged = [merge_rounds(r, world.size) if repeat > 1 else r[0] for r in rounds]
+    cal = [r for (_, _, check), rows in zip(jobs, merged) if not check for r in rows]
+    ev = [r for (_, _, check), rows in zip(jobs, merged) if check for r in rows]
     return cal, ev
 
 
 def _as(rows: list[dict], stat: str) -> list[dict]:
     """The rows with ``time_us`` taken from ``stat``: "median" (as measured) or "min"."""
     return rows if stat == "median" else [dict(r, time_us=r["min_us"]) for r in rows]
-
-
-def last_level_cache(default: int = 32 * MiB) -> int:
-    """Bytes of this machine's largest CPU cache (Linux sysfs), the model's knee."""
-    import glob
-
-    best = 0
-    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
-        try:
-            with open(path) as f:
-                text = f.read().strip()
-        except OSError:
-            continue
-        unit = {"K": KiB, "M": MiB}.get(text[-1:], 1)
-        digits = text.rstrip("KM")
-        if digits.isdigit():
-            best = max(best, int(digits) * unit)
-    return best or default
 
 
 def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int, warmup: int,
@@ -113,115 +94,26 @@ def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int,
     return out
 
 
-def judge(cal: list[dict], cal_min: list[dict], ev: list[dict], n: int, knee: float) -> dict:
-    """Fit on the calibration rows (median and best iterations), predict every evaluation row,
-    and score both: the study's record fields."""
-    models = {"median": fit(cal, n, knee=knee), "min": fit(cal_min, n, knee=knee)}
-    rows = []
-    for r in ev:
-        op, algo, size = r["op"], r["algo"], r["size"]
-        r = dict(r, pred_us=models["median"].predict_us(op, algo, n, size),
-                 class_pred_us=models["median"].predict_us(op, algo, n, size, per_algo=False),
-                 pred_min_us=models["min"].predict_us(op, algo, n, size),
-                 class_pred_min_us=models["min"].predict_us(op, algo, n, size, per_algo=False))
-        r["meas_over_pred"] = r["time_us"] / r["pred_us"] if r["pred_us"] else None
-        rows.append(r)
-    best = [dict(r, time_us=r["min_us"], pred_us=r["pred_min_us"],
-                 class_pred_us=r["class_pred_min_us"]) for r in rows]
-    return {"model": models["median"].as_dict(), "model_min": models["min"].as_dict(),
-            "rows": rows, "accuracy": accuracy(rows, cal), "accuracy_min": accuracy(best, cal_min)}
+def _stem(out_dir: str, transport: str, n: int) -> str:
+    return os.path.join(out_dir, f"model_{hardware()}-{transport}-x{n}")
 
 
-def refit(record: dict) -> dict:
-    """A stored study judged again with the current model: its calibration rows (kept as the
-    per-algorithm fits' residuals) and evaluation rows, nothing measured anew."""
-    def cal(model: dict) -> list[dict]:
-        return [{"op": r["op"], "algo": r["algo"], "size": r["size"], "time_us": r["measured_us"]}
-                for r in model["residuals"] if "/" in r["fit"]]
-
-    ev = [{k: v for k, v in r.items() if not k.startswith(("pred", "class_pred", "meas_over"))}
-          for r in record["rows"]]
-    import datetime
-
-    out = dict(record)
-    out.update(judge(cal(record["model"]), cal(record["model_min"]), ev, record["world_size"],
-                     last_level_cache()))
-    out["refit"] = {"created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                    "commit": res.git_commit()}
-    return out
-
-
-def _err(pred: float, meas: float) -> float:
-    return abs(pred - meas) / meas
-
-
-def accuracy(rows: list[dict], cal: list[dict]) -> list[dict]:
-    """Per collective and algorithm: the model's median error on the evaluation sweep, the
-    textbook class model's, and the noise floor: how far the same size measured in the two
-    sweeps differs (median |evaluation - calibration| / evaluation)."""
-    first = {(r["op"], r["algo"], r["size"]): r["time_us"] for r in cal}
-    out = []
-    for key in sorted({(r["op"], r["algo"]) for r in rows}):
-        mine = [r for r in rows if (r["op"], r["algo"]) == key]
-        errs = [_err(r["pred_us"], r["time_us"]) for r in mine]
-        cls = [_err(r["class_pred_us"], r["time_us"]) for r in mine]
-        again = [_err(first[k], r["time_us"]) for r in mine
-                 if (k := (r["op"], r["algo"], r["size"])) in first]
-        out.append({"op": key[0], "algo": key[1], "rows": len(mine),
-                    "median_error": statistics.median(errs), "max_error": max(errs),
-                    "class_median_error": statistics.median(cls),
-                    "rerun_difference": statistics.median(again) if again else None})
-    return out
-
-
-def model_markdown(record: dict) -> str:
-    acc = record["accuracy"]
-    best = {(x["op"], x["algo"]): x for x in record.get("accuracy_min", [])}
-    met = sum(a["median_error"] <= 0.15 for a in acc)
-    met_best = sum(x["median_error"] <= 0.15 for x in best.values())
-    classes = record["model"]["classes"]
-    fitted = "; ".join(f"{k}: alpha {v['alpha'] * 1e6:.2f} us, beta {v['beta'] * 1e9:.4f} ns/B, "
-                       f"gamma {v['gamma'] * 1e9:.4f} ns/B" for k, v in classes.items())
-
-    again = record.get("refit")
-    refit = (f"Fitted and judged again from the stored measurements on {again['created']} "
-             f"(commit {again['commit']}): `commbench run model --refit`. ") if again else ""
-
-    def f(x, key):
-        return "" if x is None or x.get(key) is None else f"{x[key]:.3f}"
-
-    cells = [[a["op"], a["algo"], a["rows"], f(a, "median_error"), f(a, "max_error"),
-              f(a, "class_median_error"), f(a, "rerun_difference"),
-              f(best.get((a["op"], a["algo"])), "median_error"),
-              f(best.get((a["op"], a["algo"])), "class_median_error"),
-              f(best.get((a["op"], a["algo"])), "rerun_difference")] for a in acc]
-    return res.study_markdown(
-        record, ["collective", "algorithm", "sizes", "median |pred-meas|/meas", "max",
-                 "textbook model", "noise floor", "best iteration: median |pred-meas|/meas",
-                 "best: textbook", "best: noise floor"], cells,
-        f"Calibrated on one sweep (4 KiB..64 MiB, factor 4), judged on a second sweep measured "
-        f"afterwards (factor 2; sweeps: {record['measurement'].get('sweeps', 'separate')}). "
-        f"{refit}"
-        f"Each row's time is the median over iterations (of the "
-        f"per-iteration maximum over ranks); the model is also fitted and judged a second time "
-        f"on each row's best iteration (the last three columns), which interference from other "
-        f"tenants of the machine can only lengthen. Median error <= 0.15 for {met} of "
-        f"{len(acc)} collective/algorithm pairs on median times, {met_best} of {len(best)} on "
-        f"best times. Class fit (median times): {fitted}. 'textbook model' predicts every "
-        "algorithm from the class constants alone (lib: the transport's own calls; py: "
-        "commbench's algorithms from point-to-point); each algorithm's own fit adds delta, per "
-        f"byte beyond a knee at the last-level cache ({record['model'].get('knee_bytes', 0) / MiB:g}"
-        " MiB). 'noise floor': the same collective, algorithm and size measured in both "
-        "sweeps: median |diff|/meas.")
+def _report(record: dict, stem: str | None, emit, prefix: str = "") -> None:
+    """Each pair's error on median and best iterations; the record written to ``stem``.*."""
+    for acc, bst in zip(record["accuracy"], record["accuracy_min"], strict=True):
+        emit(f"# {prefix}{acc['op']}/{acc['algo']}: median error {acc['median_error']:.3f} "
+             f"(textbook class model {acc['class_median_error']:.3f}; on best iterations "
+             f"{bst['median_error']:.3f})")
+    if stem:
+        res.write_json(stem + ".json", record)
+        res.write_atomic(stem + ".md", model_markdown(record))
+        emit(f"# wrote {stem}.json and {stem}.md")
 
 
 def run_model(a, world, transports: list[str], launch: str, printer: bool, emit) -> int:
     """The ``commbench run model`` study, per transport; writes results/model_*."""
-    import os
-
     from commbench.collectives import ALGORITHMS
-    from commbench.run_cmd import cadence
-    from commbench.runner import hardware, parse_size
+    from commbench.runner import parse_size
 
     n = world.size
     ops = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
@@ -230,7 +122,6 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
              if not (algo == "hierarchical" and n % 2)]
     lo = parse_size(a.minbytes) if a.minbytes != "8" else 4 * KiB
     hi = parse_size(a.maxbytes) if a.maxbytes != "1M" else 64 * MiB
-    worst = 0.0
     for transport in transports:
         emit(f"# commbench run model: {n} ranks ({launch}), transport {transport}, "
              f"{lo}..{hi} bytes")
@@ -240,55 +131,34 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
         record["measurement"].update(repeat=a.repeat, sweeps=sweeps)
         record.update(model_study(world, transport, cases, a.iters, a.warmup_iters, emit, lo, hi,
                                   a.repeat, a.separate_sweeps, a.batch))
-        for acc, bst in zip(record["accuracy"], record["accuracy_min"], strict=True):
-            emit(f"# {acc['op']}/{acc['algo']}: median error {acc['median_error']:.3f} "
-                 f"(textbook class model {acc['class_median_error']:.3f}; on best iterations "
-                 f"{bst['median_error']:.3f})")
-            worst = max(worst, acc["median_error"])
-        if not a.no_write and printer:
-            stem = os.path.join(a.out, f"model_{hardware()}-{transport}-x{n}")
-            res.write_json(stem + ".json", record)
-            res.write_atomic(stem + ".md", model_markdown(record))
-            emit(f"# wrote {stem}.json and {stem}.md")
+        _report(record, None if a.no_write or not printer else _stem(a.out, transport, n), emit)
     return 0
 
 
 def refit_stored(a, emit) -> int:
     """``commbench run model --refit``: each stored study of this world size judged again."""
     import json
-    import os
 
-    from commbench.runner import hardware
-
-    transports = [t for t in a.transport.split(",") if t] or ["gloo", "mpi"]
     found = 0
-    for transport in transports:
-        stem = os.path.join(a.out, f"model_{hardware()}-{transport}-x{a.np}")
+    for transport in [t for t in a.transport.split(",") if t] or ["gloo", "mpi"]:
+        stem = _stem(a.out, transport, a.np)
         if not os.path.exists(stem + ".json"):
             emit(f"# {stem}.json: none stored")
             continue
         with open(stem + ".json") as f:
             record = refit(json.load(f))
         found += 1
-        for acc, bst in zip(record["accuracy"], record["accuracy_min"], strict=True):
-            emit(f"# {transport} {acc['op']}/{acc['algo']}: median error "
-                 f"{acc['median_error']:.3f} (on best iterations {bst['median_error']:.3f})")
-        if not a.no_write:
-            res.write_json(stem + ".json", record)
-            res.write_atomic(stem + ".md", model_markdown(record))
-            emit(f"# wrote {stem}.json and {stem}.md")
+        _report(record, None if a.no_write else stem, emit, f"{transport} ")
     return 0 if found else 1
 
 
 def stored_fit(out_dir: str, transport: str, n: int):
     """The fit a ``commbench run model`` left in ``out_dir`` for this transport and world size."""
     import json
-    import os
 
     from commbench.costmodel.alphabeta import Fit
-    from commbench.runner import hardware
 
-    path = os.path.join(out_dir, f"model_{hardware()}-{transport}-x{n}.json")
+    path = _stem(out_dir, transport, n) + ".json"
     if not os.path.exists(path):
         return None, path
     with open(path) as f:

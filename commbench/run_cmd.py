@@ -10,24 +10,11 @@ import os
 import statistics
 
 from commbench import results as res
-from commbench.bench import Case
+from commbench.bench import MEASUREMENT, Case, cadence
 from commbench.collectives import ALGORITHMS
 from commbench.runner import HEADER, hardware, merge_rounds, run_series
 
 __all__ = ["run"]
-
-MEASUREMENT = {"cadence": "isolated (transport barrier before each iteration, untimed)",
-               "rank_aggregation": "per-iteration max over ranks", "statistic": "median"}
-
-
-def cadence(batch: int) -> dict:
-    """The measurement fields for samples of ``batch`` calls (see commbench.bench._loop)."""
-    if batch == 1:
-        return dict(MEASUREMENT)
-    return dict(MEASUREMENT, cadence=f"batched ({batch} calls back to back per sample after an "
-                "untimed transport barrier; the sample is their mean)",
-                rank_aggregation="per-sample max over ranks", batch=batch)
-
 
 def _world(a):
     from commbench.launch import detect

@@ -7,6 +7,7 @@ A ``mutant`` name makes the rank run a broken variant instead, for the negative 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from unittest import mock
 
 import torch
@@ -96,7 +97,7 @@ def _miscombine_on_member_0(build):
             return out
         for k, s in enumerate(out):
             if s.recv and s.recv[1] > s.recv[0]:
-                out[k] = schedule_mod.Step(s.send, s.dst, s.recv, s.src, not s.reduce)
+                out[k] = replace(s, reduce=not s.reduce)
                 break
         return out
 

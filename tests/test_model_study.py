@@ -6,6 +6,7 @@ import types
 
 import pytest
 
+from commbench import model_judge as mj
 from commbench import model_study as ms
 from commbench.costmodel.alphabeta import Params, terms
 
@@ -60,7 +61,7 @@ def test_study_fits_both_statistics_and_reports_small_errors_for_a_true_model(mo
     assert ring["alpha"] == pytest.approx(TRUE.alpha, rel=1e-6)
     assert out["model_min"]["algorithms"]["all_reduce/ring"]["alpha"] == pytest.approx(
         0.9 * TRUE.alpha, rel=1e-6)
-    text = ms.model_markdown(dict(out, measurement={"sweeps": "interleaved per case"},
+    text = mj.model_markdown(dict(out, measurement={"sweeps": "interleaved per case"},
                                   suite="model", world_size=4, launch="local", hardware="cpu",
                                   host="h", created="", versions={}, commit=""))
     assert "3 of 3 collective/algorithm pairs on median times, 3 of 3 on best times" in text
@@ -109,10 +110,10 @@ def test_refit_of_a_stored_study_reproduces_it(monkeypatch):
     world = types.SimpleNamespace(size=2)
     cases = [("all_reduce", "ring"), ("all_reduce", "native")]
     out = ms.model_study(world, "mpi", cases, 5, 1, lambda s: None, 4096, 1 << 22)
-    again = ms.refit(dict(out, world_size=2))
+    again = mj.refit(dict(out, world_size=2))
     assert again["accuracy"] == out["accuracy"] and again["accuracy_min"] == out["accuracy_min"]
     assert [r["pred_us"] for r in again["rows"]] == [r["pred_us"] for r in out["rows"]]
 
 
 def test_last_level_cache_is_a_positive_size():
-    assert ms.last_level_cache() >= 1 << 16
+    assert mj.last_level_cache() >= 1 << 16

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from commbench.bench_native import like
-from commbench.checks import OPS, dtype_name
+from commbench.checks import check_op, dtype_name
 from commbench.collectives._p2p import TAG, flat, offsets
 from commbench.collectives.doubling import _member, fold_layout, halving_ranges
 from commbench.group import Group
@@ -131,10 +131,7 @@ class Compiled:
 
     def __init__(self, comm, buf: torch.Tensor, group: Group, steps: list[Step], op: str,
                  name: str) -> None:
-        if op not in OPS:
-            raise ValueError(f"{name}: op={op!r}: must be one of {', '.join(OPS)}")
-        if op == "avg" and not buf.dtype.is_floating_point:
-            raise ValueError(f"{name}: op='avg' with dtype {buf.dtype}: avg needs a floating dtype")
+        check_op(name, op, buf.dtype)  # reduced here, not by the transport: any dtype it moves
         if comm.transport == "mpi" and buf.is_cuda:
             raise ValueError(f"{name}: compiled schedules over MPI take CPU tensors, got {buf.device}")
         if buf.dim() != 1 or not buf.is_contiguous():
@@ -144,7 +141,8 @@ class Compiled:
         self.scratch = like(buf, longest)  # NumPy-backed on CPU, as the bench's buffers
         self._reqs: list = []
         self._mpi = comm.transport == "mpi"
-        self._ops = self._bind_mpi(op) if comm.transport == "mpi" else self._bind_torch(op)
+        self._messages = _messages(steps)  # booked per call: computed once
+        self._ops = self._bind(op)
 
     # -- binding --------------------------------------------------------------------------------
     def _views(self, step: Step):
@@ -167,46 +165,51 @@ class Compiled:
         view, n = self.buf[lo:hi], self.group.size
         return partial(view.div_, n) if op == "avg" and hi > lo else None
 
-    def _bind_mpi(self, op: str) -> list:
-        from mpi4py import MPI
-
-        from commbench.transport.mpi_backend import _np
-
-        c, ops = self.group.mpi_comm, []
-        start, wait = MPI.Prequest.Startall, MPI.Request.Waitall
+    def _bind(self, op: str) -> list:
+        """The schedule as a flat list of zero-argument calls: messages, reductions, averages."""
+        ops = []
+        exchange = self._mpi_exchange() if self._mpi else self._torch_exchange()
         for step in self.steps:
             if step.avg:
                 ops.append(self._averager(*step.avg, op))
                 continue
             send, recv, target = self._views(step)
+            if send is not None or recv is not None:
+                ops += exchange(step, send, recv)
+            if target is not None:
+                ops.append(self._reducer(op, target, recv))
+        return [f for f in ops if f is not None]
+
+    def _mpi_exchange(self):
+        """Persistent requests per step, started and completed together (freed by close)."""
+        from mpi4py import MPI
+
+        from commbench.transport.mpi_backend import _np
+
+        c, start, wait = self.group.mpi_comm, MPI.Prequest.Startall, MPI.Request.Waitall
+
+        def exchange(step: Step, send, recv) -> list:
             reqs = []
             if recv is not None:
                 reqs.append(c.Recv_init(_np(recv), source=step.src, tag=TAG))
             if send is not None:
                 reqs.append(c.Send_init(_np(send), dest=step.dst, tag=TAG))
             self._reqs += reqs
-            if reqs:
-                ops += [partial(start, reqs), partial(wait, reqs)]
-            if target is not None:
-                ops.append(self._reducer(op, target, recv))
-        return [f for f in ops if f is not None]
+            return [partial(start, reqs), partial(wait, reqs)]
 
-    def _bind_torch(self, op: str) -> list:
-        pg, ops = self.group.torch_pg, []
-        nccl = self.comm.transport == "nccl"
-        for step in self.steps:
-            if step.avg:
-                ops.append(self._averager(*step.avg, op))
-                continue
-            send, recv, target = self._views(step)
+        return exchange
+
+    def _torch_exchange(self):
+        """The process group's own send/recv (gloo); one batch_isend_irecv per step (NCCL)."""
+        pg, nccl = self.group.torch_pg, self.comm.transport == "nccl"
+
+        def exchange(step: Step, send, recv) -> list:
             if nccl:
-                ops.append(partial(_batched, pg, send, step.dst, recv, step.src))
-            elif send is not None or recv is not None:
-                ops.append(partial(_pair, pg, [send] if send is not None else None, step.dst,
-                                   [recv] if recv is not None else None, step.src))
-            if target is not None:
-                ops.append(self._reducer(op, target, recv))
-        return [f for f in ops if f is not None]
+                return [partial(_batched, pg, send, step.dst, recv, step.src)]
+            return [partial(_pair, pg, None if send is None else [send], step.dst,
+                            None if recv is None else [recv], step.src)]
+
+        return exchange
 
     # -- use ------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -221,17 +224,11 @@ class Compiled:
 
     def messages(self) -> list[tuple[str, int]]:
         """("isend" | "irecv", elements) for every message of one call, in order."""
-        out = []
-        for s in self.steps:
-            if s.recv and s.recv[1] > s.recv[0]:
-                out.append(("irecv", s.recv[1] - s.recv[0]))
-            if s.send and s.send[1] > s.send[0]:
-                out.append(("isend", s.send[1] - s.send[0]))
-        return out
+        return list(self._messages)
 
     def book(self, seconds: float = 0.0) -> None:
         """Book one call's messages, as the comm layer books each; the call's time split evenly."""
-        msgs, ledger, g = self.messages(), self.comm.ledger, self.group
+        msgs, ledger, g = self._messages, self.comm.ledger, self.group
         size, dtype = self.buf.element_size(), dtype_name(self.buf.dtype)
         with ledger.scope(self.name):
             for kind, count in msgs:
@@ -251,6 +248,16 @@ class Compiled:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _messages(steps: list[Step]) -> list[tuple[str, int]]:
+    out = []
+    for s in steps:
+        if s.recv and s.recv[1] > s.recv[0]:
+            out.append(("irecv", s.recv[1] - s.recv[0]))
+        if s.send and s.send[1] > s.send[0]:
+            out.append(("isend", s.send[1] - s.send[0]))
+    return out
 
 
 def _pair(pg, send, dst: int, recv, src: int) -> None:
