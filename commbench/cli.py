@@ -68,8 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--batch", type=int, default=1, help="calls timed back to back per sample "
                    "(nccl-tests' cadence); 1: a barrier before every call")
     r.add_argument("--separate-sweeps", action="store_true", help="model study: the whole "
-                   "calibration sweep before the whole evaluation sweep (default: per case, one "
-                   "right after the other)")
+                   "calibration sweep before the whole evaluation sweep (default: per case and "
+                   "size, one right after the other)")
     r.add_argument("--refit", action="store_true", help="model study: judge the stored "
                    "results/model_* again with the current model, measuring nothing")
     r.add_argument("--resume", action="store_true",

@@ -12,7 +12,7 @@ import statistics
 from commbench import results as res
 from commbench.costmodel.alphabeta import fit
 
-__all__ = ["accuracy", "judge", "last_level_cache", "model_markdown", "refit"]
+__all__ = ["accuracy", "judge", "last_level_cache", "low", "model_markdown", "refit"]
 KiB, MiB = 1 << 10, 1 << 20
 
 
@@ -34,23 +34,31 @@ def last_level_cache(default: int = 32 * MiB) -> int:
     return best or default
 
 
-def judge(cal: list[dict], cal_min: list[dict], ev: list[dict], n: int, knee: float) -> dict:
-    """Fit on the calibration rows (median and best iterations), predict every evaluation row,
-    and score both: the study's record fields."""
-    models = {"median": fit(cal, n, knee=knee), "min": fit(cal_min, n, knee=knee)}
+def low(rows: list[dict]) -> list[dict]:
+    """The rows with ``time_us`` taken from their lower decile (``p10_us``; stored studies from
+    before it was recorded: their best iteration, ``min_us``)."""
+    return [dict(r, time_us=r.get("p10_us", r["min_us"])) for r in rows]
+
+
+def judge(cal: list[dict], cal_low: list[dict], ev: list[dict], n: int, knee: float) -> dict:
+    """Fit on the calibration rows (median and lower-decile iterations), predict every
+    evaluation row, and score both: the study's record fields."""
+    models = {"median": fit(cal, n, knee=knee), "low": fit(cal_low, n, knee=knee)}
     rows = []
     for r in ev:
         op, algo, size = r["op"], r["algo"], r["size"]
         r = dict(r, pred_us=models["median"].predict_us(op, algo, n, size),
                  class_pred_us=models["median"].predict_us(op, algo, n, size, per_algo=False),
-                 pred_min_us=models["min"].predict_us(op, algo, n, size),
-                 class_pred_min_us=models["min"].predict_us(op, algo, n, size, per_algo=False))
+                 pred_low_us=models["low"].predict_us(op, algo, n, size),
+                 class_pred_low_us=models["low"].predict_us(op, algo, n, size, per_algo=False))
         r["meas_over_pred"] = r["time_us"] / r["pred_us"] if r["pred_us"] else None
         rows.append(r)
-    best = [dict(r, time_us=r["min_us"], pred_us=r["pred_min_us"],
-                 class_pred_us=r["class_pred_min_us"]) for r in rows]
-    return {"model": models["median"].as_dict(), "model_min": models["min"].as_dict(),
-            "rows": rows, "accuracy": accuracy(rows, cal), "accuracy_min": accuracy(best, cal_min)}
+    lows = [dict(r, pred_us=r["pred_low_us"], class_pred_us=r["class_pred_low_us"])
+            for r in low(rows)]
+    stat = "p10" if all("p10_us" in r for r in ev) else "min"
+    return {"model": models["median"].as_dict(), "model_low": models["low"].as_dict(),
+            "low_statistic": stat, "rows": rows, "accuracy": accuracy(rows, cal),
+            "accuracy_low": accuracy(lows, cal_low)}
 
 
 def refit(record: dict) -> dict:
@@ -62,9 +70,9 @@ def refit(record: dict) -> dict:
 
     ev = [{k: v for k, v in r.items() if not k.startswith(("pred", "class_pred", "meas_over"))}
           for r in record["rows"]]
-    out = dict(record)
-    out.update(judge(cal(record["model"]), cal(record["model_min"]), ev, record["world_size"],
-                     last_level_cache()))
+    out = {k: v for k, v in record.items() if k not in ("model_min", "accuracy_min")}
+    lows = cal(record.get("model_low") or record["model_min"])  # model_min: before p10_us
+    out.update(judge(cal(record["model"]), lows, ev, record["world_size"], last_level_cache()))
     out["refit"] = {"created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                     "commit": res.git_commit()}
     return out
@@ -95,9 +103,12 @@ def accuracy(rows: list[dict], cal: list[dict]) -> list[dict]:
 
 def model_markdown(record: dict) -> str:
     acc = record["accuracy"]
-    best = {(x["op"], x["algo"]): x for x in record.get("accuracy_min", [])}
+    stat = record.get("low_statistic", "min")
+    name = {"p10": "lower decile", "min": "best iteration"}[stat]
+    low = {(x["op"], x["algo"]): x
+           for x in record.get("accuracy_low", record.get("accuracy_min", []))}
     met = sum(a["median_error"] <= 0.15 for a in acc)
-    met_best = sum(x["median_error"] <= 0.15 for x in best.values())
+    met_low = sum(x["median_error"] <= 0.15 for x in low.values())
     classes = record["model"]["classes"]
     fitted = "; ".join(f"{k}: alpha {v['alpha'] * 1e6:.2f} us, beta {v['beta'] * 1e9:.4f} ns/B, "
                        f"gamma {v['gamma'] * 1e9:.4f} ns/B" for k, v in classes.items())
@@ -105,30 +116,47 @@ def model_markdown(record: dict) -> str:
     again = record.get("refit")
     refit = (f"Fitted and judged again from the stored measurements on {again['created']} "
              f"(commit {again['commit']}): `commbench run model --refit`. ") if again else ""
+    sweeps = record["measurement"].get("sweeps", "separate")
+    if sweeps == "interleaved per size":
+        sweeps += ": each evaluation row measured right after the calibration row of its case "
+        sweeps += "and size, or between two of them"
+    curve = record["model"].get("curve")
+    dense = (f"; ping-pong from {curve[0][0]:.0f} B by factor sqrt(2), the point-to-point "
+             "curve") if curve else ""
+    iters = record["measurement"].get("iters_by_size")
+    iters = f" Iterations per row: {iters}." if iters else ""
 
     def f(x, key):
         return "" if x is None or x.get(key) is None else f"{x[key]:.3f}"
 
-    cells = [[a["op"], a["algo"], a["rows"], f(a, "median_error"), f(a, "max_error"),
+    own = record["model"].get("algorithms", {})
+
+    def form(a) -> str:
+        p = own.get(f"{a['op']}/{a['algo']}")
+        return "" if p is None else "curve" if p.get("scale", 0) > 0 else "line"
+
+    cells = [[a["op"], a["algo"], form(a), a["rows"], f(a, "median_error"), f(a, "max_error"),
               f(a, "class_median_error"), f(a, "rerun_difference"),
-              f(best.get((a["op"], a["algo"])), "median_error"),
-              f(best.get((a["op"], a["algo"])), "class_median_error"),
-              f(best.get((a["op"], a["algo"])), "rerun_difference")] for a in acc]
+              f(low.get((a["op"], a["algo"])), "median_error"),
+              f(low.get((a["op"], a["algo"])), "class_median_error"),
+              f(low.get((a["op"], a["algo"])), "rerun_difference")] for a in acc]
     return res.study_markdown(
-        record, ["collective", "algorithm", "sizes", "median |pred-meas|/meas", "max",
-                 "textbook model", "noise floor", "best iteration: median |pred-meas|/meas",
-                 "best: textbook", "best: noise floor"], cells,
-        f"Calibrated on one sweep (4 KiB..64 MiB, factor 4), judged on a second sweep measured "
-        f"afterwards (factor 2; sweeps: {record['measurement'].get('sweeps', 'separate')}). "
+        record, ["collective", "algorithm", "form", "sizes", "median |pred-meas|/meas", "max",
+                 "textbook model", "noise floor", f"{name}: median |pred-meas|/meas",
+                 f"{name}: textbook", f"{name}: noise floor"], cells,
+        f"Calibrated on one sweep (4 KiB..64 MiB, factor 4{dense}), judged on a second sweep "
+        f"(factor 2; sweeps: {sweeps}). "
         f"{refit}"
-        f"Each row's time is the median over iterations (of the "
-        f"per-iteration maximum over ranks); the model is also fitted and judged a second time "
-        f"on each row's best iteration (the last three columns), which interference from other "
-        f"tenants of the machine can only lengthen. Median error <= 0.15 for {met} of "
-        f"{len(acc)} collective/algorithm pairs on median times, {met_best} of {len(best)} on "
-        f"best times. Class fit (median times): {fitted}. 'textbook model' predicts every "
-        "algorithm from the class constants alone (lib: the transport's own calls; py: "
-        "commbench's algorithms from point-to-point); each algorithm's own fit adds delta, per "
-        f"byte beyond a knee at the last-level cache ({record['model'].get('knee_bytes', 0) / MiB:g}"
-        " MiB). 'noise floor': the same collective, algorithm and size measured in both "
-        "sweeps: median |diff|/meas.")
+        f"Each row's time is the median over iterations (of the per-iteration maximum over "
+        f"ranks); the model is also fitted and judged a second time on each row's {name} (the "
+        f"last three columns): interference from other tenants of the machine only lengthens "
+        f"iterations, so the low end of the distribution is the repeatable part.{iters} Median "
+        f"error <= 0.15 for {met} of {len(acc)} collective/algorithm pairs on median times, "
+        f"{met_low} of {len(low)} on {name} times. Class fit (median times): {fitted}. "
+        "'textbook model' predicts every algorithm from the class constants alone (lib: the "
+        "transport's own calls; py: commbench's algorithms from point-to-point); each "
+        "algorithm's own fit prices its messages by a straight line or by ping-pong's measured "
+        "curve ('form': whichever predicted its own calibration rows better, each left out in "
+        "turn) and adds delta, per byte beyond a knee at the last-level cache "
+        f"({record['model'].get('knee_bytes', 0) / MiB:g} MiB). 'noise floor': the same "
+        "collective, algorithm and size measured in both sweeps: median |diff|/meas.")

@@ -4,19 +4,24 @@ then measure how well it predicts, on a separate sweep it was not fitted to.
 With ``--repeat R`` each sweep runs R times over and every row keeps its best round (the
 machine's steady state; :func:`commbench.runner.merge_rounds`).
 
-1. Calibration sweep: every collective and algorithm at 4 KiB, 16 KiB, ... 64 MiB (factor 4).
+1. Calibration sweep: every collective and algorithm at 4 KiB, 16 KiB, ... 64 MiB (factor 4);
+   ping-pong densely, from 256 B by factor sqrt(2) (the point-to-point curve).
    Fitted from it: one (alpha, beta, gamma) per cost class from ping-pong, the transport's
    all-reduce, commbench's sendrecv and ring all-reduce (the textbook model); and each
-   algorithm's own three (its formula's shape, its own constants).
+   algorithm's own constants, its messages priced by a straight line (beta) or by ping-pong's
+   curve, whichever predicts its held-out calibration rows better
+   (:func:`commbench.costmodel.alphabeta.fit`).
 2. Evaluation sweep, measured afterwards: every collective and algorithm at 4 KiB ... 64 MiB
    (factor 2: half of the sizes are new, the others are measured again). Each row gets both
    predictions; the table gives, per collective and algorithm, the median of
    |predicted - measured| / measured.
 
-By default each case's evaluation follows its own calibration at once (a shared machine drifts:
-the same point measured minutes apart differs by tens of percent, more than the model's error);
-``--separate-sweeps`` runs the whole calibration sweep first, as a stale calibration would be.
-Everything is fitted and judged twice: on each row's median iteration and on its best one.
+By default each evaluation row follows its calibration row of the same case and size at once (a
+shared machine drifts: the same point measured minutes apart differs by tens of percent, more
+than the model's error); ``--separate-sweeps`` runs the whole calibration sweep first, as a
+stale calibration would be.
+Everything is fitted and judged twice: on each row's median iteration and on its lower decile
+(rows below 4 MiB get up to 10x the iterations, :func:`iters_for`, so that it has samples).
 
 Writes ``results/model_<hw>-<transport>-x<ranks>.json`` (the fit, its residuals, the evaluation
 rows) and ``.md``; later ``commbench run`` sweeps read the fit and add ``pred_us`` to each row.
@@ -28,69 +33,100 @@ import os
 
 from commbench import results as res
 from commbench.bench import Case, cadence
-from commbench.model_judge import KiB, MiB, judge, last_level_cache, model_markdown, refit
+from commbench.model_judge import KiB, MiB, judge, last_level_cache, low, model_markdown, refit
 from commbench.runner import hardware, merge_rounds, run_series, sizes_between
 
 __all__ = ["model_study", "run_model", "refit_stored", "stored_fit"]
 
 
+SMALL = 4 * MiB  # rows below it get more iterations (see iters_for)
+
+
+def iters_for(size: int, iters: int) -> int:
+    """Iterations of a row: ``iters`` from 4 MiB up, ``iters * min(10, 4 MiB / size)`` below
+    (OSU's practice of more iterations for small messages): the lower decile, which the second
+    fit uses, needs samples, and small rows are cheap."""
+    return iters * max(1, min(10, SMALL // max(size, 1)))
+
+
+def curve_sizes(lo: int, hi: int) -> list[int]:
+    """Ping-pong's calibration sizes, the point-to-point curve's points: factor sqrt(2) from
+    lo / 16 to hi (64-byte multiples), so the curve follows protocol switches between the
+    factor-4 sizes of the other cases' calibration."""
+    out, k = [], 0
+    while (s := round(lo / 16 * 2 ** (k / 2) / 64) * 64) <= hi:
+        out.append(max(s, 64))
+        k += 1
+    return sorted(set(out))
+
+
 def _series(world, transport, case, iters, warmup, sizes, check: bool, batch: int) -> list[dict]:
     op, algo = case
-    return run_series(world, Case(op, transport, algo, "float32", "sum", 0, iters, warmup, check,
-                                  batch=batch), sizes, None, None, lambda s: None)
+    rows = []
+    for size in sizes:
+        c = Case(op, transport, algo, "float32", "sum", 0, iters_for(size, iters), warmup, check,
+                 batch=batch)
+        rows += run_series(world, c, [size], None, None, lambda s: None)
+    return rows
 
 
 def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: int,
             separate: bool, batch: int = 1) -> tuple[list[dict], list[dict]]:
     """(calibration rows, evaluation rows); ``repeat`` rounds, best round per row.
 
-    Interleaved (default): each case's calibration sizes, then at once its evaluation sizes,
-    round after round, so a case is judged in the machine state it was calibrated in. Separate:
-    the whole calibration sweep, then the whole evaluation sweep (minutes apart on a long list).
+    Interleaved (default): per case and size, the calibration row (at the sizes that have one)
+    and at once the evaluation row, so the model is judged in the machine state it was
+    calibrated in: on this shared machine a series' times shift by tens of percent from one
+    minute, or one series, to the next. Separate: the whole calibration sweep, then the whole
+    evaluation sweep (minutes apart on a long list).
     """
-    cal_sizes, eval_sizes = sizes_between(lo, hi, 4), sizes_between(lo, hi, 2)
-    jobs = [(c, sizes, check) for c in cases
-            for sizes, check in ((cal_sizes, False), (eval_sizes, True))]
-    if separate:  # every calibration job, then every evaluation job
+    eval_sizes = sizes_between(lo, hi, 2)
+
+    def cal_sizes(case) -> list[int]:
+        return curve_sizes(lo, hi) if case[0] == "pingpong" else sizes_between(lo, hi, 4)
+
+    if separate:  # every calibration row, then every evaluation row
+        jobs = ([(c, s, False) for c in cases for s in cal_sizes(c)]
+                + [(c, s, True) for c in cases for s in eval_sizes])
         groups = [[k for k, j in enumerate(jobs) if not j[2]], [k for k, j in enumerate(jobs) if j[2]]]
     else:
+        jobs = [(c, s, check) for c in cases
+                for s in sorted(set(cal_sizes(c)) | set(eval_sizes))
+                for check in (False, True) if (s in eval_sizes if check else s in cal_sizes(c))]
         groups = [list(range(len(jobs)))]
     rounds: list[list[list[dict]]] = [[] for _ in jobs]
     for group in groups:
         for _ in range(repeat):
             for k in group:
-                case, sizes, check = jobs[k]
-                rounds[k].append(_series(world, transport, case, iters, warmup, sizes, check, batch))
+                case, size, check = jobs[k]
+                rounds[k].append(_series(world, transport, case, iters, warmup, [size], check,
+                                         batch))
     merged = [merge_rounds(r, world.size) if repeat > 1 else r[0] for r in rounds]
     cal = [r for (_, _, check), rows in zip(jobs, merged) if not check for r in rows]
     ev = [r for (_, _, check), rows in zip(jobs, merged) if check for r in rows]
     return cal, ev
 
 
-def _as(rows: list[dict], stat: str) -> list[dict]:
-    """The rows with ``time_us`` taken from ``stat``: "median" (as measured) or "min"."""
-    return rows if stat == "median" else [dict(r, time_us=r["min_us"]) for r in rows]
-
-
 def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int, warmup: int,
                 emit=print, lo: int = 4 * KiB, hi: int = 64 * MiB, repeat: int = 1,
                 separate: bool = False, batch: int = 1) -> dict:
     """Both sweeps, and the model fitted and judged twice from them: on each row's median
-    iteration (``model``, ``accuracy``) and on its best (``model_min``, ``accuracy_min``)."""
+    iteration (``model``, ``accuracy``) and on its lower decile (``model_low``,
+    ``accuracy_low``)."""
     n = world.size
     emit(f"# calibration (factor 4) and evaluation (factor 2) sweeps ({transport}, {n} ranks): "
          f"{len(cases)} cases, {repeat} round(s), {'separate' if separate else 'interleaved'}")
     cal, ev = _sweeps(world, transport, cases, iters, warmup, lo, hi, repeat, separate, batch)
-    out = judge(cal, _as(cal, "min"), ev, n, last_level_cache())
+    out = judge(cal, low(cal), ev, n, last_level_cache())
     for cls, p in out["model"]["classes"].items():
         emit(f"# {cls}: alpha {p['alpha'] * 1e6:.2f} us, beta {p['beta'] * 1e9:.4f} ns/B, gamma "
              f"{p['gamma'] * 1e9:.4f} ns/B")
     emit(f"# evaluation\n#{'op/algo':>28} {'size':>10} {'meas(us)':>10} "
-         f"{'pred(us)':>10} {'meas/pred':>9} {'best(us)':>10} {'pred best':>10}")
+         f"{'pred(us)':>10} {'meas/pred':>9} {'p10(us)':>10} {'pred p10':>10}")
     for r in out["rows"]:
         emit(f" {r['op'] + '/' + r['algo']:>28} {r['size']:>10} {r['time_us']:>10.1f} "
              f"{r['pred_us']:>10.1f} {r['meas_over_pred'] or 0:>9.2f} "
-             f"{r['min_us']:>10.1f} {r['pred_min_us']:>10.1f}")
+             f"{r.get('p10_us', r['min_us']):>10.1f} {r['pred_low_us']:>10.1f}")
     return out
 
 
@@ -100,10 +136,10 @@ def _stem(out_dir: str, transport: str, n: int) -> str:
 
 def _report(record: dict, stem: str | None, emit, prefix: str = "") -> None:
     """Each pair's error on median and best iterations; the record written to ``stem``.*."""
-    for acc, bst in zip(record["accuracy"], record["accuracy_min"], strict=True):
+    for acc, lo in zip(record["accuracy"], record["accuracy_low"], strict=True):
         emit(f"# {prefix}{acc['op']}/{acc['algo']}: median error {acc['median_error']:.3f} "
-             f"(textbook class model {acc['class_median_error']:.3f}; on best iterations "
-             f"{bst['median_error']:.3f})")
+             f"(textbook class model {acc['class_median_error']:.3f}; on "
+             f"{record['low_statistic']} times {lo['median_error']:.3f})")
     if stem:
         res.write_json(stem + ".json", record)
         res.write_atomic(stem + ".md", model_markdown(record))
@@ -127,8 +163,11 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
              f"{lo}..{hi} bytes")
         record = res.header("model", n, launch, hardware(),
                             dict(cadence(a.batch), iters=a.iters, warmup=a.warmup_iters))
-        sweeps = "separate" if a.separate_sweeps else "interleaved per case"
-        record["measurement"].update(repeat=a.repeat, sweeps=sweeps)
+        sweeps = "separate" if a.separate_sweeps else "interleaved per size"
+        record["measurement"].update(
+            repeat=a.repeat, sweeps=sweeps,
+            iters_by_size=f"{a.iters} from {SMALL // MiB} MiB up, {a.iters} * min(10, "
+                          f"{SMALL // MiB} MiB / size) below")
         record.update(model_study(world, transport, cases, a.iters, a.warmup_iters, emit, lo, hi,
                                   a.repeat, a.separate_sweeps, a.batch))
         _report(record, None if a.no_write or not printer else _stem(a.out, transport, n), emit)

@@ -13,9 +13,9 @@ A results file (schema ``commbench.results/1``) is one JSON object::
     commit       git commit of the tree that ran, when known
     measurement  cadence, rank aggregation, statistic, iterations, warm-up (see commbench.bench)
     rows         one object per (series, size): op, algo, transport, dtype, redop, root, size
-                 (bytes, nccl-tests' convention), count, time_us (median), min_us, max_us, p99_us,
-                 algbw, busbw (GB/s), wrong, sent, recv (bytes booked per rank, max over ranks),
-                 pred_sent (bytes predicted per rank), n_samples
+                 (bytes, nccl-tests' convention), count, time_us (median), min_us, p10_us
+                 (lower decile), max_us, p99_us, algbw, busbw (GB/s), wrong, sent, recv (bytes
+                 booked per rank, max over ranks), pred_sent (bytes predicted per rank), n_samples
 
 Files are written to a temporary name and renamed, so a reader never sees half a file.
 """
@@ -45,9 +45,11 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def summarize_samples(per_rank: list[list[float]]) -> dict:
-    """Per-iteration max over ranks, then min / median / max / p99 in microseconds."""
+    """Per-iteration max over ranks, then min / lower decile / median / max / p99 in
+    microseconds."""
     iters = [max(ts) for ts in zip(*per_rank)]
     return {"time_us": statistics.median(iters) * 1e6, "min_us": min(iters) * 1e6,
+            "p10_us": percentile(iters, 10) * 1e6,
             "max_us": max(iters) * 1e6, "p99_us": percentile(iters, 99) * 1e6,
             "n_samples": len(iters)}
 

@@ -5,6 +5,18 @@ and algorithm commbench runs, and its calibration on the machine at hand.
 
 steps: messages on the critical path; bytes: bytes a rank sends on it; reduced: bytes it
 combines. S is nccl-tests' size (all-gather / reduce-scatter / all-to-all: the whole buffer).
+
+Each algorithm's own fit, where a ping-pong sweep was calibrated, prices its messages with the
+measured point-to-point curve p(m) (one-way time of one message of m bytes; Hockney's model
+measured rather than assumed linear, as LogGP's protocol regimes need):
+
+    T = alpha * steps + scale * steps * p(bytes / steps) + gamma * reduced + delta * beyond
+
+so a transport's protocol switches (eager, rendezvous, single-copy) carry over from ping-pong
+to every algorithm, each with its own per-step overhead, scale, reduction rate and knee; or by
+the straight line (beta * bytes) where that predicts the algorithm's held-out calibration rows
+better (:func:`fit`).
+
 Two classes of cost are calibrated separately, because they are different code: ``lib`` (the
 transport's own collectives and its raw point-to-point, compiled) and ``py`` (algorithms built
 here from point-to-point through commbench's comm layer, a Python call per message).
@@ -12,6 +24,7 @@ here from point-to-point through commbench's comm layer, a Python call per messa
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import asdict, dataclass
 
@@ -19,7 +32,7 @@ import numpy as np
 
 from commbench.collectives.alltoall import bruck_blocks_per_step
 
-__all__ = ["Fit", "Params", "beyond", "cost_class", "fit", "terms"]
+__all__ = ["Curve", "Fit", "Params", "beyond", "cost_class", "fit", "terms"]
 
 
 def _lg(n: int) -> int:
@@ -79,9 +92,43 @@ class Params:
     beta: float   # seconds per byte sent
     gamma: float  # seconds per byte reduced
     delta: float = 0.0  # seconds per byte sent beyond the knee (see :func:`beyond`)
+    scale: float = 0.0  # times the point-to-point curve's price of the messages (see Curve)
 
-    def time(self, t: tuple[float, float, float], over: float = 0.0) -> float:
-        return self.alpha * t[0] + self.beta * t[1] + self.gamma * t[2] + self.delta * over
+    def time(self, t: tuple[float, float, float], over: float = 0.0, priced: float = 0.0) -> float:
+        return (self.alpha * t[0] + self.beta * t[1] + self.gamma * t[2] + self.delta * over
+                + self.scale * priced)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A measured one-way point-to-point time per message size: ``points`` (bytes, seconds),
+    increasing in bytes. Linear between points (a linear transport is reproduced exactly);
+    beyond either end the end segment's line, never sloping down."""
+
+    points: tuple[tuple[float, float], ...]
+
+    def __call__(self, m: float) -> float:
+        pts = self.points
+        if m <= 0:
+            return 0.0
+        k = min(max(1, bisect.bisect_left([p[0] for p in pts], m)), len(pts) - 1)
+        (x0, y0), (x1, y1) = pts[k - 1], pts[k]
+        slope = (y1 - y0) / (x1 - x0)
+        if not pts[0][0] <= m <= pts[-1][0]:
+            slope = max(slope, 0.0)
+            x0, y0 = (x1, y1) if m > x1 else (x0, y0)
+        return max(y0 + slope * (m - x0), 0.0)
+
+    def price(self, t: tuple[float, float, float]) -> float:
+        """Seconds for ``steps`` messages of ``bytes / steps`` each, in turn."""
+        return t[0] * self(t[1] / t[0]) if t[0] else 0.0
+
+    @staticmethod
+    def from_rows(rows: list[dict]) -> Curve | None:
+        """The curve of the ping-pong rows (op, size, time_us: one way), None under 3 sizes."""
+        pts = sorted({r["size"]: r["time_us"] * 1e-6 for r in rows
+                      if r["op"] == "pingpong" and r["time_us"] > 0}.items())
+        return Curve(tuple(pts)) if len(pts) >= 3 else None
 
 
 def beyond(t: tuple[float, float, float], size: float, knee: float) -> float:
@@ -98,26 +145,30 @@ class Fit:
 
     classes: dict[str, Params]
     residuals: list[dict]
-    algos: dict[str, Params] | None = None  # "op/algo" -> its own alpha, beta, gamma, delta
+    algos: dict[str, Params] | None = None  # "op/algo" -> its own constants
     knee: float = 0.0  # bytes; 0: no knee term
+    curve: Curve | None = None  # ping-pong's, pricing each algorithm's messages; None: beta
 
     def predict_us(self, op: str, algo: str, n: int, size: float, per_algo: bool = True) -> float:
         own = (self.algos or {}).get(f"{op}/{algo}") if per_algo else None
         t = terms(op, algo, n, size)
         if own is None:
             return self.classes[cost_class(op, algo)].time(t) * 1e6
-        return own.time(t, beyond(t, size, self.knee)) * 1e6
+        priced = self.curve.price(t) if self.curve else 0.0
+        return own.time(t, beyond(t, size, self.knee), priced) * 1e6
 
     def as_dict(self) -> dict:
         return {"classes": {k: asdict(v) for k, v in self.classes.items()},
                 "algorithms": {k: asdict(v) for k, v in (self.algos or {}).items()},
-                "knee_bytes": self.knee, "residuals": self.residuals}
+                "knee_bytes": self.knee, "residuals": self.residuals,
+                "curve": [list(p) for p in self.curve.points] if self.curve else None}
 
     @staticmethod
     def from_dict(d: dict) -> Fit:
+        curve = d.get("curve")
         return Fit({k: Params(**v) for k, v in d["classes"].items()}, d.get("residuals", []),
                    {k: Params(**v) for k, v in d.get("algorithms", {}).items()},
-                   d.get("knee_bytes", 0.0))
+                   d.get("knee_bytes", 0.0), Curve(tuple(map(tuple, curve))) if curve else None)
 
 
 def _nnls_relative(A: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -137,20 +188,27 @@ def _nnls_relative(A: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _fit_rows(rows: list[dict], n: int, label: str, residuals: list[dict],
-              knee: float = 0.0) -> Params:
+              knee: float = 0.0, curve: Curve | None = None) -> Params:
+    """Columns: steps, bytes (or, with a curve, the curve's price of the messages), reduced
+    bytes and, with a knee, bytes beyond it."""
     def row(r):
         t = terms(r["op"], r["algo"], n, r["size"])
-        return (*t, beyond(t, r["size"], knee)) if knee else t
+        cols = (t[0], curve.price(t) if curve else t[1], t[2])
+        return (*cols, beyond(t, r["size"], knee)) if knee else cols
 
     A = np.array([row(r) for r in rows], dtype=float)
     y = np.array([r["time_us"] * 1e-6 for r in rows])
-    scale = np.array([1e-6, 1e-9, 1e-9, 1e-9][:A.shape[1]])  # condition the columns
+    # condition the columns (seconds per message, per byte; the curve's price is in seconds)
+    scale = np.array([1e-6, 1.0 if curve else 1e-9, 1e-9, 1e-9][:A.shape[1]])
     x = _nnls_relative(A * scale, y) * scale
     for r, t in zip(rows, A @ x, strict=True):
         residuals.append({"fit": label, "op": r["op"], "algo": r["algo"], "size": r["size"],
                           "measured_us": r["time_us"], "fitted_us": t * 1e6,
                           "rel_error": (t * 1e6 - r["time_us"]) / r["time_us"]})
-    return Params(*map(float, x))
+    alpha, b, gamma, *delta = map(float, x)
+    if curve:
+        return Params(alpha, 0.0, gamma, *delta, scale=b)
+    return Params(alpha, b, gamma, *delta)
 
 
 CALIBRATION = (("pingpong", "native"), ("all_reduce", "native"), ("sendrecv", "native"),
@@ -160,8 +218,9 @@ CALIBRATION = (("pingpong", "native"), ("all_reduce", "native"), ("sendrecv", "n
 def fit(rows: list[dict], n: int, per_algo: bool = True, knee: float = 0.0) -> Fit:
     """Fit alpha, beta, gamma per cost class on the calibration cases (ping-pong, the
     transport's all-reduce, commbench's sendrecv and ring all-reduce), and, with ``per_algo``,
-    each algorithm's own on its rows (op, algo, size, time_us): alpha, beta, gamma and, with a
-    ``knee`` (bytes), delta for the bytes beyond it."""
+    each algorithm's own on its rows (op, algo, size, time_us): alpha, gamma and beta or, where
+    ping-pong rows give a :class:`Curve`, the curve's scale; with a ``knee`` (bytes), delta for
+    the bytes beyond it."""
     rows = [r for r in rows if r["time_us"] > 0]
     classes: dict[str, Params] = {}
     residuals: list[dict] = []
@@ -171,9 +230,27 @@ def fit(rows: list[dict], n: int, per_algo: bool = True, knee: float = 0.0) -> F
         if mine:
             classes[cls] = _fit_rows(mine, n, cls, residuals)
     algos = {}
+    curve = Curve.from_rows(rows) if per_algo else None
     if per_algo:
         for key in sorted({(r["op"], r["algo"]) for r in rows}):
             mine = [r for r in rows if (r["op"], r["algo"]) == key]
             if len(mine) >= 3 + bool(knee):
-                algos["/".join(key)] = _fit_rows(mine, n, "/".join(key), residuals, knee)
-    return Fit(classes, residuals, algos, knee)
+                form = _choose(mine, n, knee, curve) if curve else None
+                algos["/".join(key)] = _fit_rows(mine, n, "/".join(key), residuals, knee, form)
+    return Fit(classes, residuals, algos, knee, curve)
+
+
+def _choose(rows: list[dict], n: int, knee: float, curve: Curve) -> Curve | None:
+    """The curve or the straight line (beta) for one algorithm, whichever predicts its own
+    calibration rows better when each is left out in turn (median relative error; ties: the
+    line). Only calibration rows are used: the choice never sees an evaluation row."""
+    def loo(form: Curve | None) -> float:
+        errs = []
+        for k, out in enumerate(rows):
+            p = _fit_rows(rows[:k] + rows[k + 1:], n, "", [], knee, form)
+            t = terms(out["op"], out["algo"], n, out["size"])
+            pred = p.time(t, beyond(t, out["size"], knee), form.price(t) if form else 0.0)
+            errs.append(abs(pred * 1e6 - out["time_us"]) / out["time_us"])
+        return float(np.median(errs))
+
+    return curve if loo(curve) < loo(None) else None
