@@ -157,6 +157,6 @@ def model_markdown(record: dict) -> str:
         "transport's own calls; py: commbench's algorithms from point-to-point); each "
         "algorithm's own fit prices its messages by a straight line or by ping-pong's measured "
         "curve ('form': whichever predicted its own calibration rows better, each left out in "
-        "turn) and adds delta, per byte beyond a knee at the last-level cache "
+        "turn) and adds delta per byte for calls from a knee at the last-level cache on "
         f"({record['model'].get('knee_bytes', 0) / MiB:g} MiB). 'noise floor': the same "
         "collective, algorithm and size measured in both sweeps: median |diff|/meas.")

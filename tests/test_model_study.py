@@ -101,10 +101,12 @@ def test_accuracy_sees_a_drifted_evaluation(monkeypatch):
 
 
 def test_knee_term_recovers_a_steeper_slope_past_the_cache():
-    """Times that steepen past a 1 MiB knee: the knee fit finds delta, the plain fit cannot."""
+    """Times that steepen from a 1 MiB knee on: the knee fit finds delta, the plain fit cannot."""
     from commbench.costmodel.alphabeta import beyond, fit
 
     true, knee, n = Params(20e-6, 0.2e-9, 0.1e-9, 0.6e-9), float(1 << 20), 2
+    t = terms("all_reduce", "ring", n, knee)  # from the knee on, every byte of the call pays
+    assert beyond(t, knee, knee) == t[1] and beyond(t, knee - 64, knee) == 0
     rows = []
     for s in [4096 << (2 * k) for k in range(7)]:  # 4 KiB .. 16 MiB
         t = terms("all_reduce", "ring", n, s)

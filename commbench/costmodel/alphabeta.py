@@ -1,7 +1,7 @@
 """The alpha-beta-gamma model (Hockney; Thakur, Rabenseifner & Gropp 2005) for every collective
 and algorithm commbench runs, and its calibration on the machine at hand.
 
-    T = alpha * steps + beta * bytes + gamma * reduced   (+ delta * bytes beyond the knee)
+    T = alpha * steps + beta * bytes + gamma * reduced   (+ delta * bytes, past the knee)
 
 steps: messages on the critical path; bytes: bytes a rank sends on it; reduced: bytes it
 combines. S is nccl-tests' size (all-gather / reduce-scatter / all-to-all: the whole buffer).
@@ -91,7 +91,7 @@ class Params:
     alpha: float  # seconds per message
     beta: float   # seconds per byte sent
     gamma: float  # seconds per byte reduced
-    delta: float = 0.0  # seconds per byte sent beyond the knee (see :func:`beyond`)
+    delta: float = 0.0  # seconds per byte sent, from the knee on (see :func:`beyond`)
     scale: float = 0.0  # times the point-to-point curve's price of the messages (see Curve)
 
     def time(self, t: tuple[float, float, float], over: float = 0.0, priced: float = 0.0) -> float:
@@ -132,10 +132,12 @@ class Curve:
 
 
 def beyond(t: tuple[float, float, float], size: float, knee: float) -> float:
-    """The share of a call's bytes sent once its size passes ``knee`` (the last-level cache):
-    bytes * (size - knee) / size above it, 0 below. Past the cache every byte costs more, and
-    above the mmap threshold of glibc's malloc (32 MiB) every allocation is fresh pages."""
-    return t[1] * (size - knee) / size if knee and size > knee else 0.0
+    """The bytes of a call that pay past the knee (the last-level cache): all of them from a
+    size of ``knee`` on, none below. From there a call's buffers no longer fit the cache, and
+    from glibc's largest mmap threshold (32 MiB) every buffer allocated per call is fresh pages:
+    every byte costs more, not only those past the knee (in the studies of the 32 MiB rows,
+    which no calibration size falls on, up to 8x the line through smaller sizes)."""
+    return t[1] if knee and size >= knee else 0.0
 
 
 @dataclass(frozen=True)
@@ -190,7 +192,7 @@ def _nnls_relative(A: np.ndarray, y: np.ndarray) -> np.ndarray:
 def _fit_rows(rows: list[dict], n: int, label: str, residuals: list[dict],
               knee: float = 0.0, curve: Curve | None = None) -> Params:
     """Columns: steps, bytes (or, with a curve, the curve's price of the messages), reduced
-    bytes and, with a knee, bytes beyond it."""
+    bytes and, with a knee, the bytes that pay past it."""
     def row(r):
         t = terms(r["op"], r["algo"], n, r["size"])
         cols = (t[0], curve.price(t) if curve else t[1], t[2])
@@ -220,7 +222,7 @@ def fit(rows: list[dict], n: int, per_algo: bool = True, knee: float = 0.0) -> F
     transport's all-reduce, commbench's sendrecv and ring all-reduce), and, with ``per_algo``,
     each algorithm's own on its rows (op, algo, size, time_us): alpha, gamma and beta or, where
     ping-pong rows give a :class:`Curve`, the curve's scale; with a ``knee`` (bytes), delta for
-    the bytes beyond it."""
+    the bytes of calls from that size on."""
     rows = [r for r in rows if r["time_us"] > 0]
     classes: dict[str, Params] = {}
     residuals: list[dict] = []
