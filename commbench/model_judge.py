@@ -105,10 +105,10 @@ def model_markdown(record: dict) -> str:
     acc = record["accuracy"]
     stat = record.get("low_statistic", "min")
     name = {"p10": "lower decile", "min": "best iteration"}[stat]
-    low = {(x["op"], x["algo"]): x
+    lows = {(x["op"], x["algo"]): x
            for x in record.get("accuracy_low", record.get("accuracy_min", []))}
     met = sum(a["median_error"] <= 0.15 for a in acc)
-    met_low = sum(x["median_error"] <= 0.15 for x in low.values())
+    met_low = sum(x["median_error"] <= 0.15 for x in lows.values())
     classes = record["model"]["classes"]
     fitted = "; ".join(f"{k}: alpha {v['alpha'] * 1e6:.2f} us, beta {v['beta'] * 1e9:.4f} ns/B, "
                        f"gamma {v['gamma'] * 1e9:.4f} ns/B" for k, v in classes.items())
@@ -137,9 +137,9 @@ def model_markdown(record: dict) -> str:
 
     cells = [[a["op"], a["algo"], form(a), a["rows"], f(a, "median_error"), f(a, "max_error"),
               f(a, "class_median_error"), f(a, "rerun_difference"),
-              f(low.get((a["op"], a["algo"])), "median_error"),
-              f(low.get((a["op"], a["algo"])), "class_median_error"),
-              f(low.get((a["op"], a["algo"])), "rerun_difference")] for a in acc]
+              f(lows.get((a["op"], a["algo"])), "median_error"),
+              f(lows.get((a["op"], a["algo"])), "class_median_error"),
+              f(lows.get((a["op"], a["algo"])), "rerun_difference")] for a in acc]
     return res.study_markdown(
         record, ["collective", "algorithm", "form", "sizes", "median |pred-meas|/meas", "max",
                  "textbook model", "noise floor", f"{name}: median |pred-meas|/meas",
@@ -152,7 +152,7 @@ def model_markdown(record: dict) -> str:
         f"last three columns): interference from other tenants of the machine only lengthens "
         f"iterations, so the low end of the distribution is the repeatable part.{iters} Median "
         f"error <= 0.15 for {met} of {len(acc)} collective/algorithm pairs on median times, "
-        f"{met_low} of {len(low)} on {name} times. Class fit (median times): {fitted}. "
+        f"{met_low} of {len(lows)} on {name} times. Class fit (median times): {fitted}. "
         "'textbook model' predicts every algorithm from the class constants alone (lib: the "
         "transport's own calls; py: commbench's algorithms from point-to-point); each "
         "algorithm's own fit prices its messages by a straight line or by ping-pong's measured "

@@ -11,8 +11,8 @@ machine's steady state; :func:`commbench.runner.merge_rounds`).
    algorithm's own constants, its messages priced by a straight line (beta) or by ping-pong's
    curve, whichever predicts its held-out calibration rows better
    (:func:`commbench.costmodel.alphabeta.fit`).
-2. Evaluation sweep, measured afterwards: every collective and algorithm at 4 KiB ... 64 MiB
-   (factor 2: half of the sizes are new, the others are measured again). Each row gets both
+2. Evaluation sweep: every collective and algorithm at 4 KiB ... 64 MiB (factor 2: half of
+   the sizes are new, the others are measured again). Each row gets both
    predictions; the table gives, per collective and algorithm, the median of
    |predicted - measured| / measured.
 
@@ -60,14 +60,12 @@ def curve_sizes(lo: int, hi: int) -> list[int]:
     return sorted(set(out))
 
 
-def _series(world, transport, case, iters, warmup, sizes, check: bool, batch: int) -> list[dict]:
+def _row(world, transport, case, iters, warmup, size: int, check: bool, batch: int) -> list[dict]:
+    """One case at one size, with :func:`iters_for`'s iterations (a one-row series)."""
     op, algo = case
-    rows = []
-    for size in sizes:
-        c = Case(op, transport, algo, "float32", "sum", 0, iters_for(size, iters), warmup, check,
-                 batch=batch)
-        rows += run_series(world, c, [size], None, None, lambda s: None)
-    return rows
+    c = Case(op, transport, algo, "float32", "sum", 0, iters_for(size, iters), warmup, check,
+             batch=batch)
+    return run_series(world, c, [size], None, None, lambda s: None)
 
 
 def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: int,
@@ -90,17 +88,18 @@ def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: in
                 + [(c, s, True) for c in cases for s in eval_sizes])
         groups = [[k for k, j in enumerate(jobs) if not j[2]], [k for k, j in enumerate(jobs) if j[2]]]
     else:
-        jobs = [(c, s, check) for c in cases
-                for s in sorted(set(cal_sizes(c)) | set(eval_sizes))
-                for check in (False, True) if (s in eval_sizes if check else s in cal_sizes(c))]
+        jobs = []
+        for c in cases:
+            cal = set(cal_sizes(c))
+            for s in sorted(cal | set(eval_sizes)):
+                jobs += [(c, s, False)] * (s in cal) + [(c, s, True)] * (s in eval_sizes)
         groups = [list(range(len(jobs)))]
     rounds: list[list[list[dict]]] = [[] for _ in jobs]
     for group in groups:
         for _ in range(repeat):
             for k in group:
                 case, size, check = jobs[k]
-                rounds[k].append(_series(world, transport, case, iters, warmup, [size], check,
-                                         batch))
+                rounds[k].append(_row(world, transport, case, iters, warmup, size, check, batch))
     merged = [merge_rounds(r, world.size) if repeat > 1 else r[0] for r in rounds]
     cal = [r for (_, _, check), rows in zip(jobs, merged) if not check for r in rows]
     ev = [r for (_, _, check), rows in zip(jobs, merged) if check for r in rows]
