@@ -16,6 +16,7 @@ from commbench.runner import HEADER, hardware, merge_rounds, run_series
 
 __all__ = ["run"]
 
+
 def _world(a):
     from commbench.launch import detect
 

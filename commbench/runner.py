@@ -112,7 +112,7 @@ def merge_rounds(rounds: list[list[dict]], n: int) -> list[dict]:
     for rows in zip(*rounds, strict=True):
         best = min(rows, key=lambda r: r["time_us"])
         row = dict(rows[0])
-        row.update({k: best[k] for k in ("time_us", "p10_us", "p99_us", "max_us") if k in best},
+        row.update({k: best[k] for k in ("time_us", "p10_us", "p99_us", "max_us")},
                    min_us=min(r["min_us"] for r in rows), rounds_us=[r["time_us"] for r in rows],
                    wrong=sum(r["wrong"] for r in rows))
         seconds = row["time_us"] / 1e6

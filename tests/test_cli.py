@@ -166,10 +166,12 @@ def test_repeated_rounds_keep_the_best_round_and_every_round_median():
     from commbench.runner import merge_rounds
 
     def row(t, lo, wrong=0):
-        return {"op": "all_reduce", "size": 1 << 20, "time_us": t, "min_us": lo, "p99_us": 2 * t,
-                "max_us": 3 * t, "wrong": wrong, "algbw": 0.0, "busbw": 0.0}
+        return {"op": "all_reduce", "size": 1 << 20, "time_us": t, "min_us": lo,
+                "p10_us": 1.1 * lo, "p99_us": 2 * t, "max_us": 3 * t, "wrong": wrong,
+                "algbw": 0.0, "busbw": 0.0}
     merged = merge_rounds([[row(300.0, 250.0)], [row(200.0, 190.0, 1)], [row(250.0, 180.0)]], 2)
     (m,) = merged
     assert (m["time_us"], m["min_us"], m["p99_us"], m["wrong"]) == (200.0, 180.0, 400.0, 1)
+    assert m["p10_us"] == pytest.approx(1.1 * 190.0)  # the best round's, as its median
     assert m["rounds_us"] == [300.0, 200.0, 250.0]
     assert m["busbw"] == pytest.approx((1 << 20) / 200e-6 / 1e9)  # n = 2: factor 1

@@ -249,10 +249,10 @@ def _choose(rows: list[dict], n: int, knee: float, curve: Curve) -> Curve | None
     def loo(form: Curve | None) -> float:
         errs = []
         for k, out in enumerate(rows):
+            op, algo = out["op"], out["algo"]
             p = _fit_rows(rows[:k] + rows[k + 1:], n, "", [], knee, form)
-            t = terms(out["op"], out["algo"], n, out["size"])
-            pred = p.time(t, beyond(t, out["size"], knee), form.price(t) if form else 0.0)
-            errs.append(abs(pred * 1e6 - out["time_us"]) / out["time_us"])
+            pred = Fit({}, [], {f"{op}/{algo}": p}, knee, form).predict_us(op, algo, n, out["size"])
+            errs.append(abs(pred - out["time_us"]) / out["time_us"])
         return float(np.median(errs))
 
     return curve if loo(curve) < loo(None) else None
