@@ -4,6 +4,7 @@
     commbench run                       the default suite: every collective and algorithm, 4 ranks
     commbench run all_reduce -b 8 -e 64M -f 2 --transport mpi --algo native,ring
     commbench run overhead --np 2       commbench's timing of MPI all-reduce against raw mpi4py
+    commbench run versus --np 2         the transport's own all-reduce against ours, side by side
     commbench compare OLD.json NEW.json per-row ratios; exit 1 on a regression
 
 Every argument is checked before any rank starts; a bad one ends with a one-line error and exit
@@ -19,9 +20,9 @@ import sys
 from commbench.bench import COLLECTIVES, DTYPES
 
 SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "tp": (), "pp": (),
-          "zero": (), "seqpar": (), "moe": (), "model": ()}
+          "zero": (), "seqpar": (), "moe": (), "model": (), "versus": ("all_reduce",)}
 # suites that are studies of their own, run alone
-STUDIES = ("overhead", "tp", "pp", "zero", "seqpar", "moe", "model")
+STUDIES = ("overhead", "tp", "pp", "zero", "seqpar", "moe", "model", "versus")
 
 
 class UsageError(Exception):
@@ -60,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--no-write", action="store_true")
     r.add_argument("--algo", default="", help="comma-separated algorithms (native, ring, ...); "
                    "default: native and every algorithm built for each collective")
-    r.add_argument("--rounds", type=int, default=6, help="interleaved rounds (overhead study)")
+    r.add_argument("--rounds", type=int, default=6, help="interleaved rounds (overhead and "
+                   "versus studies)")
     r.add_argument("--topology", default="", help="also give each row NCCL's model time for the "
                    "same collective on this many GPUs of a preset or topology file")
     r.add_argument("--repeat", type=int, default=1, help="run the whole sweep this many times; "

@@ -88,6 +88,10 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
         launch = f"local-{world.launch}" if world.launch in ("mpi", "plain") else world.launch
         if a.targets == ["overhead"]:
             return _overhead(a, world, sizes, launch, printer, emit)
+        if a.targets == ["versus"]:
+            from commbench.versus import run_versus
+
+            return run_versus(a, world, transports, sizes, launch, printer, emit)
         if a.targets == ["tp"]:
             return _tp(a, world, launch, printer, emit)
         if a.targets == ["pp"]:

@@ -32,6 +32,8 @@ def _cli(*args: str, env=None, timeout=300) -> subprocess.CompletedProcess:
     (["run", "-f", "1"], "-f 1: must be >= 2"),
     (["run", "all_reduce", "--algo", "quantum"], "--algo quantum: not built for all_reduce"),
     (["run", "overhead", "all_reduce"], "overhead is a study of its own"),
+    (["run", "versus", "all_reduce"], "versus is a study of its own"),
+    (["run", "versus", "--rounds", "0"], "--rounds 0: must be >= 1"),
     (["run", "--repeat", "0"], "--repeat 0: must be >= 1"),
     (["run", "--batch", "0"], "--batch 0: must be >= 1"),
     (["run", "all_reduce", "--refit"], "--refit: an option of the model study"),

@@ -8,8 +8,9 @@ written as data, :class:`Step`, and :class:`Compiled` binds them to one flat buf
 block:
 
 * MPI: one persistent send and receive request per step (``Send_init`` / ``Recv_init`` on NumPy
-  views made once), replayed by ``Startall`` / ``Waitall``; reductions by NumPy ufuncs in place
-  (torch ops for float16 and bfloat16, whose NumPy forms round differently or do not exist).
+  views made once), replayed by each request's ``Start`` then ``Wait``; reductions by NumPy
+  ufuncs in place (torch ops for float16 and bfloat16, whose NumPy forms round differently or do
+  not exist).
 * torch.distributed: the process group's own ``send`` / ``recv`` on fixed tensor views (gloo), or
   one ``batch_isend_irecv`` per step (NCCL, which needs the pair grouped); reductions in place.
 
@@ -158,7 +159,7 @@ class Compiled:
     def _reducer(self, op: str, target: torch.Tensor, got: torch.Tensor):
         if target.device.type == "cpu" and target.dtype in _NP_EXACT:
             a, b = target.numpy(), got.numpy()
-            return partial(_NP_OPS[op], a, b, out=a)
+            return partial(_NP_OPS[op], a, b, a)  # out positional: a keyword costs ~0.15 us
         return partial(_TORCH_OPS[op], target, got, out=target)
 
     def _averager(self, lo: int, hi: int, op: str):
@@ -181,12 +182,15 @@ class Compiled:
         return [f for f in ops if f is not None]
 
     def _mpi_exchange(self):
-        """Persistent requests per step, started and completed together (freed by close)."""
-        from mpi4py import MPI
+        """Persistent requests per step, each started then each completed (freed by close).
 
+        Bound ``Start`` / ``Wait`` per request rather than ``Startall`` / ``Waitall`` on a list:
+        at 8 B a step's Python cost drops from ~1.1 to ~0.7 us (2 ranks' whole call is ~7 us).
+        Waiting on the receive first cannot stall the send: MPI progresses every pending request
+        inside any wait."""
         from commbench.transport.mpi_backend import _np
 
-        c, start, wait = self.group.mpi_comm, MPI.Prequest.Startall, MPI.Request.Waitall
+        c = self.group.mpi_comm
 
         def exchange(step: Step, send, recv) -> list:
             reqs = []
@@ -195,7 +199,7 @@ class Compiled:
             if send is not None:
                 reqs.append(c.Send_init(_np(send), dest=step.dst, tag=TAG))
             self._reqs += reqs
-            return [partial(start, reqs), partial(wait, reqs)]
+            return [r.Start for r in reqs] + [r.Wait for r in reqs]
 
         return exchange
 
