@@ -12,17 +12,42 @@ from commbench.collectives import schedule as schedule_mod
 from commbench.collectives.schedule import Compiled, schedule
 
 
-def compiled_vs_reference(ctx, transport, algo, count, dtype, redop, seed, mutant=None):
-    """(reference result, compiled result) for arbitrary values (inexact sums)."""
+def _short_pieces(lo, hi, seg):
+    """A broken split: the last piece of a split message is never sent nor received."""
+    out = _PIECES(lo, hi, seg)
+    return out[:-1] if len(out) > 1 else out
+
+
+_PIECES = schedule_mod.pieces
+
+
+def compiled_vs_reference(ctx, transport, algo, count, dtype, redop, seed, mutant=None,
+                          segment=None):
+    """(reference result, compiled result) for arbitrary values (inexact sums); ``segment``:
+    bytes per piece of the compiled path's MPI messages (None: its default)."""
     comm, g, r = ctx.comm(transport), ctx.world, ctx.rank
     gen = torch.Generator().manual_seed(seed * 1000 + r)
     x = (torch.randn(count, generator=gen, dtype=torch.float64) * 3).to(getattr(torch, dtype))
     ref = ALGORITHMS[("all_reduce", algo)](comm, x, g, op=redop)
     patch = mock.patch.dict(schedule_mod.SCHEDULES, {algo: _miscombine_on_member_0(
         schedule_mod.SCHEDULES[algo])}) if mutant == "corrupt" else mock.patch.dict({})
+    if mutant == "short_pieces":
+        patch = mock.patch.object(schedule_mod, "pieces", _short_pieces)
     with patch:
-        got = ALGORITHMS[("all_reduce", f"{algo}_compiled")](comm, x, g, op=redop)
+        got = ALGORITHMS[("all_reduce", f"{algo}_compiled")](comm, x, g, op=redop, segment=segment)
     return ref, got
+
+
+def messages(ctx, transport, algo, count, segment):
+    """The messages one compiled call books, with ``segment`` and with whole messages."""
+    comm, g = ctx.comm(transport), ctx.world
+    out = []
+    for seg in (segment, 0):
+        buf = torch.zeros(count)
+        with Compiled(comm, buf, g, schedule(algo, g.size, g.index, count), "sum", algo,
+                      seg) as c:
+            out.append(c.messages())
+    return out
 
 
 def replay(ctx, transport, algo, count, times):

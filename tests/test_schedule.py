@@ -12,17 +12,18 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from schedule_cases import compiled_vs_reference, refusal, replay
+from schedule_cases import compiled_vs_reference, messages, refusal, replay
 
-from commbench.collectives.schedule import SCHEDULES, Step, schedule
+from commbench.collectives.schedule import SCHEDULES, SPLIT, Step, pieces, schedule
 
 pytestmark = [pytest.mark.collectives, pytest.mark.ring]
 
 ALGOS = sorted(SCHEDULES)
 
 
-def judge_same(world, transport, algo, count, dtype, redop, seed, mutant=None):
-    outs = world.run(compiled_vs_reference, transport, algo, count, dtype, redop, seed, mutant)
+def judge_same(world, transport, algo, count, dtype, redop, seed, mutant=None, segment=None):
+    outs = world.run(compiled_vs_reference, transport, algo, count, dtype, redop, seed, mutant,
+                     segment)
     raw = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,
            torch.bfloat16: torch.int16}
     return [f"rank {r}: compiled {algo} differs bitwise from the reference ({dtype}, {redop})"
@@ -33,10 +34,50 @@ def judge_same(world, transport, algo, count, dtype, redop, seed, mutant=None):
 @pytest.mark.world(sizes=[1, 2, 3, 4, 5, 8])
 @given(algo=st.sampled_from(ALGOS), count=st.sampled_from([0, 1, 7, 13, 97]) | st.integers(0, 300),
        dtype=st.sampled_from(["float32", "float64", "float16", "bfloat16"]),
-       redop=st.sampled_from(["sum", "avg", "prod", "min", "max"]), seed=st.integers(0, 999))
-def test_compiled_equals_the_reference_bitwise(world, algo, count, dtype, redop, seed):
+       redop=st.sampled_from(["sum", "avg", "prod", "min", "max"]), seed=st.integers(0, 999),
+       segment=st.sampled_from([None, 0, 8, 24]))
+def test_compiled_equals_the_reference_bitwise(world, algo, count, dtype, redop, seed, segment):
+    """``segment``: MPI messages split into pieces of that many bytes (tiny, so that these counts
+    split); the same bytes land in the same places."""
     for transport in world.transports:
-        assert judge_same(world, transport, algo, count, dtype, redop, seed) == []
+        assert judge_same(world, transport, algo, count, dtype, redop, seed, segment=segment) == []
+
+
+@pytest.mark.world(sizes=[2, 3])
+@pytest.mark.parametrize("algo", ALGOS)
+def test_bitwise_comparison_catches_a_dropped_piece(world, algo):
+    if "mpi" not in world.transports:
+        pytest.skip("messages are split over MPI only")
+    # 32 B = 8 float32: with 30 elements every schedule here has messages of 9..32 elements
+    assert judge_same(world, "mpi", algo, 30, "float32", "sum", 5, "short_pieces", segment=32)
+    assert judge_same(world, "mpi", algo, 30, "float32", "sum", 5, None, segment=32) == []
+
+
+def test_pieces_cover_a_message_in_order_within_the_split_range():
+    assert pieces(3, 10, 0) == [(3, 10)] and pieces(3, 10, 7) == [(3, 10)]
+    assert pieces(3, 10, 3) == [(3, 6), (6, 9), (9, 10)]
+    assert pieces(0, SPLIT * 4 + 1, 4) == [(0, SPLIT * 4 + 1)]  # long: whole (rendezvous wins)
+    for lo, hi, seg in [(0, 16, 4), (5, 6, 1), (2, 13, 4)]:
+        got = pieces(lo, hi, seg)
+        assert got[0][0] == lo and got[-1][1] == hi
+        assert all(a[1] == b[0] for a, b in zip(got, got[1:]))
+        assert all(0 < b - a <= seg for a, b in got)
+
+
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.parametrize("algo", ALGOS)
+def test_split_messages_are_booked_as_their_pieces(world, algo):
+    for transport in world.transports:
+        split_any = False
+        for count in (12, 24, 40):
+            for split, whole in world.run(messages, transport, algo, count, 16):
+                if transport != "mpi":
+                    assert split == whole
+                    continue
+                # 16 B = 4 float32: messages of 5..16 elements go as pieces of at most 4
+                assert split == [(k, b - a) for k, c in whole for a, b in pieces(0, c, 4)]
+                split_any |= len(split) > len(whole)
+        assert split_any or transport != "mpi"
 
 
 @pytest.mark.world(sizes=[3])
@@ -92,3 +133,13 @@ def test_unknown_schedule_is_named():
     with pytest.raises(ValueError, match="algo='tree': must be one of"):
         schedule("tree", 4, 0, 10)
     assert Step().avg is None
+
+
+def test_a_negative_segment_is_refused():
+    import types
+
+    from commbench.collectives.schedule import Compiled
+
+    with pytest.raises(ValueError, match=r"ring_compiled: segment=-1: must be >= 0 bytes"):
+        Compiled(types.SimpleNamespace(transport="mpi"), torch.zeros(4), None, [], "sum",
+                 "ring_compiled", -1)

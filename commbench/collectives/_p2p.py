@@ -7,7 +7,7 @@ import torch
 from commbench.comm import Comm
 from commbench.group import Group
 
-__all__ = ["combine", "exchange", "finish_avg", "flat", "offsets"]
+__all__ = ["combine", "exchange", "finish_avg", "flat", "offsets", "pg_batched", "pg_pair"]
 
 TAG = 7001  # algorithms use their own tag, apart from user point-to-point traffic
 
@@ -59,3 +59,26 @@ def offsets(counts: list[int]) -> list[int]:
     for c in counts:
         out.append(out[-1] + c)
     return out
+
+
+def pg_pair(pg, send, dst: int, recv, src: int) -> None:
+    """A process group's own receive and send posted together (gloo), then both waited."""
+    rx = pg.recv(recv, src, TAG) if recv is not None else None
+    tx = pg.send(send, dst, TAG) if send is not None else None
+    if tx is not None:
+        tx.wait()
+    if rx is not None:
+        rx.wait()
+
+
+def pg_batched(pg, send, dst: int, recv, src: int) -> None:
+    """The same pair as one ``batch_isend_irecv`` (NCCL needs the two grouped)."""
+    import torch.distributed as dist
+
+    ops = []
+    if recv is not None:
+        ops.append(dist.P2POp(dist.irecv, recv, group=pg, group_peer=src, tag=TAG))
+    if send is not None:
+        ops.append(dist.P2POp(dist.isend, send, group=pg, group_peer=dst, tag=TAG))
+    for w in dist.batch_isend_irecv(ops) if ops else []:
+        w.wait()
