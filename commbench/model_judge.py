@@ -130,10 +130,15 @@ def model_markdown(record: dict) -> str:
         return "" if x is None or x.get(key) is None else f"{x[key]:.3f}"
 
     own = record["model"].get("algorithms", {})
+    above = record["model"].get("above", {})
 
     def form(a) -> str:
-        p = own.get(f"{a['op']}/{a['algo']}")
-        return "" if p is None else "curve" if p.get("scale", 0) > 0 else "line"
+        key = f"{a['op']}/{a['algo']}"
+        p, hi = own.get(key), above.get(key)
+        if p is None:
+            return ""
+        kind = "curve" if max(p.get("scale", 0), (hi or {}).get("scale", 0)) > 0 else "line"
+        return f"{kind}, split at {_size(hi['from_bytes'])}" if hi else kind
 
     cells = [[a["op"], a["algo"], form(a), a["rows"], f(a, "median_error"), f(a, "max_error"),
               f(a, "class_median_error"), f(a, "rerun_difference"),
@@ -156,7 +161,13 @@ def model_markdown(record: dict) -> str:
         "'textbook model' predicts every algorithm from the class constants alone (lib: the "
         "transport's own calls; py: commbench's algorithms from point-to-point); each "
         "algorithm's own fit prices its messages by a straight line or by ping-pong's measured "
-        "curve ('form': whichever predicted its own calibration rows better, each left out in "
-        "turn) and adds delta per byte for calls from a knee at the last-level cache on "
+        "curve, once or in two regimes split at a size ('form': whichever predicted its own "
+        "calibration rows best, each left out in turn) and adds delta per byte for calls from "
+        "a knee at the last-level cache on "
         f"({record['model'].get('knee_bytes', 0) / MiB:g} MiB). 'noise floor': the same "
         "collective, algorithm and size measured in both sweeps: median |diff|/meas.")
+
+
+def _size(b: float) -> str:
+    """A break size for the table: the nearest KiB or MiB."""
+    return f"{b / MiB:.0f} MiB" if b >= MiB else f"{b / KiB:.0f} KiB"

@@ -14,8 +14,9 @@ measured rather than assumed linear, as LogGP's protocol regimes need):
 
 so a transport's protocol switches (eager, rendezvous, single-copy) carry over from ping-pong
 to every algorithm, each with its own per-step overhead, scale, reduction rate and knee; or by
-the straight line (beta * bytes) where that predicts the algorithm's held-out calibration rows
-better (:func:`fit`).
+the straight line (beta * bytes); either with two regimes split at a size (a library's own
+switch of algorithm or protocol): whichever predicts the algorithm's held-out calibration rows
+best (:mod:`commbench.costmodel.forms`).
 
 Two classes of cost are calibrated separately, because they are different code: ``lib`` (the
 transport's own collectives and its raw point-to-point, compiled) and ``py`` (algorithms built
@@ -150,27 +151,37 @@ class Fit:
     algos: dict[str, Params] | None = None  # "op/algo" -> its own constants
     knee: float = 0.0  # bytes; 0: no knee term
     curve: Curve | None = None  # ping-pong's, pricing each algorithm's messages; None: beta
+    above: dict[str, tuple[float, Params]] | None = None  # "op/algo" -> (break bytes, constants)
 
     def predict_us(self, op: str, algo: str, n: int, size: float, per_algo: bool = True) -> float:
-        own = (self.algos or {}).get(f"{op}/{algo}") if per_algo else None
+        key = f"{op}/{algo}"
+        own = (self.algos or {}).get(key) if per_algo else None
         t = terms(op, algo, n, size)
         if own is None:
             return self.classes[cost_class(op, algo)].time(t) * 1e6
+        hi = (self.above or {}).get(key)
+        if hi is not None and size >= hi[0]:
+            own = hi[1]
         priced = self.curve.price(t) if self.curve else 0.0
         return own.time(t, beyond(t, size, self.knee), priced) * 1e6
 
     def as_dict(self) -> dict:
         return {"classes": {k: asdict(v) for k, v in self.classes.items()},
                 "algorithms": {k: asdict(v) for k, v in (self.algos or {}).items()},
+                "above": {k: {"from_bytes": b, **asdict(p)} for k, (b, p)
+                          in (self.above or {}).items()},
                 "knee_bytes": self.knee, "residuals": self.residuals,
                 "curve": [list(p) for p in self.curve.points] if self.curve else None}
 
     @staticmethod
     def from_dict(d: dict) -> Fit:
         curve = d.get("curve")
+        above = {k: (v["from_bytes"], Params(**{f: x for f, x in v.items() if f != "from_bytes"}))
+                 for k, v in d.get("above", {}).items()}
         return Fit({k: Params(**v) for k, v in d["classes"].items()}, d.get("residuals", []),
                    {k: Params(**v) for k, v in d.get("algorithms", {}).items()},
-                   d.get("knee_bytes", 0.0), Curve(tuple(map(tuple, curve))) if curve else None)
+                   d.get("knee_bytes", 0.0), Curve(tuple(map(tuple, curve))) if curve else None,
+                   above or None)
 
 
 def _nnls_relative(A: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -217,12 +228,17 @@ CALIBRATION = (("pingpong", "native"), ("all_reduce", "native"), ("sendrecv", "n
                ("all_reduce", "ring"))
 
 
-def fit(rows: list[dict], n: int, per_algo: bool = True, knee: float = 0.0) -> Fit:
+def fit(rows: list[dict], n: int, per_algo: bool = True, knee: float = 0.0,
+        forms: tuple[str, ...] | None = None) -> Fit:
     """Fit alpha, beta, gamma per cost class on the calibration cases (ping-pong, the
     transport's all-reduce, commbench's sendrecv and ring all-reduce), and, with ``per_algo``,
-    each algorithm's own on its rows (op, algo, size, time_us): alpha, gamma and beta or, where
-    ping-pong rows give a :class:`Curve`, the curve's scale; with a ``knee`` (bytes), delta for
-    the bytes of calls from that size on."""
+    each algorithm's own on its rows (op, algo, size, time_us) in the form among ``forms``
+    (default: all of :data:`commbench.costmodel.forms.FORMS`) that predicts its held-out rows
+    best: alpha, gamma and beta or, where ping-pong rows give a :class:`Curve`, the curve's
+    scale, once or per regime; with a ``knee`` (bytes), delta for the bytes of calls from that
+    size on."""
+    from commbench.costmodel.forms import FORMS, choose, fit_form
+
     rows = [r for r in rows if r["time_us"] > 0]
     classes: dict[str, Params] = {}
     residuals: list[dict] = []
@@ -231,28 +247,15 @@ def fit(rows: list[dict], n: int, per_algo: bool = True, knee: float = 0.0) -> F
                 and cost_class(r["op"], r["algo"]) == cls]
         if mine:
             classes[cls] = _fit_rows(mine, n, cls, residuals)
-    algos = {}
+    algos, above = {}, {}
     curve = Curve.from_rows(rows) if per_algo else None
     if per_algo:
         for key in sorted({(r["op"], r["algo"]) for r in rows}):
             mine = [r for r in rows if (r["op"], r["algo"]) == key]
             if len(mine) >= 3 + bool(knee):
-                form = _choose(mine, n, knee, curve) if curve else None
-                algos["/".join(key)] = _fit_rows(mine, n, "/".join(key), residuals, knee, form)
-    return Fit(classes, residuals, algos, knee, curve)
-
-
-def _choose(rows: list[dict], n: int, knee: float, curve: Curve) -> Curve | None:
-    """The curve or the straight line (beta) for one algorithm, whichever predicts its own
-    calibration rows better when each is left out in turn (median relative error; ties: the
-    line). Only calibration rows are used: the choice never sees an evaluation row."""
-    def loo(form: Curve | None) -> float:
-        errs = []
-        for k, out in enumerate(rows):
-            op, algo = out["op"], out["algo"]
-            p = _fit_rows(rows[:k] + rows[k + 1:], n, "", [], knee, form)
-            pred = Fit({}, [], {f"{op}/{algo}": p}, knee, form).predict_us(op, algo, n, out["size"])
-            errs.append(abs(pred - out["time_us"]) / out["time_us"])
-        return float(np.median(errs))
-
-    return curve if loo(curve) < loo(None) else None
+                label = "/".join(key)
+                form = choose(mine, n, knee, curve, forms or FORMS)
+                algos[label], hi = fit_form(mine, n, knee, curve, form, residuals, label)
+                if hi is not None:
+                    above[label] = hi
+    return Fit(classes, residuals, algos, knee, curve, above or None)
