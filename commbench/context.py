@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from collections.abc import Callable
 
 import torch
@@ -193,9 +194,20 @@ class Context:
             self._groups[g] = Group(g, self.rank, names.get(g, ""),
                                     pg if self.rank in g else None, mpi_sub.get(g))
 
-    def close(self) -> None:
-        if self.backend and dist.is_initialized():
-            dist.destroy_process_group()
+    def close(self, together_s: float = 0.0) -> None:
+        """Destroy the process group. ``together_s`` > 0 (gloo): first wait up to that long
+        for every rank to arrive, so that none closes connections another still holds; under
+        mpiexec a rank whose peer left first aborted at exit about every second run
+        (std::terminate from gloo's teardown). A rank that does not come is named on stderr."""
+        if not (self.backend and dist.is_initialized()):
+            return
+        if together_s > 0 and self.backend == "gloo" and self.size > 1:
+            try:
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=together_s))
+            except RuntimeError as exc:
+                print(f"commbench: rank {self.rank}: closing without the others: "
+                      f"{str(exc).splitlines()[0]}", file=sys.stderr)
+        dist.destroy_process_group()
 
 
 def _disjoint(groups: list[tuple[int, ...]]) -> bool:

@@ -39,7 +39,7 @@ class LauncherWorld:
         return True
 
     def close(self) -> None:
-        self.ctx.close()
+        self.ctx.close(together_s=min(self.timeout_s, 30.0))  # see Context.close
 
     def run(self, fn, *args, timeout: float | None = None, **kwargs) -> list:
         outcomes = self.outcomes(fn, *args, timeout=timeout, **kwargs)
