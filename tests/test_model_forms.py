@@ -76,3 +76,10 @@ def test_a_split_model_survives_its_json():
     for s in EVAL:
         assert again.predict_us("all_reduce", "native", N, s) == pytest.approx(
             model.predict_us("all_reduce", "native", N, s), rel=1e-12)
+
+
+def test_forms_are_tried_simplest_first_whatever_order_they_are_given_in():
+    rows = _rows(CAL, lambda s: BELOW.time(terms("all_reduce", "native", N, s)))
+    assert forms.choose(rows, N, 0.0, None, ("split", "line")) == "line"
+    with pytest.raises(ValueError, match=r"forms=\['spline'\]: each must be one of line"):
+        forms.choose(rows, N, 0.0, None, ("line", "spline"))

@@ -77,7 +77,10 @@ def choose(rows: list[dict], n: int, knee: float, curve: ab.Curve | None,
            forms: tuple[str, ...] = FORMS) -> str:
     """The form among ``forms`` (those needing a curve only with one; splits only with enough
     rows) that predicts each of ``rows`` best from the others."""
-    usable = [f for f in forms if (curve is not None or not f.endswith("curve"))
+    unknown = [f for f in forms if f not in FORMS]
+    if unknown:
+        raise ValueError(f"forms={unknown}: each must be one of {', '.join(FORMS)}")
+    usable = [f for f in FORMS if f in forms and (curve is not None or not f.endswith("curve"))
               and (not f.startswith("split") or len(rows) - 1 >= 2 * MIN_SIDE)]
     if len(usable) < 2:
         return usable[0] if usable else "line"
