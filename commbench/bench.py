@@ -29,7 +29,8 @@ import torch
 from commbench import verify
 from commbench.bench_native import Prepared, like, prepare_native
 from commbench.collectives import ALGORITHMS, predict
-from commbench.collectives.schedule import Compiled, schedule
+from commbench.collectives.schedule import Compiled
+from commbench.collectives.steps import schedule
 
 __all__ = ["COLLECTIVES", "MEASUREMENT", "Case", "cadence", "counts_for", "measure"]
 

@@ -26,7 +26,7 @@ import statistics
 
 from commbench import results as res
 from commbench.bench import Case, measure
-from commbench.collectives.schedule import SCHEDULES
+from commbench.collectives.steps import SCHEDULES
 from commbench.model_study import iters_for
 
 __all__ = ["ALGOS", "order", "versus", "versus_markdown"]

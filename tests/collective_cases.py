@@ -15,7 +15,7 @@ import torch
 from commbench import verify
 from commbench.collectives import ALGORITHMS, predict
 from commbench.collectives import ring as ring_mod
-from commbench.collectives import schedule as schedule_mod
+from commbench.collectives import steps as steps_mod
 from commbench.comm import Comm
 from commbench.volume import ring_chunks
 
@@ -107,10 +107,10 @@ def _miscombine_on_member_0(build):
 def _mutations(mutant: str | None, algo: str = ""):
     base = algo.removesuffix("_compiled")
     if algo.endswith("_compiled") and mutant == "corrupt":  # no comm.isend to corrupt: the schedule
-        return mock.patch.dict(schedule_mod.SCHEDULES,
-                               {base: _miscombine_on_member_0(schedule_mod.SCHEDULES[base])})
+        return mock.patch.dict(steps_mod.SCHEDULES,
+                               {base: _miscombine_on_member_0(steps_mod.SCHEDULES[base])})
     if algo.endswith("_compiled") and mutant == "off_by_one_chunk":
-        return mock.patch.object(schedule_mod, "ring_chunks", _off_by_one_chunks)
+        return mock.patch.object(steps_mod, "ring_chunks", _off_by_one_chunks)
     if mutant == "skip_step":
         return mock.patch.object(ring_mod, "_rs_steps", _skip_last_rs_step)
     if mutant == "off_by_one_chunk":

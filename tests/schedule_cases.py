@@ -9,7 +9,9 @@ from collective_cases import _miscombine_on_member_0
 
 from commbench.collectives import ALGORITHMS
 from commbench.collectives import schedule as schedule_mod
-from commbench.collectives.schedule import Compiled, schedule
+from commbench.collectives import steps as steps_mod
+from commbench.collectives.schedule import Compiled
+from commbench.collectives.steps import schedule
 
 
 def _short_pieces(lo, hi, seg):
@@ -29,8 +31,8 @@ def compiled_vs_reference(ctx, transport, algo, count, dtype, redop, seed, mutan
     gen = torch.Generator().manual_seed(seed * 1000 + r)
     x = (torch.randn(count, generator=gen, dtype=torch.float64) * 3).to(getattr(torch, dtype))
     ref = ALGORITHMS[("all_reduce", algo)](comm, x, g, op=redop)
-    patch = mock.patch.dict(schedule_mod.SCHEDULES, {algo: _miscombine_on_member_0(
-        schedule_mod.SCHEDULES[algo])}) if mutant == "corrupt" else mock.patch.dict({})
+    patch = mock.patch.dict(steps_mod.SCHEDULES, {algo: _miscombine_on_member_0(
+        steps_mod.SCHEDULES[algo])}) if mutant == "corrupt" else mock.patch.dict({})
     if mutant == "short_pieces":
         patch = mock.patch.object(schedule_mod, "pieces", _short_pieces)
     with patch:

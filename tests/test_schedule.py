@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from schedule_cases import compiled_vs_reference, messages, refusal, replay
 
-from commbench.collectives.schedule import SCHEDULES, SPLIT, Step, pieces, schedule
+from commbench.collectives.schedule import SPLIT, pieces
+from commbench.collectives.steps import SCHEDULES, Step, schedule
 
 pytestmark = [pytest.mark.collectives, pytest.mark.ring]
 

@@ -4,7 +4,8 @@
 comm layer, so the ledger books each one. One algorithm family per file: ``ring``, ``doubling``
 (recursive doubling, Rabenseifner), ``tree`` (binomial broadcast and reduce, the naive all-reduce),
 ``alltoall`` (pairwise, Bruck), ``hierarchical`` (two-level all-reduce over a rank grid).
-``<name>_compiled``: the same all-reduce schedule compiled onto fixed buffers (``schedule``).
+``<name>_compiled``: the same all-reduce schedule as a step list (``steps``), compiled onto fixed
+buffers (``schedule``).
 """
 
 from functools import partial
@@ -14,7 +15,8 @@ from commbench.collectives.doubling import rabenseifner_all_reduce, recursive_do
 from commbench.collectives.hierarchical import hierarchical_all_reduce
 from commbench.collectives.predict import predict
 from commbench.collectives.ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
-from commbench.collectives.schedule import SCHEDULES, compiled_all_reduce
+from commbench.collectives.schedule import compiled_all_reduce
+from commbench.collectives.steps import SCHEDULES
 from commbench.collectives.tree import binomial_broadcast, binomial_reduce, naive_all_reduce
 
 ALGORITHMS = {

@@ -1,4 +1,4 @@
-"""The all-reduce algorithms as step lists, compiled once onto fixed buffers and replayed.
+"""The all-reduce step lists (:mod:`steps`), compiled once onto fixed buffers and replayed.
 
 :mod:`ring` and :mod:`doubling` are the readable reference: each message goes through the comm
 layer, which checks, tracks and books it, and each step allocates its result. That costs tens of
@@ -30,7 +30,6 @@ Shapes: buf [S] flat, this rank's vector, reduced in place; scratch [max receive
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -38,30 +37,14 @@ import torch
 
 from commbench.bench_native import like
 from commbench.checks import check_op, dtype_name
-from commbench.collectives._p2p import TAG, flat, offsets, pg_batched, pg_pair
-from commbench.collectives.doubling import _member, fold_layout, halving_ranges
+from commbench.collectives._p2p import TAG, flat, pg_batched, pg_pair
+from commbench.collectives.steps import Step, schedule
 from commbench.group import Group
-from commbench.volume import ring_chunks
 from commbench.watch import quiet
 
-__all__ = ["Compiled", "MPI_SEGMENT", "Step", "compiled_all_reduce", "pieces", "schedule",
-           "SCHEDULES"]
+__all__ = ["Compiled", "MPI_SEGMENT", "SPLIT", "compiled_all_reduce", "pieces"]
 MPI_SEGMENT = 4096  # bytes: MPICH's eager messages on this machine class (see above)
 SPLIT = 4  # messages up to SPLIT * segment are split; longer ones go whole
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One step of one member: send buf[send] to ``dst`` while receiving buf-sized ``recv`` from
-    ``src``; ``reduce``: combine what came into buf[recv] (else it overwrites buf[recv]).
-    ``avg``: no message, divide buf[avg] by the group size (op avg only)."""
-
-    send: tuple[int, int] | None = None
-    dst: int = -1
-    recv: tuple[int, int] | None = None
-    src: int = -1
-    reduce: bool = False
-    avg: tuple[int, int] | None = None
 
 
 def pieces(lo: int, hi: int, seg: int) -> list[tuple[int, int]]:
@@ -70,72 +53,6 @@ def pieces(lo: int, hi: int, seg: int) -> list[tuple[int, int]]:
     if seg <= 0 or hi - lo <= seg or hi - lo > SPLIT * seg:
         return [(lo, hi)]
     return [(a, min(a + seg, hi)) for a in range(lo, hi, seg)]
-
-
-def _ring(n: int, i: int, count: int) -> list[Step]:
-    """Ring reduce-scatter then ring all-gather (:mod:`commbench.collectives.ring`)."""
-    b = offsets(ring_chunks(count, n))
-    nxt, prv, out = (i + 1) % n, (i - 1) % n, []
-    for k in range(n - 1):
-        s, r = (i - k - 1) % n, (i - k - 2) % n
-        out.append(Step((b[s], b[s + 1]), nxt, (b[r], b[r + 1]), prv, reduce=True))
-    out.append(Step(avg=(b[i], b[i + 1])))
-    for k in range(n - 1):
-        s, r = (i - k) % n, (i - k - 1) % n
-        out.append(Step((b[s], b[s + 1]), nxt, (b[r], b[r + 1]), prv))
-    return out
-
-
-def _fold(n: int, i: int, count: int) -> tuple[list[Step], list[Step]]:
-    """The non-power-of-two fold and unfold of :mod:`commbench.collectives.doubling`."""
-    _, r, _ = fold_layout(n, i)
-    if i >= 2 * r:
-        return [], []
-    whole = (0, count)
-    if i % 2 == 0:
-        return [Step(send=whole, dst=i + 1)], [Step(recv=whole, src=i + 1)]
-    return [Step(recv=whole, src=i - 1, reduce=True)], [Step(send=whole, dst=i - 1)]
-
-
-def _doubling(n: int, i: int, count: int) -> list[Step]:
-    p, r, new = fold_layout(n, i)
-    fold, unfold = _fold(n, i, count)
-    out, d = list(fold), 1
-    while new >= 0 and d < p:
-        peer = _member(new ^ d, r)
-        out.append(Step((0, count), peer, (0, count), peer, reduce=True))
-        d <<= 1
-    return out + unfold + [Step(avg=(0, count))]
-
-
-def _rabenseifner(n: int, i: int, count: int) -> list[Step]:
-    p, r, new = fold_layout(n, i)
-    fold, unfold = _fold(n, i, count)
-    out = list(fold)
-    if new >= 0:
-        b = offsets(ring_chunks(count, p))
-        steps, d = halving_ranges(p, new), p >> 1
-        for kl, kh, sl, sh in steps:
-            peer = _member(new ^ d, r)
-            out.append(Step((b[sl], b[sh]), peer, (b[kl], b[kh]), peer, reduce=True))
-            d >>= 1
-        out.append(Step(avg=(b[new], b[new + 1])))
-        d = 1
-        for kl, kh, sl, sh in reversed(steps):
-            peer = _member(new ^ d, r)
-            out.append(Step((b[kl], b[kh]), peer, (b[sl], b[sh]), peer))
-            d <<= 1
-    return out + unfold
-
-
-SCHEDULES = {"ring": _ring, "recursive_doubling": _doubling, "rabenseifner": _rabenseifner}
-
-
-def schedule(algo: str, n: int, i: int, count: int) -> list[Step]:
-    """Member ``i``'s steps of ``algo`` for a vector of ``count`` elements in a group of ``n``."""
-    if algo not in SCHEDULES:
-        raise ValueError(f"algo={algo!r}: must be one of {', '.join(SCHEDULES)}")
-    return SCHEDULES[algo](n, i, count)
 
 
 _NP_OPS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum,
