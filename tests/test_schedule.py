@@ -144,3 +144,56 @@ def test_a_negative_segment_is_refused():
     with pytest.raises(ValueError, match=r"ring_compiled: segment=-1: must be >= 0 bytes"):
         Compiled(types.SimpleNamespace(transport="mpi"), torch.zeros(4), None, [], "sum",
                  "ring_compiled", -1)
+
+
+class _Done:
+    def wait(self) -> None:
+        pass
+
+
+class _Landed:
+    """A gloo process group stand-in on which every peer's message is already there: a receive
+    is filled the moment it is posted (the worst case for receives posted together)."""
+
+    def __init__(self, vectors: dict[int, torch.Tensor]) -> None:
+        self.vectors, self.sent = vectors, []
+
+    def recv(self, tensors, src, tag):
+        tensors[0].copy_(self.vectors[src])
+        return _Done()
+
+    def send(self, tensors, dst, tag):
+        self.sent.append((dst, tensors[0].clone()))
+        return _Done()
+
+
+def _joint_root(n: int, steps: list[Step]) -> tuple[torch.Tensor, _Landed]:
+    import types
+
+    from commbench.collectives.schedule import Compiled
+
+    xs = [torch.arange(5, dtype=torch.float64) * 10 ** r for r in range(n)]
+    pg = _Landed(dict(enumerate(xs)))
+    group = types.SimpleNamespace(size=n, index=0, torch_pg=pg)
+    buf = xs[0].clone()
+    Compiled(types.SimpleNamespace(transport="gloo"), buf, group, steps, "sum", "naive").run()
+    return buf - sum(xs), pg
+
+
+@pytest.mark.parametrize("n", [3, 4, 6])
+def test_receives_posted_together_land_in_their_own_blocks(n):
+    steps = schedule("naive", n, 0, 5)
+    assert sum(s.joint for s in steps) == 2 * (n - 2)  # receives and sends: one run each
+    err, pg = _joint_root(n, steps)
+    assert not err.any()
+    assert [d for d, _ in pg.sent] == list(range(1, n))
+    assert all(torch.equal(t, pg.sent[0][1]) for _, t in pg.sent)
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_receives_posted_together_into_one_block_are_caught(n):
+    """Negative: the same run with every receive in scratch block 0 loses all but the last."""
+    from dataclasses import replace
+
+    err, _ = _joint_root(n, [replace(s, slot=0) for s in schedule("naive", n, 0, 5)])
+    assert err.any()

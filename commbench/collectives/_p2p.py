@@ -7,7 +7,7 @@ import torch
 from commbench.comm import Comm
 from commbench.group import Group
 
-__all__ = ["combine", "exchange", "finish_avg", "flat", "offsets", "pg_batched", "pg_pair"]
+__all__ = ["combine", "exchange", "finish_avg", "flat", "offsets", "pg_batched", "pg_run"]
 
 TAG = 7001  # algorithms use their own tag, apart from user point-to-point traffic
 
@@ -61,24 +61,29 @@ def offsets(counts: list[int]) -> list[int]:
     return out
 
 
-def pg_pair(pg, send, dst: int, recv, src: int) -> None:
-    """A process group's own receive and send posted together (gloo), then both waited."""
-    rx = pg.recv(recv, src, TAG) if recv is not None else None
-    tx = pg.send(send, dst, TAG) if send is not None else None
-    if tx is not None:
-        tx.wait()
-    if rx is not None:
-        rx.wait()
+def pg_run(pg, recvs: list, sends: list, after: list) -> None:
+    """A process group's own receives and sends (gloo) posted together: ``recvs`` [(tensor,
+    src)], ``sends`` [(tensor, dst)]. Then each receive is waited in order and followed by its
+    ``after`` call (None: nothing); every send is waited right after the first receive."""
+    rx = [pg.recv([t], src, TAG) for t, src in recvs]
+    tx = [pg.send([t], dst, TAG) for t, dst in sends]
+    if not rx:
+        for w in tx:
+            w.wait()
+    for k, w in enumerate(rx):
+        w.wait()
+        if k == 0:
+            for t in tx:
+                t.wait()
+        if after[k] is not None:
+            after[k]()
 
 
-def pg_batched(pg, send, dst: int, recv, src: int) -> None:
-    """The same pair as one ``batch_isend_irecv`` (NCCL needs the two grouped)."""
+def pg_batched(pg, recvs: list, sends: list) -> None:
+    """The same messages as one ``batch_isend_irecv`` (NCCL needs them grouped), all waited."""
     import torch.distributed as dist
 
-    ops = []
-    if recv is not None:
-        ops.append(dist.P2POp(dist.irecv, recv, group=pg, group_peer=src, tag=TAG))
-    if send is not None:
-        ops.append(dist.P2POp(dist.isend, send, group=pg, group_peer=dst, tag=TAG))
+    ops = [dist.P2POp(dist.irecv, t, group=pg, group_peer=src, tag=TAG) for t, src in recvs]
+    ops += [dist.P2POp(dist.isend, t, group=pg, group_peer=dst, tag=TAG) for t, dst in sends]
     for w in dist.batch_isend_irecv(ops) if ops else []:
         w.wait()

@@ -13,6 +13,7 @@ block:
   not exist).
 * torch.distributed: the process group's own ``send`` / ``recv`` on fixed tensor views (gloo), or
   one ``batch_isend_irecv`` per step (NCCL, which needs the pair grouped); reductions in place.
+  A run of joint steps (:class:`Step`) is posted together.
 
 Over MPI a message of more than ``segment`` bytes (default :data:`MPI_SEGMENT`) and at most
 ``SPLIT`` times that goes as pieces of at most ``segment`` bytes, all started together: MPICH's
@@ -37,7 +38,7 @@ import torch
 
 from commbench.bench_native import like
 from commbench.checks import check_op, dtype_name
-from commbench.collectives._p2p import TAG, flat, pg_batched, pg_pair
+from commbench.collectives._p2p import TAG, flat, pg_batched, pg_run
 from commbench.collectives.steps import Step, schedule
 from commbench.group import Group
 from commbench.watch import quiet
@@ -74,8 +75,10 @@ class Compiled:
         if buf.dim() != 1 or not buf.is_contiguous():
             raise ValueError(f"{name}: the buffer must be flat and contiguous, got {tuple(buf.shape)}")
         self.comm, self.buf, self.group, self.name, self.steps = comm, buf, group, name, steps
-        longest = max((s.recv[1] - s.recv[0] for s in steps if s.reduce), default=0)
-        self.scratch = like(buf, longest)  # NumPy-backed on CPU, as the bench's buffers
+        reduced = [s for s in steps if s.reduce and s.recv]
+        self._block = max((s.recv[1] - s.recv[0] for s in reduced), default=0)
+        slots = 1 + max((s.slot for s in reduced), default=0)
+        self.scratch = like(buf, self._block * slots)  # NumPy-backed on CPU, as the bench's
         self._reqs: list = []
         self._mpi = comm.transport == "mpi"
         if segment is None:
@@ -94,7 +97,8 @@ class Compiled:
         recv = target = None
         if step.recv and step.recv[1] > step.recv[0]:
             target = buf[step.recv[0]:step.recv[1]]
-            recv = self.scratch[:target.numel()] if step.reduce else target
+            lo = step.slot * self._block
+            recv = self.scratch[lo:lo + target.numel()] if step.reduce else target
         return send, recv, (target if step.reduce else None)
 
     def _reducer(self, op: str, target: torch.Tensor, got: torch.Tensor):
@@ -108,55 +112,68 @@ class Compiled:
         return partial(view.div_, n) if op == "avg" and hi > lo else None
 
     def _bind(self, op: str) -> list:
-        """The schedule as a flat list of zero-argument calls: messages, reductions, averages."""
-        ops = []
-        exchange = self._mpi_exchange() if self._mpi else self._torch_exchange()
+        """The schedule as a flat list of zero-argument calls: messages, reductions, averages;
+        a run of joint steps (:class:`Step`) bound as one."""
+        ops, run = [], []
+        bind = self._mpi_run if self._mpi else self._torch_run
         for step in self.steps:
             if step.avg:
+                ops += bind(run, op) if run else []
                 ops.append(self._averager(*step.avg, op))
+                run = []
                 continue
-            send, recv, target = self._views(step)
-            if send is not None or recv is not None:
-                ops += exchange(step, send, recv)
-            if target is not None:
-                ops.append(self._reducer(op, target, recv))
+            run.append(step)
+            if not step.joint:
+                ops += bind(run, op)
+                run = []
+        ops += bind(run, op) if run else []
         return [f for f in ops if f is not None]
 
-    def _mpi_exchange(self):
-        """Persistent requests per step, each started then each completed (freed by close).
+    def _parts(self, run: list[Step], op: str):
+        """Per step of a run: (send view, receive view, reducer or None)."""
+        out = []
+        for step in run:
+            send, recv, target = self._views(step)
+            out.append((send, recv, None if target is None else self._reducer(op, target, recv)))
+        return out
+
+    def _mpi_run(self, run: list[Step], op: str) -> list:
+        """Persistent requests, each started, then per step its receive's completion and its
+        reduction (every send completed after the first receive); freed by :meth:`close`.
 
         Bound ``Start`` / ``Wait`` per request rather than ``Startall`` / ``Waitall`` on a list:
         at 8 B a step's Python cost drops from ~1.1 to ~0.7 us (2 ranks' whole call is ~7 us).
-        Waiting on the receive first cannot stall the send: MPI progresses every pending request
+        Waiting on a receive first cannot stall a send: MPI progresses every pending request
         inside any wait."""
         from commbench.transport.mpi_backend import _np
 
-        c = self.group.mpi_comm
-
-        def exchange(step: Step, send, recv) -> list:
-            reqs = []
-            if recv is not None:
-                reqs += [c.Recv_init(_np(recv[a:b]), source=step.src, tag=TAG)
-                         for a, b in pieces(0, recv.numel(), self._seg)]
+        c, recvs, sends, after = self.group.mpi_comm, [], [], []
+        for step, (send, recv, red) in zip(run, self._parts(run, op), strict=True):
+            recvs.append([c.Recv_init(_np(recv[a:b]), source=step.src, tag=TAG)
+                          for a, b in pieces(0, recv.numel(), self._seg)] if recv is not None
+                         else [])
             if send is not None:
-                reqs += [c.Send_init(_np(send[a:b]), dest=step.dst, tag=TAG)
-                         for a, b in pieces(0, send.numel(), self._seg)]
-            self._reqs += reqs
-            return [r.Start for r in reqs] + [r.Wait for r in reqs]
+                sends += [c.Send_init(_np(send[a:b]), dest=step.dst, tag=TAG)
+                          for a, b in pieces(0, send.numel(), self._seg)]
+            after.append(red)
+        self._reqs += [r for rs in recvs for r in rs] + sends
+        ops = [r.Start for rs in recvs for r in rs] + [r.Start for r in sends]
+        for k, rs in enumerate(recvs):
+            ops += [r.Wait for r in rs] + ([r.Wait for r in sends] if k == 0 else []) + [after[k]]
+        return ops
 
-        return exchange
-
-    def _torch_exchange(self):
-        """The process group's own send/recv (gloo); one batch_isend_irecv per step (NCCL)."""
-        pg, nccl = self.group.torch_pg, self.comm.transport == "nccl"
-
-        def exchange(step: Step, send, recv) -> list:
-            if nccl:
-                return [partial(pg_batched, pg, send, step.dst, recv, step.src)]
-            return [partial(pg_pair, pg, None if send is None else [send], step.dst,
-                            None if recv is None else [recv], step.src)]
-
-        return exchange
+    def _torch_run(self, run: list[Step], op: str) -> list:
+        """The process group's own send/recv, posted together (gloo); one batch_isend_irecv for
+        the run, then its reductions (NCCL, which needs the messages grouped)."""
+        parts = self._parts(run, op)
+        recvs = [(r, s.src) for s, (_, r, _) in zip(run, parts, strict=True) if r is not None]
+        sends = [(t, s.dst) for s, (t, _, _) in zip(run, parts, strict=True) if t is not None]
+        after = [red for _, r, red in parts if r is not None]
+        if not recvs and not sends:
+            return []
+        if self.comm.transport == "nccl":
+            return [partial(pg_batched, self.group.torch_pg, recvs, sends)] + after
+        return [partial(pg_run, self.group.torch_pg, recvs, sends, after)]
 
     # -- use ------------------------------------------------------------------------------------
     def run(self) -> None:

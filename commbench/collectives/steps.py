@@ -1,9 +1,9 @@
 """The all-reduce algorithms as step lists: per member, what to send to whom, what to receive
 from whom, and whether to combine it, in order.
 
-The same blocks, peers and order of operations as the readable reference in :mod:`ring` and
-:mod:`doubling` (so a replay gives bitwise the same results); :mod:`schedule` binds a list to
-fixed buffers and replays it. Ranges are element offsets into the flat vector buf [S].
+The same blocks, peers and order of operations as the readable reference in :mod:`ring`,
+:mod:`doubling` and :mod:`tree` (so a replay gives bitwise the same results); :mod:`schedule`
+binds a list to fixed buffers and replays it. Ranges are element offsets into the flat vector buf [S].
 """
 
 from __future__ import annotations
@@ -21,7 +21,14 @@ __all__ = ["SCHEDULES", "Step", "schedule"]
 class Step:
     """One step of one member: send buf[send] to ``dst`` while receiving buf-sized ``recv`` from
     ``src``; ``reduce``: combine what came into buf[recv] (else it overwrites buf[recv]).
-    ``avg``: no message, divide buf[avg] by the group size (op avg only)."""
+    ``avg``: no message, divide buf[avg] by the group size (op avg only).
+
+    ``joint``: posted together with the next step, and so on along a run of joint steps ended
+    by one that is not: every message of the run is started at once; then each step in order
+    waits for its receive (all the run's sends after the first) and combines it. A run's
+    combined receives land in distinct scratch blocks, ``slot`` 0, 1, ...; no step of a run may
+    combine into what one of its sends reads before that send completes (the first's may: the
+    sends are waited before it combines)."""
 
     send: tuple[int, int] | None = None
     dst: int = -1
@@ -29,6 +36,8 @@ class Step:
     src: int = -1
     reduce: bool = False
     avg: tuple[int, int] | None = None
+    slot: int = 0
+    joint: bool = False
 
 
 def _ring(n: int, i: int, count: int) -> list[Step]:
@@ -87,7 +96,22 @@ def _rabenseifner(n: int, i: int, count: int) -> list[Step]:
     return out + unfold
 
 
-SCHEDULES = {"ring": _ring, "recursive_doubling": _doubling, "rabenseifner": _rabenseifner}
+def _naive(n: int, i: int, count: int) -> list[Step]:
+    """Member 0 combines every vector in member order, then sends the result to every member
+    (:func:`commbench.collectives.tree.naive_all_reduce`). Its receives are posted together, one
+    scratch block each, and so are its sends: gloo sends only once the receiver has posted (a rendezvous), so receives
+    posted one after another cost a round trip each (4 gloo ranks, 8 B: 1.35 ms -> 1.0 ms)."""
+    whole = (0, count)
+    if n == 1:
+        return [Step(avg=whole)]
+    if i:
+        return [Step(send=whole, dst=0), Step(recv=whole, src=0)]
+    return ([Step(recv=whole, src=j, reduce=True, slot=j - 1, joint=j < n - 1)
+             for j in range(1, n)] + [Step(avg=whole)]
+            + [Step(send=whole, dst=j, joint=j < n - 1) for j in range(1, n)])
+
+
+SCHEDULES = {"naive": _naive, "ring": _ring, "recursive_doubling": _doubling, "rabenseifner": _rabenseifner}
 
 
 def schedule(algo: str, n: int, i: int, count: int) -> list[Step]:
