@@ -26,7 +26,8 @@ The ledger still sees every message: :meth:`Compiled.book` records each one (sam
 bytes as the reference path; a split message as its pieces) after the call, outside any timed
 region.
 
-Shapes: buf [S] flat, this rank's vector, reduced in place; scratch [max received block].
+Shapes: buf [S] flat, this rank's vector, reduced in place; scratch [slots * longest combined
+block] (one slot unless a run of joint steps combines several receives).
 """
 
 from __future__ import annotations
