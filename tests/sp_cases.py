@@ -7,6 +7,7 @@ import contextlib
 from unittest import mock
 
 import torch
+from ulp import DRAWS, nudger
 
 from commbench.patterns import attention, ring_attention, ulysses
 from commbench.patterns.seqpar import run_attention, run_zero3
@@ -83,19 +84,35 @@ def zero3_case(ctx, cfg, seed: int):
     return run_zero3(ctx, cfg, seed)
 
 
-def close(got: torch.Tensor, want: torch.Tensor, ref32: torch.Tensor, dtype: str) -> bool:
+def close(got: torch.Tensor, want: torch.Tensor, refs32: list, dtype: str) -> bool:
     """float64: rtol = atol = 1e-10 (only the summation order differs from the oracle, ~1e-15
-    per operation). float32: within 8x the error of the same unsharded float32 computation
-    (its sums run in another order), plus 1e-6 x max(1, largest value): the inputs are standard
-    normal, so the terms that cancel into a small gradient (softmax backward: p (dP - D)) are
-    of order 1 and leave ~eps32 = 1.2e-7 of absolute rounding however small the result is."""
+    per operation). float32: within 8x the largest error of the unsharded float32 computation,
+    as is and with its inputs nudged by one ulp (:mod:`ulp`; its sums run in another order),
+    plus 1e-6 x max(1, largest value): the inputs are standard normal, so the terms that cancel
+    into a small gradient (softmax backward: p (dP - D)) are of order 1 and leave ~eps32 =
+    1.2e-7 of absolute rounding however small the result is."""
     got = got.double()
     if dtype == "float64":
         return torch.allclose(got, want, rtol=1e-10, atol=1e-10)
     if not got.numel():
         return True
-    return bool((got - want).abs().max() <= 8 * (ref32 - want).abs().max()
+    return bool((got - want).abs().max() <= 8 * max((r - want).abs().max() for r in refs32)
                 + 1e-6 * max(1.0, float(want.abs().max())))
+
+
+def _refs32(cfg, seed: int) -> list[dict[str, torch.Tensor]]:
+    """The unsharded float32 attention, as is and with q, k, v and dy nudged by one ulp."""
+    from commbench.patterns.attention import attend, attention_inputs, gqa_index, oracle_attention
+
+    out = [oracle_attention(cfg, seed, torch.float32)]
+    pos = torch.arange(cfg.seq)
+    for draw in range(DRAWS):
+        nudge, d = nudger(draw), attention_inputs(cfg, seed)
+        q, k, v = (nudge(d[n].float()).requires_grad_() for n in ("q", "k", "v"))
+        y = attend(q, k, v, gqa_index(range(cfg.heads), cfg.heads, cfg.kv), pos, pos, cfg.causal)
+        y.backward(nudge(d["dy"].float()))
+        out.append({"y": y.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad})
+    return out
 
 
 def judge_attention(world, cfg, seed: int, variant: str, mutant: str | None = None) -> list[str]:
@@ -103,12 +120,13 @@ def judge_attention(world, cfg, seed: int, variant: str, mutant: str | None = No
     from commbench.patterns.seqpar import expected, predicted
 
     oracle = oracle_attention(cfg, seed)
-    ref32 = oracle_attention(cfg, seed, torch.float32) if cfg.dtype == "float32" else oracle
+    refs32 = _refs32(cfg, seed) if cfg.dtype == "float32" else []
     problems = []
     for r, out in enumerate(world.run(attention_case, cfg, seed, variant, mutant)):
-        refs = expected(ref32, cfg, r)
+        refs = [expected(ref, cfg, r) for ref in refs32]
         for name, want in expected(oracle, cfg, r).items():
-            if out[name].shape != want.shape or not close(out[name], want, refs[name], cfg.dtype):
+            if out[name].shape != want.shape or not close(out[name], want,
+                                                          [ref[name] for ref in refs], cfg.dtype):
                 problems.append(f"rank {r}: {name} differs from the oracle")
         got = sorted((op, s, rc) for op, g, c, dt, s, rc in out["ledger"] if g == out["sp"])
         if got != sorted(predicted(cfg, variant, r % cfg.sp)):

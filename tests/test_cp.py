@@ -64,8 +64,9 @@ def test_a_sequence_the_zigzag_cannot_split_is_refused(world):
 
 @pytest.mark.world(sizes=[2, 4])
 @pytest.mark.parametrize("mutant", ["no_rescale", "skipped_step", "dkv_not_returned"])
-def test_properties_catch_broken_variants(world, mutant):
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_properties_catch_broken_variants(world, mutant, dtype):
     P = world.size
     cfg = AttnConfig(batch=2, seq=4 * P, heads=4, kv_heads=2, head_dim=3, sp=P, causal=True,
-                     layout="zigzag")
+                     layout="zigzag", dtype=dtype)
     assert judge_attention(world, cfg, 5, "ring", mutant), f"{mutant} went unnoticed"

@@ -20,6 +20,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from tp_cases import head_case, layer_case, naive_ddp_case
+from ulp import DRAWS, nudger
 
 from commbench.errors import SPMDError
 from commbench.patterns.tp import expected_layer, oracle_head, predicted_layer
@@ -55,16 +56,9 @@ def _close(got, want, refs32: list, dtype: str) -> bool:
 
 
 def _nudged_oracle32(cfg: TPConfig, seed: int, draw: int) -> dict[str, torch.Tensor]:
-    """The unsharded float32 layer with every weight, input and output gradient moved by one
-    ulp up, one down or not at all (seeded by ``draw``); dropout masks as they are."""
-    g = torch.Generator().manual_seed(draw)
-
-    def nudge(t: torch.Tensor) -> torch.Tensor:
-        u = torch.randint(-1, 2, t.shape, generator=g)
-        inf = torch.full_like(t, float("inf"))
-        return torch.where(u > 0, torch.nextafter(t, inf),
-                           torch.where(u < 0, torch.nextafter(t, -inf), t))
-
+    """The unsharded float32 layer with every weight, input and output gradient nudged by one
+    ulp (:mod:`ulp`); dropout masks as they are."""
+    nudge = nudger(draw)
     w = {k: nudge(v).requires_grad_() for k, v in init_weights(cfg, seed, torch.float32).named().items()}
     d = inputs(cfg, seed, torch.float32)
     x = nudge(d["x"]).requires_grad_()
@@ -78,7 +72,7 @@ def judge_layer(world, cfg: TPConfig, seed: int, naive: bool = False, mutant: st
                 bucket_bytes: int = 1 << 20) -> list[str]:
     oracle = oracle_layer(cfg, seed)
     refs32 = [oracle_layer(cfg, seed, torch.float32)] + [
-        _nudged_oracle32(cfg, seed, k) for k in range(3)] if cfg.dtype == "float32" else []
+        _nudged_oracle32(cfg, seed, k) for k in range(DRAWS)] if cfg.dtype == "float32" else []
     outs = world.run(layer_case, cfg, seed, naive, bucket_bytes, mutant)
     problems = []
     for r, out in enumerate(outs):

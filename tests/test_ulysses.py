@@ -156,7 +156,9 @@ def test_configs_that_cannot_work_are_refused_before_any_collective(world, bad):
 @pytest.mark.parametrize(("mutant", "variant"), [
     ("layout_reshape", "ulysses"), ("wrong_permutation", "ulysses"),
     ("gqa_off_by_one", "ulysses"), ("naive_no_reduce_scatter", "naive")])
-def test_properties_catch_broken_variants(world, mutant, variant):
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_properties_catch_broken_variants(world, mutant, variant, dtype):
     P = world.size
-    cfg = AttnConfig(batch=2, seq=2 * P, heads=4 * P, kv_heads=2 * P, head_dim=3, sp=P, causal=True)
+    cfg = AttnConfig(batch=2, seq=2 * P, heads=4 * P, kv_heads=2 * P, head_dim=3, sp=P, causal=True,
+                     dtype=dtype)
     assert judge_attention(world, cfg, 5, variant, mutant), f"{mutant} went unnoticed"
