@@ -79,7 +79,7 @@ class Compiled:
         reduced = [s for s in steps if s.reduce and s.recv]
         self._block = max((s.recv[1] - s.recv[0] for s in reduced), default=0)
         slots = 1 + max((s.slot for s in reduced), default=0)
-        self.scratch = like(buf, self._block * slots)  # NumPy-backed on CPU, as the bench's
+        self.scratch = like(buf, self._block * slots)  # NumPy-backed on CPU, like buf
         self._reqs: list = []
         self._mpi = comm.transport == "mpi"
         if segment is None:
