@@ -100,27 +100,13 @@ def close(got: torch.Tensor, want: torch.Tensor, refs32: list, dtype: str) -> bo
                 + 1e-6 * max(1.0, float(want.abs().max())))
 
 
-def _refs32(cfg, seed: int) -> list[dict[str, torch.Tensor]]:
-    """The unsharded float32 attention, as is and with q, k, v and dy nudged by one ulp."""
-    from commbench.patterns.attention import attend, attention_inputs, gqa_index, oracle_attention
-
-    out = [oracle_attention(cfg, seed, torch.float32)]
-    pos = torch.arange(cfg.seq)
-    for draw in range(DRAWS):
-        nudge, d = nudger(draw), attention_inputs(cfg, seed)
-        q, k, v = (nudge(d[n].float()).requires_grad_() for n in ("q", "k", "v"))
-        y = attend(q, k, v, gqa_index(range(cfg.heads), cfg.heads, cfg.kv), pos, pos, cfg.causal)
-        y.backward(nudge(d["dy"].float()))
-        out.append({"y": y.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad})
-    return out
-
-
 def judge_attention(world, cfg, seed: int, variant: str, mutant: str | None = None) -> list[str]:
     from commbench.patterns.attention import oracle_attention
     from commbench.patterns.seqpar import expected, predicted
 
     oracle = oracle_attention(cfg, seed)
-    refs32 = _refs32(cfg, seed) if cfg.dtype == "float32" else []
+    refs32 = [oracle_attention(cfg, seed, torch.float32, nudge) for nudge in
+              [None] + [nudger(k) for k in range(DRAWS)]] if cfg.dtype == "float32" else []
     problems = []
     for r, out in enumerate(world.run(attention_case, cfg, seed, variant, mutant)):
         refs = [expected(ref, cfg, r) for ref in refs32]

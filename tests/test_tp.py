@@ -24,7 +24,7 @@ from ulp import DRAWS, nudger
 
 from commbench.errors import SPMDError
 from commbench.patterns.tp import expected_layer, oracle_head, predicted_layer
-from commbench.patterns.tp_model import LayerWeights, TPConfig, init_weights, inputs, layer, oracle_layer
+from commbench.patterns.tp_model import TPConfig, oracle_layer
 from commbench.volume import booked
 
 pytestmark = [pytest.mark.tp]
@@ -55,24 +55,11 @@ def _close(got, want, refs32: list, dtype: str) -> bool:
     return bool((got - want).abs().max() <= bound)
 
 
-def _nudged_oracle32(cfg: TPConfig, seed: int, draw: int) -> dict[str, torch.Tensor]:
-    """The unsharded float32 layer with every weight, input and output gradient nudged by one
-    ulp (:mod:`ulp`); dropout masks as they are."""
-    nudge = nudger(draw)
-    w = {k: nudge(v).requires_grad_() for k, v in init_weights(cfg, seed, torch.float32).named().items()}
-    d = inputs(cfg, seed, torch.float32)
-    x = nudge(d["x"]).requires_grad_()
-    y = layer(x, LayerWeights(**w), cfg, d["mask1"], d["mask2"])
-    y.backward(nudge(d["dy"]))
-    return {"y": y.detach().double(), "dx": x.grad.double(),
-            **{f"d{k}": p.grad.double() for k, p in w.items()}}
-
-
 def judge_layer(world, cfg: TPConfig, seed: int, naive: bool = False, mutant: str | None = None,
                 bucket_bytes: int = 1 << 20) -> list[str]:
     oracle = oracle_layer(cfg, seed)
-    refs32 = [oracle_layer(cfg, seed, torch.float32)] + [
-        _nudged_oracle32(cfg, seed, k) for k in range(DRAWS)] if cfg.dtype == "float32" else []
+    refs32 = [oracle_layer(cfg, seed, torch.float32, nudge) for nudge in
+              [None] + [nudger(k) for k in range(DRAWS)]] if cfg.dtype == "float32" else []
     outs = world.run(layer_case, cfg, seed, naive, bucket_bytes, mutant)
     problems = []
     for r, out in enumerate(outs):

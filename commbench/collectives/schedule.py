@@ -131,11 +131,12 @@ class Compiled:
         return [f for f in ops if f is not None]
 
     def _parts(self, run: list[Step], op: str):
-        """Per step of a run: (send view, receive view, reducer or None)."""
+        """Per step of a run: (step, send view, receive view, reducer or None)."""
         out = []
         for step in run:
             send, recv, target = self._views(step)
-            out.append((send, recv, None if target is None else self._reducer(op, target, recv)))
+            out.append((step, send, recv,
+                        None if target is None else self._reducer(op, target, recv)))
         return out
 
     def _mpi_run(self, run: list[Step], op: str) -> list:
@@ -149,7 +150,7 @@ class Compiled:
         from commbench.transport.mpi_backend import _np
 
         c, recvs, sends, after = self.group.mpi_comm, [], [], []
-        for step, (send, recv, red) in zip(run, self._parts(run, op), strict=True):
+        for step, send, recv, red in self._parts(run, op):
             recvs.append([c.Recv_init(_np(recv[a:b]), source=step.src, tag=TAG)
                           for a, b in pieces(0, recv.numel(), self._seg)] if recv is not None
                          else [])
@@ -167,9 +168,9 @@ class Compiled:
         """The process group's own send/recv, posted together (gloo); one batch_isend_irecv for
         the run, then its reductions (NCCL, which needs the messages grouped)."""
         parts = self._parts(run, op)
-        recvs = [(r, s.src) for s, (_, r, _) in zip(run, parts, strict=True) if r is not None]
-        sends = [(t, s.dst) for s, (t, _, _) in zip(run, parts, strict=True) if t is not None]
-        after = [red for _, r, red in parts if r is not None]
+        recvs = [(r, s.src) for s, _, r, _ in parts if r is not None]
+        sends = [(t, s.dst) for s, t, _, _ in parts if t is not None]
+        after = [red for _, _, r, red in parts if r is not None]
         if not recvs and not sends:
             return []
         if self.comm.transport == "nccl":

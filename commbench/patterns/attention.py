@@ -121,13 +121,16 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_index: list[int
     return torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), ve)
 
 
-def oracle_attention(cfg: AttnConfig, seed: int, dtype=torch.float64) -> dict[str, torch.Tensor]:
-    """The single-process truth: y, dq, dk, dv of the whole sequence."""
+def oracle_attention(cfg: AttnConfig, seed: int, dtype=torch.float64,
+                     nudge=None) -> dict[str, torch.Tensor]:
+    """The single-process truth: y, dq, dk, dv of the whole sequence. ``nudge``: applied to q,
+    k, v and dy once cast (tests move them by an ulp to see how much rounding is amplified)."""
     d = attention_inputs(cfg, seed)
-    q, k, v = (d[n].to(dtype).requires_grad_() for n in ("q", "k", "v"))
+    cast = (lambda t: nudge(t.to(dtype))) if nudge else (lambda t: t.to(dtype))
+    q, k, v = (cast(d[n]).requires_grad_() for n in ("q", "k", "v"))
     pos = torch.arange(cfg.seq)
     y = attend(q, k, v, gqa_index(range(cfg.heads), cfg.heads, cfg.kv), pos, pos, cfg.causal)
-    y.backward(d["dy"].to(dtype))
+    y.backward(cast(d["dy"]))
     return {"y": y.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
 
 

@@ -141,15 +141,18 @@ def layer(x, w: LayerWeights, cfg: TPConfig, m1, m2) -> torch.Tensor:
     return x2 + (u @ w.w2.T + w.b2) * m2
 
 
-def oracle_layer(cfg: TPConfig, seed: int, dtype: torch.dtype = torch.float64
+def oracle_layer(cfg: TPConfig, seed: int, dtype: torch.dtype = torch.float64, nudge=None
                  ) -> dict[str, torch.Tensor]:
     """Output y, dx and every weight gradient of the full layer in one process (float64: the
-    truth; float32: how close an unsharded float32 computation gets to it)."""
+    truth; float32: how close an unsharded float32 computation gets to it). ``nudge``: applied
+    to every weight, x and dy, not to the dropout masks (tests move them by an ulp to see how
+    much rounding is amplified)."""
     w = init_weights(cfg, seed, dtype)
     d = inputs(cfg, seed, dtype)
-    params = {k: v.clone().requires_grad_() for k, v in w.named().items()}
-    x = d["x"].clone().requires_grad_()
+    nudge = nudge or torch.clone
+    params = {k: nudge(v).requires_grad_() for k, v in w.named().items()}
+    x = nudge(d["x"]).requires_grad_()
     y = layer(x, LayerWeights(**params), cfg, d["mask1"], d["mask2"])
-    y.backward(d["dy"])
+    y.backward(nudge(d["dy"]))
     return {"y": y.detach().double(), "dx": x.grad.double(),
             **{f"d{k}": p.grad.double() for k, p in params.items()}}
