@@ -61,8 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--no-write", action="store_true")
     r.add_argument("--algo", default="", help="comma-separated algorithms (native, ring, ...); "
                    "default: native and every algorithm built for each collective")
-    r.add_argument("--rounds", type=int, default=6, help="interleaved rounds (overhead and "
-                   "versus studies)")
+    r.add_argument("--rounds", type=int, default=None, help="interleaved rounds (overhead and "
+                   "versus studies; default 6); model study: passes over its whole job list, "
+                   "each row's iterations split among them and pooled (default 3; 1 with --repeat)")
     r.add_argument("--topology", default="", help="also give each row NCCL's model time for the "
                    "same collective on this many GPUs of a preset or topology file")
     r.add_argument("--repeat", type=int, default=1, help="run the whole sweep this many times; "
@@ -203,6 +204,11 @@ def _check_run_args(a) -> tuple[list[str], list[int]]:
         raise UsageError(f"-o {a.op}: must be sum, prod, min, max or avg")
     if a.op == "avg" and not DTYPES[a.datatype].is_floating_point:
         raise UsageError(f"-o avg -d {a.datatype}: avg needs a floating dtype")
+    if a.rounds is None:
+        a.rounds = (1 if a.repeat > 1 else 3) if a.targets == ["model"] else 6
+    if a.targets == ["model"] and a.repeat > 1 and a.rounds > 1:
+        raise UsageError(f"--repeat {a.repeat} --rounds {a.rounds}: the model study takes one "
+                         "(best round, or passes pooled)")
     if a.repeat > 1 and a.resume:
         raise UsageError("--resume works with --repeat 1 only (repeated rounds are kept whole)")
     for name, v, lo in (("-n", a.iters, 1), ("-w", a.warmup_iters, 0), ("--np", a.np, 1),

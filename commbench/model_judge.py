@@ -125,6 +125,11 @@ def model_markdown(record: dict) -> str:
              "curve") if curve else ""
     iters = record["measurement"].get("iters_by_size")
     iters = f" Iterations per row: {iters}." if iters else ""
+    passes = record["measurement"].get("passes", 1)
+    if passes > 1:
+        iters += (f" Each row's iterations were split among {passes} passes over the whole list "
+                  "of rows (minutes apart; a row's share rounded up) and pooled, so that slow "
+                  "spells of the shared machine fall on every row alike.")
 
     def f(x, key):
         return "" if x is None or x.get(key) is None else f"{x[key]:.3f}"

@@ -1,7 +1,10 @@
 """``commbench run model``: calibrate the alpha-beta-gamma model on this machine and transport,
 then measure how well it predicts, on a separate sweep it was not fitted to.
 
-With ``--repeat R`` each sweep runs R times over and every row keeps its best round (the
+Each row's iterations are split among ``--rounds P`` passes (default 3) over the whole list of
+rows, minutes apart, and pooled (:func:`commbench.runner.pool_passes`): a slow spell of the
+shared machine then falls on a share of every row rather than on all of a few. With
+``--repeat R`` instead each sweep runs R times over and every row keeps its best round (the
 machine's steady state; :func:`commbench.runner.merge_rounds`).
 
 1. Calibration sweep: every collective and algorithm at 4 KiB, 16 KiB, ... 64 MiB (factor 4);
@@ -34,7 +37,7 @@ import os
 from commbench import results as res
 from commbench.bench import Case, cadence
 from commbench.model_judge import KiB, MiB, judge, last_level_cache, low, model_markdown, refit
-from commbench.runner import hardware, merge_rounds, run_series, sizes_between
+from commbench.runner import hardware, merge_rounds, pool_passes, run_series, sizes_between
 
 __all__ = ["model_study", "run_model", "refit_stored", "stored_fit"]
 
@@ -60,17 +63,21 @@ def curve_sizes(lo: int, hi: int) -> list[int]:
     return sorted(set(out))
 
 
-def _row(world, transport, case, iters, warmup, size: int, check: bool, batch: int) -> list[dict]:
-    """One case at one size, with :func:`iters_for`'s iterations (a one-row series)."""
+def _row(world, transport, case, iters, warmup, size: int, check: bool, batch: int,
+         passes: int = 1) -> list[dict]:
+    """One case at one size, with :func:`iters_for`'s iterations, or a ``passes``-th of them
+    (rounded up) with their samples kept for pooling (a one-row series)."""
     op, algo = case
-    c = Case(op, transport, algo, "float32", "sum", 0, iters_for(size, iters), warmup, check,
-             batch=batch)
-    return run_series(world, c, [size], None, None, lambda s: None)
+    n_iters = -(-iters_for(size, iters) // passes)
+    c = Case(op, transport, algo, "float32", "sum", 0, n_iters, warmup, check, batch=batch)
+    return run_series(world, c, [size], None, None, lambda s: None, samples=passes > 1)
 
 
 def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: int,
-            separate: bool, batch: int = 1) -> tuple[list[dict], list[dict]]:
-    """(calibration rows, evaluation rows); ``repeat`` rounds, best round per row.
+            separate: bool, batch: int = 1, passes: int = 1) -> tuple[list[dict], list[dict]]:
+    """(calibration rows, evaluation rows); ``repeat`` rounds, best round per row; or
+    ``passes`` over the whole job list, each row's iterations split among them and pooled
+    (:func:`commbench.runner.pool_passes`).
 
     Interleaved (default): per case and size, the calibration row (at the sizes that have one)
     and at once the evaluation row, so the model is judged in the machine state it was
@@ -94,13 +101,22 @@ def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: in
             for s in sorted(cal | set(eval_sizes)):
                 jobs += [(c, s, False)] * (s in cal) + [(c, s, True)] * (s in eval_sizes)
         groups = [list(range(len(jobs)))]
+    if repeat > 1 and passes > 1:
+        raise ValueError(f"repeat={repeat}, passes={passes}: choose one (best round or pooled "
+                         "passes)")
     rounds: list[list[list[dict]]] = [[] for _ in jobs]
     for group in groups:
-        for _ in range(repeat):
+        for _ in range(max(repeat, passes)):
             for k in group:
                 case, size, check = jobs[k]
-                rounds[k].append(_row(world, transport, case, iters, warmup, size, check, batch))
-    merged = [merge_rounds(r, world.size) if repeat > 1 else r[0] for r in rounds]
+                first = len(rounds[k]) == 0  # results checked once (#wrong), not every pass
+                rounds[k].append(_row(world, transport, case, iters, warmup, size,
+                                      check and (first or repeat > 1), batch, passes))
+    if passes > 1:
+        merged = [[pool_passes(list(p), world.size) for p in zip(*r, strict=True)]
+                  for r in rounds]
+    else:
+        merged = [merge_rounds(r, world.size) if repeat > 1 else r[0] for r in rounds]
     cal = [r for (_, _, check), rows in zip(jobs, merged) if not check for r in rows]
     ev = [r for (_, _, check), rows in zip(jobs, merged) if check for r in rows]
     return cal, ev
@@ -108,14 +124,16 @@ def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: in
 
 def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int, warmup: int,
                 emit=print, lo: int = 4 * KiB, hi: int = 64 * MiB, repeat: int = 1,
-                separate: bool = False, batch: int = 1) -> dict:
+                separate: bool = False, batch: int = 1, passes: int = 1) -> dict:
     """Both sweeps, and the model fitted and judged twice from them: on each row's median
     iteration (``model``, ``accuracy``) and on its lower decile (``model_low``,
     ``accuracy_low``)."""
     n = world.size
     emit(f"# calibration (factor 4) and evaluation (factor 2) sweeps ({transport}, {n} ranks): "
-         f"{len(cases)} cases, {repeat} round(s), {'separate' if separate else 'interleaved'}")
-    cal, ev = _sweeps(world, transport, cases, iters, warmup, lo, hi, repeat, separate, batch)
+         f"{len(cases)} cases, {repeat} round(s), {passes} pass(es), "
+         f"{'separate' if separate else 'interleaved'}")
+    cal, ev = _sweeps(world, transport, cases, iters, warmup, lo, hi, repeat, separate, batch,
+                      passes)
     out = judge(cal, low(cal), ev, n, last_level_cache())
     for cls, p in out["model"]["classes"].items():
         emit(f"# {cls}: alpha {p['alpha'] * 1e6:.2f} us, beta {p['beta'] * 1e9:.4f} ns/B, gamma "
@@ -164,11 +182,11 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
                             dict(cadence(a.batch), iters=a.iters, warmup=a.warmup_iters))
         sweeps = "separate" if a.separate_sweeps else "interleaved per size"
         record["measurement"].update(
-            repeat=a.repeat, sweeps=sweeps,
+            repeat=a.repeat, passes=a.rounds, sweeps=sweeps,
             iters_by_size=f"{a.iters} from {SMALL // MiB} MiB up, {a.iters} * min(10, "
                           f"{SMALL // MiB} MiB / size) below")
         record.update(model_study(world, transport, cases, a.iters, a.warmup_iters, emit, lo, hi,
-                                  a.repeat, a.separate_sweeps, a.batch))
+                                  a.repeat, a.separate_sweeps, a.batch, a.rounds))
         _report(record, None if a.no_write or not printer else _stem(a.out, transport, n), emit)
     return 0
 

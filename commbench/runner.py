@@ -17,7 +17,8 @@ from commbench import results as res
 from commbench.bench import Case, measure
 from commbench.busbw import algbw, busbw
 
-__all__ = ["HEADER", "format_row", "parse_size", "run_series", "sizes_between"]
+__all__ = ["HEADER", "format_row", "merge_rounds", "parse_size", "pool_passes", "run_series",
+           "sizes_between"]
 
 HEADER = (f"#{'op':>13} {'size':>11} {'count':>10} {'type':>8} {'redop':>5} {'root':>4} {'algo':>12} "
           f"{'transport':>9} {'time(us)':>10} {'p99(us)':>10} {'algbw':>7} {'busbw':>7} "
@@ -61,10 +62,13 @@ def format_row(row: dict) -> str:
 
 
 def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
-               path: str | None = None, emit: Callable[[str], None] = print) -> list[dict]:
+               path: str | None = None, emit: Callable[[str], None] = print,
+               samples: bool = False) -> list[dict]:
     """Measure ``case`` at each size on ``world``; print and record each row as it finishes.
 
     Sizes the record already holds for this series (a resumed run) are not measured again.
+    With ``samples`` each row also keeps ``samples_s``, its per-iteration times (max over
+    ranks, seconds), for :func:`pool_passes`.
     """
     n = world.size
     rows = []
@@ -86,6 +90,8 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
                "busbw": busbw(case.op, n, size, seconds), "wrong": sum(o["wrong"] for o in outs),
                "sent": max(o["sent"] for o in outs), "recv": max(o["recv"] for o in outs),
                "pred_sent": max(o["pred_sent"] for o in outs)}
+        if samples:
+            row["samples_s"] = [max(ts) for ts in zip(*(o["times"] for o in outs))]
         rows.append(row)
         emit(format_row(row))
         if record is not None:
@@ -120,3 +126,22 @@ def merge_rounds(rounds: list[list[dict]], n: int) -> list[dict]:
         row["busbw"] = busbw(row["op"], n, row["size"], seconds)
         out.append(row)
     return out
+
+
+def pool_passes(passes: list[dict], n: int) -> dict:
+    """One row from the same row measured in several passes over a study's job list: the
+    statistics of all their iterations together (the passes' ``samples_s``, which the pooled
+    row drops), the passes' medians kept as ``passes_us``.
+
+    A shared machine has slow spells of seconds to minutes; a row measured in one go lands in or
+    out of one whole, and neighbouring sizes of a series disagree by far more than their
+    iterations do. Passes minutes apart put each row's iterations into several spells, as every
+    other row's, so the series' rows see the same mix."""
+    iters = [t for p in passes for t in p["samples_s"]]
+    row = {k: v for k, v in passes[0].items() if k != "samples_s"}
+    row.update(res.summarize_iters(iters), passes_us=[p["time_us"] for p in passes],
+               wrong=sum(p["wrong"] for p in passes))
+    seconds = row["time_us"] / 1e6
+    row["algbw"] = algbw(row["size"], seconds)
+    row["busbw"] = busbw(row["op"], n, row["size"], seconds)
+    return row

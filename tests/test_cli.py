@@ -40,6 +40,7 @@ def _cli(*args: str, env=None, timeout=300) -> subprocess.CompletedProcess:
     (["run", "--repeat", "2", "--resume"], "--resume works with --repeat 1 only"),
     (["run", "--topology", "cray-1"], "--topology: topology 'cray-1': no such preset"),
     (["run", "model", "all_reduce"], "model is a study of its own"),
+    (["run", "model", "--repeat", "2", "--rounds", "3"], "--repeat 2 --rounds 3: the model study"),
 ])
 def test_bad_run_arguments_fail_before_any_rank_starts(args, message, capsys):
     assert main(args) == 2
@@ -221,3 +222,15 @@ def test_repeated_rounds_keep_the_best_round_and_every_round_median():
     assert m["p10_us"] == pytest.approx(1.1 * 190.0)  # the best round's, as its median
     assert m["rounds_us"] == [300.0, 200.0, 250.0]
     assert m["busbw"] == pytest.approx((1 << 20) / 200e-6 / 1e9)  # n = 2: factor 1
+
+
+@pytest.mark.parametrize("args, rounds", [(["model"], 3), (["model", "--repeat", "2"], 1),
+                                          (["versus"], 6), (["overhead"], 6)])
+def test_rounds_default_per_study(args, rounds):
+    """--rounds: the model study's passes default to 3 (1 with --repeat, its other way of
+    meeting noise), the interleaved rounds of versus and overhead to 6."""
+    from commbench.cli import _check_run_args, _parser
+
+    a = _parser().parse_args(["run", *args])
+    _check_run_args(a)
+    assert a.rounds == rounds

@@ -18,7 +18,7 @@ TRUE = Params(20e-6, 0.2e-9, 0.1e-9)
 def _fake_series(log, slow=1.0):
     """run_series stand-in: times from TRUE's alpha-beta-gamma (lower decile 10% faster)."""
 
-    def series(world, case, sizes, *_):
+    def series(world, case, sizes, *_, **__):
         log.append((case.op, case.algo, case.check, tuple(sizes), case.iters))
         out = []
         for s in sizes:
@@ -88,9 +88,9 @@ def test_accuracy_sees_a_drifted_evaluation(monkeypatch):
     calls = {"n": 0}
     fast, slow = _fake_series([]), _fake_series([], slow=1 / 0.7)
 
-    def series(world, case, sizes, *rest):
+    def series(world, case, sizes, *rest, **kw):
         calls["n"] += 1
-        return (slow if case.check else fast)(world, case, sizes, *rest)
+        return (slow if case.check else fast)(world, case, sizes, *rest, **kw)
 
     monkeypatch.setattr(ms, "run_series", series)
     out = ms.model_study(types.SimpleNamespace(size=2), "mpi", [("all_reduce", "ring")], 5, 1,
@@ -98,6 +98,56 @@ def test_accuracy_sees_a_drifted_evaluation(monkeypatch):
     (a,) = out["accuracy"]
     assert a["median_error"] == pytest.approx(0.3, abs=1e-6)
     assert a["rerun_difference"] == pytest.approx(0.3, abs=1e-6)
+
+
+def _spelled_series(log, spells):
+    """run_series stand-in whose machine has slow spells: the k-th row measured takes
+    ``spells(k)`` times TRUE, each iteration alike (with samples when asked)."""
+
+    def series(world, case, sizes, *_, samples=False):
+        (s,) = sizes
+        t = TRUE.time(terms(case.op, case.algo, world.size, s)) * spells(len(log))
+        log.append((case.op, s, case.check, case.iters))
+        row = {"op": case.op, "algo": case.algo, "size": s, "time_us": t * 1e6,
+               "min_us": t * 1e6, "p10_us": t * 1e6, "max_us": t * 1e6, "p99_us": t * 1e6,
+               "wrong": 0}
+        return [dict(row, samples_s=[t] * case.iters) if samples else row]
+
+    return series
+
+
+def test_passes_split_each_rows_iterations_and_pool_them(monkeypatch):
+    log = []
+    monkeypatch.setattr(ms, "run_series", _spelled_series(log, lambda k: 1.0))
+    cases = [("all_reduce", "ring")]
+    cal, ev = ms._sweeps(types.SimpleNamespace(size=2), "mpi", cases, 5, 1, 1 << 20, 1 << 22, 1,
+                         False, passes=3)
+    per_pass = len(log) // 3
+    rows = [(op, s, it) for op, s, _, it in log]
+    assert rows[:per_pass] == rows[per_pass:2 * per_pass] == rows[2 * per_pass:]  # list again
+    assert [s for _, s, check, _ in log if check] == [1 << 20, 1 << 21, 1 << 22]  # 1st pass
+    assert [it for *_, it in log[:per_pass]] == [7, 7, 4, 2, 2]  # ceil(iters_for / 3)
+    assert all("samples_s" not in r for r in cal + ev)
+    assert [r["n_samples"] for r in ev] == [21, 12, 6] and len(ev[0]["passes_us"]) == 3
+
+
+def test_pooled_passes_smooth_a_slow_spell_that_one_pass_leaves_in_one_size(monkeypatch):
+    """A spell that triples the two rows measured during it, the 4 MiB calibration and
+    evaluation rows of a single pass: it stays in that size (cal and eval alike, so the noise
+    floor hides it) and the model misses it. With three passes the same spell covers a third
+    of those rows' iterations; their medians, and the model, are exact again."""
+    cases = [("all_reduce", "ring")]
+    got = {}
+    for passes in (1, 3):
+        log = []
+        monkeypatch.setattr(ms, "run_series",
+                            _spelled_series(log, lambda k: 3.0 if k in (15, 16) else 1.0))
+        out = ms.model_study(types.SimpleNamespace(size=2), "mpi", cases, 5, 1, lambda s: None,
+                             4096, 1 << 24, passes=passes)
+        assert [(s, check) for _, s, check, _ in log[15:17]] == [(1 << 22, False), (1 << 22, True)]
+        got[passes] = out["accuracy"][0]
+    assert got[1]["rerun_difference"] == 0 and got[1]["max_error"] > 0.5
+    assert got[3]["max_error"] < 1e-6
 
 
 def test_knee_term_recovers_a_steeper_slope_past_the_cache():
