@@ -74,6 +74,7 @@ def test_study_fits_both_statistics_and_reports_small_errors_for_a_true_model(mo
             assert a["rerun_difference"] == 0
     ring = out["model"]["algorithms"]["all_reduce/ring"]
     assert ring["alpha"] == pytest.approx(TRUE.alpha, rel=1e-6)
+    assert all(a["form_ceiling"] < 1e-6 for a in out["accuracy"])
     assert out["low_statistic"] == "p10"
     assert out["model_low"]["algorithms"]["all_reduce/ring"]["alpha"] == pytest.approx(
         0.9 * TRUE.alpha, rel=1e-6)
@@ -148,6 +149,23 @@ def test_pooled_passes_smooth_a_slow_spell_that_one_pass_leaves_in_one_size(monk
         got[passes] = out["accuracy"][0]
     assert got[1]["rerun_difference"] == 0 and got[1]["max_error"] > 0.5
     assert got[3]["max_error"] < 1e-6
+
+
+def test_form_ceiling_is_zero_for_a_true_model_and_not_for_a_zigzag():
+    """The least error the forms reach on the rows themselves: none on alpha-beta-gamma times,
+    more than the 15% target on times that alternate between 1x and 2x of them from one size
+    to the next."""
+    sizes = [4096 << k for k in range(15)]
+
+    def rows(wiggle):
+        return [{"op": "all_reduce", "algo": "ring", "size": s,
+                 "time_us": TRUE.time(terms("all_reduce", "ring", 2, s)) * 1e6 * wiggle(k)}
+                for k, s in enumerate(sizes)]
+
+    knee = float(1 << 25)
+    assert mj.form_ceiling(rows(lambda k: 1.0), 2, knee, None) < 1e-6
+    assert mj.form_ceiling(rows(lambda k: 1.0 + k % 2), 2, knee, None) > 0.15
+    assert mj.form_ceiling(rows(lambda k: 1.0)[:3], 2, knee, None) is None
 
 
 def test_knee_term_recovers_a_steeper_slope_past_the_cache():
