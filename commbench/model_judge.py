@@ -10,7 +10,7 @@ import datetime
 import statistics
 
 from commbench import results as res
-from commbench.costmodel.alphabeta import Curve, Fit, fit
+from commbench.costmodel.alphabeta import Curve, fit
 
 __all__ = ["accuracy", "form_ceiling", "judge", "last_level_cache", "low", "model_markdown", "refit"]
 KiB, MiB = 1 << 10, 1 << 20
@@ -71,21 +71,17 @@ def form_ceiling(rows: list[dict], n: int, knee: float, curve: Curve | None) -> 
     themselves (one collective and algorithm's evaluation rows): not a prediction, a bound on
     what the forms can follow. The model's own error far above it is calibration noise; near
     it, the form is what misses. None with too few rows to fit."""
-    from commbench.costmodel.forms import FORMS, MIN_SIDE, fit_form
+    from commbench.costmodel.forms import FORMS, MIN_SIDE, predictor
 
     if len(rows) < 3 + bool(knee):
         return None
-    op, algo = rows[0]["op"], rows[0]["algo"]
-    key, best = f"{op}/{algo}", None
+    best = None
     for form in FORMS:
-        priced = curve if form.endswith("curve") else None
         if (form.endswith("curve") and curve is None) or (
                 form.startswith("split") and len(rows) < 2 * MIN_SIDE):
             continue
-        own, hi = fit_form(rows, n, knee, priced, form, [], key)
-        model = Fit({}, [], {key: own}, knee, priced, {key: hi} if hi else None)
-        err = statistics.median(_err(model.predict_us(op, algo, n, r["size"]), r["time_us"])
-                                for r in rows)
+        pred = predictor(rows, n, knee, curve, form)
+        err = statistics.median(_err(pred(r["size"]), r["time_us"]) for r in rows)
         best = err if best is None else min(best, err)
     return best
 

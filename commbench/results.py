@@ -44,14 +44,9 @@ def percentile(xs: list[float], q: float) -> float:
     return s[k]
 
 
-def summarize_samples(per_rank: list[list[float]]) -> dict:
-    """Per-iteration max over ranks, then min / lower decile / median / max / p99 in
-    microseconds."""
-    return summarize_iters([max(ts) for ts in zip(*per_rank)])
-
-
 def summarize_iters(iters: list[float]) -> dict:
-    """min / lower decile / median / max / p99 in microseconds of per-iteration times (s)."""
+    """min / lower decile / median / max / p99 in microseconds of per-iteration times (seconds;
+    each the maximum over ranks)."""
     return {"time_us": statistics.median(iters) * 1e6, "min_us": min(iters) * 1e6,
             "p10_us": percentile(iters, 10) * 1e6,
             "max_us": max(iters) * 1e6, "p99_us": percentile(iters, 99) * 1e6,

@@ -78,7 +78,8 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
         if (case.op, case.algo, case.transport, nbytes) in done:
             continue
         outs = world.run(measure, case, nbytes)
-        stats = res.summarize_samples([o["times"] for o in outs])
+        iters = [max(ts) for ts in zip(*(o["times"] for o in outs))]  # max over ranks
+        stats = res.summarize_iters(iters)
         size, count = outs[0]["size"], outs[0]["count"]
         seconds = stats["time_us"] / 1e6
         row = {"op": case.op, "algo": case.algo, "transport": case.transport, "size": size,
@@ -91,7 +92,7 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
                "sent": max(o["sent"] for o in outs), "recv": max(o["recv"] for o in outs),
                "pred_sent": max(o["pred_sent"] for o in outs)}
         if samples:
-            row["samples_s"] = [max(ts) for ts in zip(*(o["times"] for o in outs))]
+            row["samples_s"] = iters
         rows.append(row)
         emit(format_row(row))
         if record is not None:
@@ -121,10 +122,7 @@ def merge_rounds(rounds: list[list[dict]], n: int) -> list[dict]:
         row.update({k: best[k] for k in ("time_us", "p10_us", "p99_us", "max_us")},
                    min_us=min(r["min_us"] for r in rows), rounds_us=[r["time_us"] for r in rows],
                    wrong=sum(r["wrong"] for r in rows))
-        seconds = row["time_us"] / 1e6
-        row["algbw"] = algbw(row["size"], seconds)
-        row["busbw"] = busbw(row["op"], n, row["size"], seconds)
-        out.append(row)
+        out.append(_bandwidths(row, n))
     return out
 
 
@@ -141,6 +139,11 @@ def pool_passes(passes: list[dict], n: int) -> dict:
     row = {k: v for k, v in passes[0].items() if k != "samples_s"}
     row.update(res.summarize_iters(iters), passes_us=[p["time_us"] for p in passes],
                wrong=sum(p["wrong"] for p in passes))
+    return _bandwidths(row, n)
+
+
+def _bandwidths(row: dict, n: int) -> dict:
+    """``row`` with algbw and busbw set again from its (merged) ``time_us``."""
     seconds = row["time_us"] / 1e6
     row["algbw"] = algbw(row["size"], seconds)
     row["busbw"] = busbw(row["op"], n, row["size"], seconds)

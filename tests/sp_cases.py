@@ -7,7 +7,7 @@ import contextlib
 from unittest import mock
 
 import torch
-from ulp import DRAWS, nudger
+from ulp import reference_nudges
 
 from commbench.patterns import attention, ring_attention, ulysses
 from commbench.patterns.seqpar import run_attention, run_zero3
@@ -105,8 +105,8 @@ def judge_attention(world, cfg, seed: int, variant: str, mutant: str | None = No
     from commbench.patterns.seqpar import expected, predicted
 
     oracle = oracle_attention(cfg, seed)
-    refs32 = [oracle_attention(cfg, seed, torch.float32, nudge) for nudge in
-              [None] + [nudger(k) for k in range(DRAWS)]] if cfg.dtype == "float32" else []
+    refs32 = [oracle_attention(cfg, seed, torch.float32, nudge) for nudge in reference_nudges()
+              ] if cfg.dtype == "float32" else []
     problems = []
     for r, out in enumerate(world.run(attention_case, cfg, seed, variant, mutant)):
         refs = [expected(ref, cfg, r) for ref in refs32]

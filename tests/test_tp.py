@@ -20,7 +20,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from tp_cases import head_case, layer_case, naive_ddp_case
-from ulp import DRAWS, nudger
+from ulp import reference_nudges
 
 from commbench.errors import SPMDError
 from commbench.patterns.tp import expected_layer, oracle_head, predicted_layer
@@ -58,8 +58,8 @@ def _close(got, want, refs32: list, dtype: str) -> bool:
 def judge_layer(world, cfg: TPConfig, seed: int, naive: bool = False, mutant: str | None = None,
                 bucket_bytes: int = 1 << 20) -> list[str]:
     oracle = oracle_layer(cfg, seed)
-    refs32 = [oracle_layer(cfg, seed, torch.float32, nudge) for nudge in
-              [None] + [nudger(k) for k in range(DRAWS)]] if cfg.dtype == "float32" else []
+    refs32 = [oracle_layer(cfg, seed, torch.float32, nudge) for nudge in reference_nudges()
+              ] if cfg.dtype == "float32" else []
     outs = world.run(layer_case, cfg, seed, naive, bucket_bytes, mutant)
     problems = []
     for r, out in enumerate(outs):

@@ -24,3 +24,8 @@ def nudger(draw: int):
                            torch.where(u < 0, torch.nextafter(t, -inf), t))
 
     return nudge
+
+
+def reference_nudges() -> list:
+    """The nudges of the float32 reference runs: None (as is), then :data:`DRAWS` seeded ones."""
+    return [None] + [nudger(k) for k in range(DRAWS)]

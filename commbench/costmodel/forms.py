@@ -22,7 +22,7 @@ import numpy as np
 
 from commbench.costmodel import alphabeta as ab
 
-__all__ = ["FORMS", "MIN_SIDE", "TIE", "choose", "fit_form", "split_fit"]
+__all__ = ["FORMS", "MIN_SIDE", "TIE", "choose", "fit_form", "predictor", "split_fit"]
 
 FORMS = ("line", "curve", "split", "split curve")
 MIN_SIDE = 3  # rows on each side of a break: two regimes of alpha, beta, gamma
@@ -64,7 +64,8 @@ def fit_form(rows: list[dict], n: int, knee: float, curve: ab.Curve | None, form
     return ab._fit_rows(rows, n, label, residuals, knee, priced), None
 
 
-def _predict(rows: list[dict], n: int, knee: float, curve: ab.Curve | None, form: str):
+def predictor(rows: list[dict], n: int, knee: float, curve: ab.Curve | None, form: str):
+    """size -> predicted us of ``rows``' collective and algorithm, fitted to them in ``form``."""
     op, algo = rows[0]["op"], rows[0]["algo"]
     key = f"{op}/{algo}"
     own, above = fit_form(rows, n, knee, curve, form, [], "")
@@ -88,7 +89,7 @@ def choose(rows: list[dict], n: int, knee: float, curve: ab.Curve | None,
     def loo(form: str) -> float:
         errs = []
         for k, out in enumerate(rows):
-            pred = _predict(rows[:k] + rows[k + 1:], n, knee, curve, form)(out["size"])
+            pred = predictor(rows[:k] + rows[k + 1:], n, knee, curve, form)(out["size"])
             errs.append(abs(pred - out["time_us"]) / out["time_us"])
         return float(np.median(errs))
 
