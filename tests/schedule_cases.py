@@ -21,6 +21,12 @@ def _short_pieces(lo, hi, seg):
 
 
 _PIECES = schedule_mod.pieces
+_TINY = schedule_mod.tiny_reducer
+
+
+def tiny_first_only(op, a, b):
+    """A broken tiny reduction: the second element is never combined."""
+    return _TINY(op, a[:1], b[:1])
 
 
 def compiled_vs_reference(ctx, transport, algo, count, dtype, redop, seed, mutant=None,
@@ -35,6 +41,8 @@ def compiled_vs_reference(ctx, transport, algo, count, dtype, redop, seed, mutan
         steps_mod.SCHEDULES[algo])}) if mutant == "corrupt" else mock.patch.dict({})
     if mutant == "short_pieces":
         patch = mock.patch.object(schedule_mod, "pieces", _short_pieces)
+    if mutant == "tiny_first_only":
+        patch = mock.patch.object(schedule_mod, "tiny_reducer", tiny_first_only)
     with patch:
         got = ALGORITHMS[("all_reduce", f"{algo}_compiled")](comm, x, g, op=redop, segment=segment)
     return ref, got

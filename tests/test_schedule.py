@@ -12,9 +12,9 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from schedule_cases import compiled_vs_reference, messages, refusal, replay
+from schedule_cases import compiled_vs_reference, messages, refusal, replay, tiny_first_only
 
-from commbench.collectives.schedule import SPLIT, pieces
+from commbench.collectives.schedule import SPLIT, TINY, pieces, tiny_reducer
 from commbench.collectives.steps import SCHEDULES, Step, schedule
 
 pytestmark = [pytest.mark.collectives, pytest.mark.ring]
@@ -52,6 +52,60 @@ def test_bitwise_comparison_catches_a_dropped_piece(world, algo):
     # 32 B = 8 float32: with 30 elements every schedule here has messages of 9..32 elements
     assert judge_same(world, "mpi", algo, 30, "float32", "sum", 5, "short_pieces", segment=32)
     assert judge_same(world, "mpi", algo, 30, "float32", "sum", 5, None, segment=32) == []
+
+
+@pytest.mark.world(sizes=[2])
+@pytest.mark.parametrize("algo", ALGOS)
+def test_bitwise_comparison_catches_a_tiny_reduction_that_drops_an_element(world, algo):
+    """Counts at which 2 ranks combine blocks of TINY = 2 elements (ring and Rabenseifner: half
+    the vector each)."""
+    count = 2 * TINY if algo in ("ring", "rabenseifner") else TINY
+    for transport in world.transports:
+        assert judge_same(world, transport, algo, count, "float32", "sum", 5, "tiny_first_only")
+        assert judge_same(world, transport, algo, count, "float32", "sum", 5) == []
+
+
+def tiny_mismatches(make, op: str, xs: list[float], ys: list[float], dtype) -> list[str]:
+    """Where ``make(op, a, b)()`` leaves ``a`` with other bits than NumPy's ufunc in place."""
+    import numpy as np
+
+    a, b = np.array(xs, dtype), np.array(ys, dtype)
+    want = a.copy()
+    with np.errstate(all="ignore"):
+        {"prod": np.multiply}.get(op, np.add)(want, b, want)
+        make(op, a, b)()
+    return [f"{op} {dtype.__name__}: {x!r} with {y!r} gave {g!r}, NumPy {w!r}"
+            for x, y, g, w in zip(xs, ys, a, want) if g.tobytes() != w.tobytes()]
+
+
+_FLOATS = {"float32": st.floats(width=32), "float64": st.floats(allow_nan=True)}
+
+
+@given(op=st.sampled_from(["sum", "avg", "prod"]), dtype=st.sampled_from(sorted(_FLOATS)),
+       data=st.data())
+def test_a_tiny_reduction_has_numpys_bits(op, dtype, data):
+    """Any floats, infinities, NaNs and subnormals included; 1 and TINY elements."""
+    import numpy as np
+
+    n = data.draw(st.integers(1, TINY))
+    xs, ys = (data.draw(st.lists(_FLOATS[dtype], min_size=n, max_size=n)) for _ in range(2))
+    assert tiny_mismatches(tiny_reducer, op, xs, ys, getattr(np, dtype)) == []
+
+
+def test_a_tiny_reduction_check_catches_rounding_in_the_wrong_width():
+    """Negative: float32 combined as float16 (a rounding too many), and an element dropped."""
+    import numpy as np
+
+    def half(op, a, b):
+        def f() -> None:
+            a[:] = (a.astype(np.float16) + b.astype(np.float16)).astype(a.dtype)
+        return f
+
+    assert tiny_mismatches(half, "sum", [1.0 + 2 ** -20], [1.0], np.float32)
+    assert tiny_mismatches(tiny_first_only, "sum", [1.0, 2.0], [3.0, 4.0], np.float32)
+    assert tiny_reducer("max", np.zeros(2), np.zeros(2)) is None  # only sum, avg, prod
+    assert tiny_reducer("sum", np.zeros(TINY + 1), np.zeros(TINY + 1)) is None
+    assert tiny_reducer("sum", np.zeros(2, np.int32), np.zeros(2, np.int32)) is None
 
 
 def test_pieces_cover_a_message_in_order_within_the_split_range():
