@@ -16,7 +16,7 @@ import torch
 from commbench.comm import Comm
 from commbench.group import Group
 
-__all__ = ["Prepared", "like", "prepare_native"]
+__all__ = ["Prepared", "like", "prepare_native", "restore"]
 
 
 @dataclass
@@ -48,7 +48,7 @@ def prepare_native(comm: Comm, g: Group, op: str, redop: str, root: int, src: to
                  "broadcast": lambda: comm.broadcast(src, g, root=root),
                  "reduce": lambda: comm.reduce(src, g, root=root, op=redop)}[op]
         result = (lambda: None) if op == "reduce" and g.index != root else (lambda: out)
-        return Prepared(call, _restore(out, src), first, result,
+        return Prepared(call, restore(out, src), first, result,
                         {"root": root} if op != "all_reduce" else {})
     if op == "all_gather":
         out = like(src, count * n)
@@ -103,7 +103,7 @@ def like(src: torch.Tensor, count: int) -> torch.Tensor:
     return torch.from_numpy(arr).view(src.dtype)
 
 
-def _restore(out: torch.Tensor, src: torch.Tensor) -> Callable[[], object]:
+def restore(out: torch.Tensor, src: torch.Tensor) -> Callable[[], object]:
     """Copy ``src`` over ``out``: through NumPy views on CPU (the cheapest call there is, so the
     untimed part of each iteration stays as short as a bare mpi4py loop's), else torch's copy."""
     if out.is_cuda:
