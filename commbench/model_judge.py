@@ -57,7 +57,7 @@ def judge(cal: list[dict], cal_low: list[dict], ev: list[dict], n: int, knee: fl
             for r in low(rows)]
     stat = "p10" if all("p10_us" in r for r in ev) else "min"
     acc = accuracy(rows, cal)
-    curve = Curve.from_rows(cal)
+    curve = models["median"].curve  # the ping-pong curve of the calibration rows
     for a in acc:
         mine = [r for r in ev if (r["op"], r["algo"]) == (a["op"], a["algo"])]
         a["form_ceiling"] = form_ceiling(mine, n, knee, curve)
@@ -71,15 +71,12 @@ def form_ceiling(rows: list[dict], n: int, knee: float, curve: Curve | None) -> 
     themselves (one collective and algorithm's evaluation rows): not a prediction, a bound on
     what the forms can follow. The model's own error far above it is calibration noise; near
     it, the form is what misses. None with too few rows to fit."""
-    from commbench.costmodel.forms import FORMS, MIN_SIDE, predictor
+    from commbench.costmodel.forms import FORMS, predictor, usable
 
     if len(rows) < 3 + bool(knee):
         return None
     best = None
-    for form in FORMS:
-        if (form.endswith("curve") and curve is None) or (
-                form.startswith("split") and len(rows) < 2 * MIN_SIDE):
-            continue
+    for form in usable(FORMS, len(rows), curve):
         pred = predictor(rows, n, knee, curve, form)
         err = statistics.median(_err(pred(r["size"]), r["time_us"]) for r in rows)
         best = err if best is None else min(best, err)

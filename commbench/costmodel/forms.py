@@ -22,7 +22,7 @@ import numpy as np
 
 from commbench.costmodel import alphabeta as ab
 
-__all__ = ["FORMS", "MIN_SIDE", "TIE", "choose", "fit_form", "predictor", "split_fit"]
+__all__ = ["FORMS", "MIN_SIDE", "TIE", "choose", "fit_form", "predictor", "split_fit", "usable"]
 
 FORMS = ("line", "curve", "split", "split curve")
 MIN_SIDE = 3  # rows on each side of a break: two regimes of alpha, beta, gamma
@@ -74,6 +74,13 @@ def predictor(rows: list[dict], n: int, knee: float, curve: ab.Curve | None, for
     return lambda size: model.predict_us(op, algo, n, size)
 
 
+def usable(forms: tuple[str, ...], nrows: int, curve: ab.Curve | None) -> list[str]:
+    """``forms`` that ``nrows`` rows can be fitted in, in :data:`FORMS` order: those needing a
+    curve only with one, splits only with :data:`MIN_SIDE` rows on each side."""
+    return [f for f in FORMS if f in forms and (curve is not None or not f.endswith("curve"))
+            and (not f.startswith("split") or nrows >= 2 * MIN_SIDE)]
+
+
 def choose(rows: list[dict], n: int, knee: float, curve: ab.Curve | None,
            forms: tuple[str, ...] = FORMS) -> str:
     """The form among ``forms`` (those needing a curve only with one; splits only with enough
@@ -81,10 +88,9 @@ def choose(rows: list[dict], n: int, knee: float, curve: ab.Curve | None,
     unknown = [f for f in forms if f not in FORMS]
     if unknown:
         raise ValueError(f"forms={unknown}: each must be one of {', '.join(FORMS)}")
-    usable = [f for f in FORMS if f in forms and (curve is not None or not f.endswith("curve"))
-              and (not f.startswith("split") or len(rows) - 1 >= 2 * MIN_SIDE)]
-    if len(usable) < 2:
-        return usable[0] if usable else "line"
+    ok = usable(forms, len(rows) - 1, curve)  # each fit leaves one row out
+    if len(ok) < 2:
+        return ok[0] if ok else "line"
 
     def loo(form: str) -> float:
         errs = []
@@ -93,6 +99,6 @@ def choose(rows: list[dict], n: int, knee: float, curve: ab.Curve | None,
             errs.append(abs(pred - out["time_us"]) / out["time_us"])
         return float(np.median(errs))
 
-    scores = {f: loo(f) for f in usable}
+    scores = {f: loo(f) for f in ok}
     best = min(scores.values())
-    return next(f for f in usable if scores[f] <= best + TIE)  # usable is in FORMS order
+    return next(f for f in ok if scores[f] <= best + TIE)  # ok is in FORMS order
