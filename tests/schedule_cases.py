@@ -30,9 +30,10 @@ def tiny_first_only(op, a, b):
 
 
 def compiled_vs_reference(ctx, transport, algo, count, dtype, redop, seed, mutant=None,
-                          segment=None):
+                          segment=None, wait=None):
     """(reference result, compiled result) for arbitrary values (inexact sums); ``segment``:
-    bytes per piece of the compiled path's MPI messages (None: its default)."""
+    bytes per piece of the compiled path's MPI messages, ``wait``: how it waits for them (None:
+    its defaults)."""
     comm, g, r = ctx.comm(transport), ctx.world, ctx.rank
     gen = torch.Generator().manual_seed(seed * 1000 + r)
     x = (torch.randn(count, generator=gen, dtype=torch.float64) * 3).to(getattr(torch, dtype))
@@ -44,7 +45,8 @@ def compiled_vs_reference(ctx, transport, algo, count, dtype, redop, seed, mutan
     if mutant == "tiny_first_only":
         patch = mock.patch.object(schedule_mod, "tiny_reducer", tiny_first_only)
     with patch:
-        got = ALGORITHMS[("all_reduce", f"{algo}_compiled")](comm, x, g, op=redop, segment=segment)
+        got = ALGORITHMS[("all_reduce", f"{algo}_compiled")](comm, x, g, op=redop, segment=segment,
+                                                              wait=wait)
     return ref, got
 
 

@@ -22,9 +22,10 @@ pytestmark = [pytest.mark.collectives, pytest.mark.ring]
 ALGOS = sorted(SCHEDULES)
 
 
-def judge_same(world, transport, algo, count, dtype, redop, seed, mutant=None, segment=None):
+def judge_same(world, transport, algo, count, dtype, redop, seed, mutant=None, segment=None,
+               wait=None):
     outs = world.run(compiled_vs_reference, transport, algo, count, dtype, redop, seed, mutant,
-                     segment)
+                     segment, wait)
     raw = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,
            torch.bfloat16: torch.int16}
     return [f"rank {r}: compiled {algo} differs bitwise from the reference ({dtype}, {redop})"
@@ -36,12 +37,15 @@ def judge_same(world, transport, algo, count, dtype, redop, seed, mutant=None, s
 @given(algo=st.sampled_from(ALGOS), count=st.sampled_from([0, 1, 7, 13, 97]) | st.integers(0, 300),
        dtype=st.sampled_from(["float32", "float64", "float16", "bfloat16"]),
        redop=st.sampled_from(["sum", "avg", "prod", "min", "max"]), seed=st.integers(0, 999),
-       segment=st.sampled_from([None, 0, 8, 24]))
-def test_compiled_equals_the_reference_bitwise(world, algo, count, dtype, redop, seed, segment):
+       segment=st.sampled_from([None, 0, 8, 24]), wait=st.sampled_from([None, "spin", "yield"]))
+def test_compiled_equals_the_reference_bitwise(world, algo, count, dtype, redop, seed, segment,
+                                               wait):
     """``segment``: MPI messages split into pieces of that many bytes (tiny, so that these counts
-    split); the same bytes land in the same places."""
+    split); ``wait``: MPI's own wait or test-and-yield (None: by ranks per core); the same bytes
+    land in the same places."""
     for transport in world.transports:
-        assert judge_same(world, transport, algo, count, dtype, redop, seed, segment=segment) == []
+        assert judge_same(world, transport, algo, count, dtype, redop, seed, segment=segment,
+                          wait=wait) == []
 
 
 @pytest.mark.world(sizes=[2, 3])

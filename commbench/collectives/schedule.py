@@ -42,6 +42,7 @@ from commbench.bench_native import like
 from commbench.checks import check_op, dtype_name
 from commbench.collectives._p2p import TAG, flat, pg_batched, pg_run
 from commbench.collectives.steps import Step, schedule
+from commbench.collectives.waiting import WAIT_MODES, wait_mode, waiter
 from commbench.group import Group
 from commbench.watch import quiet
 
@@ -102,7 +103,7 @@ class Compiled:
     """``steps`` bound to ``buf`` on ``comm``'s transport: :meth:`run` replays them in place."""
 
     def __init__(self, comm, buf: torch.Tensor, group: Group, steps: list[Step], op: str,
-                 name: str, segment: int | None = None) -> None:
+                 name: str, segment: int | None = None, wait: str | None = None) -> None:
         check_op(name, op, buf.dtype)  # reduced here, not by the transport: any dtype it moves
         if comm.transport == "mpi" and buf.is_cuda:
             raise ValueError(f"{name}: compiled schedules over MPI take CPU tensors, got {buf.device}")
@@ -120,6 +121,9 @@ class Compiled:
         if segment < 0:
             raise ValueError(f"{name}: segment={segment}: must be >= 0 bytes (0: whole messages)")
         self._seg = max(1, segment // buf.element_size()) if self._mpi and segment else 0
+        self.wait = wait if wait is not None else wait_mode() if self._mpi else "spin"
+        if self.wait not in WAIT_MODES:
+            raise ValueError(f"{name}: wait={self.wait!r}: must be one of {', '.join(WAIT_MODES)}")
         self._messages = _messages(steps, self._seg)  # booked per call: computed once
         self._ops = self._bind(op)
 
@@ -194,8 +198,9 @@ class Compiled:
             after.append(red)
         self._reqs += [r for rs in recvs for r in rs] + sends
         ops = [r.Start for rs in recvs for r in rs] + [r.Start for r in sends]
+        done = partial(waiter, mode=self.wait)
         for k, rs in enumerate(recvs):
-            ops += [r.Wait for r in rs] + ([r.Wait for r in sends] if k == 0 else []) + [after[k]]
+            ops += [done(r) for r in rs] + ([done(r) for r in sends] if k == 0 else []) + [after[k]]
         return ops
 
     def _torch_run(self, run: list[Step], op: str) -> list:
@@ -261,15 +266,16 @@ def _messages(steps: list[Step], seg: int = 0) -> list[tuple[str, int]]:
 
 
 def compiled_all_reduce(comm, x: torch.Tensor, group: Group, *, op: str = "sum",
-                        algo: str = "ring", segment: int | None = None) -> torch.Tensor:
+                        algo: str = "ring", segment: int | None = None,
+                        wait: str | None = None) -> torch.Tensor:
     """``algo``'s all-reduce compiled and run once: ``x`` [*] -> same shape, on every member
-    (``segment``: see :class:`Compiled`)."""
+    (``segment``, ``wait``: see :class:`Compiled`)."""
     import time
 
     buf = flat(x)
     steps = schedule(algo, group.size, group.index, buf.numel())
     name = f"{algo}_compiled"
-    with Compiled(comm, buf, group, steps, op, name, segment) as c:
+    with Compiled(comm, buf, group, steps, op, name, segment, wait) as c:
         comm.tracker.enter(f"all_reduce/{name}", group.ranks)
         t0 = time.perf_counter()
         c.run()
