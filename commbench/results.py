@@ -11,7 +11,8 @@ A results file (schema ``commbench.results/1``) is one JSON object::
     launch       how the ranks were started: "local-mpi", "local-plain", or the launcher's name
     versions     python, torch, mpi4py, the MPI library, NCCL, commbench
     commit       git commit of the tree that ran, when known
-    measurement  cadence, rank aggregation, statistic, iterations, warm-up (see commbench.bench)
+    measurement  cadence, rank aggregation, statistic, iterations, warm-up (see commbench.bench);
+                 a study adds its own (versus: rounds, order, compiled_wait over MPI)
     rows         one object per (series, size): op, algo, transport, dtype, redop, root, size
                  (bytes, nccl-tests' convention), count, time_us (median), min_us, p10_us
                  (lower decile), max_us, p99_us, algbw, busbw (GB/s), wrong, sent, recv (bytes

@@ -15,7 +15,9 @@ transport's own all-reduce, at each size?", with both measured in the same minut
 * per algorithm, the median of all rounds' samples; the best algorithm is the one with the
   smallest; ``native/best`` is the ratio of medians (> 1: the algorithm built here is faster);
   its spread is the range of the same ratio taken round by round, and ``wins`` counts the rounds
-  in which the best algorithm's median beat the transport's.
+  in which the best algorithm's median beat the transport's;
+* over MPI the record's measurement names how the compiled schedules waited on the ranks
+  (``compiled_wait``: spin or yield, :mod:`commbench.collectives.waiting`).
 
 Shapes: each rank's vector [size / 4] float32, summed.
 """
@@ -27,11 +29,17 @@ import statistics
 from commbench import results as res
 from commbench.bench import Case, measure
 from commbench.collectives.steps import SCHEDULES
+from commbench.collectives.waiting import wait_mode
 from commbench.model_study import iters_for
 
-__all__ = ["ALGOS", "order", "versus", "versus_markdown"]
+__all__ = ["ALGOS", "compiled_wait", "order", "versus", "versus_markdown"]
 
 ALGOS = ["native"] + [f"{a}_compiled" for a in SCHEDULES]
+
+
+def compiled_wait(ctx) -> str:
+    """This rank's wait for the compiled schedules' MPI messages (``spin`` or ``yield``)."""
+    return wait_mode()
 
 
 def order(algos: list[str], k: int) -> list[str]:
@@ -128,6 +136,10 @@ def run_versus(a, world, transports: list[str], sizes: list[int], launch: str, p
                                  "round",
                            iters_by_size=f"{a.iters} from {SMALL >> 20} MiB up, {a.iters} * "
                                          f"min(10, {SMALL >> 20} MiB / size) below")
+        if transport == "mpi":
+            modes = sorted(set(world.run(compiled_wait)))
+            measurement["compiled_wait"] = (f"{', '.join(modes)} (the compiled schedules' MPI "
+                                            "waits, commbench.collectives.waiting)")
         rows = versus(world, transport, sizes, a.iters, a.warmup_iters, a.rounds, emit)
         met = sum(r["native_over_best"] >= 1 for r in rows)
         emit(f"# best algorithm at least as fast as {transport}'s own at {met} of {len(rows)} "

@@ -134,3 +134,16 @@ def test_a_bad_setting_is_refused_before_any_message(monkeypatch):
         Compiled(mpi, torch.zeros(4), None, [], "sum", "ring_compiled")
     gloo = types.SimpleNamespace(transport="gloo")  # not MPI: the setting is not read
     assert Compiled(gloo, torch.zeros(4), None, [], "sum", "ring_compiled").wait == "spin"
+
+
+@pytest.mark.world(sizes=[2, 4])
+def test_the_ranks_of_a_local_mpi_world_count_themselves(world):
+    """mpiexec tells each rank how many share its host; ``versus`` records what they chose."""
+    import os
+
+    from commbench.versus import compiled_wait
+
+    if "mpi" not in world.transports:
+        pytest.skip("the local world has no MPI")
+    want = "yield" if world.size > (os.cpu_count() or 1) else "spin"
+    assert world.run(compiled_wait) == [want] * world.size
