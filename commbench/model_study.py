@@ -166,6 +166,7 @@ def _report(record: dict, stem: str | None, emit, prefix: str = "") -> None:
 def run_model(a, world, transports: list[str], launch: str, printer: bool, emit) -> int:
     """The ``commbench run model`` study, per transport; writes results/model_*."""
     from commbench.collectives import ALGORITHMS
+    from commbench.collectives.waiting import recorded
     from commbench.runner import parse_size
 
     n = world.size
@@ -185,6 +186,8 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
             repeat=a.repeat, passes=a.rounds, sweeps=sweeps,
             iters_by_size=f"{a.iters} from {SMALL // MiB} MiB up, {a.iters} * min(10, "
                           f"{SMALL // MiB} MiB / size) below")
+        if transport == "mpi":
+            record["measurement"]["compiled_wait"] = recorded(world)
         record.update(model_study(world, transport, cases, a.iters, a.warmup_iters, emit, lo, hi,
                                   a.repeat, a.separate_sweeps, a.batch, a.rounds))
         _report(record, None if a.no_write or not printer else _stem(a.out, transport, n), emit)

@@ -29,17 +29,12 @@ import statistics
 from commbench import results as res
 from commbench.bench import Case, measure
 from commbench.collectives.steps import SCHEDULES
-from commbench.collectives.waiting import wait_mode
+from commbench.collectives.waiting import recorded
 from commbench.model_study import iters_for
 
-__all__ = ["ALGOS", "compiled_wait", "order", "versus", "versus_markdown"]
+__all__ = ["ALGOS", "order", "versus", "versus_markdown"]
 
 ALGOS = ["native"] + [f"{a}_compiled" for a in SCHEDULES]
-
-
-def compiled_wait(ctx) -> str:
-    """This rank's wait for the compiled schedules' MPI messages (``spin`` or ``yield``)."""
-    return wait_mode()
 
 
 def order(algos: list[str], k: int) -> list[str]:
@@ -137,9 +132,7 @@ def run_versus(a, world, transports: list[str], sizes: list[int], launch: str, p
                            iters_by_size=f"{a.iters} from {SMALL >> 20} MiB up, {a.iters} * "
                                          f"min(10, {SMALL >> 20} MiB / size) below")
         if transport == "mpi":
-            modes = sorted(set(world.run(compiled_wait)))
-            measurement["compiled_wait"] = (f"{', '.join(modes)} (the compiled schedules' MPI "
-                                            "waits, commbench.collectives.waiting)")
+            measurement["compiled_wait"] = recorded(world)
         rows = versus(world, transport, sizes, a.iters, a.warmup_iters, a.rounds, emit)
         met = sum(r["native_over_best"] >= 1 for r in rows)
         emit(f"# best algorithm at least as fast as {transport}'s own at {met} of {len(rows)} "

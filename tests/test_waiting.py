@@ -138,12 +138,13 @@ def test_a_bad_setting_is_refused_before_any_message(monkeypatch):
 
 @pytest.mark.world(sizes=[2, 4])
 def test_the_ranks_of_a_local_mpi_world_count_themselves(world):
-    """mpiexec tells each rank how many share its host; ``versus`` records what they chose."""
+    """mpiexec tells each rank how many share its host; the studies record what they chose."""
     import os
 
-    from commbench.versus import compiled_wait
+    from commbench.collectives.waiting import rank_wait, recorded
 
     if "mpi" not in world.transports:
         pytest.skip("the local world has no MPI")
     want = "yield" if world.size > (os.cpu_count() or 1) else "spin"
-    assert world.run(compiled_wait) == [want] * world.size
+    assert world.run(rank_wait) == [want] * world.size
+    assert recorded(world).startswith(f"{want} (")

@@ -8,7 +8,8 @@ written as data, :class:`Step`, and :class:`Compiled` binds them to one flat buf
 block:
 
 * MPI: one persistent send and receive request per step (``Send_init`` / ``Recv_init`` on NumPy
-  views made once), replayed by each request's ``Start`` then ``Wait``; reductions by NumPy
+  views made once), replayed by each request's ``Start`` then its wait (``Wait``, or, with more
+  ranks than cores on the host, ``Test`` and yield the core: :mod:`waiting`); reductions by NumPy
   ufuncs in place (torch ops for float16 and bfloat16, whose NumPy forms round differently or do
   not exist; a float sum or product of at most :data:`TINY` elements as Python float operations,
   :func:`tiny_reducer`, the same bits at a fifth of the cost).
@@ -184,7 +185,7 @@ class Compiled:
         Bound ``Start`` / ``Wait`` per request rather than ``Startall`` / ``Waitall`` on a list:
         at 8 B a step's Python cost drops from ~1.1 to ~0.7 us (2 ranks' whole call is ~7 us).
         Waiting on a receive first cannot stall a send: MPI progresses every pending request
-        inside any wait."""
+        inside any wait or test. ``self.wait`` picks the wait (:func:`waiting.waiter`)."""
         from commbench.transport.mpi_backend import _np
 
         c, recvs, sends, after = self.group.mpi_comm, [], [], []

@@ -24,7 +24,7 @@ from functools import partial
 
 from commbench.launch import detect
 
-__all__ = ["WAIT_MODES", "waiter", "wait_mode"]
+__all__ = ["WAIT_MODES", "rank_wait", "recorded", "waiter", "wait_mode"]
 WAIT_MODES = ("spin", "yield")
 
 
@@ -53,3 +53,15 @@ def waiter(req, mode: str) -> Callable[[], None]:
     if mode == "yield":
         return partial(_yield_wait, req.Test, os.sched_yield)
     raise ValueError(f"wait={mode!r}: must be one of {', '.join(WAIT_MODES)}")
+
+
+def rank_wait(ctx) -> str:
+    """This rank's :func:`wait_mode` (run on every rank: ``world.run(rank_wait)``)."""
+    return wait_mode()
+
+
+def recorded(world) -> str:
+    """How the compiled schedules wait on ``world``'s ranks, for a results record's measurement
+    (``compiled_wait``)."""
+    modes = sorted(set(world.run(rank_wait)))
+    return f"{', '.join(modes)} (the compiled schedules' MPI waits, commbench.collectives.waiting)"
