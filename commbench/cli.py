@@ -73,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--separate-sweeps", action="store_true", help="model study: the whole "
                    "calibration sweep before the whole evaluation sweep (default: per case and "
                    "size, one right after the other)")
+    r.add_argument("--cal-samples", type=int, default=1, help="model study: calibration rows "
+                   "take this many times the evaluation rows' iterations (default 1)")
     r.add_argument("--refit", action="store_true", help="model study: judge the stored "
                    "results/model_* again with the current model, measuring nothing")
     r.add_argument("--resume", action="store_true",
@@ -176,7 +178,10 @@ def _check_run_args(a) -> tuple[list[str], list[int]]:
     for study in STUDIES:
         if study in a.targets and len(a.targets) > 1:
             raise UsageError(f"{study} is a study of its own; run it alone")
-    for flag, on in (("--refit", a.refit), ("--separate-sweeps", a.separate_sweeps)):
+    if a.cal_samples < 1:
+        raise UsageError(f"--cal-samples {a.cal_samples}: must be >= 1")
+    for flag, on in (("--refit", a.refit), ("--separate-sweeps", a.separate_sweeps),
+                     ("--cal-samples", a.cal_samples != 1)):
         if on and a.targets != ["model"]:
             raise UsageError(f"{flag}: an option of the model study (commbench run model)")
     if a.topology:

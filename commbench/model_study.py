@@ -5,7 +5,8 @@ Each row's iterations are split among ``--rounds P`` passes (default 3) over the
 rows, minutes apart, and pooled (:func:`commbench.runner.pool_passes`): a slow spell of the
 shared machine then falls on a share of every row rather than on all of a few. With
 ``--repeat R`` instead each sweep runs R times over and every row keeps its best round (the
-machine's steady state; :func:`commbench.runner.merge_rounds`).
+machine's steady state; :func:`commbench.runner.merge_rounds`). ``--cal-samples K`` gives the
+calibration rows K times the evaluation rows' iterations (a less noisy fit, at that cost).
 
 1. Calibration sweep: every collective and algorithm at 4 KiB, 16 KiB, ... 64 MiB (factor 4);
    ping-pong densely, from 256 B by factor sqrt(2) (the point-to-point curve).
@@ -74,10 +75,12 @@ def _row(world, transport, case, iters, warmup, size: int, check: bool, batch: i
 
 
 def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: int,
-            separate: bool, batch: int = 1, passes: int = 1) -> tuple[list[dict], list[dict]]:
+            separate: bool, batch: int = 1, passes: int = 1, cal_samples: int = 1
+            ) -> tuple[list[dict], list[dict]]:
     """(calibration rows, evaluation rows); ``repeat`` rounds, best round per row; or
     ``passes`` over the whole job list, each row's iterations split among them and pooled
-    (:func:`commbench.runner.pool_passes`).
+    (:func:`commbench.runner.pool_passes`). Calibration rows take ``cal_samples`` times the
+    iterations of evaluation rows (a less noisy fit, at that cost).
 
     Interleaved (default): per case and size, the calibration row (at the sizes that have one)
     and at once the evaluation row, so the model is judged in the machine state it was
@@ -101,6 +104,8 @@ def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: in
             for s in sorted(cal | set(eval_sizes)):
                 jobs += [(c, s, False)] * (s in cal) + [(c, s, True)] * (s in eval_sizes)
         groups = [list(range(len(jobs)))]
+    if cal_samples < 1:
+        raise ValueError(f"cal_samples={cal_samples}: must be >= 1")
     if repeat > 1 and passes > 1:
         raise ValueError(f"repeat={repeat}, passes={passes}: choose one (best round or pooled "
                          "passes)")
@@ -110,7 +115,8 @@ def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: in
             for k in group:
                 case, size, check = jobs[k]
                 first = len(rounds[k]) == 0  # results checked once (#wrong), not every pass
-                rounds[k].append(_row(world, transport, case, iters, warmup, size,
+                n_it = iters if check else iters * cal_samples
+                rounds[k].append(_row(world, transport, case, n_it, warmup, size,
                                       check and (first or repeat > 1), batch, passes))
     if passes > 1:
         merged = [[pool_passes(list(p), world.size) for p in zip(*r, strict=True)]
@@ -124,7 +130,8 @@ def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: in
 
 def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int, warmup: int,
                 emit=print, lo: int = 4 * KiB, hi: int = 64 * MiB, repeat: int = 1,
-                separate: bool = False, batch: int = 1, passes: int = 1) -> dict:
+                separate: bool = False, batch: int = 1, passes: int = 1,
+                cal_samples: int = 1) -> dict:
     """Both sweeps, and the model fitted and judged twice from them: on each row's median
     iteration (``model``, ``accuracy``) and on its lower decile (``model_low``,
     ``accuracy_low``)."""
@@ -133,7 +140,7 @@ def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int,
          f"{len(cases)} cases, {repeat} round(s), {passes} pass(es), "
          f"{'separate' if separate else 'interleaved'}")
     cal, ev = _sweeps(world, transport, cases, iters, warmup, lo, hi, repeat, separate, batch,
-                      passes)
+                      passes, cal_samples)
     out = judge(cal, low(cal), ev, n, last_level_cache())
     for cls, p in out["model"]["classes"].items():
         emit(f"# {cls}: alpha {p['alpha'] * 1e6:.2f} us, beta {p['beta'] * 1e9:.4f} ns/B, gamma "
@@ -183,13 +190,13 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
                             dict(cadence(a.batch), iters=a.iters, warmup=a.warmup_iters))
         sweeps = "separate" if a.separate_sweeps else "interleaved per size"
         record["measurement"].update(
-            repeat=a.repeat, passes=a.rounds, sweeps=sweeps,
+            repeat=a.repeat, passes=a.rounds, sweeps=sweeps, calibration_samples=a.cal_samples,
             iters_by_size=f"{a.iters} from {SMALL // MiB} MiB up, {a.iters} * min(10, "
                           f"{SMALL // MiB} MiB / size) below")
         if transport == "mpi":
             record["measurement"]["compiled_wait"] = recorded(world)
         record.update(model_study(world, transport, cases, a.iters, a.warmup_iters, emit, lo, hi,
-                                  a.repeat, a.separate_sweeps, a.batch, a.rounds))
+                                  a.repeat, a.separate_sweeps, a.batch, a.rounds, a.cal_samples))
         _report(record, None if a.no_write or not printer else _stem(a.out, transport, n), emit)
     return 0
 

@@ -37,6 +37,8 @@ def _cli(*args: str, env=None, timeout=300) -> subprocess.CompletedProcess:
     (["run", "--repeat", "0"], "--repeat 0: must be >= 1"),
     (["run", "--batch", "0"], "--batch 0: must be >= 1"),
     (["run", "all_reduce", "--refit"], "--refit: an option of the model study"),
+    (["run", "all_reduce", "--cal-samples", "2"], "--cal-samples: an option of the model study"),
+    (["run", "model", "--cal-samples", "0"], "--cal-samples 0: must be >= 1"),
     (["run", "--repeat", "2", "--resume"], "--resume works with --repeat 1 only"),
     (["run", "--topology", "cray-1"], "--topology: topology 'cray-1': no such preset"),
     (["run", "model", "all_reduce"], "model is a study of its own"),

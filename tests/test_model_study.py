@@ -63,6 +63,23 @@ def test_small_rows_get_more_iterations(monkeypatch):
                    1 << 24: 5}
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_calibration_rows_take_k_times_the_iterations(monkeypatch, k):
+    log = []
+    monkeypatch.setattr(ms, "run_series", _fake_series(log))
+    ms._sweeps(types.SimpleNamespace(size=2), "gloo", [("all_reduce", "ring")], 5, 1,
+               1 << 22, 1 << 24, 1, False, cal_samples=k)
+    got = [(check, sizes[0], iters) for _, _, check, sizes, iters in log]
+    assert got == [(False, 1 << 22, 5 * k), (True, 1 << 22, 5), (True, 1 << 23, 5),
+                   (False, 1 << 24, 5 * k), (True, 1 << 24, 5)]
+
+
+def test_fewer_than_one_calibration_sample_is_refused():
+    with pytest.raises(ValueError, match=r"cal_samples=0: must be >= 1"):
+        ms._sweeps(types.SimpleNamespace(size=2), "gloo", [("all_reduce", "ring")], 5, 1,
+                   1 << 22, 1 << 24, 1, False, cal_samples=0)
+
+
 def test_study_fits_both_statistics_and_reports_small_errors_for_a_true_model(monkeypatch):
     monkeypatch.setattr(ms, "run_series", _fake_series([]))
     world = types.SimpleNamespace(size=4)
