@@ -43,7 +43,7 @@ from commbench.bench_native import like
 from commbench.checks import check_op, dtype_name
 from commbench.collectives._p2p import TAG, flat, pg_batched, pg_run
 from commbench.collectives.steps import Step, schedule
-from commbench.collectives.waiting import WAIT_MODES, wait_mode, waiter
+from commbench.collectives.waiting import checked, wait_mode, waiter
 from commbench.group import Group
 from commbench.watch import quiet
 
@@ -122,9 +122,8 @@ class Compiled:
         if segment < 0:
             raise ValueError(f"{name}: segment={segment}: must be >= 0 bytes (0: whole messages)")
         self._seg = max(1, segment // buf.element_size()) if self._mpi and segment else 0
-        self.wait = wait if wait is not None else wait_mode() if self._mpi else "spin"
-        if self.wait not in WAIT_MODES:
-            raise ValueError(f"{name}: wait={self.wait!r}: must be one of {', '.join(WAIT_MODES)}")
+        self.wait = checked(wait, f"{name}: wait") if wait is not None else (
+            wait_mode() if self._mpi else "spin")
         self._messages = _messages(steps, self._seg)  # booked per call: computed once
         self._ops = self._bind(op)
 

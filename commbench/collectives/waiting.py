@@ -24,8 +24,15 @@ from functools import partial
 
 from commbench.launch import detect
 
-__all__ = ["WAIT_MODES", "rank_wait", "recorded", "waiter", "wait_mode"]
+__all__ = ["WAIT_MODES", "checked", "rank_wait", "recorded", "waiter", "wait_mode"]
 WAIT_MODES = ("spin", "yield")
+
+
+def checked(mode: str, what: str = "wait") -> str:
+    """``mode`` if it is one of :data:`WAIT_MODES`; else a ValueError naming ``what`` and the rule."""
+    if mode not in WAIT_MODES:
+        raise ValueError(f"{what}={mode!r}: must be one of {', '.join(WAIT_MODES)}")
+    return mode
 
 
 def wait_mode(env: Mapping[str, str] | None = None, cores: int | None = None) -> str:
@@ -34,9 +41,7 @@ def wait_mode(env: Mapping[str, str] | None = None, cores: int | None = None) ->
     env = os.environ if env is None else env
     forced = env.get("COMMBENCH_WAIT", "")
     if forced:
-        if forced not in WAIT_MODES:
-            raise ValueError(f"COMMBENCH_WAIT={forced!r}: must be one of {', '.join(WAIT_MODES)}")
-        return forced
+        return checked(forced, "COMMBENCH_WAIT")
     cores = cores if cores is not None else (os.cpu_count() or 1)
     return "yield" if detect(env).local_size > cores else "spin"
 
@@ -48,11 +53,9 @@ def _yield_wait(test: Callable[[], bool], give: Callable[[], None]) -> None:
 
 def waiter(req, mode: str) -> Callable[[], None]:
     """A zero-argument call that completes ``req`` (an MPI request) the ``mode`` way."""
-    if mode == "spin":
+    if checked(mode) == "spin":
         return req.Wait
-    if mode == "yield":
-        return partial(_yield_wait, req.Test, os.sched_yield)
-    raise ValueError(f"wait={mode!r}: must be one of {', '.join(WAIT_MODES)}")
+    return partial(_yield_wait, req.Test, os.sched_yield)
 
 
 def rank_wait(ctx) -> str:
