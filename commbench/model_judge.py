@@ -10,7 +10,7 @@ import datetime
 import statistics
 
 from commbench import results as res
-from commbench.costmodel.alphabeta import Curve, fit
+from commbench.costmodel.alphabeta import Curve, Fit, fit
 
 __all__ = ["accuracy", "form_ceiling", "judge", "last_level_cache", "low", "model_markdown", "refit"]
 KiB, MiB = 1 << 10, 1 << 20
@@ -42,28 +42,44 @@ def low(rows: list[dict]) -> list[dict]:
 
 def judge(cal: list[dict], cal_low: list[dict], ev: list[dict], n: int, knee: float) -> dict:
     """Fit on the calibration rows (median and lower-decile iterations), predict every
-    evaluation row, and score both: the study's record fields."""
-    models = {"median": fit(cal, n, knee=knee), "low": fit(cal_low, n, knee=knee)}
+    evaluation row, and score both: the study's record fields. The model judged is each
+    algorithm's line corrected by its residuals (:mod:`commbench.costmodel.correction`); the
+    uncorrected forms (:mod:`commbench.costmodel.forms`) are scored beside it."""
+    models = {"median": fit(cal, n, knee=knee, forms=("line",), correct=True),
+              "low": fit(cal_low, n, knee=knee, forms=("line",), correct=True)}
+    forms = fit(cal, n, knee=knee)
     rows = []
     for r in ev:
         op, algo, size = r["op"], r["algo"], r["size"]
         r = dict(r, pred_us=models["median"].predict_us(op, algo, n, size),
                  class_pred_us=models["median"].predict_us(op, algo, n, size, per_algo=False),
+                 forms_pred_us=forms.predict_us(op, algo, n, size),
                  pred_low_us=models["low"].predict_us(op, algo, n, size),
                  class_pred_low_us=models["low"].predict_us(op, algo, n, size, per_algo=False))
         r["meas_over_pred"] = r["time_us"] / r["pred_us"] if r["pred_us"] else None
         rows.append(r)
-    lows = [dict(r, pred_us=r["pred_low_us"], class_pred_us=r["class_pred_low_us"])
+    lows = [{k: v for k, v in r.items() if k != "forms_pred_us"}
+            | {"pred_us": r["pred_low_us"], "class_pred_us": r["class_pred_low_us"]}
             for r in low(rows)]
     stat = "p10" if all("p10_us" in r for r in ev) else "min"
     acc = accuracy(rows, cal)
-    curve = models["median"].curve  # the ping-pong curve of the calibration rows
+    curve = forms.curve  # the ping-pong curve of the calibration rows
     for a in acc:
         mine = [r for r in ev if (r["op"], r["algo"]) == (a["op"], a["algo"])]
         a["form_ceiling"] = form_ceiling(mine, n, knee, curve)
+        a["form"] = form_name(forms, f"{a['op']}/{a['algo']}")
     return {"model": models["median"].as_dict(), "model_low": models["low"].as_dict(),
             "low_statistic": stat, "rows": rows, "accuracy": acc,
             "accuracy_low": accuracy(lows, cal_low)}
+
+
+def form_name(model: Fit, key: str) -> str:
+    """How ``model`` fits one algorithm: line or curve, split at a size or not."""
+    p, hi = (model.algos or {}).get(key), (model.above or {}).get(key)
+    if p is None:
+        return ""
+    kind = "curve" if max(p.scale, hi[1].scale if hi else 0.0) > 0 else "line"
+    return f"{kind}, split at {_size(hi[0])}" if hi else kind
 
 
 def form_ceiling(rows: list[dict], n: int, knee: float, curve: Curve | None) -> float | None:
@@ -90,7 +106,7 @@ def refit(record: dict) -> dict:
         return [{"op": r["op"], "algo": r["algo"], "size": r["size"], "time_us": r["measured_us"]}
                 for r in model["residuals"] if "/" in r["fit"]]
 
-    ev = [{k: v for k, v in r.items() if not k.startswith(("pred", "class_pred", "meas_over"))}
+    ev = [{k: v for k, v in r.items() if not k.startswith(("pred", "class_pred", "forms_pred", "meas_over"))}
           for r in record["rows"]]
     out = {k: v for k, v in record.items() if k not in ("model_min", "accuracy_min")}
     lows = cal(record.get("model_low") or record["model_min"])  # model_min: before p10_us
@@ -105,21 +121,29 @@ def _err(pred: float, meas: float) -> float:
 
 
 def accuracy(rows: list[dict], cal: list[dict]) -> list[dict]:
-    """Per collective and algorithm: the model's median error on the evaluation sweep, the
-    textbook class model's, and the noise floor: how far the same size measured in the two
-    sweeps differs (median |evaluation - calibration| / evaluation)."""
+    """Per collective and algorithm: the model's median error on the evaluation sweep (on all
+    its sizes, and on those with no calibration row: the new sizes), the uncorrected forms'
+    and the textbook class model's, and the noise floor: how far the same size measured in the
+    two sweeps differs (median |evaluation - calibration| / evaluation)."""
     first = {(r["op"], r["algo"], r["size"]): r["time_us"] for r in cal}
     out = []
     for key in sorted({(r["op"], r["algo"]) for r in rows}):
         mine = [r for r in rows if (r["op"], r["algo"]) == key]
         errs = [_err(r["pred_us"], r["time_us"]) for r in mine]
+        new = [_err(r["pred_us"], r["time_us"]) for r in mine
+               if (r["op"], r["algo"], r["size"]) not in first]
         cls = [_err(r["class_pred_us"], r["time_us"]) for r in mine]
         again = [_err(first[k], r["time_us"]) for r in mine
                  if (k := (r["op"], r["algo"], r["size"])) in first]
         out.append({"op": key[0], "algo": key[1], "rows": len(mine),
                     "median_error": statistics.median(errs), "max_error": max(errs),
+                    "new_sizes": len(new),
+                    "new_median_error": statistics.median(new) if new else None,
                     "class_median_error": statistics.median(cls),
                     "rerun_difference": statistics.median(again) if again else None})
+        if all("forms_pred_us" in r for r in mine):
+            out[-1]["forms_median_error"] = statistics.median(
+                _err(r["forms_pred_us"], r["time_us"]) for r in mine)
     return out
 
 
@@ -159,7 +183,9 @@ def model_markdown(record: dict) -> str:
     own = record["model"].get("algorithms", {})
     above = record["model"].get("above", {})
 
-    def form(a) -> str:
+    def form(a) -> str:  # records from before the correction: the model's own form
+        if "form" in a:
+            return a["form"]
         key = f"{a['op']}/{a['algo']}"
         p, hi = own.get(key), above.get(key)
         if p is None:
@@ -167,14 +193,29 @@ def model_markdown(record: dict) -> str:
         kind = "curve" if max(p.get("scale", 0), (hi or {}).get("scale", 0)) > 0 else "line"
         return f"{kind}, split at {_size(hi['from_bytes'])}" if hi else kind
 
-    cells = [[a["op"], a["algo"], form(a), a["rows"], f(a, "median_error"), f(a, "max_error"),
+    news = [a for a in acc if a.get("new_median_error") is not None]
+    met_new = sum(a["new_median_error"] <= 0.15 for a in news)
+    corrected = bool(record["model"].get("corrections"))
+    cells = [[a["op"], a["algo"], a["rows"], f(a, "median_error"), f(a, "new_median_error"),
+              f(a, "max_error"), form(a), f(a, "forms_median_error"),
               f(a, "class_median_error"), f(a, "rerun_difference"), f(a, "form_ceiling"),
               f(lows.get((a["op"], a["algo"])), "median_error"),
               f(lows.get((a["op"], a["algo"])), "class_median_error"),
               f(lows.get((a["op"], a["algo"])), "rerun_difference")] for a in acc]
+    how = ("The model judged: each algorithm's own alpha-beta-gamma line (alpha per message, "
+           "beta per byte sent, gamma per byte reduced, delta per byte for calls from a knee at "
+           f"the last-level cache on, {record['model'].get('knee_bytes', 0) / MiB:g} MiB) fitted "
+           "to its calibration rows, times its residual ratio (measured / line) interpolated "
+           "between the two nearest calibration sizes (log-log): the line gives the shape "
+           "between them, the ratios the library's own switches of algorithm or protocol and "
+           "cache effects that no line follows. At a calibration size it returns that row's "
+           "measurement, so evaluation sizes measured in both sweeps are judged against a "
+           "re-measurement (their error is the noise floor); 'new sizes' are the evaluation "
+           "sizes with no calibration row, where it predicts. " if corrected else "")
     return res.study_markdown(
-        record, ["collective", "algorithm", "form", "sizes", "median |pred-meas|/meas", "max",
-                 "textbook model", "noise floor", "forms fitted to these rows",
+        record, ["collective", "algorithm", "sizes", "median |pred-meas|/meas", "new sizes",
+                 "max", "uncorrected form", "uncorrected: median", "textbook model",
+                 "noise floor", "forms fitted to these rows",
                  f"{name}: median |pred-meas|/meas",
                  f"{name}: textbook", f"{name}: noise floor"], cells,
         f"Calibrated on one sweep (4 KiB..64 MiB, factor 4{dense}), judged on a second sweep "
@@ -184,18 +225,18 @@ def model_markdown(record: dict) -> str:
         f"ranks); the model is also fitted and judged a second time on each row's {name} (the "
         f"last three columns): interference from other tenants of the machine only lengthens "
         f"iterations, so the low end of the distribution is the repeatable part.{iters} Median "
-        f"error <= 0.15 for {met} of {len(acc)} collective/algorithm pairs on median times, "
-        f"{met_low} of {len(lows)} on {name} times. Class fit (median times): {fitted}. "
+        f"error <= 0.15 for {met} of {len(acc)} collective/algorithm pairs on median times "
+        f"({met_new} of {len(news)} on new sizes alone), {met_low} of {len(lows)} on {name} "
+        f"times. {how}Class fit (median times): {fitted}. "
         "'textbook model' predicts every algorithm from the class constants alone (lib: the "
-        "transport's own calls; py: commbench's algorithms from point-to-point); each "
-        "algorithm's own fit prices its messages by a straight line or by ping-pong's measured "
-        "curve, once or in two regimes split at a size ('form': whichever predicted its own "
-        "calibration rows best, each left out in turn) and adds delta per byte for calls from "
-        "a knee at the last-level cache on "
-        f"({record['model'].get('knee_bytes', 0) / MiB:g} MiB). 'noise floor': the same "
-        "collective, algorithm and size measured in both sweeps: median |diff|/meas. 'forms "
-        "fitted to these rows': the least median error any form reaches fitted to the "
-        "evaluation rows themselves, a bound on what the forms can follow, not a prediction.")
+        "transport's own calls; py: commbench's algorithms from point-to-point). 'uncorrected': "
+        "each algorithm's own fit without the ratios, pricing its messages by a straight line "
+        "or by ping-pong's measured curve, once or in two regimes split at a size (the 'form' "
+        "that predicted its own calibration rows best, each left out in turn). 'noise floor': "
+        "the same collective, algorithm and size measured in both sweeps: median |diff|/meas. "
+        "'forms fitted to these rows': the least median error any uncorrected form reaches "
+        "fitted to the evaluation rows themselves, a bound on what the forms can follow, not a "
+        "prediction.")
 
 
 def _size(b: float) -> str:

@@ -98,7 +98,11 @@ def test_study_fits_both_statistics_and_reports_small_errors_for_a_true_model(mo
     text = mj.model_markdown(dict(out, measurement={"sweeps": "interleaved per size"},
                                   suite="model", world_size=4, launch="local", hardware="cpu",
                                   host="h", created="", versions={}, commit=""))
-    assert "3 of 3 collective/algorithm pairs on median times, 3 of 3 on lower decile times" in text
+    assert ("3 of 3 collective/algorithm pairs on median times (3 of 3 on new sizes alone), "
+            "3 of 3 on lower decile times") in text
+    assert all(a["forms_median_error"] < 1e-6 for a in out["accuracy"])
+    fixes = out["model"]["corrections"]["all_reduce/ring"]
+    assert all(r == pytest.approx(1.0) for _, r in fixes)  # a true line leaves nothing to correct
 
 
 def test_accuracy_sees_a_drifted_evaluation(monkeypatch):

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from commbench.collectives.alltoall import bruck_blocks_per_step
+from commbench.costmodel.correction import Correction
 
 __all__ = ["Curve", "Fit", "Params", "beyond", "cost_class", "fit", "terms"]
 
@@ -152,6 +153,7 @@ class Fit:
     knee: float = 0.0  # bytes; 0: no knee term
     curve: Curve | None = None  # ping-pong's, pricing each algorithm's messages; None: beta
     above: dict[str, tuple[float, Params]] | None = None  # "op/algo" -> (break bytes, constants)
+    corrections: dict[str, Correction] | None = None  # "op/algo" -> its residual ratios
 
     def predict_us(self, op: str, algo: str, n: int, size: float, per_algo: bool = True) -> float:
         key = f"{op}/{algo}"
@@ -163,7 +165,8 @@ class Fit:
         if hi is not None and size >= hi[0]:
             own = hi[1]
         priced = self.curve.price(t) if self.curve else 0.0
-        return own.time(t, beyond(t, size, self.knee), priced) * 1e6
+        fix = (self.corrections or {}).get(key)
+        return own.time(t, beyond(t, size, self.knee), priced) * 1e6 * (fix(size) if fix else 1.0)
 
     def as_dict(self) -> dict:
         return {"classes": {k: asdict(v) for k, v in self.classes.items()},
@@ -171,17 +174,20 @@ class Fit:
                 "above": {k: {"from_bytes": b, **asdict(p)} for k, (b, p)
                           in (self.above or {}).items()},
                 "knee_bytes": self.knee, "residuals": self.residuals,
-                "curve": [list(p) for p in self.curve.points] if self.curve else None}
+                "curve": [list(p) for p in self.curve.points] if self.curve else None,
+                "corrections": {k: [list(p) for p in c.points]
+                                for k, c in (self.corrections or {}).items()}}
 
     @staticmethod
     def from_dict(d: dict) -> Fit:
         curve = d.get("curve")
         above = {k: (v["from_bytes"], Params(**{f: x for f, x in v.items() if f != "from_bytes"}))
                  for k, v in d.get("above", {}).items()}
+        fixes = {k: Correction(tuple(map(tuple, v))) for k, v in d.get("corrections", {}).items()}
         return Fit({k: Params(**v) for k, v in d["classes"].items()}, d.get("residuals", []),
                    {k: Params(**v) for k, v in d.get("algorithms", {}).items()},
                    d.get("knee_bytes", 0.0), Curve(tuple(map(tuple, curve))) if curve else None,
-                   above or None)
+                   above or None, fixes or None)
 
 
 def _nnls_relative(A: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -229,14 +235,15 @@ CALIBRATION = (("pingpong", "native"), ("all_reduce", "native"), ("sendrecv", "n
 
 
 def fit(rows: list[dict], n: int, per_algo: bool = True, knee: float = 0.0,
-        forms: tuple[str, ...] | None = None) -> Fit:
+        forms: tuple[str, ...] | None = None, correct: bool = False) -> Fit:
     """Fit alpha, beta, gamma per cost class on the calibration cases (ping-pong, the
     transport's all-reduce, commbench's sendrecv and ring all-reduce), and, with ``per_algo``,
     each algorithm's own on its rows (op, algo, size, time_us) in the form among ``forms``
     (default: all of :data:`commbench.costmodel.forms.FORMS`) that predicts its held-out rows
     best: alpha, gamma and beta or, where ping-pong rows give a :class:`Curve`, the curve's
     scale, once or per regime; with a ``knee`` (bytes), delta for the bytes of calls from that
-    size on."""
+    size on. With ``correct``, each algorithm's fit is multiplied by its residual ratios,
+    interpolated between its calibration sizes (:mod:`commbench.costmodel.correction`)."""
     from commbench.costmodel.forms import FORMS, choose, fit_form
 
     rows = [r for r in rows if r["time_us"] > 0]
@@ -247,7 +254,7 @@ def fit(rows: list[dict], n: int, per_algo: bool = True, knee: float = 0.0,
                 and cost_class(r["op"], r["algo"]) == cls]
         if mine:
             classes[cls] = _fit_rows(mine, n, cls, residuals)
-    algos, above = {}, {}
+    algos, above, fixes = {}, {}, {}
     curve = Curve.from_rows(rows) if per_algo else None
     if per_algo:
         for key in sorted({(r["op"], r["algo"]) for r in rows}):
@@ -258,4 +265,7 @@ def fit(rows: list[dict], n: int, per_algo: bool = True, knee: float = 0.0,
                 algos[label], hi = fit_form(mine, n, knee, curve, form, residuals, label)
                 if hi is not None:
                     above[label] = hi
-    return Fit(classes, residuals, algos, knee, curve, above or None)
+                fix = Correction.from_residuals([r for r in residuals if r["fit"] == label])
+                if correct and fix is not None:
+                    fixes[label] = fix
+    return Fit(classes, residuals, algos, knee, curve, above or None, fixes or None)
