@@ -164,6 +164,13 @@ def _report(record: dict, stem: str | None, emit, prefix: str = "") -> None:
         emit(f"# {prefix}{acc['op']}/{acc['algo']}: median error {acc['median_error']:.3f} "
              f"(textbook class model {acc['class_median_error']:.3f}; on "
              f"{record['low_statistic']} times {lo['median_error']:.3f})")
+    acc, news = record["accuracy"], [a for a in record["accuracy"]
+                                       if a.get("new_median_error") is not None]
+    emit(f"# {prefix}pairs within 0.15: {sum(a['median_error'] <= 0.15 for a in acc)} of "
+         f"{len(acc)}; on new sizes alone "
+         f"{sum(a['new_median_error'] <= 0.15 for a in news)} of {len(news)}; on "
+         f"{record['low_statistic']} times "
+         f"{sum(a['median_error'] <= 0.15 for a in record['accuracy_low'])} of {len(acc)}")
     if stem:
         res.write_json(stem + ".json", record)
         res.write_atomic(stem + ".md", model_markdown(record))
