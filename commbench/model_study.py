@@ -170,7 +170,9 @@ def _report(record: dict, stem: str | None, emit, prefix: str = "") -> None:
          f"{len(acc)}; on new sizes alone "
          f"{sum(a['new_median_error'] <= 0.15 for a in news)} of {len(news)}; on "
          f"{record['low_statistic']} times "
-         f"{sum(a['median_error'] <= 0.15 for a in record['accuracy_low'])} of {len(acc)}")
+         f"{sum(a['median_error'] <= 0.15 for a in record['accuracy_low'])} of {len(acc)}"
+         + (f"; uncorrected forms {sum(a['forms_median_error'] <= 0.15 for a in acc)} of "
+            f"{len(acc)}" if all("forms_median_error" in a for a in acc) else ""))
     if stem:
         res.write_json(stem + ".json", record)
         res.write_atomic(stem + ".md", model_markdown(record))
