@@ -16,7 +16,9 @@ so a transport's protocol switches (eager, rendezvous, single-copy) carry over f
 to every algorithm, each with its own per-step overhead, scale, reduction rate and knee; or by
 the straight line (beta * bytes); either with two regimes split at a size (a library's own
 switch of algorithm or protocol): whichever predicts the algorithm's held-out calibration rows
-best (:mod:`commbench.costmodel.forms`).
+best (:mod:`commbench.costmodel.forms`). The local model that studies judge and rows carry is
+each algorithm's line times its residual ratios, interpolated between its calibration sizes
+(``fit(..., correct=True)``; :mod:`commbench.costmodel.correction`).
 
 Two classes of cost are calibrated separately, because they are different code: ``lib`` (the
 transport's own collectives and its raw point-to-point, compiled) and ``py`` (algorithms built

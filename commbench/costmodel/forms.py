@@ -1,4 +1,6 @@
-"""Each algorithm's form in the calibrated alpha-beta model, chosen on its own calibration rows.
+"""Each algorithm's form in the alpha-beta model before the residual correction (scored beside the
+corrected line by the model study; :mod:`commbench.costmodel.correction`), chosen on its own
+calibration rows.
 
 * ``line``: T = alpha steps + beta bytes + gamma reduced (+ delta beyond the knee);
 * ``curve``: beta bytes replaced by scale x the ping-pong curve's price of the messages
