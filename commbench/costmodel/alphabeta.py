@@ -267,7 +267,8 @@ def fit(rows: list[dict], n: int, per_algo: bool = True, knee: float = 0.0,
                 algos[label], hi = fit_form(mine, n, knee, curve, form, residuals, label)
                 if hi is not None:
                     above[label] = hi
-                fix = Correction.from_residuals([r for r in residuals if r["fit"] == label])
-                if correct and fix is not None:
-                    fixes[label] = fix
+                if correct:
+                    fix = Correction.from_residuals([r for r in residuals if r["fit"] == label])
+                    if fix is not None:
+                        fixes[label] = fix
     return Fit(classes, residuals, algos, knee, curve, above or None, fixes or None)
