@@ -37,7 +37,17 @@ import os
 
 from commbench import results as res
 from commbench.bench import Case, cadence
-from commbench.model_judge import KiB, MiB, judge, last_level_cache, low, model_markdown, refit
+from commbench.model_judge import (
+    TARGET,
+    KiB,
+    MiB,
+    judge,
+    last_level_cache,
+    low,
+    model_markdown,
+    pairs_met,
+    refit,
+)
 from commbench.runner import hardware, merge_rounds, pool_passes, run_series, sizes_between
 
 __all__ = ["model_study", "run_model", "refit_stored", "stored_fit"]
@@ -164,15 +174,12 @@ def _report(record: dict, stem: str | None, emit, prefix: str = "") -> None:
         emit(f"# {prefix}{acc['op']}/{acc['algo']}: median error {acc['median_error']:.3f} "
              f"(textbook class model {acc['class_median_error']:.3f}; on "
              f"{record['low_statistic']} times {lo['median_error']:.3f})")
-    acc, news = record["accuracy"], [a for a in record["accuracy"]
-                                       if a.get("new_median_error") is not None]
-    emit(f"# {prefix}pairs within 0.15: {sum(a['median_error'] <= 0.15 for a in acc)} of "
-         f"{len(acc)}; on new sizes alone "
-         f"{sum(a['new_median_error'] <= 0.15 for a in news)} of {len(news)}; on "
-         f"{record['low_statistic']} times "
-         f"{sum(a['median_error'] <= 0.15 for a in record['accuracy_low'])} of {len(acc)}"
-         + (f"; uncorrected forms {sum(a['forms_median_error'] <= 0.15 for a in acc)} of "
-            f"{len(acc)}" if all("forms_median_error" in a for a in acc) else ""))
+    met = pairs_met(record)
+    emit(f"# {prefix}pairs within {TARGET}: " + "; ".join(
+        f"{label} {met[k][0]} of {met[k][1]}" for k, label in
+        (("all", "all sizes"), ("new", "new sizes alone"),
+         ("low", f"{record['low_statistic']} times"), ("forms", "uncorrected forms"))
+        if k in met))
     if stem:
         res.write_json(stem + ".json", record)
         res.write_atomic(stem + ".md", model_markdown(record))

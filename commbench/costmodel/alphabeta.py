@@ -264,11 +264,11 @@ def fit(rows: list[dict], n: int, per_algo: bool = True, knee: float = 0.0,
             if len(mine) >= 3 + bool(knee):
                 label = "/".join(key)
                 form = choose(mine, n, knee, curve, forms or FORMS)
+                start = len(residuals)
                 algos[label], hi = fit_form(mine, n, knee, curve, form, residuals, label)
                 if hi is not None:
                     above[label] = hi
-                if correct:
-                    fix = Correction.from_residuals([r for r in residuals if r["fit"] == label])
-                    if fix is not None:
-                        fixes[label] = fix
+                fix = Correction.from_residuals(residuals[start:]) if correct else None
+                if fix is not None:
+                    fixes[label] = fix
     return Fit(classes, residuals, algos, knee, curve, above or None, fixes or None)
