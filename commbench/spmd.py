@@ -69,6 +69,12 @@ class LauncherWorld:
         everyone = self._all_gather(mine)
         ctx.tracker.leave("gather of the task's results")
         done.set()
+        # Wait for the watchdog to end: its thread holds this world (a bound method) until then.
+        # Left to a daemon thread, the last reference could go there, at exit, while the main
+        # thread finalizes: the process groups' destructor then runs in a thread Python kills
+        # on its way back to the GIL, and gloo's run ended in std::terminate ("terminate called
+        # without an active exception", ~1 run in 60 under mpiexec on a loaded machine).
+        dog.join()
         return everyone
 
     def _all_gather(self, obj) -> list:

@@ -65,3 +65,33 @@ def test_malformed_environment_is_named(env, message):
 def test_mpi_launch_without_address_or_mpi_says_what_to_set():
     with pytest.raises(LaunchError, match="set MASTER_ADDR and MASTER_PORT"):
         rendezvous(detect(MPICH), MPICH)
+
+
+def test_a_launcher_worlds_call_leaves_no_thread_holding_the_world(monkeypatch):
+    """The watchdog thread of a call must be over when the call returns: a thread still holding
+    the world at exit dropped its process groups while Python finalized (gloo's std::terminate
+    under mpiexec). A watchdog slow to wake, as on a loaded machine, makes the race certain."""
+    import threading
+    import time
+    import types
+    import weakref
+
+    from commbench.spmd import LauncherWorld
+
+    def slow_watchdog(self, done, limit, name, task):
+        done.wait(limit)
+        time.sleep(0.2)
+
+    monkeypatch.setattr(LauncherWorld, "_watchdog", slow_watchdog)
+    nothing = lambda *a: None  # noqa: E731
+    ctx = types.SimpleNamespace(
+        rank=0, size=1, transports=("gloo",), launcher="mpich", world=types.SimpleNamespace(ranks=(0,)),
+        ledger=types.SimpleNamespace(clear=nothing), mpi=types.SimpleNamespace(allgather=lambda o: [o]),
+        tracker=types.SimpleNamespace(start_task=nothing, end_task=nothing, enter=nothing, leave=nothing))
+    before = threading.active_count()
+    world = LauncherWorld(ctx, timeout_s=60)
+    assert world.run(lambda c: 7) == [7]
+    assert threading.active_count() == before
+    ref = weakref.ref(world)
+    del world
+    assert ref() is None
