@@ -7,10 +7,11 @@ Each rank returns its per-iteration times; the driver takes the maximum over ran
 (nccl-tests' ``-I`` aggregation) and reports min, median, max and p99 of those. Nothing of the
 driver's dispatch is inside a timed region.
 
-Binding (BINDING): in a local world with a core per rank, MPI series run with each rank bound to
-its core (MPI busy-polls; a moving rank shifts timings), gloo series with the ranks free: gloo's
-I/O threads must run beside the rank's main thread, and bound to one core its wake-ups wait
-for a scheduler tick (measured here: a 2-rank gloo exchange went from ~0.4 ms to ~3.6 ms).
+Binding (BINDING): in a local world, MPI series run with rank r bound to core r mod C (MPI
+busy-polls; a moving rank shifts timings; with more ranks than cores they share, as ``mpirun
+--bind-to core`` places them), gloo series with the ranks free: gloo's I/O threads must run
+beside the rank's main thread, and bound to one core its wake-ups wait for a scheduler tick
+(measured here: a 2-rank gloo exchange went from ~0.4 ms to ~3.6 ms).
 
 Native collectives are timed as the transport's bare call on buffers prepared before the loop; the
 comm layer's checks ran once in the first warm-up call, and each timed call is booked in the
@@ -128,11 +129,23 @@ def _loop(prep, barrier, iters: int, warmup: int, cuda: bool, batch: int = 1) ->
     return times
 
 
+def _core(ctx) -> int | None:
+    return getattr(ctx.affinity, "core", None)
+
+
+def placement(world) -> str:
+    """Where MPI series ran on ``world``'s ranks (a record's ``binding``; see BINDING)."""
+    cores = world.run(_core)
+    if None in cores:
+        return "not bound by commbench (a launcher's placement, or COMMBENCH_BIND=0)"
+    return f"MPI series: rank r on core {cores}[r]; gloo series free"
+
+
 def measure(ctx, case: Case, nbytes: int) -> dict:
     """Time ``case`` at ``nbytes`` on this rank; return its samples, #wrong and bytes per call."""
     if case.batch < 1:
         raise ValueError(f"batch={case.batch}: must be >= 1")
-    if ctx.affinity is not None:  # a local world with a core per rank: see BINDING
+    if ctx.affinity is not None:  # a local world: see BINDING
         ctx.affinity(case.transport == "mpi")
     comm = ctx.comm(case.transport)
     g, n, r = ctx.world, ctx.size, ctx.rank

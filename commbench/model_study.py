@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 
 from commbench import results as res
-from commbench.bench import Case, cadence
+from commbench.bench import Case, cadence, placement
 from commbench.model_judge import (
     TARGET,
     KiB,
@@ -210,7 +210,7 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
             iters_by_size=f"{a.iters} from {SMALL // MiB} MiB up, {a.iters} * min(10, "
                           f"{SMALL // MiB} MiB / size) below")
         if transport == "mpi":
-            record["measurement"]["compiled_wait"] = recorded(world)
+            record["measurement"].update(compiled_wait=recorded(world), binding=placement(world))
         record.update(model_study(world, transport, cases, a.iters, a.warmup_iters, emit, lo, hi,
                                   a.repeat, a.separate_sweeps, a.batch, a.rounds, a.cal_samples))
         _report(record, None if a.no_write or not printer else _stem(a.out, transport, n), emit)

@@ -13,7 +13,8 @@ A results file (schema ``commbench.results/1``) is one JSON object::
     commit       git commit of the tree that ran, when known
     measurement  cadence, rank aggregation, statistic, iterations, warm-up (see commbench.bench);
                  a study adds its own (versus: rounds, order; versus and model over MPI:
-                 compiled_wait, how the compiled schedules waited)
+                 compiled_wait, how the compiled schedules waited); over MPI: binding, where
+                 the ranks of MPI series ran (commbench.bench.placement)
     rows         one object per (series, size): op, algo, transport, dtype, redop, root, size
                  (bytes, nccl-tests' convention), count, time_us (median), min_us, p10_us
                  (lower decile), max_us, p99_us, algbw, busbw (GB/s), wrong, sent, recv (bytes

@@ -10,7 +10,7 @@ import os
 import statistics
 
 from commbench import results as res
-from commbench.bench import MEASUREMENT, Case, cadence
+from commbench.bench import MEASUREMENT, Case, cadence, placement
 from commbench.collectives import ALGORITHMS
 from commbench.runner import HEADER, hardware, merge_rounds, run_series
 
@@ -118,6 +118,8 @@ def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> i
     measurement = dict(cadence(a.batch), iters=a.iters, warmup=a.warmup_iters)
     if a.repeat > 1:  # rows keep their best round (runner.merge_rounds)
         measurement.update(repeat=a.repeat, rounds="whole sweep repeated; each row its best round")
+    if "mpi" in transports:
+        measurement["binding"] = placement(world)
     topo = load(a.topology) if a.topology else None
     memcpy = statistics.median(world.run(memcpy_bandwidth))
     emit(f"# commbench run {' '.join(a.targets or ['collectives'])}: {n} ranks ({launch}), "

@@ -27,7 +27,7 @@ from __future__ import annotations
 import statistics
 
 from commbench import results as res
-from commbench.bench import Case, measure
+from commbench.bench import Case, measure, placement
 from commbench.collectives.steps import SCHEDULES
 from commbench.collectives.waiting import recorded
 from commbench.model_study import iters_for
@@ -132,7 +132,7 @@ def run_versus(a, world, transports: list[str], sizes: list[int], launch: str, p
                            iters_by_size=f"{a.iters} from {SMALL >> 20} MiB up, {a.iters} * "
                                          f"min(10, {SMALL >> 20} MiB / size) below")
         if transport == "mpi":
-            measurement["compiled_wait"] = recorded(world)
+            measurement.update(compiled_wait=recorded(world), binding=placement(world))
         rows = versus(world, transport, sizes, a.iters, a.warmup_iters, a.rounds, emit)
         met = sum(r["native_over_best"] >= 1 for r in rows)
         emit(f"# best algorithm at least as fast as {transport}'s own at {met} of {len(rows)} "

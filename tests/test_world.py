@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from commbench.bench import placement
 from commbench.errors import CallTimeout, RankDied, SPMDError
 from commbench.local import LocalWorld
 from commbench.local.spawn import mpi_usable
@@ -84,18 +85,22 @@ def _thread_affinities(ctx):
     for bound in (True, False, True):
         ctx.affinity(bound)
         masks.append({frozenset(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")})
-    return masks
+    ctx.affinity(ctx.size <= len(next(iter(masks[1]))))  # as it started: sharing ranks free
+    return ctx.rank, masks
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 def test_affinity_binds_and_frees_every_thread_of_a_rank(world):
+    """Rank r binds to core r mod C, also when ranks outnumber the cores (they share)."""
     cores = sorted(os.sched_getaffinity(0))
+    if not isinstance(world, LocalWorld) or os.environ.get("COMMBENCH_BIND") == "0":
+        pytest.skip("a launcher binds its own ranks; COMMBENCH_BIND=0 binds none")
     results = world.run(_thread_affinities)
-    if None in results:  # a launcher's world, fewer cores than ranks, or COMMBENCH_BIND=0
-        pytest.skip("no per-rank binding in this world")
-    for bound, free, again in results:
-        assert len(bound) == 1 and len(next(iter(bound))) == 1, bound  # one core, every thread
+    for rank, (bound, free, again) in results:
+        assert bound == {frozenset({cores[rank % len(cores)]})}, bound  # its core, every thread
         assert free == {frozenset(cores)} and again == bound
+    expected = [cores[r % len(cores)] for r in range(world.size)]
+    assert placement(world) == f"MPI series: rank r on core {expected}[r]; gloo series free"
 
 
 @local
