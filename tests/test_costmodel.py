@@ -187,7 +187,7 @@ def test_predict_prints_the_table_and_refuses_bad_input_in_one_line(capsys):
     out = capsys.readouterr().out
     assert out.count("<-") == 2 and "nvls" in out and "answered in" in out
     assert main(["predict", "published", "--no-write"]) == 0
-    assert "headline figures within 10%: 6 of 6" in capsys.readouterr().out
+    assert "Headline figures (the first 6) within 10%: 6 of 6" in capsys.readouterr().out
     for argv, message in ((["predict", "collective", "all_reduce", "1G", "--topology", "nope"],
                            "topology 'nope': no such preset"),
                           (["predict", "collective", "all_to_all", "1G"], "op='all_to_all'"),
