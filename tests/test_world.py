@@ -189,3 +189,35 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@local
+def test_start_up_keeps_its_deadline_with_a_rank_that_connects_and_never_speaks():
+    """Under MPI a rank says hello only after MPI_Init, which waits for every rank: start-up must
+    not wait on a connected rank's first message past ``start_timeout_s`` (it once blocked for
+    ever on one, while the rank it waited for never got its connection accepted)."""
+    import threading
+    from multiprocessing.connection import Client, Listener
+
+    from commbench.errors import WorldError
+
+    w = LocalWorld(2, start_timeout_s=1.0)
+    key = b"k" * 16
+    listener = Listener(("127.0.0.1", 0), authkey=key)
+    silent = []
+    threading.Thread(target=lambda: silent.append(Client(listener.address, authkey=key)),
+                     daemon=True).start()
+    failed: list[Exception] = []
+
+    def start() -> None:
+        try:
+            w._accept(listener)
+        except WorldError as exc:
+            failed.append(exc)
+
+    starter = threading.Thread(target=start, daemon=True)
+    starter.start()
+    starter.join(20)
+    listener.close()
+    assert not starter.is_alive(), "start-up waited past its deadline"
+    assert "only ranks [] were ready after 1 s (0 said hello, 1 connected silent)" in str(failed[0])

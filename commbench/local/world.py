@@ -84,7 +84,9 @@ class LocalWorld:
 
         key = secrets.token_bytes(16)
         self._dir = tempfile.mkdtemp(prefix="commbench-world-")
-        listener = Listener(("127.0.0.1", 0), authkey=key)
+        # every rank connects at once: with the default backlog of 1, a connection that found
+        # the queue full stayed open on the rank's side only, its rank waiting for ever
+        listener = Listener(("127.0.0.1", 0), authkey=key, backlog=max(128, self.size))
         # kept for the world's life: ranks create process groups through it after start-up
         self._store = store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
         address = f"127.0.0.1:{listener.address[1]}"
@@ -132,10 +134,13 @@ class LocalWorld:
         deadline = time.monotonic() + self.start_timeout_s
         conns: dict[int, object] = {}
         ready: set[int] = set()
+        silent: list = []  # accepted, not yet said hello (under MPI: after MPI_Init, all ranks)
         while len(ready) < self.size:
             if time.monotonic() > deadline:
                 raise WorldError(f"local world of {self.size}: only ranks {sorted(ready)} were "
-                                 f"ready after {self.start_timeout_s:.0f} s{spawn.log_tail(self._dir)}")
+                                 f"ready after {self.start_timeout_s:.0f} s ({len(conns)} said "
+                                 f"hello, {len(silent)} connected silent)"
+                                 f"{spawn.log_tail(self._dir)}")
             for p in self._procs:
                 if p.poll() is not None and len(ready) < self.size:
                     time.sleep(0.2)  # let a last message arrive before blaming the process
@@ -143,7 +148,9 @@ class LocalWorld:
                     raise WorldError(f"local world of {self.size}: a rank process exited with "
                                      f"code {p.returncode} during start-up{spawn.log_tail(self._dir)}")
             while pending:
-                c = pending.pop()
+                silent.append(pending.pop())
+            for c in [c for c in silent if c.poll(0)]:  # never wait here: the deadline holds
+                silent.remove(c)
                 kind, rank, pid = c.recv()
                 if kind != "hello":
                     raise WorldError(f"local world: unexpected first message {kind!r}")
