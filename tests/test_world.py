@@ -200,8 +200,8 @@ def test_start_up_keeps_its_deadline_with_a_rank_that_connects_and_never_speaks(
     from multiprocessing.connection import Client, Listener
 
     from commbench.errors import WorldError
+    from commbench.local.spawn import accept_ranks
 
-    w = LocalWorld(2, start_timeout_s=1.0)
     key = b"k" * 16
     listener = Listener(("127.0.0.1", 0), authkey=key)
     silent = []
@@ -211,7 +211,7 @@ def test_start_up_keeps_its_deadline_with_a_rank_that_connects_and_never_speaks(
 
     def start() -> None:
         try:
-            w._accept(listener)
+            accept_ranks(listener, [], 2, 1.0, None, {})
         except WorldError as exc:
             failed.append(exc)
 

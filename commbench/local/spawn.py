@@ -1,4 +1,5 @@
-"""Starting the ranks of a local world: where mpiexec is, parent-death signals, start-up logs."""
+"""Starting the ranks of a local world: where mpiexec is, parent-death signals, the ranks'
+connections up to ready, start-up logs."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import os
 import shutil
 import signal
 import sys
+import threading
+import time
 
 from commbench.errors import WorldError
 
-__all__ = ["drain_fatal", "find_mpiexec", "log_tail", "mpi_usable", "parent_death_signal",
+__all__ = ["accept_ranks", "drain_fatal", "find_mpiexec", "log_tail", "mpi_usable", "parent_death_signal",
            "worker_env"]
 
 
@@ -54,6 +57,61 @@ def worker_env(key: bytes) -> dict[str, str]:
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
     return env
+
+
+def accept_ranks(listener, procs: list, size: int, timeout_s: float, folder: str | None,
+                 pids: dict[int, int]) -> tuple[dict[int, object], tuple[str, ...]]:
+    """Each rank's connection, by rank, once all ``size`` ranks said hello and then ready, and
+    their transports; ``pids`` filled as hellos come (for killing on failure). Raises
+    :class:`WorldError` when a rank reports it could not join, a process in ``procs`` ends, or
+    ``timeout_s`` passes. Nothing here waits on one rank: under MPI a rank says hello only
+    after ``MPI_Init``, which waits for every rank."""
+    pending: list = []
+
+    def accept() -> None:
+        for _ in range(size):
+            try:
+                pending.append(listener.accept())
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    conns: dict[int, object] = {}
+    ready: set[int] = set()
+    silent: list = []  # accepted, no hello yet
+    transports: tuple[str, ...] = ()
+    while len(ready) < size:
+        if time.monotonic() > deadline:
+            raise WorldError(f"local world of {size}: only ranks {sorted(ready)} were ready "
+                             f"after {timeout_s:.0f} s ({len(conns)} said hello, {len(silent)} "
+                             f"connected silent){log_tail(folder)}")
+        silent += pending
+        pending.clear()
+        for p in procs:
+            if p.poll() is not None:
+                time.sleep(0.2)  # let a last message arrive before blaming the process
+                drain_fatal(silent + pending)
+                raise WorldError(f"local world of {size}: a rank process exited with code "
+                                 f"{p.returncode} during start-up{log_tail(folder)}")
+        for c in [c for c in silent if c.poll(0)]:
+            silent.remove(c)
+            kind, rank, detail = c.recv()
+            if kind == "fatal":
+                raise WorldError(f"rank {rank} could not join: {detail}")
+            if kind != "hello":
+                raise WorldError(f"local world: unexpected first message {kind!r}")
+            conns[rank], pids[rank] = c, detail
+        for rank, c in list(conns.items()):
+            if rank not in ready and c.poll(0.05):
+                msg = c.recv()
+                if msg[0] == "fatal":
+                    raise WorldError(f"rank {rank} could not join: {msg[2]}")
+                transports = tuple(msg[2])
+                ready.add(rank)
+        if not conns:
+            time.sleep(0.05)
+    return conns, transports
 
 
 def drain_fatal(pending: list) -> None:

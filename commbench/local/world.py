@@ -111,7 +111,8 @@ class LocalWorld:
                     stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=pre))
         _LIVE.add(self)
         try:
-            self._accept(listener)
+            self._conns, self.transports = spawn.accept_ranks(
+                listener, self._procs, self.size, self.start_timeout_s, self._dir, self._pids)
         except BaseException:
             self.close()
             raise
@@ -119,52 +120,6 @@ class LocalWorld:
             listener.close()
         self.starts += 1
         return self
-
-    def _accept(self, listener: Listener) -> None:
-        pending: list = []
-
-        def accept() -> None:
-            for _ in range(self.size):
-                try:
-                    pending.append(listener.accept())
-                except OSError:
-                    return
-
-        threading.Thread(target=accept, daemon=True).start()
-        deadline = time.monotonic() + self.start_timeout_s
-        conns: dict[int, object] = {}
-        ready: set[int] = set()
-        silent: list = []  # accepted, not yet said hello (under MPI: after MPI_Init, all ranks)
-        while len(ready) < self.size:
-            if time.monotonic() > deadline:
-                raise WorldError(f"local world of {self.size}: only ranks {sorted(ready)} were "
-                                 f"ready after {self.start_timeout_s:.0f} s ({len(conns)} said "
-                                 f"hello, {len(silent)} connected silent)"
-                                 f"{spawn.log_tail(self._dir)}")
-            for p in self._procs:
-                if p.poll() is not None and len(ready) < self.size:
-                    time.sleep(0.2)  # let a last message arrive before blaming the process
-                    spawn.drain_fatal(pending)
-                    raise WorldError(f"local world of {self.size}: a rank process exited with "
-                                     f"code {p.returncode} during start-up{spawn.log_tail(self._dir)}")
-            while pending:
-                silent.append(pending.pop())
-            for c in [c for c in silent if c.poll(0)]:  # never wait here: the deadline holds
-                silent.remove(c)
-                kind, rank, pid = c.recv()
-                if kind != "hello":
-                    raise WorldError(f"local world: unexpected first message {kind!r}")
-                conns[rank], self._pids[rank] = c, pid
-            for rank, c in list(conns.items()):
-                if rank not in ready and c.poll(0.05):
-                    msg = c.recv()
-                    if msg[0] == "fatal":
-                        raise WorldError(f"rank {rank} could not join: {msg[2]}")
-                    self.transports = tuple(msg[2])
-                    ready.add(rank)
-            if not conns:
-                time.sleep(0.05)
-        self._conns = conns
 
     def close(self) -> None:
         """Stop every rank (killing any that do not leave at once) and remove the temp files."""
