@@ -1,5 +1,5 @@
 import sys
 
-from commbench.cli import main
+from commbench.cli.main import main
 
 sys.exit(main())

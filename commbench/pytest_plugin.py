@@ -54,7 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _launched() -> bool:
-    from commbench.launch import detect
+    from commbench.runtime.launch import detect
 
     return detect().launched and not os.environ.get("COMMBENCH_WORKER")
 
@@ -70,7 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
     common = dict(deadline=None, print_blob=True,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     if not config.getoption("no_debug_collectives"):
-        os.environ["COMMBENCH_DEBUG"] = "1"  # read by every rank's Context (commbench.debug)
+        os.environ["COMMBENCH_DEBUG"] = "1"  # read by every rank's Context (commbench.runtime.debug)
     launched = _launched()
     if launched:  # every rank must draw the same examples and keep no per-rank database
         common.update(derandomize=True, database=None)
@@ -87,7 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config._commbench_seed = seed
     config._commbench_pool = _Pool(config, launched)
     if launched:
-        from commbench.launch import detect
+        from commbench.runtime.launch import detect
 
         if detect().rank != 0:  # one rank reports; the others keep quiet unless they fail
             config.option.verbose = -1
@@ -173,20 +173,20 @@ class _Pool:
         self._launcher_world = None
 
     def launcher_size(self) -> int:
-        from commbench.launch import detect
+        from commbench.runtime.launch import detect
 
         return detect().size
 
     def get(self, size: int):
         if self.launched:
             if self._launcher_world is None:
-                from commbench.context import Context
-                from commbench.spmd import LauncherWorld
+                from commbench.runtime.context import Context
+                from commbench.runtime.spmd import LauncherWorld
 
                 self._launcher_world = LauncherWorld(
                     Context.from_launcher(), timeout_s=self.config.getoption("world_timeout"))
             return self._launcher_world
-        from commbench.local import LocalWorld
+        from commbench.runtime.local import LocalWorld
 
         w = self._worlds.get(size)
         if w is None:

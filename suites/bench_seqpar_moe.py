@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from commbench.benchclock import CLOCK, feed
-from commbench.pattern_bench import per_iteration
-from commbench.pattern_bench_a2a import ATTN_MODELS, MOE_MODELS
 from commbench.patterns.attention import AttnConfig
 from commbench.patterns.moe_gating import MoEConfig
 from commbench.patterns.moe_run import predicted, run_moe
 from commbench.patterns.seqpar import predicted as sp_predicted
 from commbench.patterns.seqpar import run_attention
+from commbench.studies.pattern_bench import per_iteration
+from commbench.studies.pattern_bench_a2a import ATTN_MODELS, MOE_MODELS
+from commbench.timing.clock import CLOCK, feed
 
 pytestmark = [pytest.mark.bench]
 ATTN = [("ulysses", "contiguous"), ("ring", "zigzag"), ("ring", "contiguous"), ("naive", "zigzag")]

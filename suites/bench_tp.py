@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from commbench.benchclock import CLOCK, feed
-from commbench.pattern_bench import MODELS, VARIANTS, _predicted_sent, per_iteration
 from commbench.patterns.tp import run_layer
 from commbench.patterns.tp_model import TPConfig
+from commbench.studies.pattern_bench import MODELS, VARIANTS, _predicted_sent, per_iteration
+from commbench.timing.clock import CLOCK, feed
 
 pytestmark = [pytest.mark.bench, pytest.mark.tp]
 CASES = [(m, v) for m in MODELS[:2] for v in VARIANTS]

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from commbench.benchclock import CLOCK, feed
 from commbench.patterns.pp import PPConfig, run_pipeline
 from commbench.patterns.pp_schedule import bubble_fraction
 from commbench.patterns.zero import predicted_calls, train
 from commbench.patterns.zero_model import ZeroConfig
-from commbench.volume import booked
+from commbench.timing.clock import CLOCK, feed
+from commbench.wire.volume import booked
 
 STAGES = [0, 1, 2, 3]
 SCHEDULES = [("gpipe", 8, 1), ("1f1b", 8, 1), ("interleaved", 8, 2)]

@@ -12,12 +12,12 @@ from unittest import mock
 
 import torch
 
-from commbench import verify
 from commbench.collectives import ALGORITHMS, predict
 from commbench.collectives import ring as ring_mod
-from commbench.collectives import steps as steps_mod
-from commbench.comm import Comm
-from commbench.volume import ring_chunks
+from commbench.collectives.compiled import steps as steps_mod
+from commbench.timing import verify
+from commbench.wire.comm import Comm
+from commbench.wire.volume import ring_chunks
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8,

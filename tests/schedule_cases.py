@@ -8,10 +8,10 @@ import torch
 from collective_cases import _miscombine_on_member_0
 
 from commbench.collectives import ALGORITHMS
-from commbench.collectives import schedule as schedule_mod
-from commbench.collectives import steps as steps_mod
-from commbench.collectives.schedule import Compiled
-from commbench.collectives.steps import schedule
+from commbench.collectives.compiled import schedule as schedule_mod
+from commbench.collectives.compiled import steps as steps_mod
+from commbench.collectives.compiled.schedule import Compiled
+from commbench.collectives.compiled.steps import schedule
 
 
 def _short_pieces(lo, hi, seg):

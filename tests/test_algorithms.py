@@ -19,9 +19,9 @@ from collective_cases import algorithm_case
 from hypothesis import given
 from hypothesis import strategies as st
 
-from commbench import verify
 from commbench.collectives import ALGORITHMS, predict
-from commbench.volume import ring_chunks
+from commbench.timing import verify
+from commbench.wire.volume import ring_chunks
 
 pytestmark = [pytest.mark.collectives, pytest.mark.ring]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from commbench.bench import counts_for
-from commbench.benchclock import SampleClock
-from commbench.busbw import busbw, factor
-from commbench.runner import parse_size, sizes_between
+from commbench.results.busbw import busbw, factor
+from commbench.studies.sweep import parse_size, sizes_between
+from commbench.timing.clock import SampleClock
+from commbench.timing.measure import counts_for
 
 pytestmark = pytest.mark.collectives
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from commbench.cli import main
-from commbench.compare import CompareError, compare, load
+from commbench.cli.main import main
+from commbench.results.compare import CompareError, compare, load
 
 pytestmark = pytest.mark.collectives
 
@@ -88,10 +88,10 @@ def test_info_without_a_launcher():
     assert out.returncode == 0 and "# launcher   : none" in out.stdout and "gloo yes" in out.stdout
 
 
-@pytest.mark.skipif(not __import__("commbench.local.spawn", fromlist=["x"]).mpi_usable(),
+@pytest.mark.skipif(not __import__("commbench.runtime.local.spawn", fromlist=["x"]).mpi_usable(),
                     reason="needs mpiexec")
 def test_info_under_mpiexec_and_the_wrong_mpi_trap():
-    from commbench.local import find_mpiexec
+    from commbench.runtime.local import find_mpiexec
 
     out = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "commbench", "info"],
                          capture_output=True, text=True, timeout=120)
@@ -105,12 +105,12 @@ def test_info_under_mpiexec_and_the_wrong_mpi_trap():
     assert "openmpi says 4 ranks" in trap.stderr and "MPI.COMM_WORLD has 1" in trap.stderr
 
 
-@pytest.mark.skipif(not __import__("commbench.local.spawn", fromlist=["x"]).mpi_usable(),
+@pytest.mark.skipif(not __import__("commbench.runtime.local.spawn", fromlist=["x"]).mpi_usable(),
                     reason="needs mpiexec")
 def test_a_gloo_run_under_mpiexec_exits_cleanly():
     """Without leaving together, about every second run had a rank abort at exit (gloo's
     teardown while its peer had already gone): three clean runs in a row."""
-    from commbench.local import find_mpiexec
+    from commbench.runtime.local import find_mpiexec
 
     for _ in range(3):
         out = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "commbench", "run",
@@ -123,7 +123,7 @@ def test_a_gloo_run_under_mpiexec_exits_cleanly():
 def test_close_waits_for_every_rank_then_destroys_and_names_a_missing_one(monkeypatch, capsys):
     import types
 
-    from commbench import context as context_mod
+    from commbench.runtime import context as context_mod
 
     calls = []
 
@@ -150,7 +150,7 @@ def test_close_waits_for_every_rank_then_destroys_and_names_a_missing_one(monkey
 
 
 def _record(rows, world_size=2):
-    return {"schema": "commbench.results/1", "world_size": world_size, "rows": rows}
+    return {"schema": "commbench.results.records/1", "world_size": world_size, "rows": rows}
 
 
 def _row(size, time_us, min_us, busbw, **kw):
@@ -191,10 +191,10 @@ def test_compare_does_not_count_a_slow_spell_on_one_size_of_a_series():
 
 @pytest.mark.parametrize(("content", "message"), [
     ("{not json", "not valid JSON"),
-    ('{"schema": "commbench.results/1", "world_size": 2, "rows": [{"op": "x"}]', "not valid JSON"),
-    ('{"schema": "commbench.results/0", "world_size": 2, "rows": []}', "schema"),
+    ('{"schema": "commbench.results.records/1", "world_size": 2, "rows": [{"op": "x"}]', "not valid JSON"),
+    ('{"schema": "commbench.results.records/0", "world_size": 2, "rows": []}', "schema"),
     ('{"rows": []}', "no 'schema' field"),
-    ('{"schema": "commbench.results/1", "world_size": 2, "rows": [{"op": "x"}]}', "row 0 lacks"),
+    ('{"schema": "commbench.results.records/1", "world_size": 2, "rows": [{"op": "x"}]}', "row 0 lacks"),
 ])
 def test_compare_refuses_bad_files(tmp_path, content, message, capsys):
     bad = tmp_path / "bad.json"
@@ -212,7 +212,7 @@ def test_compare_refuses_different_world_sizes():
 
 
 def test_repeated_rounds_keep_the_best_round_and_every_round_median():
-    from commbench.runner import merge_rounds
+    from commbench.studies.sweep import merge_rounds
 
     def row(t, lo, wrong=0):
         return {"op": "all_reduce", "size": 1 << 20, "time_us": t, "min_us": lo,
@@ -231,7 +231,7 @@ def test_repeated_rounds_keep_the_best_round_and_every_round_median():
 def test_rounds_default_per_study(args, rounds):
     """--rounds: the model study's passes default to 3 (1 with --repeat, its other way of
     meeting noise), the interleaved rounds of versus and overhead to 6."""
-    from commbench.cli import _check_run_args, _parser
+    from commbench.cli.main import _check_run_args, _parser
 
     a = _parser().parse_args(["run", *args])
     _check_run_args(a)

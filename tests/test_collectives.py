@@ -1,6 +1,6 @@
 """Every standard collective through the comm layer, on every transport, against the oracle.
 
-Inputs are :mod:`commbench.verify` patterns (small integers, exact in every dtype tested), so the
+Inputs are :mod:`commbench.timing.verify` patterns (small integers, exact in every dtype tested), so the
 expected result is exact and the comparison uses tolerance 0 for every dtype and op, including the
 floating ones: any difference is a bug, not rounding. A dtype/op pair a transport cannot do must
 fail with a ValueError naming it, never return a wrong answer.
@@ -14,7 +14,7 @@ from collective_cases import DTYPES, alltoallv_case, native_case
 from hypothesis import given
 from hypothesis import strategies as st
 
-from commbench import verify
+from commbench.timing import verify
 
 pytestmark = pytest.mark.collectives
 
@@ -112,7 +112,7 @@ def test_alltoallv_property_catches_a_wrong_permutation(world):
 
 def test_a_transport_that_cannot_refuses_clearly():
     """bfloat16 reductions over MPI raise the rule; they are never computed wrongly."""
-    from commbench.transport.mpi_backend import MPIBackend
+    from commbench.wire.transport.mpi_backend import MPIBackend
 
     pytest.importorskip("mpi4py")
     assert "MPI has no reduction" in MPIBackend().unsupported("sum", torch.bfloat16)

@@ -8,7 +8,7 @@ import torch
 from hypothesis import find, settings
 from hypothesis import strategies as st
 
-from commbench.errors import SPMDError
+from commbench.runtime.errors import SPMDError
 
 pytestmark = pytest.mark.foundation
 

@@ -181,7 +181,7 @@ def test_native_all_reduce_terms_are_bandwidth_optimal_at_log_latency():
 
 # -- command line -----------------------------------------------------------------------------------
 def test_predict_prints_the_table_and_refuses_bad_input_in_one_line(capsys):
-    from commbench.cli import main
+    from commbench.cli.main import main
 
     assert main(["predict", "collective", "all_reduce", "1G", "--topology", "dgx-h100,dgx-a100"]) == 0
     out = capsys.readouterr().out
@@ -199,7 +199,7 @@ def test_predict_prints_the_table_and_refuses_bad_input_in_one_line(capsys):
 
 def test_rows_carry_the_calibrated_and_the_nccl_prediction():
     from commbench.costmodel.alphabeta import Fit
-    from commbench.model_study import annotate
+    from commbench.studies.model import annotate
 
     model = Fit({"lib": Params(1e-5, 1e-9, 0.0), "py": Params(1e-4, 1e-9, 1e-9)}, [])
     rows = [{"op": "all_reduce", "algo": "native", "size": 1 << 20, "time_us": 3000.0},
@@ -230,7 +230,7 @@ def test_two_level_all_reduce_is_its_three_stages():
 def test_two_gpus_by_hand():
     """n = 2 on one H100 node: ring AR nsteps 2, LL 6.6 + 2 x 0.6; Simple 8.4 + 2 x 3.4; the
     tree chain 2 x (1 x 4.0) + 8.4; NVLS 25 whatever n."""
-    from commbench.predict_cmd import on_ranks
+    from commbench.cli.predict import on_ranks
 
     two = on_ranks(load("dgx-h100"), 2)
     t = nccl_table("all_reduce", 8, two)

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from sp_cases import attention_case, judge_attention
 from test_ulysses import configs
 
-from commbench.errors import SPMDError
 from commbench.patterns.attention import AttnConfig
 from commbench.patterns.ring_attention import causal_work
+from commbench.runtime.errors import SPMDError
 
 pytestmark = [pytest.mark.cp]
 

@@ -15,9 +15,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from commbench.compare import CompareError, load
-from commbench.errors import CallTimeout, SPMDError
-from commbench.local import LocalWorld
+from commbench.results.compare import CompareError, load
+from commbench.runtime.errors import CallTimeout, SPMDError
+from commbench.runtime.local import LocalWorld
 
 pytestmark = pytest.mark.faults
 
@@ -53,7 +53,7 @@ def test_mismatched_collectives_are_named_before_they_start(world, kind, field):
 
 
 def _unmatched_without_debug(ctx):
-    from commbench.comm import Comm
+    from commbench.wire.comm import Comm
 
     base = ctx.comm()
     comm = Comm(base.backend, base.ledger, base.tracker, debug=False)
@@ -107,7 +107,7 @@ def _wait_rows(path, n, proc, limit=120.0):
 
 
 def _workers_of(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "commbench.local.worker"], capture_output=True, text=True)
+    out = subprocess.run(["pgrep", "-f", "commbench.runtime.local.worker"], capture_output=True, text=True)
     kids = []
     for p in map(int, out.stdout.split()):
         try:
@@ -161,7 +161,7 @@ TARGETS = st.lists(st.sampled_from(["collectives", "all_reduce", "overhead", "bo
 def test_fuzzed_run_arguments_get_a_clear_verdict(targets, pairs):
     """Validation either accepts (sizes ascending and positive, ops known) or says why in one
     line; nothing else escapes, and nothing starts a rank."""
-    from commbench.cli import SUITES, UsageError, _check_run_args, _parser
+    from commbench.cli.main import SUITES, UsageError, _check_run_args, _parser
 
     argv = ["run", *targets] + [x for pair in pairs for x in pair]
     try:
@@ -209,7 +209,7 @@ def test_fuzzed_tp_configs_are_accepted_or_refused_with_the_rule(
 
 
 def test_more_ranks_than_the_launcher_gave_is_refused_before_starting(capsys):
-    from commbench.cli import main
+    from commbench.cli.main import main
 
     env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "9"}
     saved = {k: os.environ.get(k) for k in env}

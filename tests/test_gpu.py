@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from commbench import verify
-from commbench.bench import Case, measure
+from commbench.timing import verify
+from commbench.timing.measure import Case, measure
 
 pytestmark = [pytest.mark.gpu, pytest.mark.local, pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device; this machine has none")]
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.local, pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def gpu_world():
-    from commbench.local import LocalWorld
+    from commbench.runtime.local import LocalWorld
 
     with LocalWorld(1, backend="nccl") as w:
         yield w

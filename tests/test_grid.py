@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from commbench.group import grid_groups, parse_grid
+from commbench.runtime.group import grid_groups, parse_grid
 
 pytestmark = pytest.mark.foundation
 
@@ -72,7 +72,7 @@ def _bad_grid(ctx):
 
 @pytest.mark.world(sizes=[2])
 def test_grid_that_does_not_fit_the_world(world):
-    from commbench.errors import SPMDError
+    from commbench.runtime.errors import SPMDError
 
     n = world.size
     with pytest.raises(SPMDError, match=f"multiply to {2 * n + 2}, the world has {n}"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from commbench.launch import LaunchError, detect, first_slurm_host, rendezvous
+from commbench.runtime.launch import LaunchError, detect, first_slurm_host, rendezvous
 
 pytestmark = pytest.mark.foundation
 
@@ -76,7 +76,7 @@ def test_a_launcher_worlds_call_leaves_no_thread_holding_the_world(monkeypatch):
     import types
     import weakref
 
-    from commbench.spmd import LauncherWorld
+    from commbench.runtime.spmd import LauncherWorld
 
     def slow_watchdog(self, done, limit, name, task):
         done.wait(limit)

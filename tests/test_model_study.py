@@ -6,9 +6,9 @@ import types
 
 import pytest
 
-from commbench import model_judge as mj
-from commbench import model_study as ms
 from commbench.costmodel.alphabeta import Params, terms
+from commbench.studies import model as ms
+from commbench.studies import model_judge as mj
 
 pytestmark = pytest.mark.model
 

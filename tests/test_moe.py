@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from moe_cases import _mutation, judge_moe, loop_gating, moe_case
 
-from commbench.errors import SPMDError
 from commbench.patterns.moe_gating import MoEConfig, capacity, gshard_gating
+from commbench.runtime.errors import SPMDError
 
 pytestmark = [pytest.mark.moe]
 

@@ -12,9 +12,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from commbench.errors import SPMDError
 from commbench.patterns.pp import PPConfig, oracle_pp, run_pipeline
 from commbench.patterns.pp_schedule import SCHEDULES, schedule
+from commbench.runtime.errors import SPMDError
 
 pytestmark = pytest.mark.pp
 

@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from schedule_cases import compiled_vs_reference, messages, refusal, replay, tiny_first_only
 
-from commbench.collectives.schedule import SPLIT, TINY, pieces, tiny_reducer
-from commbench.collectives.steps import SCHEDULES, Step, schedule
+from commbench.collectives.compiled.schedule import SPLIT, TINY, pieces, tiny_reducer
+from commbench.collectives.compiled.steps import SCHEDULES, Step, schedule
 
 pytestmark = [pytest.mark.collectives, pytest.mark.ring]
 
@@ -197,7 +197,7 @@ def test_unknown_schedule_is_named():
 def test_a_negative_segment_is_refused():
     import types
 
-    from commbench.collectives.schedule import Compiled
+    from commbench.collectives.compiled.schedule import Compiled
 
     with pytest.raises(ValueError, match=r"ring_compiled: segment=-1: must be >= 0 bytes"):
         Compiled(types.SimpleNamespace(transport="mpi"), torch.zeros(4), None, [], "sum",
@@ -228,7 +228,7 @@ class _Landed:
 def _joint_root(n: int, steps: list[Step]) -> tuple[torch.Tensor, _Landed]:
     import types
 
-    from commbench.collectives.schedule import Compiled
+    from commbench.collectives.compiled.schedule import Compiled
 
     xs = [torch.arange(5, dtype=torch.float64) * 10 ** r for r in range(n)]
     pg = _Landed(dict(enumerate(xs)))

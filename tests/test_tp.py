@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from tp_cases import head_case, layer_case, naive_ddp_case
 from ulp import reference_nudges
 
-from commbench.errors import SPMDError
 from commbench.patterns.tp import expected_layer, oracle_head, predicted_layer
 from commbench.patterns.tp_model import TPConfig, oracle_layer
-from commbench.volume import booked
+from commbench.runtime.errors import SPMDError
+from commbench.wire.volume import booked
 
 pytestmark = [pytest.mark.tp]
 TOL = {"float64": dict(rtol=1e-10, atol=1e-10)}

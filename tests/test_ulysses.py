@@ -12,11 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sp_cases import attention_case, judge_attention, zero3_case
 
-from commbench.errors import SPMDError
 from commbench.patterns.attention import AttnConfig
 from commbench.patterns.seqpar import expected, oracle_zero3, predicted
 from commbench.patterns.ulysses import head_ranges, head_to_seq, kv_ranges, seq_to_head, split_sizes
-from commbench.volume import booked
+from commbench.runtime.errors import SPMDError
+from commbench.wire.volume import booked
 
 pytestmark = [pytest.mark.ulysses]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from commbench import results as res
-from commbench import versus as vs
-from commbench.model_study import iters_for
+from commbench.results import records as res
+from commbench.studies import versus as vs
+from commbench.studies.model import iters_for
 
 pytestmark = pytest.mark.collectives
 

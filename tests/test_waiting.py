@@ -14,8 +14,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from commbench.collectives import waiting
-from commbench.collectives.waiting import wait_mode, waiter
+from commbench.collectives.compiled import waiting
+from commbench.collectives.compiled.waiting import wait_mode, waiter
 
 pytestmark = [pytest.mark.collectives]
 
@@ -122,7 +122,7 @@ def test_the_environment_overrides_the_default(mode):
 
 
 def test_a_bad_setting_is_refused_before_any_message(monkeypatch):
-    from commbench.collectives.schedule import Compiled
+    from commbench.collectives.compiled.schedule import Compiled
 
     with pytest.raises(ValueError, match=r"COMMBENCH_WAIT='poll': must be one of spin, yield"):
         wait_mode({"COMMBENCH_WAIT": "poll"}, 2)
@@ -141,7 +141,7 @@ def test_the_ranks_of_a_local_mpi_world_count_themselves(world):
     """mpiexec tells each rank how many share its host; the studies record what they chose."""
     import os
 
-    from commbench.collectives.waiting import rank_wait, recorded
+    from commbench.collectives.compiled.waiting import rank_wait, recorded
 
     if "mpi" not in world.transports:
         pytest.skip("the local world has no MPI")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from commbench.watch import watch
+from commbench.wire.watch import watch
 
 pytestmark = pytest.mark.foundation
 

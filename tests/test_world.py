@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from commbench.bench import placement
-from commbench.errors import CallTimeout, RankDied, SPMDError
-from commbench.local import LocalWorld
-from commbench.local.spawn import mpi_usable
+from commbench.runtime.errors import CallTimeout, RankDied, SPMDError
+from commbench.runtime.local import LocalWorld
+from commbench.runtime.local.spawn import mpi_usable
+from commbench.timing.measure import placement
 
 pytestmark = pytest.mark.foundation
 local = pytest.mark.local
@@ -153,7 +153,7 @@ def test_a_raise_does_not_leave_the_others_waiting_forever():
 
 DRIVER = textwrap.dedent("""
     import os, sys
-    from commbench.local import LocalWorld
+    from commbench.runtime.local import LocalWorld
     w = LocalWorld(2, launch=sys.argv[1]).start()
     print(" ".join(str(p) for p in w.pids.values()), flush=True)
     os._exit(0)  # no atexit, no close: the ranks must notice on their own
@@ -199,8 +199,8 @@ def test_start_up_keeps_its_deadline_with_a_rank_that_connects_and_never_speaks(
     import threading
     from multiprocessing.connection import Client, Listener
 
-    from commbench.errors import WorldError
-    from commbench.local.spawn import accept_ranks
+    from commbench.runtime.errors import WorldError
+    from commbench.runtime.local.spawn import accept_ranks
 
     key = b"k" * 16
     listener = Listener(("127.0.0.1", 0), authkey=key)

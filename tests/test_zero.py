@@ -18,10 +18,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from commbench.errors import SPMDError
 from commbench.patterns.zero import predicted_calls, train
 from commbench.patterns.zero_model import DTYPES, ZeroConfig, flat_size, oracle_train
-from commbench.volume import booked
+from commbench.runtime.errors import SPMDError
+from commbench.wire.volume import booked
 
 pytestmark = pytest.mark.zero
 

@@ -11,12 +11,12 @@ buffers (``schedule``).
 from functools import partial
 
 from commbench.collectives.alltoall import bruck_all_to_all, pairwise_all_to_all
+from commbench.collectives.compiled.schedule import compiled_all_reduce
+from commbench.collectives.compiled.steps import SCHEDULES
 from commbench.collectives.doubling import rabenseifner_all_reduce, recursive_doubling_all_reduce
 from commbench.collectives.hierarchical import hierarchical_all_reduce
 from commbench.collectives.predict import predict
 from commbench.collectives.ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
-from commbench.collectives.schedule import compiled_all_reduce
-from commbench.collectives.steps import SCHEDULES
 from commbench.collectives.tree import binomial_broadcast, binomial_reduce, naive_all_reduce
 
 ALGORITHMS = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from commbench.comm import Comm
-from commbench.group import Group
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
 
 __all__ = ["combine", "exchange", "finish_avg", "flat", "offsets", "pg_batched", "pg_run"]
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from commbench.collectives._p2p import exchange, offsets
-from commbench.comm import Comm
-from commbench.group import Group
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
 
 __all__ = ["bruck_all_to_all", "bruck_blocks_per_step", "pairwise_all_to_all"]
 

@@ -12,7 +12,7 @@ its odd neighbour and sits out, leaving p active members numbered ``new = i // 2
   the current block range on this side of ``new``'s bit, send the other half), then recursive
   doubling all-gather back up. Each active member moves about 2(p-1)/p * S: the large-message one.
 
-Blocks are the p chunks of :func:`commbench.volume.ring_chunks`, so any count works.
+Blocks are the p chunks of :func:`commbench.wire.volume.ring_chunks`, so any count works.
 Shapes: x [*] -> out [*], the same on every member.
 """
 
@@ -21,9 +21,9 @@ from __future__ import annotations
 import torch
 
 from commbench.collectives._p2p import combine, exchange, finish_avg, flat
-from commbench.comm import Comm
-from commbench.group import Group
-from commbench.volume import ring_chunks
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
+from commbench.wire.volume import ring_chunks
 
 __all__ = ["fold_layout", "rabenseifner_all_reduce", "recursive_doubling_all_reduce"]
 

@@ -15,9 +15,9 @@ import torch
 
 from commbench.collectives._p2p import flat
 from commbench.collectives.ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
-from commbench.comm import Comm
-from commbench.group import Group
-from commbench.volume import ring_chunks
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
+from commbench.wire.volume import ring_chunks
 
 __all__ = ["hierarchical_all_reduce"]
 

@@ -13,7 +13,7 @@ import math
 from commbench.collectives.alltoall import bruck_blocks_per_step
 from commbench.collectives.doubling import fold_layout, halving_ranges
 from commbench.collectives.tree import tree_children
-from commbench.volume import booked, ring_chunks
+from commbench.wire.volume import booked, ring_chunks
 
 __all__ = ["predict"]
 

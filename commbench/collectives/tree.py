@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 
 from commbench.collectives._p2p import combine, exchange, finish_avg, flat
-from commbench.comm import Comm
-from commbench.group import Group
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
 
 __all__ = ["binomial_broadcast", "binomial_reduce", "naive_all_reduce", "tree_children"]
 

@@ -13,7 +13,7 @@ element), per rank of the busiest stage, with A = b (s/cp) h activation elements
          ZeRO-2 m RS + AG; ZeRO-3 2m AG + m RS (expert parameters over dp/ep ranks)
     pp   activations forward and gradients backward, A/t (SP) or A, 2 per micro-batch
 
-The bytes use the same formulas as the ledger (:func:`commbench.volume.booked`), so a small
+The bytes use the same formulas as the ledger (:func:`commbench.wire.volume.booked`), so a small
 layout that the patterns can run agrees with their ledger to the byte (tests/test_layout.py).
 """
 
@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 from commbench.costmodel.nccl import constants, nccl_predict
 from commbench.costmodel.topology import Topology
-from commbench.volume import booked
+from commbench.wire.volume import booked
 
 __all__ = ["Layout", "dp_calls", "group_span", "predict_layout", "step_bytes"]
 

@@ -7,9 +7,9 @@ tests/test_costmodel.py holds every figure to 10%. Large-message busbw is predic
 
 from __future__ import annotations
 
-from commbench.busbw import factor
 from commbench.costmodel.nccl import nccl_predict
 from commbench.costmodel.topology import load
+from commbench.results.busbw import factor
 
 __all__ = ["FIGURES", "HEADLINE", "check_published"]
 

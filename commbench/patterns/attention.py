@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from commbench.comm import Comm
-from commbench.group import Group
 from commbench.patterns.tp_ops import gather_from_sp
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
 
 __all__ = ["AttnConfig", "attend", "attention_inputs", "gqa_index", "local_tokens",
            "naive_attention", "oracle_attention", "positions"]

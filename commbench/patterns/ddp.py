@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from commbench.comm import Comm
-from commbench.group import Group
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
 
 __all__ = ["DDP", "buckets_of", "naive_sync"]
 

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import torch
 
-from commbench.comm import Comm
-from commbench.group import Group
 from commbench.patterns.tp_ops import (
     copy_to_tp,
     gather_from_sp,
@@ -33,6 +31,8 @@ from commbench.patterns.tp_ops import (
     reduce_scatter_to_sp,
     scatter_to_tp,
 )
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
 
 __all__ = ["expert_ffn", "moe_capacity", "moe_naive", "moe_variable"]
 

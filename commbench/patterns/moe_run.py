@@ -21,7 +21,7 @@ import torch
 from commbench.patterns._steps import ledger_rows, timed
 from commbench.patterns.moe import expert_ffn, moe_capacity, moe_naive, moe_variable
 from commbench.patterns.moe_gating import MoEConfig, capacity, gshard_gating, uniforms
-from commbench.volume import booked
+from commbench.wire.volume import booked
 
 __all__ = ["expected", "oracle_moe", "predicted", "run_moe"]
 DTYPES = {"float64": torch.float64, "float32": torch.float32}

@@ -21,9 +21,9 @@ import math
 
 import torch
 
-from commbench.comm import Comm
-from commbench.group import Group
 from commbench.patterns.attention import AttnConfig, gqa_index, positions
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
 
 __all__ = ["causal_work", "ring_attention"]
 

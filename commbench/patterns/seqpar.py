@@ -30,7 +30,7 @@ from commbench.patterns.attention import (
 from commbench.patterns.ring_attention import ring_attention
 from commbench.patterns.ulysses import head_ranges, kv_ranges, ulysses_attention
 from commbench.patterns.zero import gathered
-from commbench.volume import booked
+from commbench.wire.volume import booked
 
 __all__ = ["ATTENTION", "expected", "oracle_zero3", "predicted", "run_attention", "run_zero3"]
 

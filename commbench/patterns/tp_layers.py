@@ -21,8 +21,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from commbench.comm import Comm
-from commbench.group import Group
 from commbench.patterns.tp_model import LayerWeights, TPConfig, attention
 from commbench.patterns.tp_ops import (
     _ag,
@@ -34,6 +32,8 @@ from commbench.patterns.tp_ops import (
     reduce_scatter_to_sp,
     scatter_to_tp,
 )
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
 
 __all__ = ["REPLICATED_UNDER_SP", "shard_weights", "sync_replicated_grads", "tp_layer"]
 

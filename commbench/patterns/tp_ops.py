@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from commbench.comm import Comm
-from commbench.group import Group
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
 
 __all__ = ["copy_to_tp", "gather_from_sp", "gather_from_tp", "reduce_from_tp",
            "reduce_scatter_to_sp", "scatter_to_tp"]

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import torch
 
-from commbench.comm import Comm
-from commbench.group import Group
 from commbench.patterns.attention import AttnConfig, attend, gqa_index, positions
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
 
 __all__ = ["head_ranges", "head_to_seq", "kv_ranges", "seq_to_head", "split_sizes",
            "ulysses_attention"]

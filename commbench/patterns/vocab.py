@@ -17,8 +17,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from commbench.comm import Comm
-from commbench.group import Group
 from commbench.patterns.tp_ops import (
     copy_to_tp,
     gather_from_sp,
@@ -26,6 +24,8 @@ from commbench.patterns.tp_ops import (
     reduce_from_tp,
     reduce_scatter_to_sp,
 )
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
 
 __all__ = ["lm_head", "vocab_parallel_cross_entropy", "vocab_parallel_embedding"]
 

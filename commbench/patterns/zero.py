@@ -21,9 +21,9 @@ import time
 
 import torch
 
-from commbench.comm import Comm
-from commbench.group import Group
 from commbench.patterns.zero_model import DTYPES, Adam, ZeroConfig, batch, flat_size, init_layers
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
 
 __all__ = ["gathered", "predicted_calls", "train"]
 

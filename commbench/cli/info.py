@@ -1,0 +1,87 @@
+"""``commbench info``: what this process would run on.
+
+With no launcher it describes this machine. Under a launcher it also joins the MPI world (when
+the launcher is an MPI one) and fails if the launcher's rank count and MPI's disagree, the classic
+sign of mpi4py built against another MPI than the ``mpirun`` in use; rank 0 prints one line per
+rank, as nccl-tests does.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+from commbench.runtime.launch import LaunchError, detect
+
+
+def _mpi_line() -> tuple[str, object]:
+    try:
+        from mpi4py import MPI
+    except (ImportError, RuntimeError, OSError) as exc:
+        return f"unavailable ({type(exc).__name__}: {exc})", None
+    lib = " ".join(MPI.Get_library_version().splitlines()[0].split())
+    import mpi4py
+
+    from commbench.runtime.local import find_mpiexec
+
+    return f"{lib} (mpi4py {mpi4py.__version__}, mpiexec {find_mpiexec() or 'not found'})", MPI
+
+
+def info() -> int:
+    import torch
+    import torch.distributed as dist
+
+    launch = detect()
+    mpi_text, MPI = _mpi_line() if launch.is_mpi or not launch.launched else ("not loaded", None)
+    size = launch.size
+    rows = None
+    if MPI is not None and launch.launched:
+        comm = MPI.COMM_WORLD
+        if comm.Get_size() != launch.size:
+            print(f"commbench: error: {launch.launcher} says {launch.size} ranks "
+                  f"({launch.source}) but MPI.COMM_WORLD has {comm.Get_size()}: mpi4py uses "
+                  f"{mpi_text}, not the MPI of this launcher", file=sys.stderr)
+            return 1
+        rows = comm.gather((launch.rank, os.getpid(), socket.gethostname(), _device(launch)), 0)
+    if launch.rank != 0:
+        return 0
+    nccl = "unavailable"
+    if dist.is_nccl_available() and torch.cuda.is_available():
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    elif dist.is_nccl_available():
+        nccl = "built in, no CUDA device"
+    lines = [
+        f"launcher   : {launch.launcher}" + (f" ({launch.source})" if launch.source else ""),
+        f"world size : {size}" + ("" if launch.launched else " (no launcher: `commbench run` "
+                                  "spawns a local world, --np ranks)"),
+        f"transports : gloo {'yes' if dist.is_gloo_available() else 'no'}; NCCL {nccl}; "
+        f"MPI {mpi_text}",
+        f"torch      : {torch.__version__} (CUDA {torch.version.cuda or 'none'})",
+        f"python     : {sys.version.split()[0]}",
+        f"devices    : {_devices()}",
+    ]
+    print("\n".join(f"# {line}" for line in lines))
+    for rank, pid, host, dev in rows or [(0, os.getpid(), socket.gethostname(), _device(launch))]:
+        print(f"#  Rank {rank:2d} Pid {pid:7d} on {host:>12} device {dev}")
+    return 0
+
+
+def _devices() -> str:
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"cpu ({os.cpu_count()} cores)"
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return f"{len(names)} x " + ", ".join(sorted(set(names)))
+
+
+def _device(launch) -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda:{launch.local_rank % torch.cuda.device_count()}"
+    return "cpu"
+
+
+__all__ = ["LaunchError", "info"]

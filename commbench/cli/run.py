@@ -1,0 +1,298 @@
+"""``commbench run``: sweeps of collectives and algorithms, and the overhead study.
+
+Results go to ``<out>/<suite>_<hardware>-<transport>-x<ranks>.{json,md,png}``; the JSON is
+rewritten after every row (atomically), the markdown and the plot when a transport's sweep ends.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+from commbench.collectives import ALGORITHMS
+from commbench.results import records as res
+from commbench.studies.sweep import HEADER, hardware, merge_rounds, run_series
+from commbench.timing.measure import MEASUREMENT, Case, cadence, placement
+
+__all__ = ["run"]
+
+
+def _world(a):
+    from commbench.runtime.launch import detect
+
+    info = detect()
+    if info.launched:
+        from commbench.runtime.context import Context
+        from commbench.runtime.spmd import LauncherWorld
+
+        if a.np not in (4, info.size):
+            raise ValueError(f"--np {a.np}: the launcher ({info.launcher}) started {info.size} "
+                             "ranks; drop --np or launch that many")
+        return LauncherWorld(Context.from_launcher(), timeout_s=a.timeout), info.rank == 0
+    from commbench.runtime.local import LocalWorld
+
+    return LocalWorld(a.np, launch=a.launch, timeout_s=a.timeout), True
+
+
+def _algorithms(op: str, wanted: list[str], n: int, emit) -> list[str]:
+    algos = ["native"] + [alg for o, alg in ALGORITHMS if o == op]
+    if wanted:
+        algos = [alg for alg in algos if alg in wanted]
+    if "hierarchical" in algos and n % 2:
+        emit(f"# {op}/hierarchical skipped: it needs an even world (nodes of 2 ranks), not {n}")
+        algos.remove("hierarchical")
+    if op == "pingpong" and n < 2:
+        emit("# pingpong skipped: it needs 2 ranks")
+        return []
+    return algos
+
+
+def _check_pairs(a, ops: list[str], transports: list[str]) -> None:
+    """Refuse dtype/op/transport pairs a transport cannot do, before any collective starts."""
+    from commbench.timing.measure import DTYPES
+    from commbench.wire.transport.mpi_backend import MPIBackend
+
+    reducing = [op for op in ops if op in ("all_reduce", "reduce_scatter", "reduce")]
+    if "mpi" in transports and reducing:
+        why = MPIBackend.unsupported(a.op, DTYPES[a.datatype])
+        if why:
+            raise ValueError(f"-d {a.datatype} -o {a.op} over mpi ({', '.join(reducing)}): {why}; "
+                             "choose another dtype or --transport")
+
+
+def _check_algos(wanted: list[str], ops: list[str]) -> None:
+    known = {"native"} | {alg for o, alg in ALGORITHMS if o in ops}
+    bad = [w for w in wanted if w not in known]
+    if bad:
+        raise ValueError(f"--algo {','.join(bad)}: not built for {', '.join(ops)}; known: "
+                         f"{', '.join(sorted(known))}")
+
+
+def run(a, ops: list[str], sizes: list[int]) -> int:
+    wanted = [w for w in a.algo.split(",") if w]
+    _check_algos(wanted, ops)
+    if a.targets == ["model"] and a.refit:  # stored measurements only: no ranks needed
+        from commbench.studies.model import refit_stored
+
+        return refit_stored(a, print)
+    world, printer = _world(a)
+    emit = print if printer else (lambda s: None)
+    try:
+        world.start()
+        transports = [t for t in a.transport.split(",") if t] or list(world.transports)
+        bad = [t for t in transports if t not in world.transports]
+        if bad:
+            raise ValueError(f"--transport {','.join(bad)}: this world has "
+                             f"{', '.join(world.transports)}")
+        _check_pairs(a, ops, transports)
+        launch = f"local-{world.launch}" if world.launch in ("mpi", "plain") else world.launch
+        if a.targets == ["overhead"]:
+            return _overhead(a, world, sizes, launch, printer, emit)
+        if a.targets == ["versus"]:
+            from commbench.studies.versus import run_versus
+
+            return run_versus(a, world, transports, sizes, launch, printer, emit)
+        if a.targets == ["tp"]:
+            return _tp(a, world, launch, printer, emit)
+        if a.targets == ["pp"]:
+            return _pp(a, world, launch, printer, emit)
+        if a.targets == ["zero"]:
+            return _zero(a, world, launch, printer, emit)
+        if a.targets in (["seqpar"], ["moe"]):
+            return _a2a(a, world, launch, printer, emit)
+        if a.targets == ["model"]:
+            from commbench.studies.model import run_model
+
+            return run_model(a, world, transports, launch, printer, emit)
+        return _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit)
+    finally:
+        world.close()
+
+
+def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> int:
+    from commbench.costmodel.topology import load
+    from commbench.studies.model import annotate, stored_fit
+    from commbench.studies.overhead import memcpy_bandwidth
+
+    n = world.size
+    measurement = dict(cadence(a.batch), iters=a.iters, warmup=a.warmup_iters)
+    if a.repeat > 1:  # rows keep their best round (runner.merge_rounds)
+        measurement.update(repeat=a.repeat, rounds="whole sweep repeated; each row its best round")
+    if "mpi" in transports:
+        measurement["binding"] = placement(world)
+    topo = load(a.topology) if a.topology else None
+    memcpy = statistics.median(world.run(memcpy_bandwidth))
+    emit(f"# commbench run {' '.join(a.targets or ['collectives'])}: {n} ranks ({launch}), "
+         f"transports {' '.join(transports)}, dtype {a.datatype}, op {a.op}")
+    emit(f"# {', '.join(f'{k}: {v}' for k, v in measurement.items())}")
+    emit(f"# memory-copy bandwidth (64 MiB copy_, median over ranks): {memcpy / 1e9:.2f} GB/s")
+    wrong = 0
+    suite = "collectives" if not a.targets or a.targets == ["collectives"] else "_".join(ops)
+    for transport in transports:
+        stem = os.path.join(a.out, f"{suite}_{hardware()}-{transport}-x{n}")
+        path = None if a.no_write or not printer else stem + ".json"
+        record = _resumed(stem + ".json", n, measurement, emit) if a.resume else None
+        if record is None:
+            record = res.header(suite, n, launch, hardware(), measurement)
+        record["memcpy_GBps"] = memcpy / 1e9
+        model, where = stored_fit(a.out, transport, n)
+        emit(f"# model: {where}" if model else f"# model: none (commbench run model --np {n} "
+             f"writes {where})")
+        emit("#\n" + HEADER)
+        cases = [Case(op, transport, algo, a.datatype, a.op, a.root, a.iters, a.warmup_iters,
+                      bool(a.check), batch=a.batch)
+                 for op in ops for algo in _algorithms(op, wanted, n, emit)]
+        rounds = []
+        for k in range(a.repeat):  # the whole sweep again: a slow spell hits one round
+            if a.repeat > 1:
+                emit(f"# round {k + 1} of {a.repeat}")
+            rounds.append([run_series(world, case, sizes, record if a.repeat == 1 else None,
+                                      path, emit) for case in cases])
+        for series in zip(*rounds, strict=True):
+            rows = merge_rounds(list(series), n) if a.repeat > 1 else series[0]
+            if a.repeat > 1:
+                record["rows"] += rows
+            annotate(rows, model, n, topo)
+            for r in rows:
+                if r["size"] >= 16 << 20:
+                    r["memcpy_frac"] = r["busbw"] * 1e9 / memcpy
+            wrong += sum(r["wrong"] for r in rows)
+        record["best_vs_native"] = _best_vs_native(record["rows"])
+        for line in _best_lines(record["best_vs_native"], transport):
+            emit(line)
+        if path:
+            res.write_json(path, record)
+            res.write_atomic(stem + ".md", res.markdown(record))
+            png = res.plot(record, stem + ".png")
+            emit(f"# wrote {path}, {stem}.md" + (f", {png}" if png else " (no matplotlib: no plot)"))
+    emit(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+    return 1 if wrong else 0
+
+
+def _resumed(path: str, n: int, measurement: dict, emit) -> dict | None:
+    """The record of an interrupted run at ``path``, if it is one this run can continue."""
+    from commbench.results.compare import CompareError, load
+
+    if not os.path.exists(path):
+        return None
+    try:
+        record = load(path)
+    except CompareError as exc:
+        raise ValueError(f"--resume: {exc}") from None
+    if record["world_size"] != n or record.get("measurement") != measurement:
+        raise ValueError(f"--resume: {path} was measured with {record['world_size']} ranks and "
+                         f"{record.get('measurement')}; this run has {n} ranks and {measurement}")
+    emit(f"# resuming {path}: {len(record['rows'])} rows kept")
+    return record
+
+
+def _best_vs_native(rows: list[dict]) -> list[dict]:
+    """Per all-reduce size: the transport's own time, the fastest algorithm built here, the ratio."""
+    by_size: dict[int, dict[str, float]] = {}
+    for r in rows:
+        if r["op"] == "all_reduce":
+            by_size.setdefault(r["size"], {})[r["algo"]] = r["time_us"]
+    out = []
+    for size, times in sorted(by_size.items()):
+        algos = {k: v for k, v in times.items() if k != "native"}
+        if "native" not in times or not algos:
+            continue
+        best = min(algos, key=algos.get)
+        out.append({"size": size, "native_us": times["native"], "best_algo": best,
+                    "best_us": algos[best], "native_over_best": times["native"] / algos[best]})
+    return out
+
+
+def _best_lines(summary: list[dict], transport: str) -> list[str]:
+    if not summary:
+        return []
+    lines = [f"# all_reduce on {transport}: the transport's own against the fastest algorithm "
+             "built here (native/best > 1: the algorithm is faster)",
+             f"#{'size':>11} {'native(us)':>11} {'best':>19} {'best(us)':>10} {'native/best':>12}"]
+    lines += [f"#{s['size']:>11} {s['native_us']:>11.1f} {s['best_algo']:>19} {s['best_us']:>10.1f} "
+              f"{s['native_over_best']:>12.2f}" for s in summary]  # '#': one data table per output
+    return lines
+
+
+def _overhead(a, world, sizes, launch, printer, emit) -> int:
+    from commbench.studies.overhead import overhead
+
+    measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters, rounds=a.rounds,
+                       order="ABBA: raw then commbench, then commbench then raw, ...")
+    emit(f"# commbench run overhead: MPI all-reduce, {world.size} ranks ({launch}); commbench's "
+         "reported time against a bare mpi4py loop of the same call, interleaved")
+    rows = overhead(world, sizes, a.iters, a.warmup_iters, a.rounds, emit)
+    worst = max(r["ratio"] for r in rows)
+    emit(f"# worst ratio {worst:.3f} (target <= 1.10)")
+    if not a.no_write and printer:
+        record = res.header("overhead", world.size, launch, hardware(), measurement)
+        record["rows"] = rows
+        stem = os.path.join(a.out, f"overhead_{hardware()}-mpi-x{world.size}")
+        res.write_json(stem + ".json", record)
+        res.write_atomic(stem + ".md", res.overhead_markdown(record))
+        emit(f"# wrote {stem}.json and {stem}.md")
+    return 0
+
+
+def _tp(a, world, launch, printer, emit) -> int:
+    from commbench.studies.pattern_bench import tp_bench, tp_markdown
+
+    measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters)
+    emit(f"# commbench run tp: one transformer layer, {world.size} ranks ({launch}), transport "
+         f"{world.transports[0]}")
+    rows = tp_bench(world, a.iters, a.warmup_iters, emit)
+    bad = [r for r in rows if r["sent"] != r["pred_sent"]]
+    emit(f"# bytes counted = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
+    _write_study(a, printer, world, launch, "tp", measurement, rows, tp_markdown, emit)
+    return 1 if bad else 0
+
+
+def _pp(a, world, launch, printer, emit) -> int:
+    from commbench.studies.pattern_bench import pp_bench, pp_markdown
+
+    emit(f"# commbench run pp: pipeline schedules, {world.size} stages ({launch})")
+    rows = pp_bench(world, emit=emit)
+    _write_study(a, printer, world, launch, "pp",
+                 {"cadence": "one barrier, then the whole schedule",
+                  "bubble": "mean over ranks of 1 - compute / pipeline wall time"},
+                 rows, pp_markdown, emit)
+    return 0
+
+
+def _zero(a, world, launch, printer, emit) -> int:
+    from commbench.studies.pattern_bench import zero_bench, zero_markdown
+
+    emit(f"# commbench run zero: DDP and ZeRO-1/2/3, {world.size} ranks ({launch})")
+    rows = zero_bench(world, emit=emit)
+    bad = [r for r in rows if r["sent"] != r["pred_sent"]]
+    emit(f"# bytes counted = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
+    _write_study(a, printer, world, launch, "zero", dict(MEASUREMENT), rows, zero_markdown, emit)
+    return 1 if bad else 0
+
+
+def _a2a(a, world, launch, printer, emit) -> int:
+    from commbench.studies import pattern_bench_a2a as pb
+
+    suite = a.targets[0]
+    bench, markdown = {"seqpar": (pb.seqpar_bench, pb.seqpar_markdown),
+                       "moe": (pb.moe_bench, pb.moe_markdown)}[suite]
+    emit(f"# commbench run {suite}: {world.size} ranks ({launch}), transport "
+         f"{world.transports[0]}")
+    rows = bench(world, a.iters, a.warmup_iters, emit)
+    bad = [r for r in rows if r["sent"] != r["pred_sent"]]
+    emit(f"# bytes counted = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
+    _write_study(a, printer, world, launch, suite,
+                 dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters), rows, markdown, emit)
+    return 1 if bad else 0
+
+
+def _write_study(a, printer, world, launch, suite, measurement, rows, to_markdown, emit) -> None:
+    """results/<suite>_<hw>-<transport>-x<ranks>.{json,md} of a pattern study."""
+    if a.no_write or not printer:
+        return
+    record = res.header(suite, world.size, launch, hardware(), measurement)
+    record["rows"] = rows
+    stem = os.path.join(a.out, f"{suite}_{hardware()}-{world.transports[0]}-x{world.size}")
+    res.write_json(stem + ".json", record)
+    res.write_atomic(stem + ".md", to_markdown(record))
+    emit(f"# wrote {stem}.json and {stem}.md")

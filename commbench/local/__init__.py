@@ -1,5 +1,0 @@
-"""The local world: ranks spawned and kept by this process when no launcher started it."""
-
-from commbench.local.world import LocalWorld, find_mpiexec
-
-__all__ = ["LocalWorld", "find_mpiexec"]

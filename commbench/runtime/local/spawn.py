@@ -1,0 +1,139 @@
+"""Starting the ranks of a local world: where mpiexec is, parent-death signals, the ranks'
+connections up to ready, start-up logs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+
+from commbench.runtime.errors import WorldError
+
+__all__ = ["accept_ranks", "drain_fatal", "find_mpiexec", "log_tail", "mpi_usable", "parent_death_signal",
+           "worker_env"]
+
+
+def find_mpiexec() -> str | None:
+    """The ``mpiexec`` beside this Python (the ``mpich`` wheel's), else the one on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.access(here, os.X_OK):
+        return here
+    return shutil.which("mpiexec")
+
+
+def mpi_usable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("mpi4py") is not None and find_mpiexec() is not None
+
+
+try:  # resolved here, in the parent: preexec_fn runs between fork and exec and must stay tiny
+    import ctypes
+
+    _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except (OSError, AttributeError):
+    _PRCTL = None
+
+
+def parent_death_signal() -> None:
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the driver
+
+
+def worker_env(key: bytes) -> dict[str, str]:
+    """The ranks' environment: the driver's, with the connection key, its import path and its
+    ``__main__`` script (for functions defined there), minus any launcher's variables."""
+    import json
+
+    env = dict(os.environ, COMMBENCH_AUTHKEY=key.hex(), PYTHONUNBUFFERED="1", COMMBENCH_WORKER="1",
+               COMMBENCH_SYS_PATH=json.dumps([p for p in sys.path if p]),
+               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file and main_file.endswith(".py"):
+        env["COMMBENCH_MAIN_FILE"] = os.path.abspath(main_file)
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    return env
+
+
+def accept_ranks(listener, procs: list, size: int, timeout_s: float, folder: str | None,
+                 pids: dict[int, int]) -> tuple[dict[int, object], tuple[str, ...]]:
+    """Each rank's connection, by rank, once all ``size`` ranks said hello and then ready, and
+    their transports; ``pids`` filled as hellos come (for killing on failure). Raises
+    :class:`WorldError` when a rank reports it could not join, a process in ``procs`` ends, or
+    ``timeout_s`` passes. Nothing here waits on one rank: under MPI a rank says hello only
+    after ``MPI_Init``, which waits for every rank."""
+    pending: list = []
+
+    def accept() -> None:
+        for _ in range(size):
+            try:
+                pending.append(listener.accept())
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    conns: dict[int, object] = {}
+    ready: set[int] = set()
+    silent: list = []  # accepted, no hello yet
+    transports: tuple[str, ...] = ()
+    while len(ready) < size:
+        if time.monotonic() > deadline:
+            raise WorldError(f"local world of {size}: only ranks {sorted(ready)} were ready "
+                             f"after {timeout_s:.0f} s ({len(conns)} said hello, {len(silent)} "
+                             f"connected silent){log_tail(folder)}")
+        silent += pending
+        pending.clear()
+        for p in procs:
+            if p.poll() is not None:
+                time.sleep(0.2)  # let a last message arrive before blaming the process
+                drain_fatal(silent + pending)
+                raise WorldError(f"local world of {size}: a rank process exited with code "
+                                 f"{p.returncode} during start-up{log_tail(folder)}")
+        for c in [c for c in silent if c.poll(0)]:
+            silent.remove(c)
+            kind, rank, detail = c.recv()
+            if kind == "fatal":
+                raise WorldError(f"rank {rank} could not join: {detail}")
+            if kind != "hello":
+                raise WorldError(f"local world: unexpected first message {kind!r}")
+            conns[rank], pids[rank] = c, detail
+        for rank, c in list(conns.items()):
+            if rank not in ready and c.poll(0.05):
+                msg = c.recv()
+                if msg[0] == "fatal":
+                    raise WorldError(f"rank {rank} could not join: {msg[2]}")
+                transports = tuple(msg[2])
+                ready.add(rank)
+        if not conns:
+            time.sleep(0.05)
+    return conns, transports
+
+
+def drain_fatal(pending: list) -> None:
+    """Raise the first 'could not join' report among connections not yet read."""
+    for c in pending:
+        try:
+            msg = c.recv() if c.poll(0.1) else None
+            if msg and msg[0] == "fatal":
+                raise WorldError(f"rank {msg[1]} could not join: {msg[2]}")
+        except (EOFError, OSError):
+            pass
+
+
+def log_tail(folder: str | None, limit: int = 2000) -> str:
+    """The end of every rank's log in ``folder``, for error messages."""
+    if not folder:
+        return ""
+    texts = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".log"):
+            with open(os.path.join(folder, name), "rb") as f:
+                data = f.read().decode(errors="replace").strip()
+            if data:
+                texts.append(f"[{name}] {data[-limit:]}")
+    return ("\n" + "\n".join(texts)) if texts else ""

@@ -1,0 +1,262 @@
+"""The local world: N CPU ranks spawned once and kept, with no launcher needed.
+
+``LocalWorld(4).run(fn, *args)`` runs ``fn(ctx, *args)`` on every rank and returns the list of
+results, rank by rank; a rank that raises makes it raise :class:`~commbench.runtime.errors.SPMDError` with
+every failing rank's traceback. No call blocks forever:
+
+* a call that outlives its timeout raises :class:`~commbench.runtime.errors.CallTimeout`, naming the op
+  each blocked rank is in and the ranks of that group that never arrived (read from the per-rank
+  status slots of :mod:`commbench.runtime.status`);
+* a rank whose process ends raises :class:`~commbench.runtime.errors.RankDied` as soon as its connection
+  closes (well under the 10 s bound), naming it and what the others were doing;
+* a rank that raised while others wait for it in a collective ends the call after ``grace_s``.
+
+After any of these the world is torn down, and the next call spawns a fresh one. Ranks are
+started with ``mpiexec`` when mpi4py and an ``mpiexec`` are there (transports gloo and MPI), else
+as plain processes (gloo only). Every process is killed when the world is closed, when the driver
+exits, or when the driver dies (the ranks watch its connection and their parent).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from multiprocessing.connection import Listener, wait
+
+from commbench.runtime.errors import CallTimeout, Outcome, RankDied, SPMDError, WorldError, describe_hang
+from commbench.runtime.local import spawn
+from commbench.runtime.local.spawn import find_mpiexec, mpi_usable
+from commbench.runtime.status import read_slot
+
+__all__ = ["LocalWorld", "find_mpiexec"]
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+class LocalWorld:
+    """N ranks on this machine. ``launch``: ``"auto"``, ``"mpi"`` (mpiexec) or ``"plain"``."""
+
+    def __init__(self, size: int, *, launch: str = "auto", backend: str = "gloo",
+                 timeout_s: float = 120.0, start_timeout_s: float = 90.0,
+                 grace_s: float = 2.0) -> None:
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"size={size!r}: must be an integer >= 1")
+        if launch not in ("auto", "mpi", "plain"):
+            raise ValueError(f"launch={launch!r}: must be auto, mpi or plain")
+        if launch == "mpi" and not mpi_usable():
+            raise WorldError("launch='mpi' but mpi4py or mpiexec is missing "
+                             "(pip install 'commbench[mpi]' brings both)")
+        self.size, self.backend = size, backend
+        self.launch = ("mpi" if mpi_usable() else "plain") if launch == "auto" else launch
+        self.timeout_s, self.start_timeout_s, self.grace_s = timeout_s, start_timeout_s, grace_s
+        self.transports: tuple[str, ...] = ()
+        self.starts = 0
+        self._procs: list[subprocess.Popen] = []
+        self._conns: dict[int, object] = {}
+        self._pids: dict[int, int] = {}
+        self._dir: str | None = None
+        self._task, self._lock = 0, threading.Lock()  # task numbers; one call at a time
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return bool(self._conns) and all(p.poll() is None for p in self._procs)
+
+    def start(self) -> LocalWorld:
+        if self.alive:
+            return self
+        if os.environ.get("COMMBENCH_WORKER"):
+            raise WorldError("a rank of a local world cannot start another local world (a script "
+                             "whose functions run on the ranks needs an `if __name__ == "
+                             "'__main__':` guard, as with multiprocessing)")
+        self.close()
+        import torch.distributed as dist
+
+        key = secrets.token_bytes(16)
+        self._dir = tempfile.mkdtemp(prefix="commbench-world-")
+        # every rank connects at once: with the default backlog of 1, a connection that found
+        # the queue full stayed open on the rank's side only, its rank waiting for ever
+        listener = Listener(("127.0.0.1", 0), authkey=key, backlog=max(128, self.size))
+        # kept for the world's life: ranks create process groups through it after start-up
+        self._store = store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        address = f"127.0.0.1:{listener.address[1]}"
+        env = spawn.worker_env(key)
+        cmd = [sys.executable, "-m", "commbench.runtime.local.worker", "--address", address,
+               "--store-port", str(store.port), "--size", str(self.size),
+               "--status-dir", self._dir, "--backend", self.backend]
+        main_thread = threading.current_thread() is threading.main_thread()
+        pre = spawn.parent_death_signal if main_thread else None
+        if self.launch == "mpi":
+            log = open(os.path.join(self._dir, "ranks.log"), "wb")
+            self._procs = [subprocess.Popen([find_mpiexec(), "-n", str(self.size), *cmd, "--mpi"],
+                                            env=env, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True,
+                                            preexec_fn=pre)]
+        else:
+            self._procs = []
+            for r in range(self.size):
+                log = open(os.path.join(self._dir, f"rank{r}.log"), "wb")
+                self._procs.append(subprocess.Popen(
+                    [*cmd, "--rank", str(r)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=pre))
+        _LIVE.add(self)
+        try:
+            self._conns, self.transports = spawn.accept_ranks(
+                listener, self._procs, self.size, self.start_timeout_s, self._dir, self._pids)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            listener.close()
+        self.starts += 1
+        return self
+
+    def close(self) -> None:
+        """Stop every rank (killing any that do not leave at once) and remove the temp files."""
+        for c in self._conns.values():
+            try:
+                c.send(("exit",))
+            except OSError:
+                pass
+        deadline = time.monotonic() + 2.0
+        for p in self._procs:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        self._kill()
+        for c in self._conns.values():
+            c.close()
+        self._conns, self._procs, self._pids = {}, [], {}
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+        _LIVE.discard(self)
+
+    def _kill(self) -> None:
+        for p in self._procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for pid in self._pids.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for p in self._procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def __enter__(self) -> LocalWorld:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def pids(self) -> dict[int, int]:
+        return dict(self._pids)
+
+    # -- running ------------------------------------------------------------------------------
+    def run(self, fn, *args, timeout: float | None = None, **kwargs) -> list:
+        """``fn(ctx, *args, **kwargs)`` on every rank; the results in rank order."""
+        outcomes = self.outcomes(fn, *args, timeout=timeout, **kwargs)
+        failures = [o.error for o in outcomes if not o.ok]
+        if failures:
+            raise SPMDError(_name(fn), failures)
+        return [o.value for o in outcomes]
+
+    def outcomes(self, fn, *args, timeout: float | None = None, **kwargs) -> list[Outcome]:
+        """Like :meth:`run`, but each rank's result or exception, without raising for them."""
+        try:
+            payload = pickle.dumps((fn, args, kwargs))
+        except Exception as exc:
+            raise TypeError(f"cannot send {_name(fn)} to the ranks: {exc} (SPMD functions must "
+                            "be defined at module level, their arguments picklable)") from None
+        with self._lock:
+            self.start()
+            self._task += 1
+            task = self._task
+            for c in self._conns.values():
+                c.send(("task", task, payload))
+            return self._collect(task, _name(fn), self.timeout_s if timeout is None else timeout)
+
+    def _collect(self, task: int, name: str, timeout: float) -> list[Outcome]:
+        results: dict[int, Outcome] = {}
+        start = time.monotonic()
+        deadline = start + timeout
+        by_conn = {c: r for r, c in self._conns.items()}
+        while len(results) < self.size:
+            pending = [c for c, r in by_conn.items() if r not in results]
+            now = time.monotonic()
+            failed = [o.error for o in results.values() if not o.ok]
+            if failed:
+                deadline = min(deadline, self._first_failure_at + self.grace_s)
+            if now >= deadline:
+                self._fail_timeout(name, timeout, results, failed, now - start)
+            for c in wait(pending, timeout=min(0.5, max(0.0, deadline - now))):
+                rank = by_conn[c]
+                try:
+                    msg = c.recv()
+                except (EOFError, OSError):
+                    self._fail_death(name, rank, results)
+                _, tid, r, ok, data = msg
+                if tid != task:
+                    continue
+                if ok:
+                    results[r] = Outcome(r, True, pickle.loads(data))
+                else:
+                    if not any(not o.ok for o in results.values()):
+                        self._first_failure_at = time.monotonic()
+                    results[r] = Outcome(r, False, None, data)
+        return [results[r] for r in range(self.size)]
+
+    def _statuses(self) -> dict[int, tuple[str, int, str]]:
+        assert self._dir is not None
+        return {r: read_slot(os.path.join(self._dir, f"rank{r}")) for r in range(self.size)}
+
+    def _fail_timeout(self, name, timeout, results, failed, waited) -> None:
+        statuses = self._statuses()
+        self.close()
+        if failed:
+            raise SPMDError(name, failed, note="the other ranks were then stuck:\n"
+                            + describe_hang(statuses))
+        raise CallTimeout(f"{name} timed out after {waited:.1f} s (limit {timeout:.1f} s) on a "
+                          f"world of {self.size}; finished: {sorted(results)}\n"
+                          + describe_hang(statuses))
+
+    def _fail_death(self, name: str, rank: int, results) -> None:
+        statuses = self._statuses()
+        codes = {i: p.poll() for i, p in enumerate(self._procs)}
+        logs = spawn.log_tail(self._dir, 600)
+        self.close()
+        others = "\n".join(f"rank {r}: {t}" for r, (_, _, t) in sorted(statuses.items())
+                           if r != rank)
+        code = codes.get(rank if self.launch == "plain" else 0)
+        how = f" (exit code {code})" if code is not None else ""
+        raise RankDied(f"{name}: rank {rank} died{how} while {statuses[rank][2]}; the world is "
+                       f"torn down and the next call starts a fresh one.\n{others}{logs}")
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+@atexit.register
+def _close_all() -> None:
+    for world in list(_LIVE):
+        world.close()

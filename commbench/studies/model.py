@@ -1,0 +1,269 @@
+"""``commbench run model``: calibrate the alpha-beta-gamma model on this machine and transport,
+then measure how well it predicts, on a separate sweep it was not fitted to.
+
+Each row's iterations are split among ``--rounds P`` passes (default 3) over the whole list of
+rows, minutes apart, and pooled (:func:`commbench.studies.sweep.pool_passes`): a slow spell of the
+shared machine then falls on a share of every row rather than on all of a few. With
+``--repeat R`` instead each sweep runs R times over and every row keeps its best round (the
+machine's steady state; :func:`commbench.studies.sweep.merge_rounds`). ``--cal-samples K`` gives the
+calibration rows K times the evaluation rows' iterations (a less noisy fit, at that cost).
+
+1. Calibration sweep: every collective and algorithm at 4 KiB, 16 KiB, ... 64 MiB (factor 4);
+   ping-pong densely, from 256 B by factor sqrt(2) (the point-to-point curve).
+   Fitted from it: one (alpha, beta, gamma) per cost class from ping-pong, the transport's
+   all-reduce, commbench's sendrecv and ring all-reduce (the textbook model); and each
+   algorithm's own constants, its messages priced by a straight line (beta) or by ping-pong's
+   curve, whichever predicts its held-out calibration rows better
+   (:func:`commbench.costmodel.alphabeta.fit`).
+2. Evaluation sweep: every collective and algorithm at 4 KiB ... 64 MiB (factor 2: half of
+   the sizes are new, the others are measured again). Each row gets both
+   predictions; the table gives, per collective and algorithm, the median of
+   |predicted - measured| / measured.
+
+By default each evaluation row follows its calibration row of the same case and size at once (a
+shared machine drifts: the same point measured minutes apart differs by tens of percent, more
+than the model's error); ``--separate-sweeps`` runs the whole calibration sweep first, as a
+stale calibration would be.
+Everything is fitted and judged twice: on each row's median iteration and on its lower decile
+(rows below 4 MiB get up to 10x the iterations, :func:`iters_for`, so that it has samples).
+
+Writes ``results/model_<hw>-<transport>-x<ranks>.json`` (the fit, its residuals, the evaluation
+rows) and ``.md``; later ``commbench run`` sweeps read the fit and add ``pred_us`` to each row.
+"""
+
+from __future__ import annotations
+
+import os
+
+from commbench.results import records as res
+from commbench.studies.model_judge import (
+    TARGET,
+    KiB,
+    MiB,
+    judge,
+    last_level_cache,
+    low,
+    model_markdown,
+    pairs_met,
+    refit,
+)
+from commbench.studies.sweep import hardware, merge_rounds, pool_passes, run_series, sizes_between
+from commbench.timing.measure import Case, cadence, placement
+
+__all__ = ["model_study", "run_model", "refit_stored", "stored_fit"]
+
+
+SMALL = 4 * MiB  # rows below it get more iterations (see iters_for)
+
+
+def iters_for(size: int, iters: int) -> int:
+    """Iterations of a row: ``iters`` from 4 MiB up, ``iters * min(10, 4 MiB / size)`` below
+    (OSU's practice of more iterations for small messages): the lower decile, which the second
+    fit uses, needs samples, and small rows are cheap."""
+    return iters * max(1, min(10, SMALL // max(size, 1)))
+
+
+def curve_sizes(lo: int, hi: int) -> list[int]:
+    """Ping-pong's calibration sizes, the point-to-point curve's points: factor sqrt(2) from
+    lo / 16 to hi (64-byte multiples), so the curve follows protocol switches between the
+    factor-4 sizes of the other cases' calibration."""
+    out, k = [], 0
+    while (s := round(lo / 16 * 2 ** (k / 2) / 64) * 64) <= hi:
+        out.append(max(s, 64))
+        k += 1
+    return sorted(set(out))
+
+
+def _row(world, transport, case, iters, warmup, size: int, check: bool, batch: int,
+         passes: int = 1) -> list[dict]:
+    """One case at one size, with :func:`iters_for`'s iterations, or a ``passes``-th of them
+    (rounded up) with their samples kept for pooling (a one-row series)."""
+    op, algo = case
+    n_iters = -(-iters_for(size, iters) // passes)
+    c = Case(op, transport, algo, "float32", "sum", 0, n_iters, warmup, check, batch=batch)
+    return run_series(world, c, [size], None, None, lambda s: None, samples=passes > 1)
+
+
+def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: int,
+            separate: bool, batch: int = 1, passes: int = 1, cal_samples: int = 1
+            ) -> tuple[list[dict], list[dict]]:
+    """(calibration rows, evaluation rows); ``repeat`` rounds, best round per row; or
+    ``passes`` over the whole job list, each row's iterations split among them and pooled
+    (:func:`commbench.studies.sweep.pool_passes`). Calibration rows take ``cal_samples`` times the
+    iterations of evaluation rows (a less noisy fit, at that cost).
+
+    Interleaved (default): per case and size, the calibration row (at the sizes that have one)
+    and at once the evaluation row, so the model is judged in the machine state it was
+    calibrated in: on this shared machine a series' times shift by tens of percent from one
+    minute, or one series, to the next. Separate: the whole calibration sweep, then the whole
+    evaluation sweep (minutes apart on a long list).
+    """
+    eval_sizes = sizes_between(lo, hi, 2)
+
+    def cal_sizes(case) -> list[int]:
+        return curve_sizes(lo, hi) if case[0] == "pingpong" else sizes_between(lo, hi, 4)
+
+    if separate:  # every calibration row, then every evaluation row
+        jobs = ([(c, s, False) for c in cases for s in cal_sizes(c)]
+                + [(c, s, True) for c in cases for s in eval_sizes])
+        groups = [[k for k, j in enumerate(jobs) if not j[2]], [k for k, j in enumerate(jobs) if j[2]]]
+    else:
+        jobs = []
+        for c in cases:
+            cal = set(cal_sizes(c))
+            for s in sorted(cal | set(eval_sizes)):
+                jobs += [(c, s, False)] * (s in cal) + [(c, s, True)] * (s in eval_sizes)
+        groups = [list(range(len(jobs)))]
+    if cal_samples < 1:
+        raise ValueError(f"cal_samples={cal_samples}: must be >= 1")
+    if repeat > 1 and passes > 1:
+        raise ValueError(f"repeat={repeat}, passes={passes}: choose one (best round or pooled "
+                         "passes)")
+    rounds: list[list[list[dict]]] = [[] for _ in jobs]
+    for group in groups:
+        for _ in range(max(repeat, passes)):
+            for k in group:
+                case, size, check = jobs[k]
+                first = len(rounds[k]) == 0  # results checked once (#wrong), not every pass
+                n_it = iters if check else iters * cal_samples
+                rounds[k].append(_row(world, transport, case, n_it, warmup, size,
+                                      check and (first or repeat > 1), batch, passes))
+    if passes > 1:
+        merged = [[pool_passes(list(p), world.size) for p in zip(*r, strict=True)]
+                  for r in rounds]
+    else:
+        merged = [merge_rounds(r, world.size) if repeat > 1 else r[0] for r in rounds]
+    cal = [r for (_, _, check), rows in zip(jobs, merged) if not check for r in rows]
+    ev = [r for (_, _, check), rows in zip(jobs, merged) if check for r in rows]
+    return cal, ev
+
+
+def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int, warmup: int,
+                emit=print, lo: int = 4 * KiB, hi: int = 64 * MiB, repeat: int = 1,
+                separate: bool = False, batch: int = 1, passes: int = 1,
+                cal_samples: int = 1) -> dict:
+    """Both sweeps, and the model fitted and judged twice from them: on each row's median
+    iteration (``model``, ``accuracy``) and on its lower decile (``model_low``,
+    ``accuracy_low``)."""
+    n = world.size
+    emit(f"# calibration (factor 4) and evaluation (factor 2) sweeps ({transport}, {n} ranks): "
+         f"{len(cases)} cases, {repeat} round(s), {passes} pass(es), "
+         f"{'separate' if separate else 'interleaved'}")
+    cal, ev = _sweeps(world, transport, cases, iters, warmup, lo, hi, repeat, separate, batch,
+                      passes, cal_samples)
+    out = judge(cal, low(cal), ev, n, last_level_cache())
+    for cls, p in out["model"]["classes"].items():
+        emit(f"# {cls}: alpha {p['alpha'] * 1e6:.2f} us, beta {p['beta'] * 1e9:.4f} ns/B, gamma "
+             f"{p['gamma'] * 1e9:.4f} ns/B")
+    emit(f"# evaluation\n#{'op/algo':>28} {'size':>10} {'meas(us)':>10} "
+         f"{'pred(us)':>10} {'meas/pred':>9} {'p10(us)':>10} {'pred p10':>10}")
+    for r in out["rows"]:
+        emit(f" {r['op'] + '/' + r['algo']:>28} {r['size']:>10} {r['time_us']:>10.1f} "
+             f"{r['pred_us']:>10.1f} {r['meas_over_pred'] or 0:>9.2f} "
+             f"{r.get('p10_us', r['min_us']):>10.1f} {r['pred_low_us']:>10.1f}")
+    return out
+
+
+def _stem(out_dir: str, transport: str, n: int) -> str:
+    return os.path.join(out_dir, f"model_{hardware()}-{transport}-x{n}")
+
+
+def _report(record: dict, stem: str | None, emit, prefix: str = "") -> None:
+    """Each pair's error on median and best iterations; the record written to ``stem``.*."""
+    for acc, lo in zip(record["accuracy"], record["accuracy_low"], strict=True):
+        emit(f"# {prefix}{acc['op']}/{acc['algo']}: median error {acc['median_error']:.3f} "
+             f"(textbook class model {acc['class_median_error']:.3f}; on "
+             f"{record['low_statistic']} times {lo['median_error']:.3f})")
+    met = pairs_met(record)
+    emit(f"# {prefix}pairs within {TARGET}: " + "; ".join(
+        f"{label} {met[k][0]} of {met[k][1]}" for k, label in
+        (("all", "all sizes"), ("new", "new sizes alone"),
+         ("low", f"{record['low_statistic']} times"), ("forms", "uncorrected forms"))
+        if k in met))
+    if stem:
+        res.write_json(stem + ".json", record)
+        res.write_atomic(stem + ".md", model_markdown(record))
+        emit(f"# wrote {stem}.json and {stem}.md")
+
+
+def run_model(a, world, transports: list[str], launch: str, printer: bool, emit) -> int:
+    """The ``commbench run model`` study, per transport; writes results/model_*."""
+    from commbench.collectives import ALGORITHMS
+    from commbench.collectives.compiled.waiting import recorded
+    from commbench.studies.sweep import parse_size
+
+    n = world.size
+    ops = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+           "gather", "scatter", "sendrecv"] + (["pingpong"] if n >= 2 else [])
+    cases = [(op, algo) for op in ops for algo in ["native"] + [g for o, g in ALGORITHMS if o == op]
+             if not (algo == "hierarchical" and n % 2)]
+    lo = parse_size(a.minbytes) if a.minbytes != "8" else 4 * KiB
+    hi = parse_size(a.maxbytes) if a.maxbytes != "1M" else 64 * MiB
+    for transport in transports:
+        emit(f"# commbench run model: {n} ranks ({launch}), transport {transport}, "
+             f"{lo}..{hi} bytes")
+        record = res.header("model", n, launch, hardware(),
+                            dict(cadence(a.batch), iters=a.iters, warmup=a.warmup_iters))
+        sweeps = "separate" if a.separate_sweeps else "interleaved per size"
+        record["measurement"].update(
+            repeat=a.repeat, passes=a.rounds, sweeps=sweeps, calibration_samples=a.cal_samples,
+            iters_by_size=f"{a.iters} from {SMALL // MiB} MiB up, {a.iters} * min(10, "
+                          f"{SMALL // MiB} MiB / size) below")
+        if transport == "mpi":
+            record["measurement"].update(compiled_wait=recorded(world), binding=placement(world))
+        record.update(model_study(world, transport, cases, a.iters, a.warmup_iters, emit, lo, hi,
+                                  a.repeat, a.separate_sweeps, a.batch, a.rounds, a.cal_samples))
+        _report(record, None if a.no_write or not printer else _stem(a.out, transport, n), emit)
+    return 0
+
+
+def refit_stored(a, emit) -> int:
+    """``commbench run model --refit``: each stored study of this world size judged again."""
+    import json
+
+    found = 0
+    for transport in [t for t in a.transport.split(",") if t] or ["gloo", "mpi"]:
+        stem = _stem(a.out, transport, a.np)
+        if not os.path.exists(stem + ".json"):
+            emit(f"# {stem}.json: none stored")
+            continue
+        with open(stem + ".json") as f:
+            record = refit(json.load(f))
+        found += 1
+        _report(record, None if a.no_write else stem, emit, f"{transport} ")
+    return 0 if found else 1
+
+
+def stored_fit(out_dir: str, transport: str, n: int):
+    """The fit a ``commbench run model`` left in ``out_dir`` for this transport and world size."""
+    import json
+
+    from commbench.costmodel.alphabeta import Fit
+
+    path = _stem(out_dir, transport, n) + ".json"
+    if not os.path.exists(path):
+        return None, path
+    with open(path) as f:
+        return Fit.from_dict(json.load(f)["model"]), path
+
+
+def annotate(rows: list[dict], model, n: int, topo=None, version: str = "2.30.7") -> None:
+    """Add the calibrated model's time (``pred_us``, ``meas_over_pred``) and, with a topology,
+    NCCL's model of the same collective and size on n GPUs of that machine (``nccl_pred_us``)."""
+    from commbench.costmodel.alphabeta import terms
+    from commbench.costmodel.nccl import OPS, nccl_predict
+
+    sub = None
+    if topo is not None:
+        here = min(n, topo.gpus_per_node)
+        sub = topo.part(-(-n // here), here)
+    for r in rows:
+        if model is not None:
+            try:
+                terms(r["op"], r["algo"], n, r["size"])
+            except ValueError:
+                continue
+            r["pred_us"] = model.predict_us(r["op"], r["algo"], n, r["size"])
+            r["meas_over_pred"] = r["time_us"] / r["pred_us"] if r["pred_us"] else None
+        if sub is not None and r["op"] in OPS:
+            r["nccl_pred_us"] = nccl_predict(r["op"], r["size"], sub, version).time_us

@@ -1,0 +1,150 @@
+"""Sweeps across sizes, driven from one process: one task per size, one printed line per result.
+
+The driver sends :func:`commbench.timing.measure.measure` to every rank for each size, aggregates the
+samples (per-iteration max over ranks), prints the row at once in nccl-tests' layout and appends
+it to the record, which is rewritten atomically after every row: an interrupted or failed sweep
+keeps every row it finished.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+
+from commbench.results import records as res
+from commbench.results.busbw import algbw, busbw
+from commbench.timing.measure import Case, measure
+
+__all__ = ["HEADER", "format_row", "merge_rounds", "parse_size", "pool_passes", "run_series",
+           "sizes_between"]
+
+HEADER = (f"#{'op':>13} {'size':>11} {'count':>10} {'type':>8} {'redop':>5} {'root':>4} {'algo':>12} "
+          f"{'transport':>9} {'time(us)':>10} {'p99(us)':>10} {'algbw':>7} {'busbw':>7} "
+          f"{'#wrong':>6} {'sent(B)':>11} {'pred(B)':>11}")
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``"8"``, ``"64K"``, ``"16M"``, ``"1G"`` (powers of two, as nccl-tests reads them)."""
+    t = str(text).strip().upper().removesuffix("B")
+    unit = t[-1] if t and t[-1] in UNITS else ""
+    num = t[: -1] if unit else t
+    try:
+        value = int(num) * UNITS[unit]
+    except ValueError:
+        raise ValueError(f"size {text!r}: write a whole number with an optional K, M or G") from None
+    if value <= 0:
+        raise ValueError(f"size {text!r}: must be > 0")
+    return value
+
+
+def sizes_between(begin: int, end: int, factor: int) -> list[int]:
+    if begin <= 0:
+        raise ValueError(f"-b {begin}: must be > 0")
+    if end < begin:
+        raise ValueError(f"-e {end} is below -b {begin}: the sweep would be empty")
+    if factor < 2:
+        raise ValueError(f"-f {factor}: must be >= 2")
+    out, s = [], begin
+    while s <= end:
+        out.append(s)
+        s *= factor
+    return out
+
+
+def format_row(row: dict) -> str:
+    return (f" {row['op']:>13} {row['size']:>11} {row['count']:>10} {row['type']:>8} {row['redop']:>5} "
+            f"{row['root']:>4} {row['algo']:>12} {row['transport']:>9} {row['time_us']:>10.1f} "
+            f"{row['p99_us']:>10.1f} {row['algbw']:>7.3f} {row['busbw']:>7.3f} "
+            f"{row['wrong']:>6} {row['sent']:>11} {row['pred_sent']:>11}")
+
+
+def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
+               path: str | None = None, emit: Callable[[str], None] = print,
+               samples: bool = False) -> list[dict]:
+    """Measure ``case`` at each size on ``world``; print and record each row as it finishes.
+
+    Sizes the record already holds for this series (a resumed run) are not measured again.
+    With ``samples`` each row also keeps ``samples_s``, its per-iteration times (max over
+    ranks, seconds), for :func:`pool_passes`.
+    """
+    n = world.size
+    rows = []
+    done = {(r["op"], r["algo"], r["transport"], r.get("requested")) for r in
+            (record or {}).get("rows", [])}
+    for nbytes in sizes:
+        if (case.op, case.algo, case.transport, nbytes) in done:
+            continue
+        outs = world.run(measure, case, nbytes)
+        iters = [max(ts) for ts in zip(*(o["times"] for o in outs))]  # max over ranks
+        stats = res.summarize_iters(iters)
+        size, count = outs[0]["size"], outs[0]["count"]
+        seconds = stats["time_us"] / 1e6
+        row = {"op": case.op, "algo": case.algo, "transport": case.transport, "size": size,
+               "requested": nbytes,
+               "count": count, "type": case.dtype,
+               "redop": case.redop if case.op in ("all_reduce", "reduce_scatter", "reduce") else "-",
+               "root": case.root % n if case.op in ("broadcast", "reduce", "gather", "scatter")
+               else -1, **stats, "algbw": algbw(size, seconds),
+               "busbw": busbw(case.op, n, size, seconds), "wrong": sum(o["wrong"] for o in outs),
+               "sent": max(o["sent"] for o in outs), "recv": max(o["recv"] for o in outs),
+               "pred_sent": max(o["pred_sent"] for o in outs)}
+        if samples:
+            row["samples_s"] = iters
+        rows.append(row)
+        emit(format_row(row))
+        if record is not None:
+            record["rows"].append(row)
+            if path:
+                res.write_json(path, record)
+    return rows
+
+
+def hardware() -> str:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name().replace(" ", "-")
+    return os.environ.get("COMMBENCH_HARDWARE", "cpu")
+
+
+def merge_rounds(rounds: list[list[dict]], n: int) -> list[dict]:
+    """One row per size from R repeated sweeps: the best round's median (``time_us``), the
+    lowest single iteration (``min_us``), every round's median (``rounds_us``).
+
+    Repeats run one after another over the whole series, so a slow spell of a shared machine
+    hits one round, not all; the best round is the machine's steady state. A code regression
+    slows every round alike, so it still shows."""
+    out = []
+    for rows in zip(*rounds, strict=True):
+        best = min(rows, key=lambda r: r["time_us"])
+        row = dict(rows[0])
+        row.update({k: best[k] for k in ("time_us", "p10_us", "p99_us", "max_us")},
+                   min_us=min(r["min_us"] for r in rows), rounds_us=[r["time_us"] for r in rows],
+                   wrong=sum(r["wrong"] for r in rows))
+        out.append(_bandwidths(row, n))
+    return out
+
+
+def pool_passes(passes: list[dict], n: int) -> dict:
+    """One row from the same row measured in several passes over a study's job list: the
+    statistics of all their iterations together (the passes' ``samples_s``, which the pooled
+    row drops), the passes' medians kept as ``passes_us``.
+
+    A shared machine has slow spells of seconds to minutes; a row measured in one go lands in or
+    out of one whole, and neighbouring sizes of a series disagree by far more than their
+    iterations do. Passes minutes apart put each row's iterations into several spells, as every
+    other row's, so the series' rows see the same mix."""
+    iters = [t for p in passes for t in p["samples_s"]]
+    row = {k: v for k, v in passes[0].items() if k != "samples_s"}
+    row.update(res.summarize_iters(iters), passes_us=[p["time_us"] for p in passes],
+               wrong=sum(p["wrong"] for p in passes))
+    return _bandwidths(row, n)
+
+
+def _bandwidths(row: dict, n: int) -> dict:
+    """``row`` with algbw and busbw set again from its (merged) ``time_us``."""
+    seconds = row["time_us"] / 1e6
+    row["algbw"] = algbw(row["size"], seconds)
+    row["busbw"] = busbw(row["op"], n, row["size"], seconds)
+    return row

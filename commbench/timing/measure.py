@@ -1,0 +1,251 @@
+"""The timing loop, run on every rank: warm-up, barriers, device sync, per-iteration samples.
+
+Cadence ("isolated", nccl-tests' ``-z 3`` spirit): before every iteration the ranks meet in the
+transport's own barrier (after a device synchronisation on a GPU), outside the timed region; the
+timer then brackets one call: host ``perf_counter`` on CPU, CUDA events around the call on a GPU.
+Each rank returns its per-iteration times; the driver takes the maximum over ranks per iteration
+(nccl-tests' ``-I`` aggregation) and reports min, median, max and p99 of those. Nothing of the
+driver's dispatch is inside a timed region.
+
+Binding (BINDING): in a local world, MPI series run with rank r bound to core r mod C (MPI
+busy-polls; a moving rank shifts timings; with more ranks than cores they share, as ``mpirun
+--bind-to core`` places them), gloo series with the ranks free: gloo's I/O threads must run
+beside the rank's main thread, and bound to one core its wake-ups wait for a scheduler tick
+(measured here: a 2-rank gloo exchange went from ~0.4 ms to ~3.6 ms).
+
+Native collectives are timed as the transport's bare call on buffers prepared before the loop; the
+comm layer's checks ran once in the first warm-up call, and each timed call is booked in the
+ledger after its timer stops. Inputs are :mod:`commbench.timing.verify` patterns, so the last iteration's
+result is checked element by element (``#wrong``). In-place ops (all-reduce, broadcast, reduce)
+get their input restored before each iteration, outside the timer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from commbench.collectives import ALGORITHMS, predict
+from commbench.collectives.compiled.schedule import Compiled
+from commbench.collectives.compiled.steps import schedule
+from commbench.timing import verify
+from commbench.timing.native import Prepared, like, prepare_native, restore
+
+__all__ = ["COLLECTIVES", "MEASUREMENT", "Case", "cadence", "counts_for", "measure"]
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+               "gather", "scatter", "sendrecv", "pingpong")
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+          "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8,
+          "int32": torch.int32, "int64": torch.int64}
+
+
+MEASUREMENT = {"cadence": "isolated (transport barrier before each iteration, untimed)",
+               "rank_aggregation": "per-iteration max over ranks", "statistic": "median"}
+
+
+def cadence(batch: int) -> dict:
+    """The measurement fields for samples of ``batch`` calls (see commbench.timing.measure._loop)."""
+    if batch == 1:
+        return dict(MEASUREMENT)
+    return dict(MEASUREMENT, cadence=f"batched ({batch} calls back to back per sample after an "
+                "untimed transport barrier; the sample is their mean)",
+                rank_aggregation="per-sample max over ranks", batch=batch)
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One benchmark series: a collective on a transport, swept over sizes."""
+
+    op: str
+    transport: str = "gloo"
+    algo: str = "native"
+    dtype: str = "float32"
+    redop: str = "sum"
+    root: int = 0
+    iters: int = 20
+    warmup: int = 5
+    check: bool = True
+    seed: int = 0
+    batch: int = 1  # calls timed back to back per sample (1: a barrier before every call)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def counts_for(op: str, nbytes: int, n: int, itemsize: int) -> tuple[int, int]:
+    """(elements of each rank's input, bytes in nccl-tests' size column) for a requested size.
+
+    Split collectives round each rank's block down to a multiple of 16 bytes, as nccl-tests does.
+    """
+    elems = nbytes // itemsize
+    if op in ("all_reduce", "broadcast", "reduce", "sendrecv", "pingpong"):
+        return elems, elems * itemsize
+    align = max(16 // itemsize, 1)
+    block = (elems // n) // align * align
+    if op in ("all_gather", "gather"):
+        return block, block * n * itemsize
+    # reduce_scatter, all_to_all, scatter: the input holds one block per member
+    return block * n, block * n * itemsize
+
+
+def _loop(prep, barrier, iters: int, warmup: int, cuda: bool, batch: int = 1) -> list[float]:
+    """The timed loop: reset and barrier untimed, then ``batch`` calls; CUDA events on a GPU.
+
+    Kept flat (no call between the barrier and the timer) so that the timed region holds the
+    transport's calls and nothing else of commbench. With ``batch`` > 1 the calls of a sample run
+    back to back (nccl-tests' cadence: no barrier and no reset between them; an in-place input
+    is reduced again) and the sample is their mean.
+    """
+    times = []
+    reset, call = prep.reset, prep.call
+    perf = time.perf_counter
+    calls = range(batch)
+    for i in range(warmup + iters):
+        reset()
+        if cuda:
+            torch.cuda.synchronize()
+            barrier()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in calls:
+                call()
+            end.record()
+            end.synchronize()
+            t = start.elapsed_time(end) / 1e3
+        else:
+            barrier()
+            t0 = perf()
+            for _ in calls:
+                call()
+            t = perf() - t0
+        if i >= warmup:
+            times.append(t / batch)
+    if batch > 1:  # the result checked is one call's on a restored input
+        reset()
+        call()
+    return times
+
+
+def _core(ctx) -> int | None:
+    return getattr(ctx.affinity, "core", None)
+
+
+def placement(world) -> str:
+    """Where MPI series ran on ``world``'s ranks (a record's ``binding``; see BINDING)."""
+    cores = world.run(_core)
+    if None in cores:
+        return "not bound by commbench (a launcher's placement, or COMMBENCH_BIND=0)"
+    return f"MPI series: rank r on core {cores}[r]; gloo series free"
+
+
+def measure(ctx, case: Case, nbytes: int) -> dict:
+    """Time ``case`` at ``nbytes`` on this rank; return its samples, #wrong and bytes per call."""
+    if case.batch < 1:
+        raise ValueError(f"batch={case.batch}: must be >= 1")
+    if ctx.affinity is not None:  # a local world: see BINDING
+        ctx.affinity(case.transport == "mpi")
+    comm = ctx.comm(case.transport)
+    g, n, r = ctx.world, ctx.size, ctx.rank
+    dtype = DTYPES[case.dtype]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    count, size = counts_for(case.op, nbytes, n, itemsize)
+    dev = ctx.device if case.transport != "mpi" else torch.device("cpu")
+    src = verify.pattern(case.seed, r, count, dtype, case.redop, dev)
+    if dev.type == "cpu":  # the input too lives in NumPy-allocated memory (see bench_native.like)
+        src = like(src, count).copy_(src)
+    root = case.root % n
+    if case.algo == "native":
+        prep = prepare_native(comm, g, case.op, case.redop, root, src, count)
+    else:
+        prep = _prepare_algorithm(ctx, comm, case, src, count, root)
+    be = comm.backend
+    barrier = be.bind("barrier", None, None, g) or (lambda: be.barrier(g))
+    with ctx.ledger.capture() as one_call:
+        prep.first()
+    # published before the loop, so a hang inside it is still named
+    ctx.tracker.enter(f"timed {case.op}/{case.algo} loop ({case.warmup}+{case.iters} samples of "
+                      f"{case.batch} call(s), a barrier before each)", g.ranks)
+    times = _loop(prep, barrier, case.iters, case.warmup, dev.type == "cuda", case.batch)
+    ctx.tracker.leave(case.op)
+    per_call = [t for t in times for _ in range(case.batch)]  # one ledger entry per timed call
+    if prep.after is not None:
+        prep.after(per_call)
+    if case.op == "pingpong":
+        times = [t / 2 for t in times]  # one way, as OSU reports it
+    kw = dict(prep.vol, root=root, local=2 if case.algo == "hierarchical" else None)
+    pred_sent, pred_recv = predict(case.op, case.algo, n, g.index, count, itemsize, **kw) \
+        if case.op not in ("sendrecv", "pingpong") else prep.p2p_bytes(itemsize)
+    if case.algo == "native":  # the transport's own call: booked at its formula volume
+        sent, recv = pred_sent, pred_recv
+        for t in per_call:
+            ctx.ledger.record(case.op, g.ranks, comm.transport, case.dtype, count, sent, recv, t)
+    else:  # built from send/recv: what the ledger counted, message by message, in one call
+        sent, recv = one_call.sent, one_call.recv
+    wrong = 0
+    if case.check and case.op != "pingpong":
+        want = verify.expected(case.op, case.seed, r, n, count, dtype, case.redop, root)
+        wrong = verify.wrong(prep.result(), want)
+    return {"times": times, "wrong": wrong, "count": count, "size": size, "sent": sent,
+            "recv": recv, "pred_sent": pred_sent, "pred_recv": pred_recv}
+
+
+def _prepare_algorithm(ctx, comm, case: Case, src, count: int, root: int) -> Prepared:
+    fn = ALGORITHMS.get((case.op, case.algo))
+    if fn is None:
+        known = sorted(f"{o}/{a}" for o, a in ALGORITHMS)
+        raise ValueError(f"no algorithm {case.algo!r} for {case.op!r}; known: {', '.join(known)}")
+    g, n, op = ctx.world, ctx.size, case.redop
+    vol: dict = {}
+    if case.algo.endswith("_compiled"):
+        return _prepare_compiled(comm, case, src, fn, g)
+    if case.algo == "hierarchical":
+        if n % 2:
+            raise ValueError(f"hierarchical all_reduce: the world ({n}) must be even: it stands "
+                             "for nodes of 2 ranks")
+        grid = ctx.grid(f"node={n // 2},local=2")
+        run = lambda: fn(comm, src, grid["local"], grid["node"], op=op)  # noqa: E731
+    elif case.op in ("all_reduce", "reduce_scatter"):
+        run = lambda: fn(comm, src, g, op=op)  # noqa: E731
+    elif case.op == "all_gather":
+        run = lambda: fn(comm, src, g)  # noqa: E731
+    elif case.op == "broadcast":
+        run = lambda: fn(comm, src, g, root=root)  # noqa: E731
+    elif case.op == "reduce":
+        run = lambda: fn(comm, src, g, root=root, op=op)  # noqa: E731
+    elif case.algo == "pairwise":
+        splits = [count // n] * n
+        vol = {"in_splits": splits, "out_splits": splits}
+        run = lambda: fn(comm, src, g, splits, splits)  # noqa: E731
+    else:
+        run = lambda: fn(comm, src, g)  # noqa: E731
+    holder: dict = {}
+
+    def call() -> None:
+        holder["out"] = run()
+
+    return Prepared(call, lambda: None, call, lambda: holder.get("out"), vol)
+
+
+def _prepare_compiled(comm, case: Case, src, fn, g) -> Prepared:
+    """A compiled schedule bound once to a NumPy-backed buffer; the timer brackets its replay.
+
+    Like the native path: restored before each iteration by the same NumPy copy, outside the
+    timer, and booked after the loop, message by message, each timed call at its own time. (A
+    torch ``copy_`` there, as before, cost the compiled schedules 0.1..0.3 of native/best at
+    4 MPI ranks on 2 cores, 8 B and 8 KiB, in three alternating runs each: untimed, yet it
+    shifted the timed call after the barrier; the cause is not isolated.)
+    """
+    buf = like(src, src.numel())
+    steps = schedule(case.algo.removesuffix("_compiled"), g.size, g.index, buf.numel())
+    sched = Compiled(comm, buf, g, steps, case.redop, case.algo)
+
+    def after(times: list[float]) -> None:
+        for t in times:
+            sched.book(t)
+        sched.close()
+
+    return Prepared(sched.run, restore(buf, src), lambda: fn(comm, src, g, op=case.redop),
+                    lambda: buf, after=after)

@@ -1,0 +1,144 @@
+"""The transports' own collectives, prepared for the timing loop of :mod:`commbench.timing.measure`.
+
+Each preparation allocates the buffers once and returns the bare transport call to time, a reset
+that restores in-place inputs (run outside the timer), the first call through the checked comm
+API, and how to read the result for ``#wrong``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+
+from commbench.runtime.group import Group
+from commbench.wire.comm import Comm
+
+__all__ = ["Prepared", "like", "prepare_native", "restore"]
+
+
+@dataclass
+class Prepared:
+    call: Callable[[], object]  # what the timer brackets
+    reset: Callable[[], object]  # before each iteration, untimed
+    first: Callable[[], object]  # once, through the checked comm API
+    result: Callable[[], torch.Tensor | None]  # this rank's result after the last call
+    vol: dict = field(default_factory=dict)  # extra arguments of the byte formula
+    count: int = 0
+    after: Callable[[list[float]], None] | None = None  # once after the loop, given the times
+
+    def p2p_bytes(self, itemsize: int) -> tuple[int, int]:
+        return self.vol.get("p2p", (0, 0))[0] * itemsize, self.vol.get("p2p", (0, 0))[1] * itemsize
+
+
+def prepare_native(comm: Comm, g: Group, op: str, redop: str, root: int, src: torch.Tensor,
+                   count: int) -> Prepared:
+    be, n = comm.backend, g.size
+    none = lambda: None  # noqa: E731
+    if op in ("all_reduce", "broadcast", "reduce"):
+        out = like(src, src.numel())
+        out.copy_(src)
+        call = be.bind(op, out, src, g, redop, root) or {
+                "all_reduce": lambda: be.all_reduce(out, g, redop),
+                "broadcast": lambda: be.broadcast(out, g, root),
+                "reduce": lambda: be.reduce(out, g, root, redop)}[op]
+        first = {"all_reduce": lambda: comm.all_reduce(src, g, op=redop),
+                 "broadcast": lambda: comm.broadcast(src, g, root=root),
+                 "reduce": lambda: comm.reduce(src, g, root=root, op=redop)}[op]
+        result = (lambda: None) if op == "reduce" and g.index != root else (lambda: out)
+        return Prepared(call, restore(out, src), first, result,
+                        {"root": root} if op != "all_reduce" else {})
+    if op == "all_gather":
+        out = like(src, count * n)
+        call = be.bind(op, out, src, g) or (lambda: be.all_gather(out, src, g))
+        return Prepared(call, none, lambda: comm.all_gather(src, g), lambda: out)
+    if op == "gather":
+        out = like(src, count * n) if g.index == root else None
+        return Prepared(lambda: be.gather(out, src, g, root), none,
+                        lambda: comm.gather(src, g, root=root), lambda: out, {"root": root})
+    if op == "reduce_scatter":
+        out = like(src, count // n)
+        call = be.bind(op, out, src, g, redop) or (lambda: be.reduce_scatter(out, src, g, redop))
+        return Prepared(call, none,
+                        lambda: comm.reduce_scatter(src, g, op=redop), lambda: out)
+    if op == "all_to_all":
+        out, splits = like(src, count), [count // n] * n
+        return Prepared(lambda: be.all_to_all(out, src, g, splits, splits), none,
+                        lambda: comm.all_to_all(src, g), lambda: out,
+                        {"in_splits": splits, "out_splits": splits})
+    if op == "scatter":
+        out = like(src, count // n)
+        s = src if g.index == root else None
+        return Prepared(lambda: be.scatter(out, s, g, root), none,
+                        lambda: comm.scatter(src if g.index == root else out, g, root=root),
+                        lambda: out, {"root": root})
+    if op == "sendrecv":
+        out = like(src, count)
+        moved = (count, count) if n > 1 else (0, 0)
+        return Prepared(lambda: _sendrecv(be, src, out, g), none,
+                        lambda: _checked_sendrecv(comm, src, g), lambda: out, {"p2p": moved})
+    if op == "pingpong":
+        if n < 2:
+            raise ValueError("pingpong needs at least 2 ranks")
+        out = like(src, count)
+        moved = (count, count) if g.index in (0, 1) else (0, 0)
+        return Prepared(lambda: _pingpong(be, src, out, g), none,
+                        lambda: _pingpong(be, src, out, g), lambda: out, {"p2p": moved})
+    raise ValueError(f"op {op!r}: not a collective commbench times")
+
+
+def like(src: torch.Tensor, count: int) -> torch.Tensor:
+    """An empty 1-D buffer of ``count`` elements like ``src``. On CPU its memory comes from NumPy,
+    which advises the kernel to back large arrays with huge pages, as it does for a bare mpi4py
+    loop's arrays; torch's allocator does not, which costs TLB misses from a few MiB on and would
+    show up as harness overhead."""
+    if src.is_cuda:
+        return src.new_empty(count)
+    import numpy as np
+
+    raw = {torch.bfloat16: torch.int16, torch.bool: torch.uint8}.get(src.dtype, src.dtype)
+    arr = np.empty(count, dtype=torch.empty((), dtype=raw).numpy().dtype)
+    return torch.from_numpy(arr).view(src.dtype)
+
+
+def restore(out: torch.Tensor, src: torch.Tensor) -> Callable[[], object]:
+    """Copy ``src`` over ``out``: through NumPy views on CPU (the cheapest call there is, so the
+    untimed part of each iteration stays as short as a bare mpi4py loop's), else torch's copy."""
+    if out.is_cuda:
+        return lambda: out.copy_(src)
+    import numpy as np
+
+    raw = {torch.bfloat16: torch.int16, torch.bool: torch.uint8}.get(out.dtype, out.dtype)
+    o, s = out.view(raw).numpy(), src.view(raw).numpy()
+    return partial(np.copyto, o, s)
+
+
+def _sendrecv(be, src, out, g) -> None:
+    """Ring exchange: send to the next member, receive from the previous one."""
+    n, i = g.size, g.index
+    if n == 1:
+        out.copy_(src)
+        return
+    req = be.irecv(out, g, (i - 1) % n, 7)
+    be.send(src, g, (i + 1) % n, 7)
+    req.wait()
+
+
+def _checked_sendrecv(comm: Comm, src, g) -> None:
+    n, i = g.size, g.index
+    if n > 1:
+        work = comm.irecv(src, g, (i - 1) % n, tag=7)
+        comm.send(src, g, (i + 1) % n, tag=7)
+        work.wait()
+
+
+def _pingpong(be, src, out, g) -> None:
+    """Members 0 and 1 bounce the buffer once; the others wait (timed as a round trip)."""
+    if g.index == 0:
+        be.send(src, g, 1, 8)
+        be.recv(out, g, 1, 8)
+    elif g.index == 1:
+        be.recv(out, g, 0, 8)
+        be.send(out, g, 0, 8)

@@ -1,0 +1,97 @@
+"""torch.distributed as a transport: gloo on CPU, NCCL on GPU."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+import torch.distributed as dist
+
+from commbench.runtime.group import Group
+
+__all__ = ["TorchBackend"]
+
+# torch 2.13 renamed the tensor forms (`*_into_tensor`, `*_tensor`) to `*_single`.
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+_OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+        "max": dist.ReduceOp.MAX}
+
+
+class TorchBackend:
+    def __init__(self, name: str) -> None:
+        self.name = name  # "gloo" or "nccl": the process groups' backend
+
+    def unsupported(self, op: str, dtype: torch.dtype) -> str | None:
+        if dtype == torch.bool or dtype.is_complex:
+            return "reductions take real numeric dtypes"
+        if self.name == "gloo" and dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            return "gloo has no float8 reductions"
+        return None
+
+    def bind(self, op: str, out, x, group: Group, redop: str = "sum", root: int = 0):
+        """A zero-argument call of ``op`` on fixed buffers, for timing loops (None: no shortcut)."""
+        pg = group.torch_pg
+        if op == "barrier":
+            return partial(dist.barrier, group=pg)
+        if op == "all_reduce":
+            return partial(dist.all_reduce, out, _OPS[redop], group=pg)
+        if op == "all_gather":
+            return partial(_ALL_GATHER, out, x, group=pg)
+        if op == "reduce_scatter":
+            return partial(_REDUCE_SCATTER, out, x, _OPS[redop], group=pg)
+        if op == "broadcast":
+            return partial(dist.broadcast, out, group=pg, group_src=root)
+        return None
+
+    def all_reduce(self, buf, group: Group, op: str) -> None:
+        dist.all_reduce(buf, _OPS[op], group=group.torch_pg)
+
+    def all_reduce_async(self, buf, group: Group, op: str):
+        return dist.all_reduce(buf, _OPS[op], group=group.torch_pg, async_op=True)
+
+    def all_gather_async(self, out, x, group: Group):
+        return _ALL_GATHER(out, x, group=group.torch_pg, async_op=True)
+
+    def all_gather(self, out, x, group: Group) -> None:
+        _ALL_GATHER(out, x, group=group.torch_pg)
+
+    def reduce_scatter(self, out, x, group: Group, op: str) -> None:
+        _REDUCE_SCATTER(out, x, _OPS[op], group=group.torch_pg)
+
+    def all_to_all(self, out, x, group: Group, out_splits, in_splits) -> None:
+        dist.all_to_all_single(out, x, out_splits, in_splits, group=group.torch_pg)
+
+    def broadcast(self, buf, group: Group, root: int) -> None:
+        dist.broadcast(buf, group=group.torch_pg, group_src=root)
+
+    def reduce(self, buf, group: Group, root: int, op: str) -> None:
+        dist.reduce(buf, op=_OPS[op], group=group.torch_pg, group_dst=root)
+
+    def gather(self, out, x, group: Group, root: int) -> None:
+        if x.numel() == 0:
+            return  # every member's block is empty (blocks have one shape): nothing moves
+        chunks = list(out.chunk(group.size)) if out is not None else None
+        dist.gather(x, chunks, group=group.torch_pg, group_dst=root)  # chunks are views of out
+
+    def scatter(self, out, src, group: Group, root: int) -> None:
+        chunks = list(src.chunk(group.size)) if src is not None else None
+        if out.numel() == 0:
+            return
+        dist.scatter(out, chunks, group=group.torch_pg, group_src=root)
+
+    def send(self, x, group: Group, peer: int, tag: int) -> None:
+        dist.send(x, group=group.torch_pg, group_dst=peer, tag=tag)
+
+    def recv(self, out, group: Group, peer: int, tag: int) -> None:
+        dist.recv(out, group=group.torch_pg, group_src=peer, tag=tag)
+
+    def isend(self, x, group: Group, peer: int, tag: int):
+        return dist.isend(x, group=group.torch_pg, group_dst=peer, tag=tag)
+
+    def irecv(self, out, group: Group, peer: int, tag: int):
+        return dist.irecv(out, group=group.torch_pg, group_src=peer, tag=tag)
+
+    def barrier(self, group: Group) -> None:
+        dist.barrier(group=group.torch_pg)
