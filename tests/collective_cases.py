@@ -17,11 +17,8 @@ from commbench.collectives import ring as ring_mod
 from commbench.collectives.compiled import steps as steps_mod
 from commbench.timing import verify
 from commbench.wire.comm import Comm
-from commbench.wire.volume import ring_chunks
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
-          "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8,
-          "int32": torch.int32, "int64": torch.int64}
+from commbench.wire.dtypes import DTYPES
+from commbench.wire.volume import split_sizes
 
 
 class CorruptingComm(Comm):
@@ -80,7 +77,7 @@ def _skip_last_rs_step(comm, buf, group, counts, op):
 
 def _off_by_one_chunks(count, n):
     """Chunk boundaries shifted by one element: the first chunk one longer, the last one shorter."""
-    c = ring_chunks(count, n)
+    c = split_sizes(count, n)
     if n > 1 and c[-1] > 0:
         c[0] += 1
         c[-1] -= 1
@@ -110,11 +107,11 @@ def _mutations(mutant: str | None, algo: str = ""):
         return mock.patch.dict(steps_mod.SCHEDULES,
                                {base: _miscombine_on_member_0(steps_mod.SCHEDULES[base])})
     if algo.endswith("_compiled") and mutant == "off_by_one_chunk":
-        return mock.patch.object(steps_mod, "ring_chunks", _off_by_one_chunks)
+        return mock.patch.object(steps_mod, "split_sizes", _off_by_one_chunks)
     if mutant == "skip_step":
         return mock.patch.object(ring_mod, "_rs_steps", _skip_last_rs_step)
     if mutant == "off_by_one_chunk":
-        return mock.patch.object(ring_mod, "ring_chunks", _off_by_one_chunks)
+        return mock.patch.object(ring_mod, "split_sizes", _off_by_one_chunks)
     return mock.patch.dict({})  # no-op context
 
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from commbench.collectives import ALGORITHMS, predict
 from commbench.timing import verify
-from commbench.wire.volume import ring_chunks
+from commbench.wire.volume import split_sizes
 
 pytestmark = [pytest.mark.collectives, pytest.mark.ring]
 
@@ -32,9 +32,9 @@ COUNTS = st.sampled_from([0, 1, 2, 3, 5, 7, 11, 13, 97, 4099]) | st.integers(0, 
 
 def _expected(op, algo, seed, r, n, count, dtype, redop, root):
     dt = getattr(torch, dtype)
-    if op == "reduce_scatter":  # ring chunks: member r keeps chunk r of ring_chunks(total, n)
+    if op == "reduce_scatter":  # ring chunks: member r keeps chunk r of split_sizes(total, n)
         total = count * n
-        c = ring_chunks(total, n)
+        c = split_sizes(total, n)
         full = verify.expected("all_reduce", seed, r, n, total, dt, redop)
         return full[sum(c[:r]):sum(c[: r + 1])]
     total = count * n if op == "all_to_all" else count

@@ -10,7 +10,8 @@ import math
 import pytest
 
 from commbench.collectives.predict import predict
-from commbench.costmodel.alphabeta import Params, fit, terms
+from commbench.costmodel.alphabeta import Params, terms
+from commbench.costmodel.fitting import fit
 from commbench.costmodel.nccl import nccl_predict, nccl_table
 from commbench.costmodel.published import HEADLINE, check_published
 from commbench.costmodel.topology import from_nccl_xml, load

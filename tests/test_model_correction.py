@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from commbench.costmodel import alphabeta as ab
+from commbench.costmodel import fitting
 from commbench.costmodel.alphabeta import Fit, Params, terms
 from commbench.costmodel.correction import Correction
 
@@ -54,14 +54,14 @@ times = st.lists(st.floats(5.0, 1e5), min_size=len(CAL), max_size=len(CAL)).map(
 @given(times, st.sampled_from(["broadcast", "all_reduce"]))
 def test_the_corrected_line_returns_calibration_rows_and_interpolates_their_ratios(ts, op):
     rows = _rows(ts, op=op)
-    model = ab.fit(rows, N, forms=("line",), correct=True)
+    model = fitting.fit(rows, N, forms=("line",), correct=True)
     assert _violations(model, rows, op) == []
 
 
 def test_an_interpolation_linear_in_size_is_caught(monkeypatch):
     """Negative: ratios interpolated linearly in bytes (not in log bytes) miss the midpoints."""
     rows = _rows([30, 80, 100, 240, 580, 2300, 10600, 46700])
-    model = ab.fit(rows, N, forms=("line",), correct=True)
+    model = fitting.fit(rows, N, forms=("line",), correct=True)
 
     def linear(self, size):
         pts = self.points
@@ -77,7 +77,7 @@ def test_an_interpolation_linear_in_size_is_caught(monkeypatch):
 def test_an_inverted_ratio_is_caught():
     """Negative: dividing by the ratio instead of multiplying misses every calibration row."""
     rows = _rows([30, 80, 100, 240, 580, 2300, 10600, 46700])
-    model = ab.fit(rows, N, forms=("line",), correct=True)
+    model = fitting.fit(rows, N, forms=("line",), correct=True)
     inverted = {k: Correction(tuple((s, 1 / r) for s, r in c.points))
                 for k, c in model.corrections.items()}
     broken = Fit(model.classes, [], model.algos, model.knee, model.curve, None, inverted)
@@ -97,8 +97,8 @@ def _three(size: float) -> float:
 
 def test_three_regimes_are_followed_between_calibration_sizes_where_no_form_is():
     rows = _rows([_three(s) for s in CAL])
-    corrected = ab.fit(rows, N, forms=("line",), correct=True)
-    forms = ab.fit(rows, N)
+    corrected = fitting.fit(rows, N, forms=("line",), correct=True)
+    forms = fitting.fit(rows, N)
     clear = [s for s in NEW if s not in (8192, 524288)]  # sizes at a switch: a guess either way
 
     def worst(model):
@@ -111,7 +111,7 @@ def test_three_regimes_are_followed_between_calibration_sizes_where_no_form_is()
 
 def test_a_corrected_model_survives_its_json():
     rows = _rows([30, 80, 100, 240, 580, 2300, 10600, 46700])
-    model = ab.fit(rows, N, forms=("line",), correct=True)
+    model = fitting.fit(rows, N, forms=("line",), correct=True)
     again = Fit.from_dict(model.as_dict())
     assert again.corrections == model.corrections
     for s in NEW:
@@ -121,8 +121,8 @@ def test_a_corrected_model_survives_its_json():
 
 def test_uncorrected_fits_and_the_textbook_model_are_left_alone():
     rows = _rows([30, 80, 100, 240, 580, 2300, 10600, 46700], op="all_reduce")
-    plain = ab.fit(rows, N, forms=("line",))
-    corrected = ab.fit(rows, N, forms=("line",), correct=True)
+    plain = fitting.fit(rows, N, forms=("line",))
+    corrected = fitting.fit(rows, N, forms=("line",), correct=True)
     assert plain.corrections is None and corrected.corrections
     for s in NEW:
         assert corrected.predict_us("all_reduce", "native", N, s, per_algo=False) == \

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from commbench.costmodel import alphabeta as ab
-from commbench.costmodel import forms
+from commbench.costmodel import fitting, forms
 from commbench.costmodel.alphabeta import Fit, Params, terms
 
 pytestmark = pytest.mark.model
@@ -37,20 +36,20 @@ CLEAR = [s for s in EVAL if not 262144 < s < 1 << 20]
 
 
 def test_a_library_switch_is_fitted_as_two_regimes_and_chosen_by_held_out_rows():
-    model = ab.fit(_rows(CAL), N)
+    model = fitting.fit(_rows(CAL), N)
     assert model.above and "all_reduce/native" in model.above
     b, hi = model.above["all_reduce/native"]
     assert 262144 < b < 1 << 20 and b == pytest.approx((262144 * (1 << 20)) ** 0.5)
     assert model.algos["all_reduce/native"].alpha == pytest.approx(BELOW.alpha, rel=1e-6)
     assert hi.alpha == pytest.approx(ABOVE.alpha, rel=1e-6)
     assert _worst(model, CLEAR) < 1e-6
-    line = ab.fit(_rows(CAL), N, forms=("line",))
+    line = fitting.fit(_rows(CAL), N, forms=("line",))
     assert line.above is None and _worst(line, CLEAR) > 0.1
 
 
 def test_a_broken_regime_lookup_is_caught():
     """Negative: predicting every size from the constants below the break misses above it."""
-    model = ab.fit(_rows(CAL), N)
+    model = fitting.fit(_rows(CAL), N)
     broken = Fit(model.classes, [], model.algos, model.knee, model.curve, None)
     assert _worst(broken, CLEAR) > 0.1
 
@@ -59,7 +58,7 @@ def test_one_regime_stays_one_line():
     """A library without a switch: the split fits as well, so the tie goes to the line."""
     rows = _rows(CAL, lambda s: BELOW.time(terms("all_reduce", "native", N, s)))
     assert forms.choose(rows, N, 0.0, None) == "line"
-    assert ab.fit(rows, N).above is None
+    assert fitting.fit(rows, N).above is None
 
 
 def test_split_needs_enough_rows_and_keeps_each_row_once_in_the_residuals():
@@ -71,7 +70,7 @@ def test_split_needs_enough_rows_and_keeps_each_row_once_in_the_residuals():
 
 
 def test_a_split_model_survives_its_json():
-    model = ab.fit(_rows(CAL), N)
+    model = fitting.fit(_rows(CAL), N)
     again = Fit.from_dict(model.as_dict())
     for s in EVAL:
         assert again.predict_us("all_reduce", "native", N, s) == pytest.approx(

@@ -191,7 +191,8 @@ def test_form_ceiling_is_zero_for_a_true_model_and_not_for_a_zigzag():
 
 def test_knee_term_recovers_a_steeper_slope_past_the_cache():
     """Times that steepen from a 1 MiB knee on: the knee fit finds delta, the plain fit cannot."""
-    from commbench.costmodel.alphabeta import beyond, fit
+    from commbench.costmodel.alphabeta import beyond
+    from commbench.costmodel.fitting import fit
 
     true, knee, n = Params(20e-6, 0.2e-9, 0.1e-9, 0.6e-9), float(1 << 20), 2
     t = terms("all_reduce", "ring", n, knee)  # from the knee on, every byte of the call pays
@@ -269,6 +270,7 @@ def test_fit_prices_messages_with_the_ping_pong_curve_and_picks_it_by_held_out_r
     two, made on calibration rows alone, picks the curve. A broken variant that prices the whole
     call's bytes as each message's size misses."""
     from commbench.costmodel import alphabeta as ab
+    from commbench.costmodel import fitting
 
     n, cal = 4, [4096 << (2 * k) for k in range(8)]  # 4 KiB .. 64 MiB, factor 4
     pp = [{"op": "pingpong", "algo": "native", "size": s, "time_us": _protocol(s) * 1e6}
@@ -280,12 +282,12 @@ def test_fit_prices_messages_with_the_ping_pong_curve_and_picks_it_by_held_out_r
         return max(abs(model.predict_us("all_reduce", "ring", n, r["size"]) / r["time_us"] - 1)
                    for r in truth)
 
-    model = ab.fit(pp + ring, n)
+    model = fitting.fit(pp + ring, n)
     own = model.algos["all_reduce/ring"]
     assert own.scale == pytest.approx(1.5, rel=1e-6) and own.beta == 0
-    line = ab.fit(ring, n, forms=("line",))  # no ping-pong rows: the straight line
+    line = fitting.fit(ring, n, forms=("line",))  # no ping-pong rows: the straight line
     assert line.algos["all_reduce/ring"].scale == 0
     assert worst(model) < 1e-6 and worst(line) > 0.1
     monkeypatch.setattr(ab.Curve, "price", lambda self, t: t[0] * self(t[1]) if t[0] else 0.0)
     # (line or curve only: two straight regimes would fit this one switch exactly, curve or not)
-    assert worst(ab.fit(pp + ring, n, forms=("line", "curve"))) > 0.1
+    assert worst(fitting.fit(pp + ring, n, forms=("line", "curve"))) > 0.1

@@ -17,7 +17,8 @@ import argparse
 import os
 import sys
 
-from commbench.timing.measure import COLLECTIVES, DTYPES
+from commbench.timing.measure import COLLECTIVES
+from commbench.wire.dtypes import DTYPES
 
 SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "tp": (), "pp": (),
           "zero": (), "seqpar": (), "moe": (), "model": (), "versus": ("all_reduce",)}

@@ -49,7 +49,7 @@ def _algorithms(op: str, wanted: list[str], n: int, emit) -> list[str]:
 
 def _check_pairs(a, ops: list[str], transports: list[str]) -> None:
     """Refuse dtype/op/transport pairs a transport cannot do, before any collective starts."""
-    from commbench.timing.measure import DTYPES
+    from commbench.wire.dtypes import DTYPES
     from commbench.wire.transport.mpi_backend import MPIBackend
 
     reducing = [op for op in ops if op in ("all_reduce", "reduce_scatter", "reduce")]

@@ -12,7 +12,7 @@ its odd neighbour and sits out, leaving p active members numbered ``new = i // 2
   the current block range on this side of ``new``'s bit, send the other half), then recursive
   doubling all-gather back up. Each active member moves about 2(p-1)/p * S: the large-message one.
 
-Blocks are the p chunks of :func:`commbench.wire.volume.ring_chunks`, so any count works.
+Blocks are the p chunks of :func:`commbench.wire.volume.split_sizes`, so any count works.
 Shapes: x [*] -> out [*], the same on every member.
 """
 
@@ -23,7 +23,7 @@ import torch
 from commbench.collectives._p2p import combine, exchange, finish_avg, flat
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
-from commbench.wire.volume import ring_chunks
+from commbench.wire.volume import split_sizes
 
 __all__ = ["fold_layout", "rabenseifner_all_reduce", "recursive_doubling_all_reduce"]
 
@@ -100,7 +100,7 @@ def rabenseifner_all_reduce(comm: Comm, x: torch.Tensor, group: Group, *,
     buf = flat(x)
     p, r, new = fold_layout(group.size, group.index)
     b = [0]
-    for c in ring_chunks(buf.numel(), p):
+    for c in split_sizes(buf.numel(), p):
         b.append(b[-1] + c)
     with comm.ledger.scope("rabenseifner"):
         buf = _fold(comm, buf, group, r, op)

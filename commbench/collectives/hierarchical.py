@@ -6,7 +6,7 @@ local index), ring all-gather inside the node. Only 1/L of the data crosses the 
 links: each rank sends 2(N-1)/N * S/L across nodes instead of 2(NL-1)/(NL) * S, which is how NCCL
 runs its tree and ring across nodes and what the notes' "TP inside a node" relies on.
 
-Shapes: x [*] -> out [*] on every rank; chunk [c_l] inside the node, c from ring_chunks(S, L).
+Shapes: x [*] -> out [*] on every rank; chunk [c_l] inside the node, c from split_sizes(S, L).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from commbench.collectives._p2p import flat
 from commbench.collectives.ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
-from commbench.wire.volume import ring_chunks
+from commbench.wire.volume import split_sizes
 
 __all__ = ["hierarchical_all_reduce"]
 
@@ -26,7 +26,7 @@ def hierarchical_all_reduce(comm: Comm, x: torch.Tensor, local: Group, cross: Gr
                             op: str = "sum") -> torch.Tensor:
     """``local``: this rank's node; ``cross``: the ranks with this rank's local index on every node."""
     buf = flat(x)
-    counts = ring_chunks(buf.numel(), local.size)
+    counts = split_sizes(buf.numel(), local.size)
     inner = "sum" if op == "avg" else op
     with comm.ledger.scope("hierarchical_all_reduce"):
         mine = ring_reduce_scatter(comm, buf, local, op=inner, counts=counts)

@@ -13,13 +13,13 @@ import math
 from commbench.collectives.alltoall import bruck_blocks_per_step
 from commbench.collectives.doubling import fold_layout, halving_ranges
 from commbench.collectives.tree import tree_children
-from commbench.wire.volume import booked, ring_chunks
+from commbench.wire.volume import booked, split_sizes
 
 __all__ = ["predict"]
 
 
 def _ring_rs(n: int, i: int, count: int) -> tuple[int, int]:
-    c = ring_chunks(count, n)
+    c = split_sizes(count, n)
     return (count - c[i], count - c[(i - 1) % n]) if n > 1 else (0, 0)
 
 
@@ -34,7 +34,7 @@ def _rabenseifner(n: int, i: int, count: int) -> tuple[int, int]:
     if new < 0:
         return s, r
     b = [0]
-    for c in ring_chunks(count, p):
+    for c in split_sizes(count, p):
         b.append(b[-1] + c)
     moved = sum((b[kh] - b[kl]) + (b[sh] - b[sl]) for kl, kh, sl, sh in halving_ranges(p, new))
     return s + moved, r + moved
@@ -89,7 +89,7 @@ def predict(op: str, algo: str, n: int, i: int, count: int, itemsize: int, *, ro
         if not local or n % local:
             raise ValueError(f"hierarchical: local={local} must divide the group size {n}")
         nodes, li = n // local, i % local
-        c = ring_chunks(count, local)
+        c = split_sizes(count, local)
         s1, r1 = _ring_rs(local, li, count)
         s2, r2 = booked("all_reduce", nodes, i // local, c[li], 1)
         s3, r3 = count - c[(li + 1) % local], count - c[li]

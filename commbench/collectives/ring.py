@@ -1,7 +1,7 @@
 """Ring algorithms from send/recv: reduce-scatter, all-gather, and all-reduce as the two in turn.
 
 The ring of the notes ("Ring All-reduce = Reduce-scatter + All-gather", Patarasuk and Yuan 2009):
-the buffer is cut in P chunks (:func:`commbench.wire.volume.ring_chunks`; the first ``count % P`` one
+the buffer is cut in P chunks (:func:`commbench.wire.volume.split_sizes`; the first ``count % P`` one
 element longer, so any count works). Member i sends to i+1 and receives from i-1.
 
 * reduce-scatter, step k = 0..P-2: send the running sum of chunk i-k-1, receive chunk i-k-2 and add
@@ -24,7 +24,7 @@ import torch
 from commbench.collectives._p2p import combine, exchange, finish_avg, flat, offsets
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
-from commbench.wire.volume import ring_chunks
+from commbench.wire.volume import split_sizes
 
 __all__ = ["ring_all_gather", "ring_all_reduce", "ring_reduce_scatter"]
 
@@ -51,9 +51,9 @@ def _ag_steps(comm: Comm, buf: torch.Tensor, group: Group, counts: list[int]) ->
 
 def ring_reduce_scatter(comm: Comm, x: torch.Tensor, group: Group, *, op: str = "sum",
                         counts: list[int] | None = None) -> torch.Tensor:
-    """Member i gets the reduction of chunk i of ``x`` (chunks of ``counts``, default ring_chunks)."""
+    """Member i gets the reduction of chunk i of ``x`` (chunks of ``counts``, default split_sizes)."""
     buf = flat(x)
-    counts = counts or ring_chunks(buf.numel(), group.size)
+    counts = counts or split_sizes(buf.numel(), group.size)
     if sum(counts) != buf.numel() or len(counts) != group.size:
         raise ValueError(f"ring_reduce_scatter: counts {counts} do not cut {buf.numel()} "
                          f"elements into {group.size} chunks")
@@ -83,7 +83,7 @@ def ring_all_gather(comm: Comm, x: torch.Tensor, group: Group,
 def ring_all_reduce(comm: Comm, x: torch.Tensor, group: Group, *, op: str = "sum") -> torch.Tensor:
     """Ring reduce-scatter then ring all-gather; ``x`` [*] -> same shape, on every member."""
     buf = flat(x)
-    counts = ring_chunks(buf.numel(), group.size)
+    counts = split_sizes(buf.numel(), group.size)
     with comm.ledger.scope("ring_all_reduce"):
         _rs_steps(comm, buf, group, counts, op)
         b = offsets(counts)

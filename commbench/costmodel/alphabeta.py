@@ -18,7 +18,7 @@ the straight line (beta * bytes); either with two regimes split at a size (a lib
 switch of algorithm or protocol): whichever predicts the algorithm's held-out calibration rows
 best (:mod:`commbench.costmodel.forms`). The local model that studies judge and rows carry is
 each algorithm's line times its residual ratios, interpolated between its calibration sizes
-(``fit(..., correct=True)``; :mod:`commbench.costmodel.correction`).
+(``fitting.fit(..., correct=True)``; :mod:`commbench.costmodel.correction`).
 
 Two classes of cost are calibrated separately, because they are different code: ``lib`` (the
 transport's own collectives and its raw point-to-point, compiled) and ``py`` (algorithms built
@@ -31,12 +31,10 @@ import bisect
 import math
 from dataclasses import asdict, dataclass
 
-import numpy as np
-
 from commbench.collectives.alltoall import bruck_blocks_per_step
 from commbench.costmodel.correction import Correction
 
-__all__ = ["Curve", "Fit", "Params", "beyond", "cost_class", "fit", "terms"]
+__all__ = ["Curve", "Fit", "Params", "beyond", "cost_class", "terms"]
 
 
 def _lg(n: int) -> int:
@@ -190,85 +188,3 @@ class Fit:
                    {k: Params(**v) for k, v in d.get("algorithms", {}).items()},
                    d.get("knee_bytes", 0.0), Curve(tuple(map(tuple, curve))) if curve else None,
                    above or None, fixes or None)
-
-
-def _nnls_relative(A: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """min sum ((A x - y) / y)^2 with x >= 0 (relative error; a small active-set loop)."""
-    W = A / y[:, None]
-    ones = np.ones_like(y)
-    free = list(range(A.shape[1]))
-    x = np.zeros(A.shape[1])
-    while free:
-        sol, *_ = np.linalg.lstsq(W[:, free], ones, rcond=None)
-        if (sol >= 0).all():
-            x[:] = 0
-            x[free] = sol
-            return x
-        free.pop(int(np.argmin(sol)))
-    return x
-
-
-def _fit_rows(rows: list[dict], n: int, label: str, residuals: list[dict],
-              knee: float = 0.0, curve: Curve | None = None) -> Params:
-    """Columns: steps, bytes (or, with a curve, the curve's price of the messages), reduced
-    bytes and, with a knee, the bytes that pay past it."""
-    def row(r):
-        t = terms(r["op"], r["algo"], n, r["size"])
-        cols = (t[0], curve.price(t) if curve else t[1], t[2])
-        return (*cols, beyond(t, r["size"], knee)) if knee else cols
-
-    A = np.array([row(r) for r in rows], dtype=float)
-    y = np.array([r["time_us"] * 1e-6 for r in rows])
-    # condition the columns (seconds per message, per byte; the curve's price is in seconds)
-    scale = np.array([1e-6, 1.0 if curve else 1e-9, 1e-9, 1e-9][:A.shape[1]])
-    x = _nnls_relative(A * scale, y) * scale
-    for r, t in zip(rows, A @ x, strict=True):
-        residuals.append({"fit": label, "op": r["op"], "algo": r["algo"], "size": r["size"],
-                          "measured_us": r["time_us"], "fitted_us": t * 1e6,
-                          "rel_error": (t * 1e6 - r["time_us"]) / r["time_us"]})
-    alpha, b, gamma, *delta = map(float, x)
-    if curve:
-        return Params(alpha, 0.0, gamma, *delta, scale=b)
-    return Params(alpha, b, gamma, *delta)
-
-
-CALIBRATION = (("pingpong", "native"), ("all_reduce", "native"), ("sendrecv", "native"),
-               ("all_reduce", "ring"))
-
-
-def fit(rows: list[dict], n: int, per_algo: bool = True, knee: float = 0.0,
-        forms: tuple[str, ...] | None = None, correct: bool = False) -> Fit:
-    """Fit alpha, beta, gamma per cost class on the calibration cases (ping-pong, the
-    transport's all-reduce, commbench's sendrecv and ring all-reduce), and, with ``per_algo``,
-    each algorithm's own on its rows (op, algo, size, time_us) in the form among ``forms``
-    (default: all of :data:`commbench.costmodel.forms.FORMS`) that predicts its held-out rows
-    best: alpha, gamma and beta or, where ping-pong rows give a :class:`Curve`, the curve's
-    scale, once or per regime; with a ``knee`` (bytes), delta for the bytes of calls from that
-    size on. With ``correct``, each algorithm's fit is multiplied by its residual ratios,
-    interpolated between its calibration sizes (:mod:`commbench.costmodel.correction`)."""
-    from commbench.costmodel.forms import FORMS, choose, fit_form
-
-    rows = [r for r in rows if r["time_us"] > 0]
-    classes: dict[str, Params] = {}
-    residuals: list[dict] = []
-    for cls in ("lib", "py"):
-        mine = [r for r in rows if (r["op"], r["algo"]) in CALIBRATION
-                and cost_class(r["op"], r["algo"]) == cls]
-        if mine:
-            classes[cls] = _fit_rows(mine, n, cls, residuals)
-    algos, above, fixes = {}, {}, {}
-    curve = Curve.from_rows(rows) if per_algo else None
-    if per_algo:
-        for key in sorted({(r["op"], r["algo"]) for r in rows}):
-            mine = [r for r in rows if (r["op"], r["algo"]) == key]
-            if len(mine) >= 3 + bool(knee):
-                label = "/".join(key)
-                form = choose(mine, n, knee, curve, forms or FORMS)
-                start = len(residuals)
-                algos[label], hi = fit_form(mine, n, knee, curve, form, residuals, label)
-                if hi is not None:
-                    above[label] = hi
-                fix = Correction.from_residuals(residuals[start:]) if correct else None
-                if fix is not None:
-                    fixes[label] = fix
-    return Fit(classes, residuals, algos, knee, curve, above or None, fixes or None)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from commbench.costmodel import alphabeta as ab
+from commbench.costmodel.lsq import fit_rows
 
 __all__ = ["FORMS", "MIN_SIDE", "TIE", "choose", "fit_form", "predictor", "split_fit", "usable"]
 
@@ -42,8 +43,8 @@ def split_fit(rows: list[dict], n: int, knee: float, curve: ab.Curve | None,
         if lo[-1]["size"] == hi[0]["size"]:
             continue
         res: list[dict] = []
-        p_lo = ab._fit_rows(lo, n, label, res, knee, curve)
-        p_hi = ab._fit_rows(hi, n, label, res, knee, curve)
+        p_lo = fit_rows(lo, n, label, res, knee, curve)
+        p_hi = fit_rows(hi, n, label, res, knee, curve)
         err = sum(r["rel_error"] ** 2 for r in res)
         if best is None or err < best[0]:
             best = (err, p_lo, (lo[-1]["size"] * hi[0]["size"]) ** 0.5, p_hi, res)
@@ -63,7 +64,7 @@ def fit_form(rows: list[dict], n: int, knee: float, curve: ab.Curve | None, form
         got = split_fit(rows, n, knee, priced, residuals, label)
         if got is not None:
             return got[0], (got[1], got[2])
-    return ab._fit_rows(rows, n, label, residuals, knee, priced), None
+    return fit_rows(rows, n, label, residuals, knee, priced), None
 
 
 def predictor(rows: list[dict], n: int, knee: float, curve: ab.Curve | None, form: str):

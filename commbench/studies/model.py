@@ -14,7 +14,7 @@ calibration rows K times the evaluation rows' iterations (a less noisy fit, at t
    all-reduce, commbench's sendrecv and ring all-reduce (the textbook model); and each
    algorithm's own constants, its messages priced by a straight line (beta) or by ping-pong's
    curve, whichever predicts its held-out calibration rows better
-   (:func:`commbench.costmodel.alphabeta.fit`).
+   (:func:`commbench.costmodel.fitting.fit`).
 2. Evaluation sweep: every collective and algorithm at 4 KiB ... 64 MiB (factor 2: half of
    the sizes are new, the others are measured again). Each row gets both
    predictions; the table gives, per collective and algorithm, the median of

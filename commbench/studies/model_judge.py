@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime
 import statistics
 
-from commbench.costmodel.alphabeta import Curve, Fit, fit
+from commbench.costmodel.alphabeta import Curve, Fit
+from commbench.costmodel.fitting import fit
 from commbench.results import records as res
 
 __all__ = ["accuracy", "form_ceiling", "judge", "last_level_cache", "low", "model_markdown",

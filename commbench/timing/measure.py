@@ -32,14 +32,12 @@ from commbench.collectives.compiled.schedule import Compiled
 from commbench.collectives.compiled.steps import schedule
 from commbench.timing import verify
 from commbench.timing.native import Prepared, like, prepare_native, restore
+from commbench.wire.dtypes import DTYPES
 
 __all__ = ["COLLECTIVES", "MEASUREMENT", "Case", "cadence", "counts_for", "measure"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                "gather", "scatter", "sendrecv", "pingpong")
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
-          "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8,
-          "int32": torch.int32, "int64": torch.int64}
 
 
 MEASUREMENT = {"cadence": "isolated (transport barrier before each iteration, untimed)",
@@ -181,7 +179,8 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     if case.algo == "native":  # the transport's own call: booked at its formula volume
         sent, recv = pred_sent, pred_recv
         for t in per_call:
-            ctx.ledger.record(case.op, g.ranks, comm.transport, case.dtype, count, sent, recv, t)
+            ctx.ledger.record(case.op, g.ranks, comm.transport, case.dtype, count, sent, recv, t,
+                              axis=g.name)
     else:  # built from send/recv: what the ledger counted, message by message, in one call
         sent, recv = one_call.sent, one_call.recv
     wrong = 0

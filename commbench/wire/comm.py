@@ -70,10 +70,10 @@ class Comm:
             result = fn()
         seconds = time.perf_counter() - t0
         tracker.leave(op)
-        itemsize = torch.empty((), dtype=dtype).element_size()
+        itemsize = dtype.itemsize
         sent, recv = booked(op, group.size, group.index, count, itemsize, **vol)
         self.ledger.record(op, group.ranks, self.transport, dtype_name(dtype), count, sent, recv,
-                           seconds)
+                           seconds, axis=group.name)
         return result
 
     # -- collectives --------------------------------------------------------------------------
@@ -125,7 +125,7 @@ class Comm:
 
         def done() -> None:
             ledger.record(op, group.ranks, transport, dtype_name(x.dtype), x.numel(), sent, recv,
-                          time.perf_counter() - t0)
+                          time.perf_counter() - t0, axis=group.name)
 
         return Work(handle, out, done)
 
@@ -284,7 +284,7 @@ class Comm:
 
         def done() -> None:
             ledger.record(op, group.ranks, transport, dtype_name(buf.dtype), buf.numel(), sent,
-                          recv, time.perf_counter() - t0)
+                          recv, time.perf_counter() - t0, axis=group.name)
 
         return Work(handle, buf, done)
 

@@ -1,6 +1,7 @@
 """The ledger: every collective and point-to-point call, with its bytes and its time.
 
-An :class:`Entry` is one call on one rank: the op, the group (its global ranks), the transport,
+An :class:`Entry` is one call on one rank: the op, the group (its global ranks, and its axis
+name), the transport,
 dtype, element count, the bytes this rank sent and received (see :mod:`commbench.wire.volume` for how a
 native collective is booked) and the wall time of the call on this rank. The comm layer writes
 entries; :mod:`commbench.wire.watch` writes them for third-party code that calls torch.distributed.
@@ -33,6 +34,7 @@ class Entry(NamedTuple):
     seconds: float
     scope: str = ""
     source: str = "commbench"  # or "torch" for calls seen by the watcher
+    axis: str = ""  # the group's name: its grid axis (tp, dp, ...), "world", or "" (watcher)
 
     def as_dict(self) -> dict:
         d = self._asdict()
@@ -70,9 +72,10 @@ class Ledger:
         self._scopes: list[str] = []
 
     def record(self, op: str, group: tuple[int, ...], transport: str, dtype: str, count: int,
-               sent: int, recv: int, seconds: float, source: str = "commbench") -> Entry:
+               sent: int, recv: int, seconds: float, source: str = "commbench",
+               axis: str = "") -> Entry:
         entry = Entry(op, group, transport, dtype, count, sent, recv, seconds,
-                      "/".join(self._scopes) if self._scopes else "", source)
+                      "/".join(self._scopes) if self._scopes else "", source, axis)
         self.entries.append(entry)
         for cap in self._captures:
             cap.entries.append(entry)

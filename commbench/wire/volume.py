@@ -4,7 +4,7 @@ The ledger books every collective that a transport performs natively (gloo's, MP
 at the volume of the bandwidth-optimal schedule that NCCL runs for large messages, counted per rank
 and exactly, also when the element count does not divide by the group size:
 
-* all-reduce: ring reduce-scatter then ring all-gather over the chunks of :func:`ring_chunks`;
+* all-reduce: ring reduce-scatter then ring all-gather over the chunks of :func:`split_sizes`;
   rank i sends every chunk but its own in the first pass and every chunk but chunk i+1 in the
   second, so ``sent = 2*count - c[i] - c[i+1]`` and ``recv = 2*count - c[i-1] - c[i]`` elements.
   With count divisible by n that is the familiar 2(n-1)/n * S.
@@ -20,11 +20,13 @@ booked call by call from the buffers they really pass.
 
 from __future__ import annotations
 
-__all__ = ["booked", "ring_chunks"]
+__all__ = ["booked", "split_sizes"]
 
 
-def ring_chunks(count: int, n: int) -> list[int]:
-    """Split ``count`` elements into ``n`` chunks, the first ``count % n`` one element larger."""
+def split_sizes(count: int, n: int) -> list[int]:
+    """Split ``count`` items into ``n`` parts, the first ``count % n`` one larger: 7 over 4 is
+    [2, 2, 2, 1]. The ring's chunks, and Ulysses' heads per rank (DeepSpeed's
+    ``get_shard_size_list``), are this split."""
     if n < 1:
         raise ValueError(f"n={n}: must be >= 1")
     if count < 0:
@@ -34,7 +36,7 @@ def ring_chunks(count: int, n: int) -> list[int]:
 
 
 def _all_reduce(n: int, i: int, count: int) -> tuple[int, int]:
-    c = ring_chunks(count, n)
+    c = split_sizes(count, n)
     if n == 1:
         return 0, 0
     return 2 * count - c[i] - c[(i + 1) % n], 2 * count - c[(i - 1) % n] - c[i]

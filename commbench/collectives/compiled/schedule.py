@@ -240,7 +240,7 @@ class Compiled:
                 nbytes = count * size
                 sent, recv = (nbytes, 0) if kind == "isend" else (0, nbytes)
                 ledger.record(kind, g.ranks, self.comm.transport, dtype, count, sent, recv,
-                              seconds / max(len(msgs), 1))
+                              seconds / max(len(msgs), 1), axis=g.name)
 
     def close(self) -> None:
         """Free the persistent requests (MPI); the object cannot run afterwards."""

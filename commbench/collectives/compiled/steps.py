@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from commbench.collectives._p2p import offsets
 from commbench.collectives.doubling import _member, fold_layout, halving_ranges
-from commbench.wire.volume import ring_chunks
+from commbench.wire.volume import split_sizes
 
 __all__ = ["SCHEDULES", "Step", "schedule"]
 
@@ -42,7 +42,7 @@ class Step:
 
 def _ring(n: int, i: int, count: int) -> list[Step]:
     """Ring reduce-scatter then ring all-gather (:mod:`commbench.collectives.ring`)."""
-    b = offsets(ring_chunks(count, n))
+    b = offsets(split_sizes(count, n))
     nxt, prv, out = (i + 1) % n, (i - 1) % n, []
     for k in range(n - 1):
         s, r = (i - k - 1) % n, (i - k - 2) % n
@@ -81,7 +81,7 @@ def _rabenseifner(n: int, i: int, count: int) -> list[Step]:
     fold, unfold = _fold(n, i, count)
     out = list(fold)
     if new >= 0:
-        b = offsets(ring_chunks(count, p))
+        b = offsets(split_sizes(count, p))
         steps, d = halving_ranges(p, new), p >> 1
         for kl, kh, sl, sh in steps:
             peer = _member(new ^ d, r)
