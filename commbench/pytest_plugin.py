@@ -164,6 +164,20 @@ def world(request: pytest.FixtureRequest):
     return request.config._commbench_pool.get(request.param)
 
 
+@pytest.fixture(scope="session")
+def world_of(request: pytest.FixtureRequest):
+    """``world_of(n)``: the world of ``n`` ranks (kept locally), or under a launcher its world
+    when it has ``n`` ranks; a test asking for another size is skipped with the reason."""
+    pool = request.config._commbench_pool
+
+    def get(n: int):
+        if pool.launched and pool.launcher_size() != n:
+            pytest.skip(f"written for {n} ranks; the launcher started {pool.launcher_size()}")
+        return pool.get(n)
+
+    return get
+
+
 class _Pool:
     """One world per size for the whole session (spawning 4 torch ranks costs seconds)."""
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from commbench.patterns.tp import run_layer
 from commbench.patterns.tp_model import TPConfig
+from commbench.patterns.tp_run import run_layer
 from commbench.studies.pattern_bench import MODELS, VARIANTS, _predicted_sent, per_iteration
 from commbench.timing.clock import CLOCK, feed
 

@@ -10,12 +10,12 @@ import pytest
 
 from commbench.costmodel.layout import Layout, dp_calls, predict_layout, step_bytes
 from commbench.costmodel.topology import load
-from commbench.patterns.attention import AttnConfig
 from commbench.patterns.moe_gating import MoEConfig
 from commbench.patterns.moe_run import run_moe
-from commbench.patterns.seqpar import run_attention
-from commbench.patterns.tp import run_layer
+from commbench.patterns.run import run_pattern
+from commbench.patterns.seq.attention import AttnConfig
 from commbench.patterns.tp_model import TPConfig
+from commbench.patterns.tp_run import run_layer
 from commbench.patterns.zero import train
 from commbench.patterns.zero_model import ZeroConfig
 
@@ -60,11 +60,12 @@ def test_context_parallel_bytes_match_the_ledger(world, kind):
     P = world.size
     cfg = AttnConfig(batch=2, seq=4 * P, heads=2 * P, kv_heads=P, head_dim=3, sp=P, causal=True,
                      layout="zigzag" if kind == "ring" else "contiguous", dtype="float32")
-    out = world.run(run_attention, cfg, 0, kind)[0]
+    out = world.run(run_pattern, "ulysses" if kind == "ulysses" else "ring_attention", cfg,
+                    kind, 0)[0]
     lay = Layout(layers=1, hidden=cfg.heads * cfg.head_dim, heads=cfg.heads,
                  kv_heads=cfg.kv_heads, seq=cfg.seq, micro_batch=cfg.batch, micro_batches=1,
                  cp=P, cp_kind=kind, act_bytes=4)
-    assert _row(lay, "cp") == _sent(out, out["sp"])
+    assert _row(lay, "cp") == sum(c[3] for c in out["ledger"] if c[1] == "sp")
 
 
 @pytest.mark.world(sizes=[2, 4])

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from tp_cases import head_case, layer_case, naive_ddp_case
 from ulp import reference_nudges
 
-from commbench.patterns.tp import expected_layer, oracle_head, predicted_layer
 from commbench.patterns.tp_model import TPConfig, oracle_layer
+from commbench.patterns.tp_run import expected_layer, oracle_head, predicted_layer
 from commbench.runtime.errors import SPMDError
 from commbench.wire.volume import booked
 

@@ -8,10 +8,11 @@ from unittest import mock
 import torch
 
 from commbench.patterns import ddp as ddp_mod
-from commbench.patterns import tp as tp_mod
-from commbench.patterns import tp_layers, tp_ops
-from commbench.patterns.tp import run_head, run_layer
+from commbench.patterns import tp_layers
+from commbench.patterns import tp_run as tp_mod
+from commbench.patterns.tp import communications as tp_ops
 from commbench.patterns.tp_model import TPConfig
+from commbench.patterns.tp_run import run_head, run_layer
 
 
 def _no_backward_all_reduce(ctx, dy):  # f that forgets its backward all-reduce

@@ -1,7 +1,9 @@
-"""``commbench``: info, run, compare.
+"""``commbench``: info, list, run, compare, claims, predict.
 
     commbench info                      launcher, world, transports, versions, devices
+    commbench list                      every pattern (markers, variants, groups) and algorithm
     commbench run                       the default suite: every collective and algorithm, 4 ranks
+    commbench run ulysses --np 4        a pattern's study (any pattern, or every one of a marker)
     commbench run all_reduce -b 8 -e 64M -f 2 --transport mpi --algo native,ring
     commbench run overhead --np 2       commbench's timing of MPI all-reduce against raw mpi4py
     commbench run versus --np 2         the transport's own all-reduce against ours, side by side
@@ -21,9 +23,9 @@ from commbench.timing.measure import COLLECTIVES
 from commbench.wire.dtypes import DTYPES
 
 SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "tp": (), "pp": (),
-          "zero": (), "seqpar": (), "moe": (), "model": (), "versus": ("all_reduce",)}
+          "zero": (), "moe": (), "model": (), "versus": ("all_reduce",)}
 # suites that are studies of their own, run alone
-STUDIES = ("overhead", "tp", "pp", "zero", "seqpar", "moe", "model", "versus")
+STUDIES = ("overhead", "tp", "pp", "zero", "moe", "model", "versus")
 
 
 class UsageError(Exception):
@@ -42,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="commbench", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     sub.add_parser("info", help="launcher, world, transports, versions, devices")
+    sub.add_parser("list", help="every registered pattern and collective algorithm")
     r = sub.add_parser("run", help="time collectives (nccl-tests flags)")
     r.add_argument("targets", nargs="*", help=f"suites ({', '.join(SUITES)}) or collectives "
                    f"({', '.join(COLLECTIVES)}); default: collectives")
@@ -111,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             from commbench.cli.info import info
 
             return info()
+        if args.cmd == "list":
+            from commbench.cli.listing import listing
+
+            return listing()
         if args.cmd == "compare":
             return _compare(args)
         if args.cmd == "claims":
@@ -172,10 +179,49 @@ def _compare(a) -> int:
     return 1 if bad else 0
 
 
+def _patterns(targets: list[str]) -> list[str]:
+    """The patterns ``targets`` name (pattern names or markers); [] for collective targets."""
+    from commbench.patterns.registry import PATTERNS, select
+
+    found = {t: select(t) for t in targets}
+    if not any(found.values()):
+        return []
+    other = [t for t, names in found.items() if not names]
+    if other:
+        raise UsageError(f"{', '.join(other)}: not a pattern or a marker of one; patterns run "
+                         f"apart from collectives (known: {', '.join(PATTERNS)})")
+    return list(dict.fromkeys(n for names in found.values() for n in names))
+
+
+# flags of the collective sweeps, with their defaults: a pattern study sweeps its own configs
+_SWEEP_ONLY = {"-b": ("minbytes", "8"), "-e": ("maxbytes", "1M"), "-f": ("stepfactor", 4),
+               "-d": ("datatype", "float32"), "-o": ("op", "sum"), "-r": ("root", 0),
+               "--algo": ("algo", ""), "--transport": ("transport", ""),
+               "--batch": ("batch", 1), "--repeat": ("repeat", 1), "--topology": ("topology", ""),
+               "--resume": ("resume", False), "--rounds": ("rounds", None)}
+
+
+def _check_pattern_args(a) -> None:
+    given = [flag for flag, (attr, default) in _SWEEP_ONLY.items() if getattr(a, attr) != default]
+    if given:
+        raise UsageError(f"{' '.join(given)}: flags of the collective sweeps; a pattern study "
+                         "runs each variant of the configs its pattern declares (bench_configs), "
+                         "on the world's first transport")
+    for name, v, lo in (("-n", a.iters, 1), ("-w", a.warmup_iters, 0), ("--np", a.np, 1)):
+        if v < lo:
+            raise UsageError(f"{name} {v}: must be >= {lo}")
+    if a.timeout <= 0:
+        raise UsageError(f"--timeout {a.timeout}: must be > 0")
+
+
 def _check_run_args(a) -> tuple[list[str], list[int]]:
     from commbench.studies.sweep import parse_size, sizes_between
 
     ops: list[str] = []
+    a.patterns = _patterns(a.targets)
+    if a.patterns:
+        _check_pattern_args(a)
+        return ops, []
     for study in STUDIES:
         if study in a.targets and len(a.targets) > 1:
             raise UsageError(f"{study} is a study of its own; run it alone")

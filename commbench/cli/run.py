@@ -92,13 +92,15 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
             from commbench.studies.versus import run_versus
 
             return run_versus(a, world, transports, sizes, launch, printer, emit)
+        if a.patterns:
+            return _patterns(a, world, launch, printer, emit)
         if a.targets == ["tp"]:
             return _tp(a, world, launch, printer, emit)
         if a.targets == ["pp"]:
             return _pp(a, world, launch, printer, emit)
         if a.targets == ["zero"]:
             return _zero(a, world, launch, printer, emit)
-        if a.targets in (["seqpar"], ["moe"]):
+        if a.targets == ["moe"]:
             return _a2a(a, world, launch, printer, emit)
         if a.targets == ["model"]:
             from commbench.studies.model import run_model
@@ -274,8 +276,7 @@ def _a2a(a, world, launch, printer, emit) -> int:
     from commbench.studies import pattern_bench_a2a as pb
 
     suite = a.targets[0]
-    bench, markdown = {"seqpar": (pb.seqpar_bench, pb.seqpar_markdown),
-                       "moe": (pb.moe_bench, pb.moe_markdown)}[suite]
+    bench, markdown = pb.moe_bench, pb.moe_markdown
     emit(f"# commbench run {suite}: {world.size} ranks ({launch}), transport "
          f"{world.transports[0]}")
     rows = bench(world, a.iters, a.warmup_iters, emit)
@@ -283,6 +284,21 @@ def _a2a(a, world, launch, printer, emit) -> int:
     emit(f"# bytes counted = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
     _write_study(a, printer, world, launch, suite,
                  dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters), rows, markdown, emit)
+    return 1 if bad else 0
+
+
+def _patterns(a, world, launch, printer, emit) -> int:
+    from commbench.studies.patterns import pattern_markdown, pattern_study
+
+    measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters)
+    emit(f"# commbench run {' '.join(a.targets)}: {', '.join(a.patterns)}; {world.size} ranks "
+         f"({launch}), transport {world.transports[0]}")
+    rows = pattern_study(world, a.patterns, a.iters, a.warmup_iters, emit)
+    bad = [r for r in rows if not r["calls_match"]]
+    emit(f"# calls booked = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
+    for name in a.patterns:
+        _write_study(a, printer, world, launch, name, measurement,
+                     [r for r in rows if r["pattern"] == name], pattern_markdown, emit)
     return 1 if bad else 0
 
 

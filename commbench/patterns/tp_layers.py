@@ -21,8 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from commbench.patterns.tp_model import LayerWeights, TPConfig, attention
-from commbench.patterns.tp_ops import (
+from commbench.patterns.tp.communications import (
     _ag,
     _rs,
     copy_to_tp,
@@ -32,6 +31,7 @@ from commbench.patterns.tp_ops import (
     reduce_scatter_to_sp,
     scatter_to_tp,
 )
+from commbench.patterns.tp_model import LayerWeights, TPConfig, attention
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from commbench.patterns.tp_ops import (
+from commbench.patterns.tp.communications import (
     copy_to_tp,
     gather_from_sp,
     gather_from_tp,

@@ -37,7 +37,7 @@ class _Gathered(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         comm, group = ctx.comm, ctx.group
-        padded = torch.zeros(group.size * -(-grad.numel() // group.size), dtype=grad.dtype)
+        padded = grad.new_zeros(group.size * -(-grad.numel() // group.size))
         padded[: grad.numel()] = grad
         return comm.reduce_scatter(padded, group), None, None, None
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from commbench.collectives import ALGORITHMS
-from commbench.patterns.tp import run_head, run_layer
 from commbench.patterns.tp_model import TPConfig
+from commbench.patterns.tp_run import run_head, run_layer
 
 __all__ = ["claims_markdown", "tp_claims", "zero_claims"]
 

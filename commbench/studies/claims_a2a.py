@@ -3,11 +3,11 @@ ledger on a real run (rows of the same claims table as :mod:`commbench.studies.c
 
 from __future__ import annotations
 
-from commbench.patterns.attention import AttnConfig
 from commbench.patterns.moe_gating import MoEConfig, capacity
 from commbench.patterns.moe_run import run_moe
-from commbench.patterns.ring_attention import causal_work
-from commbench.patterns.seqpar import run_attention
+from commbench.patterns.run import run_pattern
+from commbench.patterns.seq.attention import AttnConfig
+from commbench.patterns.seq.ring import causal_work
 from commbench.studies.claims import _calls, _row
 
 __all__ = ["a2a_claims"]
@@ -23,25 +23,26 @@ def a2a_claims(world) -> list[dict]:
     cfg = AttnConfig(batch=2, seq=16 * P, heads=2 * P, head_dim=8, sp=P, causal=True,
                      layout="zigzag", dtype="float32")
     N, h = cfg.batch * cfg.seq, cfg.heads * cfg.head_dim
-    runs = {v: world.run(run_attention, cfg, 1, v)[0] for v in ("ulysses", "ring", "naive")}
-    uly = runs["ulysses"]["ledger"]
+    runs = {v: world.run(run_pattern, "ring_attention" if v == "ring" else "ulysses", cfg, v, 1)[0]
+            for v in ("ulysses", "ring", "naive")}
+    uly = [(op, axis, None, None, sent, recv) for op, axis, _, sent, recv in runs["ulysses"]["ledger"]]
     per_rank = 8 * N * h * (P - 1) // P ** 2 * 4
     rows.append(_row(
         "Ulysses: 4 all-to-alls forward, 4 backward, each (N*d)/P: 8Nd/P in total, a P-fold "
         "saving that does not grow with N",
         f"each all-to-all: a rank keeps 1/P of its N*h/P shard and sends the rest: "
         f"(P-1)/P^2 * N*h; per rank 8(P-1)/P^2 * N*h*4 B = {per_rank} B",
-        f"{_calls(uly, runs['ulysses']['sp'])}; {_sent(uly)} B sent per rank, "
+        f"{_calls(uly, 'sp')}; {_sent(uly)} B sent per rank, "
         f"{_sent(uly) * P} B by all {P} ranks (N = {N} tokens, h = {h}); ring attention "
-        f"{_sent(runs['ring']['ledger'])} B, naive all-gather of K,V "
-        f"{_sent(runs['naive']['ledger'])} B per rank",
+        f"{sum(c[3] for c in runs['ring']['ledger'])} B, naive all-gather of K,V "
+        f"{sum(c[3] for c in runs['naive']['ledger'])} B per rank",
         f"right in count, loose in size: per rank it is 8(P-1)/P^2 * N*h ({(P - 1) / P:.2f}x the "
         f"notes' 8Nh/P, the 1/P that stays home is not sent), and summed over ranks "
         f"8(P-1)/P * N*h, which does grow with N; what falls with P is the per-rank volume",
         _sent(uly) == per_rank))
 
     ring = runs["ring"]
-    fwd, total = _sent(ring["ledger_fwd"]), _sent(ring["ledger"])
+    fwd, total = ring["outputs"]["stats"]["forward_sent"], sum(c[3] for c in ring["ledger"])
     want = 2 * N * cfg.kv * cfg.head_dim * (P - 1) // P * 4
     zig = causal_work(cfg)
     flat = causal_work(AttnConfig(**{**cfg.as_dict(), "layout": "contiguous"}))

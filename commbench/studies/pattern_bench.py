@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import statistics
 
-from commbench.patterns.tp import predicted_layer, run_layer
 from commbench.patterns.tp_model import TPConfig
+from commbench.patterns.tp_run import predicted_layer, run_layer
 from commbench.results import records as res
 from commbench.wire.volume import booked
 

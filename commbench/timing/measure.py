@@ -1,11 +1,8 @@
-"""The timing loop, run on every rank: warm-up, barriers, device sync, per-iteration samples.
+"""A collective's measurement on every rank: buffers prepared, the one timing loop
+(:mod:`commbench.timing.loop`), the result checked and the bytes booked.
 
-Cadence ("isolated", nccl-tests' ``-z 3`` spirit): before every iteration the ranks meet in the
-transport's own barrier (after a device synchronisation on a GPU), outside the timed region; the
-timer then brackets one call: host ``perf_counter`` on CPU, CUDA events around the call on a GPU.
-Each rank returns its per-iteration times; the driver takes the maximum over ranks per iteration
-(nccl-tests' ``-I`` aggregation) and reports min, median, max and p99 of those. Nothing of the
-driver's dispatch is inside a timed region.
+The driver takes the maximum over ranks per iteration and reports min, median, max and p99 of
+those. Nothing of the driver's dispatch is inside a timed region.
 
 Binding (BINDING): in a local world, MPI series run with rank r bound to core r mod C (MPI
 busy-polls; a moving rank shifts timings; with more ranks than cores they share, as ``mpirun
@@ -22,7 +19,6 @@ get their input restored before each iteration, outside the timer.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 
 import torch
@@ -31,6 +27,7 @@ from commbench.collectives import ALGORITHMS, predict
 from commbench.collectives.compiled.schedule import Compiled
 from commbench.collectives.compiled.steps import schedule
 from commbench.timing import verify
+from commbench.timing.loop import timed
 from commbench.timing.native import Prepared, like, prepare_native, restore
 from commbench.wire.dtypes import DTYPES
 
@@ -45,7 +42,7 @@ MEASUREMENT = {"cadence": "isolated (transport barrier before each iteration, un
 
 
 def cadence(batch: int) -> dict:
-    """The measurement fields for samples of ``batch`` calls (see commbench.timing.measure._loop)."""
+    """The measurement fields for samples of ``batch`` calls (see commbench.timing.loop.timed)."""
     if batch == 1:
         return dict(MEASUREMENT)
     return dict(MEASUREMENT, cadence=f"batched ({batch} calls back to back per sample after an "
@@ -89,44 +86,6 @@ def counts_for(op: str, nbytes: int, n: int, itemsize: int) -> tuple[int, int]:
     return block * n, block * n * itemsize
 
 
-def _loop(prep, barrier, iters: int, warmup: int, cuda: bool, batch: int = 1) -> list[float]:
-    """The timed loop: reset and barrier untimed, then ``batch`` calls; CUDA events on a GPU.
-
-    Kept flat (no call between the barrier and the timer) so that the timed region holds the
-    transport's calls and nothing else of commbench. With ``batch`` > 1 the calls of a sample run
-    back to back (nccl-tests' cadence: no barrier and no reset between them; an in-place input
-    is reduced again) and the sample is their mean.
-    """
-    times = []
-    reset, call = prep.reset, prep.call
-    perf = time.perf_counter
-    calls = range(batch)
-    for i in range(warmup + iters):
-        reset()
-        if cuda:
-            torch.cuda.synchronize()
-            barrier()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in calls:
-                call()
-            end.record()
-            end.synchronize()
-            t = start.elapsed_time(end) / 1e3
-        else:
-            barrier()
-            t0 = perf()
-            for _ in calls:
-                call()
-            t = perf() - t0
-        if i >= warmup:
-            times.append(t / batch)
-    if batch > 1:  # the result checked is one call's on a restored input
-        reset()
-        call()
-    return times
-
-
 def _core(ctx) -> int | None:
     return getattr(ctx.affinity, "core", None)
 
@@ -166,7 +125,8 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     # published before the loop, so a hang inside it is still named
     ctx.tracker.enter(f"timed {case.op}/{case.algo} loop ({case.warmup}+{case.iters} samples of "
                       f"{case.batch} call(s), a barrier before each)", g.ranks)
-    times = _loop(prep, barrier, case.iters, case.warmup, dev.type == "cuda", case.batch)
+    times = timed(prep.call, barrier, case.iters, case.warmup, dev.type == "cuda",
+                  reset=prep.reset, batch=case.batch)
     ctx.tracker.leave(case.op)
     per_call = [t for t in times for _ in range(case.batch)]  # one ledger entry per timed call
     if prep.after is not None:

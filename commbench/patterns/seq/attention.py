@@ -1,5 +1,5 @@
 """Attention shared by the sequence-parallel patterns: the config, seeded inputs, the oracle, the
-sequence layouts, and the naive all-gather variant that Ulysses and ring attention are held to.
+sequence layouts, and the naive all-gather of K and V that Ulysses and ring attention are held to.
 
 Shapes: q [b, s, H, d], k and v [b, s, H_kv, d] (grouped-query attention when H_kv < H: query
 head h reads KV head h // (H / H_kv)). P is the Ulysses or context-parallel degree. Each rank holds
@@ -14,24 +14,20 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from commbench.patterns.tp_ops import gather_from_sp
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
+from commbench.wire.dtypes import check_dtype
 
 __all__ = ["AttnConfig", "attend", "attention_inputs", "gqa_index", "local_tokens",
            "naive_attention", "oracle_attention", "positions"]
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
-
 
 @dataclass(frozen=True)
 class AttnConfig:
-    """One attention call under sequence (Ulysses) or context parallelism.
-
-    ``kv_heads`` 0 means as many as ``heads``. ``layout``: ``contiguous`` (rank r holds tokens
-    [r s/P, (r+1) s/P)) or ``zigzag`` (2P chunks, rank r holds chunks r and 2P-1-r, the
-    load-balanced split for causal ring attention).
-    """
+    """One attention call under sequence (Ulysses) or context parallelism over a ``dp x sp``
+    grid. ``kv_heads`` 0 means as many as ``heads``. ``layout``: ``contiguous`` (rank r holds
+    tokens [r s/P, (r+1) s/P)) or ``zigzag`` (2P chunks, rank r holds chunks r and 2P-1-r, the
+    load-balanced split for causal ring attention)."""
 
     batch: int = 1
     seq: int = 8
@@ -51,7 +47,10 @@ class AttnConfig:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def validate(self, world_size: int, ulysses: bool = False) -> None:
+    def label(self) -> str:
+        return f"b{self.batch} s{self.seq} H{self.heads}/{self.kv} d{self.head_dim} {self.layout}"
+
+    def validate(self, world_size: int, variant: str = "") -> None:
         """Raise ValueError naming the value and the rule, before any collective."""
         for name in ("batch", "seq", "heads", "head_dim", "sp", "dp"):
             if getattr(self, name) < 1:
@@ -69,31 +68,30 @@ class AttnConfig:
         if self.seq % chunks:
             raise ValueError(f"seq={self.seq}: must be a multiple of {chunks} "
                              f"({self.layout} split over sp={self.sp})")
-        if ulysses and self.heads < self.sp:
+        if variant == "ulysses" and self.heads < self.sp:
             raise ValueError(f"heads={self.heads}, sp={self.sp}: Ulysses needs at least one "
                              "query head per rank (heads >= sp)")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype={self.dtype!r}: must be one of {sorted(DTYPES)}")
+        check_dtype(self.dtype, ("float64", "float32"))
 
 
-def positions(cfg: AttnConfig, r: int) -> torch.Tensor:
+def positions(cfg: AttnConfig, r: int, device) -> torch.Tensor:
     """Global token positions rank ``r`` of the SP group holds, in its local order."""
     P, s = cfg.sp, cfg.seq
     if cfg.layout == "zigzag":
         c = s // (2 * P)
-        return torch.cat([torch.arange(r * c, (r + 1) * c),
-                          torch.arange((2 * P - 1 - r) * c, (2 * P - r) * c)])
-    return torch.arange(r * s // P, (r + 1) * s // P)
+        return torch.cat([torch.arange(r * c, (r + 1) * c, device=device),
+                          torch.arange((2 * P - 1 - r) * c, (2 * P - r) * c, device=device)])
+    return torch.arange(r * s // P, (r + 1) * s // P, device=device)
 
 
 def local_tokens(t: torch.Tensor, cfg: AttnConfig, sp_index: int, dp_index: int) -> torch.Tensor:
     """This rank's share: its DP slice of the batch, its SP positions of the sequence."""
     b = cfg.batch // cfg.dp
-    return t[dp_index * b:(dp_index + 1) * b, positions(cfg, sp_index)].contiguous()
+    return t[dp_index * b:(dp_index + 1) * b, positions(cfg, sp_index, t.device)].contiguous()
 
 
 def attention_inputs(cfg: AttnConfig, seed: int) -> dict[str, torch.Tensor]:
-    """Seeded float64 q, k, v and the upstream gradient dy, whole."""
+    """Seeded float64 q, k, v and the upstream gradient dy, whole, on the CPU."""
     g = torch.Generator().manual_seed(seed)
     b, s, H, K, d = cfg.batch, cfg.seq, cfg.heads, cfg.kv, cfg.head_dim
     r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)  # noqa: E731
@@ -113,7 +111,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_index: list[int
 
     Query head i reads KV head ``kv_index[i]``; with ``causal``, query at position p sees keys at
     positions <= p. Every query must see at least one key (true whenever it sees itself)."""
-    idx = torch.tensor(kv_index, dtype=torch.long)
+    idx = torch.tensor(kv_index, dtype=torch.long, device=q.device)
     ke, ve = k.index_select(2, idx), v.index_select(2, idx)
     scores = torch.einsum("bqhd,bkhd->bhqk", q, ke) / math.sqrt(q.shape[-1])
     if causal:
@@ -124,7 +122,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_index: list[int
 def oracle_attention(cfg: AttnConfig, seed: int, dtype=torch.float64,
                      nudge=None) -> dict[str, torch.Tensor]:
     """The single-process truth: y, dq, dk, dv of the whole sequence. ``nudge``: applied to q,
-    k, v and dy once cast (tests move them by an ulp to see how much rounding is amplified)."""
+    k, v and dy once cast (a reference run moved by an ulp, :mod:`commbench.patterns.judge`)."""
     d = attention_inputs(cfg, seed)
     cast = (lambda t: nudge(t.to(dtype))) if nudge else (lambda t: t.to(dtype))
     q, k, v = (cast(d[n]).requires_grad_() for n in ("q", "k", "v"))
@@ -135,12 +133,12 @@ def oracle_attention(cfg: AttnConfig, seed: int, dtype=torch.float64,
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: AttnConfig,
-                    comm: Comm, group: Group) -> torch.Tensor:
+                    comm: Comm, group: Group, parts) -> torch.Tensor:
     """The naive counterpart of Ulysses and ring attention: all-gather K and V along the
-    sequence, attend with the local queries. q [b, n, H, d], k/v [b, n, H_kv, d] with n = s/P
-    -> [b, n, H, d]; backward reduce-scatters dK and dV."""
+    sequence (``parts.gather_kv``), attend with the local queries. q [b, n, H, d], k/v
+    [b, n, H_kv, d] with n = s/P -> [b, n, H, d]; backward reduce-scatters dK and dV."""
     P = group.size
-    k_all, v_all = (gather_from_sp(t, comm, group, dim=1) for t in (k, v))
-    pos_k = torch.cat([positions(cfg, r) for r in range(P)])
-    return attend(q, k_all, v_all, gqa_index(range(cfg.heads), cfg.heads, cfg.kv),
-                  positions(cfg, group.index), pos_k, cfg.causal)
+    k_all, v_all = (parts.gather_kv(t, comm, group, dim=1) for t in (k, v))
+    pos_k = torch.cat([positions(cfg, r, q.device) for r in range(P)])
+    return attend(q, k_all, v_all, parts.kv_index(range(cfg.heads), cfg.heads, cfg.kv),
+                  positions(cfg, group.index, q.device), pos_k, cfg.causal)

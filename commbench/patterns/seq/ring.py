@@ -13,6 +13,9 @@ and a last hop brings it home: P-1 hops of K/V and P-1 of dK/dV, twice the forwa
 With the zigzag layout (2P chunks, rank r holds chunks r and 2P-1-r), causal attention gives
 every rank the same work; chunk pairs that are wholly masked are skipped, so the balance shows in
 time. Blocks are computed chunk against chunk; every query sees at least its own position.
+
+The merge, the per-hop block and the dK/dV homecoming are parts of the pattern (``SeqParts``),
+so a merge that forgets to rescale can stand in for the real one.
 """
 
 from __future__ import annotations
@@ -21,18 +24,18 @@ import math
 
 import torch
 
-from commbench.patterns.attention import AttnConfig, gqa_index, positions
+from commbench.patterns.seq.attention import AttnConfig, positions
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 
-__all__ = ["causal_work", "ring_attention"]
+__all__ = ["causal_work", "forward_block", "merge", "return_home", "ring_attention"]
 
 
 def _pairs(pos_q: torch.Tensor, pos_k: torch.Tensor, causal: bool):
     """(query rows, key rows) chunk pairs with at least one visible score."""
     out = []
-    for qs in torch.arange(len(pos_q)).chunk(2):
-        for ks in torch.arange(len(pos_k)).chunk(2):
+    for qs in torch.arange(len(pos_q), device=pos_q.device).chunk(2):
+        for ks in torch.arange(len(pos_k), device=pos_k.device).chunk(2):
             if len(qs) and len(ks) and (not causal or pos_k[ks].min() <= pos_q[qs].max()):
                 out.append((qs, ks))
     return out
@@ -45,7 +48,7 @@ def _scores(q, ke, pos_q, pos_k, causal):
     return s
 
 
-def _merge(out, lse, o_i, lse_i):
+def merge(out, lse, o_i, lse_i):
     """Online-softmax merge into out [b, q, H, d], lse [b, H, q] (in place)."""
     new = torch.logaddexp(lse, lse_i)
     safe = torch.where(torch.isfinite(new), new, torch.zeros_like(new))
@@ -54,7 +57,8 @@ def _merge(out, lse, o_i, lse_i):
     lse.copy_(new)
 
 
-def _forward_block(q, k, v, idx, pos_q, pos_k, causal, out, lse):
+def forward_block(q, k, v, idx, pos_q, pos_k, causal, out, lse, merge, hop: int, hops: int):
+    """Merge this hop's K/V block (hop ``hop`` of ``hops``) into out and lse."""
     for qs, ks in _pairs(pos_q, pos_k, causal):
         s = _scores(q[:, qs], k[:, ks].index_select(2, idx), pos_q[qs], pos_k[ks], causal)
         m = s.amax(-1, keepdim=True)
@@ -64,7 +68,7 @@ def _forward_block(q, k, v, idx, pos_q, pos_k, causal, out, lse):
         o = torch.einsum("bhqk,bkhd->bqhd", p / den.clamp_min(1e-300),
                          v[:, ks].index_select(2, idx))
         o_rows, l_rows = out[:, qs], lse[:, :, qs]
-        _merge(o_rows, l_rows, o, (m + torch.log(den)).squeeze(-1))
+        merge(o_rows, l_rows, o, (m + torch.log(den)).squeeze(-1))
         out[:, qs], lse[:, :, qs] = o_rows, l_rows
 
 
@@ -89,7 +93,7 @@ def _hop(comm: Comm, group: Group, t: torch.Tensor, tag: int):
     return comm.isend(t, group, (r + 1) % P, tag=tag), comm.irecv(t, group, (r - 1) % P, tag=tag)
 
 
-def _return_home(comm: Comm, group: Group, acc: torch.Tensor) -> torch.Tensor:
+def return_home(comm: Comm, group: Group, acc: torch.Tensor) -> torch.Tensor:
     """The last hop: each dK/dV accumulator goes to the rank whose block it is."""
     sent, got = _hop(comm, group, acc, 3)
     sent.wait()
@@ -98,23 +102,23 @@ def _return_home(comm: Comm, group: Group, acc: torch.Tensor) -> torch.Tensor:
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, cfg, comm, group):
+    def forward(ctx, q, k, v, cfg, comm, group, parts):
         P, r = group.size, group.index
-        idx = torch.tensor(gqa_index(range(cfg.heads), cfg.heads, cfg.kv))
-        pos_q = positions(cfg, r)
+        idx = torch.tensor(parts.kv_index(range(cfg.heads), cfg.heads, cfg.kv), device=q.device)
+        pos_q = positions(cfg, r, q.device)
         b, n, H, d = q.shape
         out = q.new_zeros(q.shape)
         lse = q.new_full((b, H, n), float("-inf"))
         kv = torch.stack([k, v])
-        for step in range(P):
-            pending = _hop(comm, group, kv, 1) if step < P - 1 else None
-            _forward_block(q, kv[0], kv[1], idx, pos_q, positions(cfg, (r - step) % P),
-                           cfg.causal, out, lse)
+        for hop in range(P):
+            pending = _hop(comm, group, kv, 1) if hop < P - 1 else None
+            parts.forward_block(q, kv[0], kv[1], idx, pos_q, positions(cfg, (r - hop) % P, q.device),
+                                cfg.causal, out, lse, parts.merge, hop, P)
             if pending:
                 pending[0].wait()
                 kv = pending[1].wait()
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.cfg, ctx.comm, ctx.group, ctx.idx = cfg, comm, group, idx
+        ctx.cfg, ctx.comm, ctx.group, ctx.idx, ctx.parts = cfg, comm, group, idx, parts
         return out
 
     @staticmethod
@@ -122,10 +126,10 @@ class _RingAttention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         cfg, comm, group, idx = ctx.cfg, ctx.comm, ctx.group, ctx.idx
         P, r = group.size, group.index
-        pos_q, dout = positions(cfg, r), dout.contiguous()
+        pos_q, dout = positions(cfg, r, q.device), dout.contiguous()
         delta = (dout * out).sum(-1).transpose(1, 2)  # [b, H, n]
         dq = torch.zeros_like(q)
-        own = torch.zeros((2, *k.shape), dtype=k.dtype)
+        own = k.new_zeros((2, *k.shape))
         _backward_block(q, k, v, idx, pos_q, pos_q, cfg.causal, dout, lse, delta, dq, own[0], own[1])
         kv, acc = torch.stack([k, v]), None
         for hop in range(1, P):
@@ -139,17 +143,18 @@ class _RingAttention(torch.autograd.Function):
                 acc = acc_posts[1].wait()
             else:
                 acc = torch.zeros_like(kv)
-            _backward_block(q, kv[0], kv[1], idx, pos_q, positions(cfg, (r - hop) % P),
+            _backward_block(q, kv[0], kv[1], idx, pos_q, positions(cfg, (r - hop) % P, q.device),
                             cfg.causal, dout, lse, delta, dq, acc[0], acc[1])
         if P > 1:
-            own += _return_home(comm, group, acc)
-        return dq, own[0], own[1], None, None, None
+            own += ctx.parts.return_home(comm, group, acc)
+        return dq, own[0], own[1], None, None, None, None
 
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: AttnConfig,
-                   comm: Comm, group: Group) -> torch.Tensor:
+                   comm: Comm, group: Group, parts) -> torch.Tensor:
     """q [b, n, H, d], k/v [b, n, H_kv, d] at this rank's positions -> [b, n, H, d]."""
-    return _RingAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), cfg, comm, group)
+    return _RingAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), cfg, comm, group,
+                                parts)
 
 
 def causal_work(cfg: AttnConfig) -> list[int]:
@@ -157,7 +162,7 @@ def causal_work(cfg: AttnConfig) -> list[int]:
     P = cfg.sp
     out = []
     for r in range(P):
-        pq = positions(cfg, r)
-        out.append(sum(int((positions(cfg, j)[None, :] <= pq[:, None]).sum()) if cfg.causal
-                       else len(pq) * len(positions(cfg, j)) for j in range(P)))
+        pq = positions(cfg, r, "cpu")
+        out.append(sum(int((positions(cfg, j, "cpu")[None, :] <= pq[:, None]).sum())
+                       if cfg.causal else len(pq) * cfg.seq // P for j in range(P)))
     return out

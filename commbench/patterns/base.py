@@ -1,0 +1,186 @@
+"""The pattern interface: every communication pattern of the notes declared once, in one shape.
+
+As nccl-tests makes the collective its unit (one ``struct testColl`` per collective: bytes, data,
+bandwidth, run), commbench makes the pattern its unit. A pattern says:
+
+==============================  ==================================================================
+``name``, ``markers``            registry key; pytest markers (the first is its topic)
+``variants``                     ``naive``, ``optimized`` and the others its family has
+``axes``                         the group axes it communicates on (``tp``, ``dp``, ``sp``, ...);
+                                 ``grid(cfg)`` lays out the ranks (``"dp=2,tp=2"``)
+``Config``                       a frozen dataclass; ``validate(world_size, variant)`` raises one
+                                 line naming the value and the rule, before any collective
+``configs(world_size, variant)`` a hypothesis strategy of valid configs
+``bench_configs(world_size)``    the configs its study sweeps
+``inputs(cfg, seed, device)``    the whole seeded data, drawn on the CPU, placed on ``device``
+``shard(cfg, inputs, groups)``   this rank's part of it (untimed)
+``oracle(cfg, seed)``            outputs and every gradient of the unsharded computation, float64
+``references(cfg, seed)``        equally right low-precision answers (float32 runs are held to
+                                 their spread), none for float64
+``expected(oracle, cfg, rank)``  this rank's part of the oracle
+``step(ctx, cfg, local, variant, groups, parts)``  this rank's outputs and gradients
+``predicted(cfg, variant, rank, seed)``  the calls this rank makes: [:class:`Call`, ...]
+``tolerance``                    :class:`Tolerance`, with its reason
+``parts``, ``broken``            the swappable operators of the step, and :class:`Broken`
+                                 variants declared as replacements of them
+==============================  ==================================================================
+
+Generic code turns a pattern into its contract test (``tests/test_patterns.py``), its study
+(``commbench run <pattern>``), its claims and its layout prediction. Nothing in a pattern's step
+knows about tests: a broken variant is the same step given other parts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+__all__ = ["Broken", "Call", "Pattern", "Tolerance"]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call of one rank, as predicted or as booked by the ledger.
+
+    op: the comm layer's name (``all_reduce``, ``all_to_all``, ``isend``, ...); axis: the group
+    axis it runs on; size: bytes of this rank's buffer (the ledger's count x itemsize); sent /
+    recv: bytes this rank sends and receives (:mod:`commbench.wire.volume`).
+    """
+
+    op: str
+    axis: str
+    size: int
+    sent: int
+    recv: int
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How close a rank's value must be to the oracle's, with the reason.
+
+    float64 runs: ``|got - want| <= atol + rtol |want|`` elementwise. Lower precision: the
+    largest error of the pattern's :meth:`Pattern.references` (unsharded computations in the
+    same precision, each an equally right answer) times ``factor``, plus ``floor`` x
+    max(1, max |want|): the sharded run sums in another order, and no fixed bound fits both a
+    LayerNorm that amplifies rounding and one that does not.
+    """
+
+    reason: str
+    rtol: float = 1e-10
+    atol: float = 1e-10
+    factor: float = 8.0
+    floor: float = 1e-6
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A deliberately broken variant: ``variant`` run with ``parts`` replacing the pattern's
+    own. ``examples(world_size)`` gives configs at which the contract must catch it, at each
+    of ``sizes``."""
+
+    name: str
+    variant: str
+    parts: dict[str, Callable]
+    why: str
+    examples: Callable[[int], list]
+    sizes: tuple[int, ...] = (2, 4)
+
+
+class Pattern:
+    """Base of every pattern (see the module docstring); subclasses fill in the class
+    attributes and the methods that raise :class:`NotImplementedError`."""
+
+    name: ClassVar[str]
+    markers: ClassVar[tuple[str, ...]]
+    variants: ClassVar[tuple[str, ...]]
+    naive: ClassVar[str]
+    optimized: ClassVar[str]
+    axes: ClassVar[tuple[str, ...]]
+    Config: ClassVar[type]
+    tolerance: ClassVar[Tolerance]
+    parts: Any = None  # a frozen dataclass of the step's operators
+    broken: tuple[Broken, ...] = ()
+    dtypes: ClassVar[tuple[str, ...]] = ("float64", "float32")  # what the contract draws
+
+    # -- configs --------------------------------------------------------------------------------
+    def configs(self, world_size: int, variant: str):
+        raise NotImplementedError
+
+    def bench_configs(self, world_size: int) -> list:
+        raise NotImplementedError
+
+    def check(self, cfg, world_size: int, variant: str) -> None:
+        """The one place a run checks its config: variant, then the config's own rules."""
+        if variant not in self.variants:
+            raise ValueError(f"variant={variant!r}: {self.name} has {', '.join(self.variants)}")
+        cfg.validate(world_size, variant)
+
+    # -- data -----------------------------------------------------------------------------------
+    def inputs(self, cfg, seed: int, device) -> dict:
+        raise NotImplementedError
+
+    def shard(self, cfg, inputs: dict, groups: dict) -> dict:
+        return inputs
+
+    def groups(self, ctx, cfg) -> dict:
+        """This rank's group along every axis of its grid and every combination of
+        :attr:`combos` (``dp_ep``), by name; built collectively (every rank calls it)."""
+        grid = ctx.grid(self.grid(cfg), combos=self.combos)
+        return {"_".join(axes): g for axes, g in grid.groups.items()}
+
+    def grid(self, cfg) -> str:
+        raise NotImplementedError
+
+    def label(self, cfg) -> str:
+        """A short name of ``cfg`` for the study's rows."""
+        return cfg.label()
+
+    combos: ClassVar[tuple[tuple[str, ...], ...]] = ()
+
+    # -- truth ----------------------------------------------------------------------------------
+    def oracle(self, cfg, seed: int) -> dict:
+        raise NotImplementedError
+
+    def references(self, cfg, seed: int) -> list[dict]:
+        return []
+
+    def expected(self, oracle: dict, cfg, rank: int) -> dict:
+        raise NotImplementedError
+
+    # -- the run --------------------------------------------------------------------------------
+    def step(self, ctx, cfg, local: dict, variant: str, groups: dict, parts) -> dict:
+        raise NotImplementedError
+
+    def predicted(self, cfg, variant: str, rank: int, seed: int | None = None) -> list[Call]:
+        """The calls ``rank`` books in one step. Where they depend on the data (MoE's routing),
+        ``seed`` picks it; without a seed such a pattern raises ValueError."""
+        raise NotImplementedError
+
+    def metrics(self, cfg, variant: str, outs: list[dict]) -> dict:
+        """Columns of its own for the study (bubble, memory, ...), from every rank's result."""
+        return {}
+
+    # -- helpers --------------------------------------------------------------------------------
+    def parts_for(self, broken: str | None):
+        """The step's parts, with a broken variant's replacements when one is named."""
+        if broken is None:
+            return self.parts
+        b = self.broken_variant(broken)
+        return dataclasses.replace(self.parts, **b.parts)
+
+    def broken_variant(self, name: str) -> Broken:
+        for b in self.broken:
+            if b.name == name:
+                return b
+        known = ", ".join(b.name for b in self.broken) or "none"
+        raise ValueError(f"broken={name!r}: {self.name} declares {known}")
+
+    def describe(self) -> dict:
+        return {"pattern": self.name, "markers": list(self.markers),
+                "variants": list(self.variants), "naive": self.naive,
+                "optimized": self.optimized, "groups": list(self.axes),
+                "broken": [b.name for b in self.broken]}
+
+

@@ -1,0 +1,101 @@
+"""The one judge: every rank's outputs and gradients against the oracle, its ledger against the
+prediction, for any pattern.
+
+Values: :class:`~commbench.patterns.base.Tolerance` (float64 runs to a fixed rtol/atol; lower
+precision within ``factor`` times the spread of equally right unsharded answers). Integer and
+boolean outputs (routing masks) must be equal. Calls: the ledger's booked calls, as (op, axis,
+size, sent, recv), must equal the prediction as a multiset, to the byte.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from commbench.patterns.base import Pattern, Tolerance
+
+__all__ = ["check", "close", "judge", "nudger", "reference_nudges"]
+
+DRAWS = 3  # one-ulp nudged reference runs besides the plain one
+
+
+def nudger(draw: int):
+    """A function moving each element of a tensor one ulp up, down or not at all, seeded.
+
+    One float32 reference run's error can be small by luck of cancellation; runs whose inputs
+    are each moved by one ulp are equally right answers, and the largest of their errors is the
+    scale a sharded run, whose sums go in another order, is held to."""
+    g = torch.Generator().manual_seed(draw)
+
+    def nudge(t: torch.Tensor) -> torch.Tensor:
+        u = torch.randint(-1, 2, t.shape, generator=g)
+        inf = torch.full_like(t, float("inf"))
+        return torch.where(u > 0, torch.nextafter(t, inf),
+                           torch.where(u < 0, torch.nextafter(t, -inf), t))
+
+    return nudge
+
+
+def reference_nudges() -> list:
+    """None (as is), then :data:`DRAWS` seeded nudges."""
+    return [None] + [nudger(k) for k in range(DRAWS)]
+
+
+def close(got: torch.Tensor, want: torch.Tensor, refs: list[torch.Tensor], tol: Tolerance) -> str:
+    """'' when ``got`` is as close to ``want`` as ``tol`` asks, else what is wrong."""
+    if not isinstance(got, torch.Tensor):
+        return f"is {type(got).__name__}, not a tensor"
+    if tuple(got.shape) != tuple(want.shape):
+        return f"has shape {list(got.shape)}, the oracle {list(want.shape)}"
+    if not (want.is_floating_point() or want.is_complex()):
+        return "" if torch.equal(got, want) else "differs (exact values)"
+    if not got.numel():
+        return ""
+    got = got.double()
+    err = (got - want).abs()
+    if not torch.isfinite(got).all():
+        return "is not finite"
+    if not refs:
+        bad = err > tol.atol + tol.rtol * want.abs()
+        return f"differs by {float(err.max()):.3g}" if bad.any() else ""
+    scale = max(float((r.double() - want).abs().max()) for r in refs)
+    bound = tol.factor * scale + tol.floor * max(1.0, float(want.abs().max()))
+    return f"differs by {float(err.max()):.3g} (bound {bound:.3g})" if err.max() > bound else ""
+
+
+def _diff(got: list[tuple], want: list[tuple]) -> str:
+    extra = Counter(got) - Counter(want)
+    missing = Counter(want) - Counter(got)
+    return (f"booked but not predicted {sorted(extra.elements())}; predicted but not booked "
+            f"{sorted(missing.elements())}")
+
+
+def judge(pattern: Pattern, cfg, variant: str, seed: int, outs: list[dict],
+          oracle: dict | None = None, refs: list[dict] | None = None) -> list[str]:
+    """Every problem of a run, one line each; [] when every rank is right."""
+    oracle = pattern.oracle(cfg, seed) if oracle is None else oracle
+    refs = pattern.references(cfg, seed) if refs is None else refs
+    problems = []
+    for r, out in enumerate(outs):
+        ref_r = [pattern.expected(ref, cfg, r) for ref in refs]
+        for name, want in pattern.expected(oracle, cfg, r).items():
+            got = out["outputs"].get(name)
+            why = "is missing" if got is None else close(got, want, [x[name] for x in ref_r],
+                                                         pattern.tolerance)
+            if why:
+                problems.append(f"rank {r}: {name} {why}")
+        booked = [tuple(c) for c in out["ledger"]]
+        predicted = [(c.op, c.axis, c.size, c.sent, c.recv)
+                     for c in pattern.predicted(cfg, variant, r, seed)]
+        if Counter(booked) != Counter(predicted):
+            problems.append(f"rank {r}: ledger != prediction: {_diff(booked, predicted)}")
+    return problems
+
+
+def check(world, pattern: Pattern, cfg, variant: str, seed: int, broken: str | None = None) -> list[str]:
+    """Run ``variant`` (or a broken variant of it) on ``world`` and judge it."""
+    from commbench.patterns.run import run_pattern
+
+    outs = world.run(run_pattern, pattern.name, cfg, variant, seed, broken)
+    return judge(pattern, cfg, variant, seed, outs)

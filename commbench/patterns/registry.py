@@ -1,0 +1,29 @@
+"""Every pattern commbench knows, one line each. A new pattern adds its line here."""
+
+from __future__ import annotations
+
+from commbench.patterns.base import Pattern
+from commbench.patterns.seq.pattern import RingAttention, Ulysses
+from commbench.patterns.seq.zero3 import UlyssesZero3
+
+__all__ = ["PATTERNS", "get", "select"]
+
+PATTERNS: dict[str, Pattern] = {p.name: p for p in (
+    Ulysses(),
+    UlyssesZero3(),
+    RingAttention(),
+)}
+
+
+def get(name: str) -> Pattern:
+    try:
+        return PATTERNS[name]
+    except KeyError:
+        raise ValueError(f"pattern {name!r}: known: {', '.join(PATTERNS)}") from None
+
+
+def select(target: str) -> list[str]:
+    """The patterns a command-line target names: a pattern, or every pattern of a marker."""
+    if target in PATTERNS:
+        return [target]
+    return [name for name, p in PATTERNS.items() if target in p.markers]

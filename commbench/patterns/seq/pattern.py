@@ -1,0 +1,222 @@
+"""Sequence and context parallelism as patterns: DeepSpeed-Ulysses and ring attention, each against
+the naive all-gather of K and V, on a ``dp x sp`` grid (SP neighbours adjacent).
+
+Predicted calls per rank on the SP group for one attention forward + backward, with n = s/P
+local tokens, b the local batch, e bytes per element and H_r / K_r the query / KV heads member r
+attends to:
+
+    ulysses  forward: all-to-all of q (sends b n H_j d e to each j != r), of k and v (b n K_j d e),
+             of the output (b n H_r d e to each j != r); backward: the same four, mirrored.
+             Even heads, no GQA: each of the 8 moves (P-1)/P^2 * b s H d elements per rank.
+    ring     forward: P-1 sends of K and V, 2 b n H_kv d e each; backward P-1 of K and V and
+             P-1 of dK and dV: 2 (P-1)/P * b s H_kv d e forward, twice that backward.
+    naive    forward: all-gather of K and V; backward: reduce-scatter of dK and dV.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from hypothesis import strategies as st
+
+from commbench.patterns.base import Broken, Call, Pattern, Tolerance
+from commbench.patterns.judge import reference_nudges
+from commbench.patterns.seq import broken
+from commbench.patterns.seq.attention import (
+    AttnConfig,
+    attention_inputs,
+    gqa_index,
+    local_tokens,
+    naive_attention,
+    oracle_attention,
+)
+from commbench.patterns.seq.ring import causal_work, forward_block, merge, return_home, ring_attention
+from commbench.patterns.seq.ulysses import head_ranges, kv_ranges, s2h, ulysses_attention
+from commbench.patterns.tp.communications import gather_from_sp
+from commbench.wire.dtypes import DTYPES
+from commbench.wire.volume import booked
+
+__all__ = ["RingAttention", "SeqParts", "Ulysses", "attention_calls", "attn_configs"]
+
+# (batch, seq per rank, heads, kv_heads, head_dim) of the studies
+ATTN_MODELS = [(2, 64, 8, 8, 32), (2, 256, 8, 8, 32), (2, 256, 8, 2, 32)]
+
+
+@dataclass(frozen=True)
+class SeqParts:
+    """The swappable operators of the sequence-parallel steps."""
+
+    seq_to_head: Callable = s2h          # Ulysses' sequence -> head all-to-all body
+    kv_index: Callable = gqa_index       # query head -> local KV head
+    gather_kv: Callable = gather_from_sp  # naive: K, V all-gathered along the sequence
+    merge: Callable = merge              # ring: online-softmax merge of a block
+    forward_block: Callable = forward_block
+    return_home: Callable = return_home  # ring: dK/dV's last hop
+
+
+TOLERANCE = Tolerance(
+    "float64: only the order of the sums differs from the oracle (~1e-15 relative per "
+    "operation). float32: within 8x the largest error of the unsharded float32 computation, as "
+    "is and with its inputs nudged by one ulp, plus 1e-6 x max(1, largest value): the inputs are "
+    "standard normal, so the terms that cancel into a small gradient (softmax backward: "
+    "p (dP - D)) are of order 1 and leave ~1.2e-7 of absolute rounding however small the "
+    "result is.")
+
+
+@st.composite
+def attn_configs(draw, world_size: int, layouts=("contiguous", "zigzag"),
+                 dtypes=("float64", "float32")):
+    sp = draw(st.sampled_from([d for d in range(1, world_size + 1) if world_size % d == 0]))
+    dp = world_size // sp
+    heads = draw(st.integers(sp, 2 * sp + 1))
+    kv = draw(st.sampled_from([k for k in range(1, heads + 1) if heads % k == 0]))
+    layout = draw(st.sampled_from(layouts))
+    chunks = sp * (2 if layout == "zigzag" else 1)
+    return AttnConfig(batch=dp * draw(st.integers(1, 2)), seq=chunks * draw(st.integers(1, 3)),
+                      heads=heads, kv_heads=kv, head_dim=draw(st.sampled_from([1, 3, 4])),
+                      sp=sp, dp=dp, causal=draw(st.booleans()), layout=layout,
+                      dtype=draw(st.sampled_from(dtypes)))
+
+
+def _a2a(P: int, r: int, e: int, in_splits: list[int], out_splits: list[int]) -> Call:
+    s, rc = booked("all_to_all", P, r, 0, e, in_splits=in_splits, out_splits=out_splits)
+    return Call("all_to_all", "sp", sum(in_splits) * e, s, rc)
+
+
+def attention_calls(cfg: AttnConfig, variant: str, r: int) -> list[Call]:
+    """The calls SP member ``r`` makes in one attention forward + backward."""
+    P = cfg.sp
+    if P == 1:
+        return []
+    e = DTYPES[cfg.dtype].itemsize
+    b, n, d = cfg.batch // cfg.dp, cfg.seq // P, cfg.head_dim
+    if variant == "ring":
+        kv = 2 * b * n * cfg.kv * d * e
+        return [Call("isend", "sp", kv, kv, 0), Call("irecv", "sp", kv, 0, kv)] * (3 * (P - 1))
+    if variant == "naive":
+        kv = b * n * cfg.kv * d
+        return [Call("all_gather", "sp", kv * e, *booked("all_gather", P, r, kv, e))] * 2 + \
+            [Call("reduce_scatter", "sp", P * kv * e,
+                  *booked("reduce_scatter", P, r, P * kv, e))] * 2
+    calls = []
+    for ranges in (head_ranges(cfg.heads, P), *[kv_ranges(cfg.heads, cfg.kv, P)] * 2):
+        m = [b * n * (z - a) * d for a, z in ranges]
+        calls += [_a2a(P, r, e, m, [m[r]] * P),  # sequence -> head, and in backward its mirror
+                  _a2a(P, r, e, [m[r]] * P, m)]
+    m = [b * n * (z - a) * d for a, z in head_ranges(cfg.heads, P)]
+    return calls + [_a2a(P, r, e, [m[r]] * P, m), _a2a(P, r, e, m, [m[r]] * P)]
+
+
+ATTENTION = {"ulysses": ulysses_attention, "ring": ring_attention, "naive": naive_attention}
+
+
+class _Attention(Pattern):
+    """One attention forward + backward; shared by Ulysses and ring attention."""
+
+    axes = ("sp",)
+    Config = AttnConfig
+    tolerance = TOLERANCE
+    parts = SeqParts()
+    layouts: tuple[str, ...] = ("contiguous", "zigzag")
+
+    def grid(self, cfg: AttnConfig) -> str:
+        return f"dp={cfg.dp},sp={cfg.sp}"
+
+    def configs(self, world_size: int, variant: str):
+        return attn_configs(world_size, self.layouts, self.dtypes)
+
+    def label(self, cfg: AttnConfig) -> str:
+        return cfg.label()
+
+    def inputs(self, cfg: AttnConfig, seed: int, device) -> dict:
+        dt = DTYPES[cfg.dtype]
+        return {k: v.to(device=device, dtype=dt) for k, v in attention_inputs(cfg, seed).items()}
+
+    def shard(self, cfg: AttnConfig, inputs: dict, groups: dict) -> dict:
+        return {k: local_tokens(v, cfg, groups["sp"].index, groups["dp"].index)
+                for k, v in inputs.items()}
+
+    def oracle(self, cfg: AttnConfig, seed: int) -> dict:
+        return oracle_attention(cfg, seed)
+
+    def references(self, cfg: AttnConfig, seed: int) -> list[dict]:
+        if cfg.dtype == "float64":
+            return []
+        return [oracle_attention(cfg, seed, torch.float32, nudge) for nudge in reference_nudges()]
+
+    def expected(self, oracle: dict, cfg: AttnConfig, rank: int) -> dict:
+        return {k: local_tokens(v, cfg, rank % cfg.sp, rank // cfg.sp) for k, v in oracle.items()}
+
+    def step(self, ctx, cfg: AttnConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        q, k, v = (local[n].detach().requires_grad_() for n in ("q", "k", "v"))
+        with ctx.ledger.capture() as forward:
+            y = ATTENTION[variant](q, k, v, cfg, ctx.comm(), groups["sp"], parts)
+        y.backward(local["dy"])
+        return {"y": y.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad,
+                "stats": {"forward_sent": forward.sent}}
+
+    def predicted(self, cfg: AttnConfig, variant: str, rank: int, seed=None) -> list[Call]:
+        return attention_calls(cfg, variant, rank % cfg.sp)
+
+
+def _example(P: int, **kw) -> list[AttnConfig]:
+    return [AttnConfig(**dict(kw, sp=P, dtype=dtype)) for dtype in ("float64", "float32")]
+
+
+class Ulysses(_Attention):
+    """DeepSpeed-Ulysses (Jacobs et al. 2023): sequence <-> head all-to-alls around attention."""
+
+    name, markers = "ulysses", ("ulysses",)
+    variants, naive, optimized = ("naive", "ulysses"), "naive", "ulysses"
+    broken = (
+        Broken("transposed_batch", "ulysses", {"seq_to_head": broken.s2h_transposed_batch},
+               "a reshape with the batch and source dims swapped (DeepSpeed #5808)",
+               lambda P: _example(P, batch=2, seq=2 * P, heads=4 * P, kv_heads=2 * P, head_dim=3,
+                                  causal=True)),
+        Broken("reversed_sources", "ulysses", {"seq_to_head": broken.s2h_reversed_sources},
+               "sequence shards reassembled in the wrong source order",
+               lambda P: _example(P, batch=2, seq=2 * P, heads=4 * P, kv_heads=2 * P, head_dim=3,
+                                  causal=True)),
+        Broken("kv_off_by_one", "ulysses", {"kv_index": broken.kv_index_off_by_one},
+               "grouped-query attention reading the neighbouring KV head",
+               lambda P: _example(P, batch=2, seq=2 * P, heads=4 * P, kv_heads=2 * P, head_dim=3,
+                                  causal=True)),
+        Broken("naive_no_reduce_scatter", "naive", {"gather_kv": broken.gather_without_reduce_scatter},
+               "the all-gather of K and V whose backward drops the other ranks' gradients",
+               lambda P: _example(P, batch=2, seq=2 * P, heads=4 * P, kv_heads=2 * P, head_dim=3,
+                                  causal=True)),
+    )
+
+    def bench_configs(self, world_size: int) -> list[AttnConfig]:
+        return [AttnConfig(batch=b, seq=s * world_size, heads=H, kv_heads=K, head_dim=d,
+                           sp=world_size, causal=True, dtype="float32")
+                for b, s, H, K, d in ATTN_MODELS]
+
+
+class RingAttention(_Attention):
+    """Context parallelism by ring attention (Liu et al. 2023): K/V blocks round the ring."""
+
+    name, markers = "ring_attention", ("cp",)
+    variants, naive, optimized = ("naive", "ring"), "naive", "ring"
+    broken = tuple(
+        Broken(name, "ring", {part: fn}, why,
+               lambda P: _example(P, batch=2, seq=4 * P, heads=4, kv_heads=2, head_dim=3,
+                                  causal=True, layout="zigzag"))
+        for name, part, fn, why in (
+            ("no_rescale", "merge", broken.merge_without_rescale,
+             "online softmax that does not rescale the running output"),
+            ("skipped_hop", "forward_block", broken.skip_last_hop,
+             "the last hop's K/V block never computed"),
+            ("dkv_not_returned", "return_home", broken.no_return_home,
+             "dK/dV accumulators dropped at the end of their trip")))
+
+    def bench_configs(self, world_size: int) -> list[AttnConfig]:
+        return [AttnConfig(batch=b, seq=s * world_size, heads=H, kv_heads=K, head_dim=d,
+                           sp=world_size, causal=True, layout=layout, dtype="float32")
+                for b, s, H, K, d in ATTN_MODELS for layout in ("zigzag", "contiguous")]
+
+    def metrics(self, cfg: AttnConfig, variant: str, outs: list[dict]) -> dict:
+        work = causal_work(cfg)
+        return {"work max/min": round(max(work) / min(work), 2)}

@@ -1,0 +1,60 @@
+"""The contract every registered pattern keeps (commbench.patterns.registry).
+
+For each pattern x variant x world size 1-4, with configs drawn by hypothesis: every rank's
+outputs and every gradient equal the float64 single-process oracle within the pattern's stated
+tolerance, and the calls the ledger booked equal ``predicted`` to the byte, as a multiset of
+(op, group axis, buffer bytes, bytes sent, bytes received). Every broken variant a pattern
+declares must fail this same check, at each world size it names.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commbench.patterns.judge import check
+from commbench.patterns.registry import PATTERNS
+
+# a third of the profile's examples per pattern x variant x size: every variant of a pattern
+# together draws more configs than one property of the pattern did before
+EXAMPLES = max(2, settings().max_examples // 3)
+
+
+def _marks(pattern) -> list:
+    return [getattr(pytest.mark, m) for m in pattern.markers]
+
+
+CASES = [pytest.param(name, v, marks=_marks(p), id=f"{name}-{v}")
+         for name, p in PATTERNS.items() for v in p.variants]
+BROKEN = [pytest.param(name, b.name, n, marks=_marks(p), id=f"{name}-{b.name}-n{n}")
+          for name, p in PATTERNS.items() for b in p.broken for n in b.sizes]
+
+
+@pytest.mark.world(sizes=[1, 2, 3, 4])
+@pytest.mark.parametrize(("name", "variant"), CASES)
+@settings(max_examples=EXAMPLES)
+@given(data=st.data(), seed=st.integers(0, 999))
+def test_pattern_matches_the_oracle_and_its_prediction(world, name, variant, data, seed):
+    pattern = PATTERNS[name]
+    cfg = data.draw(pattern.configs(world.size, variant), label="cfg")
+    assert check(world, pattern, cfg, variant, seed) == []
+
+
+@pytest.mark.parametrize(("name", "broken", "size"), BROKEN)
+def test_every_broken_variant_fails_the_contract(world_of, name, broken, size):
+    pattern = PATTERNS[name]
+    b = pattern.broken_variant(broken)
+    world = world_of(size)
+    for cfg in b.examples(size):
+        assert check(world, pattern, cfg, b.variant, 5, broken), \
+            f"{name}: broken variant {broken} ({b.why}) passed at {cfg}"
+
+
+def test_every_pattern_declares_the_whole_interface():
+    for name, p in PATTERNS.items():
+        assert p.name == name and p.markers and p.axes
+        assert p.naive in p.variants and p.optimized in p.variants, name
+        assert p.tolerance.reason, f"{name}: a tolerance without its reason"
+        assert all(b.variant in p.variants for b in p.broken), name
+        assert p.bench_configs(4), f"{name}: nothing for its study to sweep"
