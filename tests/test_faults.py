@@ -190,22 +190,21 @@ def test_fuzzed_results_files_never_crash_compare(tmp_path_factory, blob):
 
 @given(batch=st.integers(-1, 9), seq=st.integers(-1, 17), hidden=st.integers(-1, 33),
        ffn=st.integers(-1, 33), heads=st.integers(-1, 9), vocab=st.integers(-1, 33),
-       tp=st.integers(-1, 5), dp=st.integers(-1, 3), sp=st.booleans(), regather=st.booleans(),
-       dropout=st.floats(-1, 2), dtype=st.sampled_from(["float64", "float32", "int8", ""]),
-       world=st.integers(1, 8))
+       tp=st.integers(-1, 5), dp=st.integers(-1, 3), dropout=st.floats(-1, 2),
+       dtype=st.sampled_from(["float64", "float32", "int8", ""]),
+       variant=st.sampled_from(["tp", "sp", "sp_regather", "naive"]), world=st.integers(1, 8))
 def test_fuzzed_tp_configs_are_accepted_or_refused_with_the_rule(
-        batch, seq, hidden, ffn, heads, vocab, tp, dp, sp, regather, dropout, dtype, world):
-    from commbench.patterns.tp_model import TPConfig
+        batch, seq, hidden, ffn, heads, vocab, tp, dp, dropout, dtype, variant, world):
+    from commbench.patterns.tp.model import SP_VARIANTS, TPConfig
 
-    cfg = TPConfig(batch, seq, hidden, ffn, heads, vocab, tp, dp, sp, regather, True, dropout,
-                   dtype)
+    cfg = TPConfig(batch, seq, hidden, ffn, heads, vocab, tp, dp, True, dropout, dtype)
     try:
-        cfg.validate(world)
+        cfg.validate(world, variant)
     except ValueError as exc:
         assert str(exc) and "\n" not in str(exc)
         return
     assert tp * dp == world and heads % tp == 0 and hidden % heads == 0 and vocab % tp == 0
-    assert batch % dp == 0 and (not sp or seq % tp == 0) and 0 <= dropout < 1
+    assert batch % dp == 0 and (variant not in SP_VARIANTS or seq % tp == 0) and 0 <= dropout < 1
 
 
 def test_more_ranks_than_the_launcher_gave_is_refused_before_starting(capsys):

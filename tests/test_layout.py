@@ -14,8 +14,7 @@ from commbench.patterns.moe_gating import MoEConfig
 from commbench.patterns.moe_run import run_moe
 from commbench.patterns.run import run_pattern
 from commbench.patterns.seq.attention import AttnConfig
-from commbench.patterns.tp_model import TPConfig
-from commbench.patterns.tp_run import run_layer
+from commbench.patterns.tp.model import TPConfig
 from commbench.patterns.zero import train
 from commbench.patterns.zero_model import ZeroConfig
 
@@ -36,11 +35,11 @@ def _sent(out: dict, group) -> int:
 def test_tensor_parallel_bytes_match_the_ledger(world, sp):
     P = world.size
     cfg = TPConfig(batch=2, seq=4 * P, hidden=8 * P, ffn=16 * P, heads=P, vocab=4 * P, tp=P,
-                   sequence_parallel=sp, dtype="float32")
-    out = world.run(run_layer, cfg, 0)[0]
+                   dtype="float32")
+    out = world.run(run_pattern, "tp_layer", cfg, "sp" if sp else "tp", 0)[0]
     lay = Layout(layers=1, hidden=cfg.hidden, ffn=cfg.ffn, heads=cfg.heads, seq=cfg.seq,
                  micro_batch=cfg.batch, micro_batches=1, tp=P, sp=sp, act_bytes=4, grad_bytes=4)
-    assert _row(lay, "tp") == _sent(out, out["tp"])
+    assert _row(lay, "tp") == sum(c[3] for c in out["ledger"] if c[1] == "tp")
 
 
 @pytest.mark.world(sizes=[2, 4])

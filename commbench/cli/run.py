@@ -94,8 +94,6 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
             return run_versus(a, world, transports, sizes, launch, printer, emit)
         if a.patterns:
             return _patterns(a, world, launch, printer, emit)
-        if a.targets == ["tp"]:
-            return _tp(a, world, launch, printer, emit)
         if a.targets == ["pp"]:
             return _pp(a, world, launch, printer, emit)
         if a.targets == ["zero"]:
@@ -234,19 +232,6 @@ def _overhead(a, world, sizes, launch, printer, emit) -> int:
         res.write_atomic(stem + ".md", res.overhead_markdown(record))
         emit(f"# wrote {stem}.json and {stem}.md")
     return 0
-
-
-def _tp(a, world, launch, printer, emit) -> int:
-    from commbench.studies.pattern_bench import tp_bench, tp_markdown
-
-    measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters)
-    emit(f"# commbench run tp: one transformer layer, {world.size} ranks ({launch}), transport "
-         f"{world.transports[0]}")
-    rows = tp_bench(world, a.iters, a.warmup_iters, emit)
-    bad = [r for r in rows if r["sent"] != r["pred_sent"]]
-    emit(f"# bytes counted = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
-    _write_study(a, printer, world, launch, "tp", measurement, rows, tp_markdown, emit)
-    return 1 if bad else 0
 
 
 def _pp(a, world, launch, printer, emit) -> int:

@@ -13,11 +13,11 @@ bandwidth, run), commbench makes the pattern its unit. A pattern says:
 ``configs(world_size, variant)`` a hypothesis strategy of valid configs
 ``bench_configs(world_size)``    the configs its study sweeps
 ``inputs(cfg, seed, device)``    the whole seeded data, drawn on the CPU, placed on ``device``
-``shard(cfg, inputs, groups)``   this rank's part of it (untimed)
+``shard(cfg, inputs, groups, variant, parts)``  this rank's part of it (untimed)
 ``oracle(cfg, seed)``            outputs and every gradient of the unsharded computation, float64
 ``references(cfg, seed)``        equally right low-precision answers (float32 runs are held to
                                  their spread), none for float64
-``expected(oracle, cfg, rank)``  this rank's part of the oracle
+``expected(oracle, cfg, rank, variant)``  this rank's part of the oracle
 ``step(ctx, cfg, local, variant, groups, parts)``  this rank's outputs and gradients
 ``predicted(cfg, variant, rank, seed)``  the calls this rank makes: [:class:`Call`, ...]
 ``tolerance``                    :class:`Tolerance`, with its reason
@@ -121,7 +121,7 @@ class Pattern:
     def inputs(self, cfg, seed: int, device) -> dict:
         raise NotImplementedError
 
-    def shard(self, cfg, inputs: dict, groups: dict) -> dict:
+    def shard(self, cfg, inputs: dict, groups: dict, variant: str, parts) -> dict:
         return inputs
 
     def groups(self, ctx, cfg) -> dict:
@@ -146,7 +146,7 @@ class Pattern:
     def references(self, cfg, seed: int) -> list[dict]:
         return []
 
-    def expected(self, oracle: dict, cfg, rank: int) -> dict:
+    def expected(self, oracle: dict, cfg, rank: int, variant: str) -> dict:
         raise NotImplementedError
 
     # -- the run --------------------------------------------------------------------------------

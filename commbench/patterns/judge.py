@@ -78,8 +78,8 @@ def judge(pattern: Pattern, cfg, variant: str, seed: int, outs: list[dict],
     refs = pattern.references(cfg, seed) if refs is None else refs
     problems = []
     for r, out in enumerate(outs):
-        ref_r = [pattern.expected(ref, cfg, r) for ref in refs]
-        for name, want in pattern.expected(oracle, cfg, r).items():
+        ref_r = [pattern.expected(ref, cfg, r, variant) for ref in refs]
+        for name, want in pattern.expected(oracle, cfg, r, variant).items():
             got = out["outputs"].get(name)
             why = "is missing" if got is None else close(got, want, [x[name] for x in ref_r],
                                                          pattern.tolerance)

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from commbench.patterns.base import Pattern
+from commbench.patterns.dp.pattern import DataParallel
 from commbench.patterns.seq.pattern import RingAttention, Ulysses
 from commbench.patterns.seq.zero3 import UlyssesZero3
+from commbench.patterns.tp.head import VocabHead
+from commbench.patterns.tp.pattern import TPMLP, TPLayer
 
 __all__ = ["PATTERNS", "get", "select"]
 
 PATTERNS: dict[str, Pattern] = {p.name: p for p in (
+    TPMLP(),
+    TPLayer(),
+    VocabHead(),
+    DataParallel(),
     Ulysses(),
     UlyssesZero3(),
     RingAttention(),

@@ -51,7 +51,7 @@ def run_pattern(ctx, name: str, cfg, variant: str, seed: int, broken: str | None
     pattern.check(cfg, ctx.size, variant)  # before any collective: one line, value and rule
     parts = pattern.parts_for(broken)
     groups = pattern.groups(ctx, cfg)
-    local = pattern.shard(cfg, pattern.inputs(cfg, seed, ctx.device), groups)
+    local = pattern.shard(cfg, pattern.inputs(cfg, seed, ctx.device), groups, variant, parts)
 
     def step() -> dict:
         return pattern.step(ctx, cfg, local, variant, groups, parts)

@@ -134,7 +134,7 @@ class _Attention(Pattern):
         dt = DTYPES[cfg.dtype]
         return {k: v.to(device=device, dtype=dt) for k, v in attention_inputs(cfg, seed).items()}
 
-    def shard(self, cfg: AttnConfig, inputs: dict, groups: dict) -> dict:
+    def shard(self, cfg: AttnConfig, inputs: dict, groups: dict, variant: str, parts) -> dict:
         return {k: local_tokens(v, cfg, groups["sp"].index, groups["dp"].index)
                 for k, v in inputs.items()}
 
@@ -146,7 +146,7 @@ class _Attention(Pattern):
             return []
         return [oracle_attention(cfg, seed, torch.float32, nudge) for nudge in reference_nudges()]
 
-    def expected(self, oracle: dict, cfg: AttnConfig, rank: int) -> dict:
+    def expected(self, oracle: dict, cfg: AttnConfig, rank: int, variant: str) -> dict:
         return {k: local_tokens(v, cfg, rank % cfg.sp, rank // cfg.sp) for k, v in oracle.items()}
 
     def step(self, ctx, cfg: AttnConfig, local: dict, variant: str, groups: dict, parts) -> dict:

@@ -78,7 +78,7 @@ class UlyssesZero3(Pattern):
     def inputs(self, cfg: AttnConfig, seed: int, device) -> dict:
         return {k: v.to(device=device, dtype=DTYPES[cfg.dtype]) for k, v in _data(cfg, seed).items()}
 
-    def shard(self, cfg: AttnConfig, inputs: dict, groups: dict) -> dict:
+    def shard(self, cfg: AttnConfig, inputs: dict, groups: dict, variant: str, parts) -> dict:
         sp, dp, world = groups["sp"].index, groups["dp"].index, groups["dp_sp"]
         c, w = _chunk(cfg, world.size), inputs["w"]
         padded = torch.cat([w, w.new_zeros(c * world.size - w.numel())])
@@ -101,7 +101,7 @@ class UlyssesZero3(Pattern):
             return []
         return [self.oracle(cfg, seed, torch.float32, n) for n in reference_nudges()]
 
-    def expected(self, oracle: dict, cfg: AttnConfig, rank: int) -> dict:
+    def expected(self, oracle: dict, cfg: AttnConfig, rank: int, variant: str) -> dict:
         W = cfg.sp * cfg.dp
         c = _chunk(cfg, W)
         dw = torch.cat([oracle["dw"], oracle["dw"].new_zeros(c * W - oracle["dw"].numel())])

@@ -11,16 +11,22 @@ Per rank (P = TP group size, H heads, Hl = H/P):
     attention: Wqkv [3h/P, h] holds Hl whole heads of q, k and v; Wo [h, h/P]
     SP: x, y, LayerNorm and dropout on [b, s/P, h]; LayerNorm and row-bias gradients summed over TP.
 
-``regather`` is Megatron's memory saving under SP: the column linear keeps its sequence shard and
-all-gathers it again in backward for the weight gradient, one more all-gather per column linear.
-The naive layer all-gathers every column output (and cuts it again before the row linear).
+Variants: ``tp`` (f and g), ``sp`` (Korthikanti 2022: all-gather and reduce-scatter along the
+sequence), ``sp_regather`` (Megatron's memory saving under SP: the column linear keeps its
+sequence shard and all-gathers it again in backward for the weight gradient, one more all-gather
+per column linear), ``naive`` (every column output all-gathered, and cut again before the row
+linear). The operators are parts (:class:`TPParts`), so a broken f can stand in for Megatron's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
+from commbench.patterns.dp.ddp import DDP
 from commbench.patterns.tp.communications import (
     _ag,
     _rs,
@@ -31,13 +37,19 @@ from commbench.patterns.tp.communications import (
     reduce_scatter_to_sp,
     scatter_to_tp,
 )
-from commbench.patterns.tp_model import LayerWeights, TPConfig, attention
+from commbench.patterns.tp.model import SP_VARIANTS, LayerWeights, TPConfig, attention
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 
-__all__ = ["REPLICATED_UNDER_SP", "shard_weights", "sync_replicated_grads", "tp_layer"]
+__all__ = ["REPLICATED_UNDER_SP", "TPParts", "replicated", "shard_weights",
+           "sync_replicated_grads", "tp_layer"]
 
 REPLICATED_UNDER_SP = ("ln1_w", "ln1_b", "bo", "ln2_w", "ln2_b", "b2")
+
+
+def replicated(mlp_only: bool) -> tuple[str, ...]:
+    """The weights whose gradients SP leaves per sequence shard: LayerNorms and row biases."""
+    return REPLICATED_UNDER_SP[3:] if mlp_only else REPLICATED_UNDER_SP
 
 
 def shard_weights(w: LayerWeights, rank: int, P: int, cfg: TPConfig) -> LayerWeights:
@@ -77,44 +89,46 @@ class _SPColumnRegather(torch.autograd.Function):
         return dx, dw, dy.sum((0, 1)), None, None
 
 
-def _column(x, w, b, cfg: TPConfig, comm: Comm, group: Group) -> torch.Tensor:
-    if cfg.sequence_parallel and cfg.regather and group.size > 1:
+def _column(x, w, b, variant: str, comm: Comm, group: Group, parts: TPParts) -> torch.Tensor:
+    if variant == "sp_regather" and group.size > 1:
         return _SPColumnRegather.apply(x, w, b, comm, group)
-    full = gather_from_sp(x, comm, group) if cfg.sequence_parallel else copy_to_tp(x, comm, group)
+    full = parts.sp_gather(x, comm, group) if variant in SP_VARIANTS else parts.f(x, comm, group)
     return full @ w.T + b
 
 
-def _row(x, w, b, cfg: TPConfig, comm: Comm, group: Group) -> torch.Tensor:
+def _row(x, w, b, variant: str, comm: Comm, group: Group, parts: TPParts) -> torch.Tensor:
     part = x @ w.T
-    if cfg.sequence_parallel:
-        return reduce_scatter_to_sp(part, comm, group) + b
-    return reduce_from_tp(part, comm, group) + b
+    if variant in SP_VARIANTS:
+        return parts.sp_reduce_scatter(part, comm, group) + b
+    return parts.g(part, comm, group) + b
 
 
-def tp_layer(x, w: LayerWeights, cfg: TPConfig, comm: Comm, group: Group, m1, m2,
-             naive: bool = False, attention_block: bool = True) -> torch.Tensor:
+def tp_layer(x, w: LayerWeights, cfg: TPConfig, variant: str, comm: Comm, group: Group, m1, m2,
+             parts: TPParts, mlp_only: bool = False) -> torch.Tensor:
     """One layer on this rank. x, m1, m2, y [b, s, h] (SP: [b, s/P, h]); w from shard_weights.
-    ``attention_block=False`` runs the MLP block alone (x2 = x)."""
+    ``mlp_only`` runs the MLP block alone (x2 = x)."""
     h, P = cfg.hidden, group.size
-    if not attention_block:
-        return _mlp(x, x, w, cfg, comm, group, m2, naive)
+    if mlp_only:
+        return _mlp(x, w, cfg, variant, comm, group, m2, parts)
     ln1 = F.layer_norm(x, (h,), w.ln1_w, w.ln1_b)
-    qkv = _column(ln1, w.wqkv, w.bqkv, cfg, comm, group)  # [b, s, 3h/P]
-    if naive:  # gather every column output, compute all heads, cut again for the row linear
-        full = gather_from_tp(qkv, comm, group)  # [b, s, 3h] in rank-major blocks
+    qkv = _column(ln1, w.wqkv, w.bqkv, variant, comm, group, parts)  # [b, s, 3h/P]
+    if variant == "naive":  # gather every column output, compute all heads, cut again
+        full = parts.gather(qkv, comm, group)  # [b, s, 3h] in rank-major blocks
         full = _rank_major_to_qkv(full, P)
-        ctx = scatter_to_tp(attention(full, cfg.heads, cfg.causal), comm, group)  # head-major
+        ctx = parts.scatter(attention(full, cfg.heads, cfg.causal), comm, group)  # head-major
     else:
         ctx = attention(qkv, cfg.heads // P, cfg.causal)  # [b, s, h/P]
-    x2 = x + _row(ctx, w.wo, w.bo, cfg, comm, group) * m1
-    return _mlp(x, x2, w, cfg, comm, group, m2, naive)
+    x2 = x + _row(ctx, w.wo, w.bo, variant, comm, group, parts) * m1
+    return _mlp(x2, w, cfg, variant, comm, group, m2, parts)
 
 
-def _mlp(x, x2, w: LayerWeights, cfg: TPConfig, comm: Comm, group: Group, m2, naive: bool):
-    up = _column(F.layer_norm(x2, (cfg.hidden,), w.ln2_w, w.ln2_b), w.w1, w.b1, cfg, comm, group)
-    if naive:
-        up = scatter_to_tp(gather_from_tp(up, comm, group), comm, group)
-    return x2 + _row(F.gelu(up), w.w2, w.b2, cfg, comm, group) * m2
+def _mlp(x2, w: LayerWeights, cfg: TPConfig, variant: str, comm: Comm, group: Group, m2,
+         parts: TPParts):
+    ln2 = F.layer_norm(x2, (cfg.hidden,), w.ln2_w, w.ln2_b)
+    up = _column(ln2, w.w1, w.b1, variant, comm, group, parts)
+    if variant == "naive":
+        up = parts.scatter(parts.gather(up, comm, group), comm, group)
+    return x2 + _row(F.gelu(up), w.w2, w.b2, variant, comm, group, parts) * m2
 
 
 def _rank_major_to_qkv(t: torch.Tensor, P: int) -> torch.Tensor:
@@ -123,12 +137,28 @@ def _rank_major_to_qkv(t: torch.Tensor, P: int) -> torch.Tensor:
     return torch.cat([torch.cat([p[j] for p in parts], -1) for j in range(3)], -1)
 
 
-def sync_replicated_grads(w: LayerWeights, comm: Comm, group: Group) -> None:
+def sync_replicated_grads(w: LayerWeights, comm: Comm, group: Group, mlp_only: bool = False
+                          ) -> None:
     """Under SP each rank's LayerNorm and row-bias gradients cover its sequence shard only: sum
-    them over TP (one all-reduce of the six vectors, 6h elements)."""
+    them over TP (one all-reduce of the six vectors, 6h elements; the MLP block alone: 3h)."""
     if group.size == 1:
         return
-    grads = [getattr(w, k).grad for k in REPLICATED_UNDER_SP]
+    grads = [getattr(w, k).grad for k in replicated(mlp_only)]
     total = comm.all_reduce(torch.cat([g.reshape(-1) for g in grads]), group)
     for g, part in zip(grads, total.split([g.numel() for g in grads])):
         g.copy_(part.view_as(g))
+
+
+@dataclass(frozen=True)
+class TPParts:
+    """The swappable operators of the tensor-parallel steps (Megatron's names)."""
+
+    f: Callable = copy_to_tp                  # identity forward, all-reduce backward
+    g: Callable = reduce_from_tp              # all-reduce forward, identity backward
+    sp_gather: Callable = gather_from_sp      # SP: all-gather forward, reduce-scatter backward
+    sp_reduce_scatter: Callable = reduce_scatter_to_sp
+    gather: Callable = gather_from_tp         # naive: all-gather the last dim
+    scatter: Callable = scatter_to_tp         # naive: keep this rank's slice of it
+    shard: Callable = shard_weights           # the full weights -> this rank's shard
+    sync_replicated: Callable = sync_replicated_grads
+    reducer: Callable = DDP                   # TP x DP: the data-parallel gradient reducer

@@ -1,7 +1,8 @@
-"""The transformer layer of the TP/SP patterns: config, seeded weights, and the one-process oracle.
+"""The transformer layer of the TP/SP and DDP patterns: config, seeded weights, and the oracle.
 
 Every rank builds the same full weights from ``(cfg, seed)`` and slices its shard, so nothing large
-crosses from the driver; the oracle runs the unsharded layer in float64 with autograd.
+crosses from the driver; the oracle runs the unsharded layer in float64 with autograd. The layer
+runs whole (attention and MLP blocks) or as its MLP block alone (``mlp_only``: x2 = x).
 
 Layer (pre-LN, Shoeybi 2019 Fig. 2): y = x2 + drop(MLP(LN2(x2))), x2 = x + drop(Attn(LN1(x))).
 Shapes: x, y [b, s, h]; Wqkv [3h, h] (q, k, v blocks, heads of d = h/H); Wo [h, h]; W1 [f, h];
@@ -16,14 +17,18 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-__all__ = ["LayerWeights", "TPConfig", "attention", "init_weights", "inputs", "oracle_layer"]
+from commbench.wire.dtypes import check_dtype
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
+__all__ = ["LayerWeights", "SP_VARIANTS", "TPConfig", "attention", "init_weights", "inputs",
+           "oracle_layer"]
+
+SP_VARIANTS = ("sp", "sp_regather")  # the layer's variants under sequence parallelism
 
 
 @dataclass(frozen=True, slots=True)
 class TPConfig:
-    """One tensor-parallel layer: b batch, s sequence, h hidden, f FFN, H heads, V vocabulary."""
+    """One tensor-parallel layer over a ``dp x tp`` grid: b batch, s sequence, h hidden, f FFN,
+    H heads, V vocabulary; DP replicas sum their gradients in buckets of ``bucket_bytes``."""
 
     batch: int = 2
     seq: int = 8
@@ -33,15 +38,17 @@ class TPConfig:
     vocab: int = 32
     tp: int = 2
     dp: int = 1
-    sequence_parallel: bool = False
-    regather: bool = False  # SP: re-gather the input in backward (Megatron) instead of keeping it
     causal: bool = True
     dropout: float = 0.0
     dtype: str = "float64"
+    bucket_bytes: int = 1 << 20
 
-    def validate(self, world_size: int | None = None) -> TPConfig:
+    def label(self) -> str:
+        return f"tp{self.tp} dp{self.dp} b{self.batch} s{self.seq} h{self.hidden} f{self.ffn}"
+
+    def validate(self, world_size: int | None = None, variant: str = "") -> TPConfig:
         """Raise ValueError naming the value and the rule; return self when it can work."""
-        for name in ("batch", "seq", "hidden", "ffn", "heads", "vocab", "tp", "dp"):
+        for name in ("batch", "seq", "hidden", "ffn", "heads", "vocab", "tp", "dp", "bucket_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
         rules = [
@@ -52,16 +59,14 @@ class TPConfig:
             (self.vocab % self.tp, f"vocab={self.vocab}: must be a multiple of tp={self.tp}"),
             (self.batch % self.dp, f"batch={self.batch}: must be a multiple of dp={self.dp} (each "
                                    "DP replica takes batch/dp)"),
-            (self.sequence_parallel and self.seq % self.tp,
+            (variant in SP_VARIANTS and self.seq % self.tp,
              f"seq={self.seq}: must be a multiple of tp={self.tp} under sequence parallelism"),
-            (self.regather and not self.sequence_parallel,
-             "regather=True only applies under sequence parallelism"),
             (not 0 <= self.dropout < 1, f"dropout={self.dropout}: must be in [0, 1)"),
-            (self.dtype not in DTYPES, f"dtype={self.dtype!r}: must be one of {', '.join(DTYPES)}"),
         ]
         for bad, message in rules:
             if bad:
                 raise ValueError(message)
+        check_dtype(self.dtype, ("float64", "float32"))
         if world_size is not None and self.tp * self.dp != world_size:
             raise ValueError(f"tp={self.tp} x dp={self.dp} = {self.tp * self.dp}: must equal the "
                              f"world size {world_size}")
@@ -127,32 +132,36 @@ def attention(qkv: torch.Tensor, heads: int, causal: bool) -> torch.Tensor:
     q, k, v = (t.reshape(b, s, heads, d).transpose(1, 2) for t in qkv.split(heads * d, dim=-1))
     scores = q @ k.transpose(-1, -2) / math.sqrt(d)  # [b, H, s, s]
     if causal:
-        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+        mask = torch.ones(s, s, dtype=torch.bool, device=qkv.device).triu(1)
+        scores = scores.masked_fill(mask, float("-inf"))
     return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, heads * d)
 
 
-def layer(x, w: LayerWeights, cfg: TPConfig, m1, m2) -> torch.Tensor:
+def layer(x, w: LayerWeights, cfg: TPConfig, m1, m2, mlp_only: bool = False) -> torch.Tensor:
     """The unsharded layer (the oracle's forward)."""
     h = cfg.hidden
-    a = attention(F.layer_norm(x, (h,), w.ln1_w, w.ln1_b) @ w.wqkv.T + w.bqkv, cfg.heads,
-                  cfg.causal) @ w.wo.T + w.bo
-    x2 = x + a * m1
+    x2 = x
+    if not mlp_only:
+        a = attention(F.layer_norm(x, (h,), w.ln1_w, w.ln1_b) @ w.wqkv.T + w.bqkv, cfg.heads,
+                      cfg.causal) @ w.wo.T + w.bo
+        x2 = x + a * m1
     u = F.gelu(F.layer_norm(x2, (h,), w.ln2_w, w.ln2_b) @ w.w1.T + w.b1)
     return x2 + (u @ w.w2.T + w.b2) * m2
 
 
-def oracle_layer(cfg: TPConfig, seed: int, dtype: torch.dtype = torch.float64, nudge=None
-                 ) -> dict[str, torch.Tensor]:
+def oracle_layer(cfg: TPConfig, seed: int, dtype: torch.dtype = torch.float64, nudge=None,
+                 mlp_only: bool = False) -> dict[str, torch.Tensor]:
     """Output y, dx and every weight gradient of the full layer in one process (float64: the
     truth; float32: how close an unsharded float32 computation gets to it). ``nudge``: applied
-    to every weight, x and dy, not to the dropout masks (tests move them by an ulp to see how
-    much rounding is amplified)."""
+    to every weight, x and dy, not to the dropout masks (a reference run moved by an ulp,
+    :mod:`commbench.patterns.judge`). ``mlp_only``: the MLP block alone, whose attention
+    weights have no gradient."""
     w = init_weights(cfg, seed, dtype)
     d = inputs(cfg, seed, dtype)
     nudge = nudge or torch.clone
     params = {k: nudge(v).requires_grad_() for k, v in w.named().items()}
     x = nudge(d["x"]).requires_grad_()
-    y = layer(x, LayerWeights(**params), cfg, d["mask1"], d["mask2"])
+    y = layer(x, LayerWeights(**params), cfg, d["mask1"], d["mask2"], mlp_only)
     y.backward(nudge(d["dy"]))
     return {"y": y.detach().double(), "dx": x.grad.double(),
-            **{f"d{k}": p.grad.double() for k, p in params.items()}}
+            **{f"d{k}": p.grad.double() for k, p in params.items() if p.grad is not None}}

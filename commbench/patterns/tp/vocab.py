@@ -9,10 +9,14 @@ Each rank owns the vocabulary rows [r*V/P, (r+1)*V/P) of the embedding E [V/P, h
   the target's logit, the sum of exponentials; fused: the max, then one of [2, b, s]) and none in
   backward: grad = softmax - onehot(target), each rank for its own columns.
 
-The naive head all-gathers the logits to [b, s, V] and runs plain cross-entropy.
+The naive head all-gathers the logits to [b, s, V] and runs plain cross-entropy. The lookup and
+the operators are parts (:class:`VocabParts`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -27,26 +31,44 @@ from commbench.patterns.tp.communications import (
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 
-__all__ = ["lm_head", "vocab_parallel_cross_entropy", "vocab_parallel_embedding"]
+__all__ = ["VocabParts", "lm_head", "masked_embedding", "vocab_parallel_cross_entropy",
+           "vocab_parallel_embedding"]
+
+
+def masked_embedding(ids: torch.Tensor, e: torch.Tensor, start: int) -> torch.Tensor:
+    """The rows of ``e`` [V/P, h] (vocabulary rows start..) for ``ids`` [b, s]; zero for ids
+    outside this rank's range, so that the sum over TP holds each id's row once."""
+    outside = (ids < start) | (ids >= start + e.shape[0])
+    out = F.embedding((ids - start).masked_fill(outside, 0), e)
+    return out.masked_fill(outside.unsqueeze(-1), 0.0)
+
+
+@dataclass(frozen=True)
+class VocabParts:
+    """The swappable operators of the vocab-parallel head."""
+
+    embed: Callable = masked_embedding
+    f: Callable = copy_to_tp
+    g: Callable = reduce_from_tp
+    sp_gather: Callable = gather_from_sp
+    sp_reduce_scatter: Callable = reduce_scatter_to_sp
+    gather: Callable = gather_from_tp
 
 
 def vocab_parallel_embedding(ids: torch.Tensor, e: torch.Tensor, comm: Comm, group: Group,
-                             sequence_parallel: bool = False) -> torch.Tensor:
+                             sequence_parallel: bool, parts: VocabParts) -> torch.Tensor:
     """ids [b, s] -> [b, s, h] (SP: [b, s/P, h]); e [V/P, h] this rank's rows."""
-    start = group.index * e.shape[0]
-    outside = (ids < start) | (ids >= start + e.shape[0])
-    out = F.embedding((ids - start).masked_fill(outside, 0), e)
-    out = out.masked_fill(outside.unsqueeze(-1), 0.0)
+    out = parts.embed(ids, e, group.index * e.shape[0])
     if sequence_parallel:
-        return reduce_scatter_to_sp(out, comm, group)
-    return reduce_from_tp(out, comm, group)
+        return parts.sp_reduce_scatter(out, comm, group)
+    return parts.g(out, comm, group)
 
 
 def lm_head(hidden: torch.Tensor, e: torch.Tensor, comm: Comm, group: Group,
-            sequence_parallel: bool = False) -> torch.Tensor:
+            sequence_parallel: bool, parts: VocabParts) -> torch.Tensor:
     """Column-parallel output layer tied to the embedding: [b, s(/P), h] -> logits [b, s, V/P]."""
-    full = gather_from_sp(hidden, comm, group) if sequence_parallel else \
-        copy_to_tp(hidden, comm, group)
+    full = parts.sp_gather(hidden, comm, group) if sequence_parallel else \
+        parts.f(hidden, comm, group)
     return full @ e.T
 
 
@@ -84,12 +106,12 @@ class _VocabParallelCE(torch.autograd.Function):
 
 
 def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, comm: Comm,
-                                 group: Group, fused: bool = False,
-                                 naive: bool = False) -> torch.Tensor:
-    """Per-token loss [b, s] from this rank's logits [b, s, V/P] and the targets [b, s]."""
-    if naive:
-        full = gather_from_tp(logits, comm, group)  # [b, s, V]
+                                 group: Group, variant: str, parts: VocabParts) -> torch.Tensor:
+    """Per-token loss [b, s] from this rank's logits [b, s, V/P] and the targets [b, s];
+    ``variant``: ``megatron`` (3 all-reduces), ``fused`` (2) or ``naive`` (logits gathered)."""
+    if variant == "naive":
+        full = parts.gather(logits, comm, group)  # [b, s, V]
         full = full if full.dtype == torch.float64 else full.float()
         return F.cross_entropy(full.flatten(0, 1), targets.flatten(),
                                reduction="none").view(targets.shape)
-    return _VocabParallelCE.apply(logits, targets, comm, group, fused)
+    return _VocabParallelCE.apply(logits, targets, comm, group, variant == "fused")

@@ -24,14 +24,15 @@ from commbench.wire.comm import Comm
 __all__ = ["DDP", "buckets_of", "naive_sync"]
 
 
-def buckets_of(params: list[torch.Tensor], bucket_bytes: int) -> list[list[int]]:
-    """Indices of ``params`` per bucket, last parameter first, each bucket about bucket_bytes."""
+def buckets_of(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
+    """Indices of the parameters of ``sizes`` (bytes each) per bucket, last parameter first,
+    each bucket about ``bucket_bytes``."""
     if bucket_bytes < 1:
         raise ValueError(f"bucket_bytes={bucket_bytes}: must be >= 1")
     out: list[list[int]] = [[]]
     size = 0
-    for i in reversed(range(len(params))):
-        nbytes = params[i].numel() * params[i].element_size()
+    for i in reversed(range(len(sizes))):
+        nbytes = sizes[i]
         if out[-1] and size + nbytes > bucket_bytes:
             out.append([])
             size = 0
@@ -44,7 +45,7 @@ class DDP:
     def __init__(self, params: list[torch.Tensor], comm: Comm, group: Group,
                  bucket_bytes: int = 25 << 20) -> None:
         self.params, self.comm, self.group = params, comm, group
-        self.buckets = buckets_of(params, bucket_bytes)
+        self.buckets = buckets_of([p.numel() * p.element_size() for p in params], bucket_bytes)
         self._bucket_of = {i: k for k, b in enumerate(self.buckets) for i in b}
         self._left = [len(b) for b in self.buckets]
         self._works: list[tuple[int, object, torch.Tensor]] = []

@@ -1,0 +1,51 @@
+"""Data parallelism as a pattern: the transformer layer replicated on every rank, each rank on its
+slice of the batch, gradients summed over the DP group (PyTorch DDP, Li et al. 2020).
+
+Variants: ``ddp`` (buckets of about ``bucket_bytes`` in reverse definition order, each
+all-reduced as soon as backward has produced it, overlapping the rest of backward) and ``naive``
+(after backward, one blocking all-reduce per parameter). Bytes: one all-reduce of every
+parameter either way, 2(d-1)/d * Psi per rank; the calls differ.
+"""
+
+from __future__ import annotations
+
+from commbench.patterns.base import Broken, Call
+from commbench.patterns.dp import broken
+from commbench.patterns.tp.model import TPConfig
+from commbench.patterns.tp.pattern import MODELS, _Layer, dp_calls, layer_step, tp_configs
+
+__all__ = ["DataParallel"]
+
+
+class DataParallel(_Layer):
+    """DDP's bucketed, overlapped all-reduce against one all-reduce per parameter."""
+
+    name, markers = "ddp", ("ddp",)
+    variants, naive, optimized = ("naive", "ddp"), "naive", "ddp"
+    axes = ("dp",)
+    broken = (Broken("sums_not_written_back", "ddp", {"reducer": broken.DDPWithoutCopyBack},
+                     "bucket sums waited for but never written back to the gradients",
+                     lambda P: [TPConfig(batch=2 * P, seq=2, hidden=4, ffn=4, heads=2, vocab=2,
+                                         dp=P, tp=1, dtype=dt) for dt in ("float64", "float32")]),)
+
+    def check(self, cfg: TPConfig, world_size: int, variant: str) -> None:
+        if variant not in self.variants:
+            raise ValueError(f"variant={variant!r}: ddp has {', '.join(self.variants)}")
+        cfg.validate(world_size, "tp")
+        if cfg.tp != 1:
+            raise ValueError(f"tp={cfg.tp}: the ddp pattern replicates the layer (tp=1; TP x DP "
+                             "is the tp_layer pattern with dp > 1)")
+
+    def configs(self, world_size: int, variant: str):
+        return tp_configs(world_size, self.dtypes, tp=1)
+
+    def bench_configs(self, world_size: int) -> list[TPConfig]:
+        return [TPConfig(batch=b * world_size, seq=s, hidden=h, ffn=f, heads=h // 16, vocab=1,
+                         dp=world_size, tp=1, dtype="float32", bucket_bytes=25 << 20)
+                for b, s, h, f in MODELS]
+
+    def step(self, ctx, cfg: TPConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        return layer_step(ctx, cfg, local, "tp", groups, parts, False, variant)
+
+    def predicted(self, cfg: TPConfig, variant: str, rank: int, seed=None) -> list[Call]:
+        return dp_calls(cfg, variant, rank)

@@ -1,0 +1,133 @@
+"""The notes' claims as data: the runs that test each, and its verdict from their figures.
+
+The notes' own figures (4x the parameters, 8Nd/P, ...) appear here as what the notes claim;
+every figure commbench sets beside them comes from a pattern's prediction or the ledger.
+"""
+
+from __future__ import annotations
+
+from commbench.patterns.seq.attention import AttnConfig
+from commbench.patterns.seq.ring import causal_work
+from commbench.patterns.tp.head import VocabConfig
+from commbench.patterns.tp.model import TPConfig
+from commbench.patterns.tp.pattern import param_sizes
+from commbench.studies.claims import Claim, Run
+
+__all__ = ["CLAIMS"]
+
+
+def _tp(P: int) -> TPConfig:
+    return TPConfig(batch=2, seq=8 * P, hidden=16 * P, ffn=64 * P, heads=P, vocab=64 * P, tp=P,
+                    dtype="float32")
+
+
+def _mlp(m, P):
+    cfg = _tp(P)
+    r = m["mlp"]
+    params = 2 * cfg.hidden * cfg.ffn * 4  # the MLP's two weight matrices, float32
+    holds = r.count("all_reduce", "tp") == 2
+    return (f"{r.calls('tp')}; {r.sent('tp')} B sent per rank; 4x the MLP's parameters would be "
+            f"{4 * params} B",
+            "count right, unit wrong: the all-reduced tensors are activations (b*s*h), not "
+            "parameters; the volume does not depend on the parameter count",
+            "partly" if holds else "no")
+
+
+def _layer(m, P):
+    cfg = _tp(P)
+    r = m["layer"]
+    params = (2 * cfg.hidden * cfg.ffn + 4 * cfg.hidden ** 2) * 4
+    return (f"{r.calls('tp')}; {r.sent('tp')} B sent per rank; 8x the layer's parameters would be "
+            f"{8 * params} B", "count right, unit wrong (activations, not parameters)",
+            "partly" if r.count("all_reduce", "tp") == 4 else "no")
+
+
+def _sp(m, P):
+    tp, sp, rg = (m[k].sent("tp") for k in ("tp", "sp", "regather"))
+    return (f"TP {tp} B; TP+SP {sp} B ({m['sp'].calls('tp')}); with the backward re-gather {rg} B "
+            f"({rg / tp:.2f}x TP)",
+            f"holds when the gathered input is kept ({sp / tp:.3f}x TP: the extra is the "
+            f"all-reduce of the LayerNorm and bias gradients); Megatron's backward re-gather costs "
+            f"{(rg - tp) / tp:.0%} more", "yes" if sp / tp < 1.05 else "partly")
+
+
+def _ce(m, P):
+    def ce(k):  # the cross-entropy's own calls, booked while it ran
+        calls = m[k].outs[0]["outputs"]["stats"]["cross_entropy"]
+        return f"{len(calls)} {'/'.join(sorted({c[0] for c in calls}))} of " \
+            f"{[c[1] for c in calls]} elements ({sum(c[2] for c in calls)} B)"
+    cfg = VocabConfig(batch=2, seq=8 * P, hidden=16 * P, vocab=64 * P, tp=P, dtype="float32")
+    parts = [f"{k}: {ce(k)}" for k in ("megatron", "fused", "naive")]
+    return ("; ".join(parts) + f" with V = {cfg.vocab}",
+            "partly wrong: 3 all-reduces (2 fused), every one over the b*s token grid; there is no "
+            "N-sized term; the drop is from O(b*s*V) to O(b*s)", "partly")
+
+
+def _ring(m, P):
+    r = m["ddp"]
+    psi = sum(param_sizes(TPConfig(hidden=16, ffn=64, heads=2, tp=1)).values()) * 4
+    sent = r.sent("dp")
+    return (f"per rank {sent} B = {sent / psi:.3f} x the gradients' {psi} B ({r.calls('dp')}); "
+            f"all ranks together {sent * P} B",
+            f"correct per rank, imprecise: {sent / psi:.3f} = 2(P-1)/P, tending to 2; the sum over "
+            "ranks is 2(P-1) times the parameters", "yes")
+
+
+def _attn(P: int, layout: str = "zigzag") -> AttnConfig:
+    return AttnConfig(batch=2, seq=16 * P, heads=2 * P, head_dim=8, sp=P, causal=True,
+                      layout=layout, dtype="float32")
+
+
+def _ulysses(m, P):
+    cfg = _attn(P)
+    N, h = cfg.batch * cfg.seq, cfg.heads * cfg.head_dim
+    sent = m["ulysses"].sent("sp")
+    notes = 8 * N * h * 4 // P  # the notes' 8Nd/P, float32
+    return (f"{m['ulysses'].calls('sp')}; {sent} B sent per rank, {sent * P} B by all {P} ranks "
+            f"(N = {N} tokens, h = {h}); the notes' 8Nh/P would be {notes} B; ring attention "
+            f"{m['ring'].sent('sp')} B, naive all-gather of K,V {m['naive'].sent('sp')} B per rank",
+            f"right in count, loose in size: per rank {sent / notes:.2f}x the notes' 8Nh/P (the 1/P "
+            "that stays home is not sent), and summed over ranks it does grow with N; what falls "
+            "with P is the per-rank volume", "partly")
+
+
+def _cp(m, P):
+    r = m["ring"]
+    fwd = r.outs[0]["outputs"]["stats"]["forward_sent"]
+    total = r.sent("sp")
+    zig, flat = causal_work(_attn(P)), causal_work(_attn(P, "contiguous"))
+    return (f"forward {fwd} B, backward {total - fwd} B per rank; causal scores per rank: zigzag "
+            f"{zig}, contiguous {flat} (max/min {max(flat) / min(flat):.1f})",
+            f"holds: backward moves {(total - fwd) / fwd:.0f}x the forward (K/V again, then "
+            f"dK/dV); the contiguous split leaves the last rank {max(flat) / min(flat):.1f}x the "
+            "first rank's work, the zigzag split none",
+            "yes" if len(set(zig)) == 1 else "partly")
+
+
+CLAIMS = [
+    Claim("TP MLP forward+backward: 2 all-reduces, 4x the model parameters",
+          lambda P: {"mlp": Run("tp_mlp", "tp", _tp(P))}, _mlp),
+    Claim("TP attention + MLP: 4 all-reduces, 8x the model parameters",
+          lambda P: {"layer": Run("tp_layer", "tp", _tp(P))}, _layer),
+    Claim("SP: all-gather + reduce-scatter equal one ring all-reduce, so SP comes free",
+          lambda P: {k: Run("tp_layer", v, _tp(P)) for k, v in
+                     (("tp", "tp"), ("sp", "sp"), ("regather", "sp_regather"))}, _sp),
+    Claim("cross-entropy needs two all-reduces, of batch size and of N: cost drops from b*s*V to "
+          "b*s + N",
+          lambda P: {v: Run("vocab", v, VocabConfig(batch=2, seq=8 * P, hidden=16 * P,
+                                                    vocab=64 * P, tp=P, dtype="float32"))
+                     for v in ("megatron", "fused", "naive")}, _ce),
+    Claim("ring all-reduce costs about 2x the parameters",
+          lambda P: {"ddp": Run("ddp", "ddp", TPConfig(batch=2 * P, seq=4, hidden=16, ffn=64,
+                                                       heads=2, vocab=1, dp=P, tp=1,
+                                                       dtype="float32", bucket_bytes=1 << 30))},
+          _ring),
+    Claim("Ulysses: 4 all-to-alls forward, 4 backward, each (N*d)/P: 8Nd/P in total, a P-fold "
+          "saving that does not grow with N",
+          lambda P: {"ulysses": Run("ulysses", "ulysses", _attn(P)),
+                     "ring": Run("ring_attention", "ring", _attn(P)),
+                     "naive": Run("ulysses", "naive", _attn(P))}, _ulysses),
+    Claim("context parallelism: K/V blocks pass round a ring; causal attention needs the "
+          "load-balanced split",
+          lambda P: {"ring": Run("ring_attention", "ring", _attn(P))}, _cp),
+]
