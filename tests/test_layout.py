@@ -10,13 +10,12 @@ import pytest
 
 from commbench.costmodel.layout import Layout, dp_calls, predict_layout, step_bytes
 from commbench.costmodel.topology import load
+from commbench.patterns.dp.zero_model import STAGES, ZeroConfig
 from commbench.patterns.moe_gating import MoEConfig
 from commbench.patterns.moe_run import run_moe
 from commbench.patterns.run import run_pattern
 from commbench.patterns.seq.attention import AttnConfig
 from commbench.patterns.tp.model import TPConfig
-from commbench.patterns.zero import train
-from commbench.patterns.zero_model import ZeroConfig
 
 pytestmark = [pytest.mark.model]
 TOPO = load("cluster-h100-ndr", 2)
@@ -46,11 +45,11 @@ def test_tensor_parallel_bytes_match_the_ledger(world, sp):
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_data_parallel_and_zero_bytes_match_the_ledger(world, stage):
     P, m = world.size, 2
-    cfg = ZeroConfig(stage=stage, layers=3, hidden=4, batch=2 * P, micro=m, steps=1,
+    cfg = ZeroConfig(layers=3, hidden=4, batch=2 * P, micro=m, steps=1, dp=P,
                      dtype="float32")
-    out = world.run(train, cfg, 0)[0]
+    out = world.run(run_pattern, "zero", cfg, list(STAGES)[stage], 0)[0]
     psi = cfg.layers * (cfg.hidden * cfg.hidden + cfg.hidden)  # divisible by P: no padding
-    assert step_bytes(dp_calls(psi, P, stage, m, 4), P) == sum(e[2] for e in out["ledger"])
+    assert step_bytes(dp_calls(psi, P, stage, m, 4), P) == sum(c[3] for c in out["ledger"])
 
 
 @pytest.mark.world(sizes=[2, 4])

@@ -96,8 +96,6 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
             return _patterns(a, world, launch, printer, emit)
         if a.targets == ["pp"]:
             return _pp(a, world, launch, printer, emit)
-        if a.targets == ["zero"]:
-            return _zero(a, world, launch, printer, emit)
         if a.targets == ["moe"]:
             return _a2a(a, world, launch, printer, emit)
         if a.targets == ["model"]:
@@ -244,17 +242,6 @@ def _pp(a, world, launch, printer, emit) -> int:
                   "bubble": "mean over ranks of 1 - compute / pipeline wall time"},
                  rows, pp_markdown, emit)
     return 0
-
-
-def _zero(a, world, launch, printer, emit) -> int:
-    from commbench.studies.pattern_bench import zero_bench, zero_markdown
-
-    emit(f"# commbench run zero: DDP and ZeRO-1/2/3, {world.size} ranks ({launch})")
-    rows = zero_bench(world, emit=emit)
-    bad = [r for r in rows if r["sent"] != r["pred_sent"]]
-    emit(f"# bytes counted = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
-    _write_study(a, printer, world, launch, "zero", dict(MEASUREMENT), rows, zero_markdown, emit)
-    return 1 if bad else 0
 
 
 def _a2a(a, world, launch, printer, emit) -> int:

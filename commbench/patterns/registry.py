@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from commbench.patterns.base import Pattern
 from commbench.patterns.dp.pattern import DataParallel
+from commbench.patterns.dp.zero_pattern import Zero
 from commbench.patterns.seq.pattern import RingAttention, Ulysses
 from commbench.patterns.seq.zero3 import UlyssesZero3
 from commbench.patterns.tp.head import VocabHead
@@ -16,6 +17,7 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
     TPLayer(),
     VocabHead(),
     DataParallel(),
+    Zero(),
     Ulysses(),
     UlyssesZero3(),
     RingAttention(),

@@ -1,4 +1,4 @@
-"""The claims of the families not yet on the pattern interface (ZeRO, expert parallelism),
+"""The claims of the family not yet on the pattern interface (expert parallelism),
 measured by the ledger as before; they move to claims_list as their families move."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from commbench.patterns.moe_gating import MoEConfig, capacity
 from commbench.patterns.moe_run import run_moe
 
-__all__ = ["a2a_claims", "zero_claims"]
+__all__ = ["a2a_claims"]
 
 
 def _row(claim: str, formula: str, measured: str, verdict: str, matches: bool) -> dict:
@@ -24,55 +24,6 @@ def _calls(ledger, group) -> str:
 
 def _sent(ledger, op: str | None = None) -> int:
     return sum(e[4] for e in ledger if op is None or e[0] == op)
-
-
-def zero_claims(world) -> list[dict]:
-    """Rows for the notes' ZeRO claims: bytes per step and memory per parameter."""
-    from commbench.patterns.zero import train
-    from commbench.patterns.zero_model import ZeroConfig, flat_size
-
-    P = world.size
-    sent = {}
-    for stage in range(4):
-        for micro in (1, 4):
-            cfg = ZeroConfig(stage=stage, layers=4, hidden=32, batch=P, micro=micro, steps=1,
-                             dtype="float32")
-            sent[stage, micro] = sum(e[2] for e in world.run(train, cfg, 0)[0]["ledger"])
-    psi = 4 * flat_size(ZeroConfig(layers=4, hidden=32), P)[1]
-    unit = (P - 1) / P * psi * 4  # (P-1)/P * Psi, in bytes (float32)
-    rows = [_row(
-        "ZeRO-1 and ZeRO-2 come almost free; ZeRO-3 costs 3x instead of 2x",
-        "per rank per step: DDP 2(P-1)/P*Psi; ZeRO-1/2 RS + AG = the same; ZeRO-3 AG fwd + AG bwd "
-        "+ RS = 3(P-1)/P*Psi",
-        f"one micro-batch: DDP {sent[0, 1]} B, ZeRO-1 {sent[1, 1]}, ZeRO-2 {sent[2, 1]}, "
-        f"ZeRO-3 {sent[3, 1]} ({sent[3, 1] / sent[0, 1]:.2f}x DDP); 4 micro-batches: DDP "
-        f"{sent[0, 4]}, ZeRO-2 {sent[2, 4]} ({sent[2, 4] / sent[0, 4]:.2f}x), ZeRO-3 "
-        f"{sent[3, 4]} ({sent[3, 4] / sent[0, 4]:.2f}x)",
-        "correct for one micro-batch (2 vs 3 units of (P-1)/P*Psi: ZeRO-1/2 add nothing, "
-        "ZeRO-3 is 1.5x DDP); under gradient accumulation ZeRO-2 reduce-scatters every "
-        "micro-batch and ZeRO-3 re-gathers every micro-batch, so both grow with m while DDP "
-        "and ZeRO-1 do not",
-        sent[0, 1] == sent[1, 1] == sent[2, 1] == round(2 * unit) and
-        sent[3, 1] == round(3 * unit))]
-    mem = {}
-    for stage in range(4):
-        for dtype in ("float32", "bfloat16"):
-            cfg = ZeroConfig(stage=stage, layers=4, hidden=32, batch=P, dtype=dtype)
-            mem[stage, dtype] = world.run(train, cfg, 0)[0]["memory"]
-    per = {k: {n: round(v / psi, 2) for n, v in m.items()} for k, m in mem.items()}
-    rows.append(_row(
-        "memory: fp32 weights and two fp32 moments are 12 bytes per parameter (16 with mixed "
-        "precision); ZeRO-1/2/3 cut optimizer states, then gradients, then weights to 1/N",
-        "float32: weights 4 + moments 8 (+ gradients 4); bf16: weights 2 + master 4 + moments 8 "
-        "(+ gradients); stage k divides one more of them by P",
-        "bytes per parameter per rank (params/grads/optimizer): " + "; ".join(
-            f"stage {s} {d}: {per[s, d]['params']}/{per[s, d]['grads']}/{per[s, d]['optimizer']}"
-            for s in range(4) for d in ("float32", "bfloat16")),
-        f"12 B (fp32) holds without gradients; the notes' 16 B for mixed precision counts fp16 "
-        f"gradients (2 B); commbench accumulates them in fp32 (4 B), so 18 B; each stage "
-        f"divides its part by P = {P} as stated",
-        per[0, "float32"]["params"] + per[0, "float32"]["optimizer"] == 12))
-    return rows
 
 
 def a2a_claims(world) -> list[dict]:

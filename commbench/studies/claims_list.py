@@ -6,6 +6,7 @@ every figure commbench sets beside them comes from a pattern's prediction or the
 
 from __future__ import annotations
 
+from commbench.patterns.dp.zero_model import STAGES, ZeroConfig, flat_size
 from commbench.patterns.seq.attention import AttnConfig
 from commbench.patterns.seq.ring import causal_work
 from commbench.patterns.tp.head import VocabConfig
@@ -104,6 +105,35 @@ def _cp(m, P):
             "yes" if len(set(zig)) == 1 else "partly")
 
 
+def _zero_cfg(P: int, micro: int = 1, dtype: str = "float32") -> ZeroConfig:
+    return ZeroConfig(layers=4, hidden=32, batch=P, micro=micro, steps=1, dp=P, dtype=dtype)
+
+
+def _zero_bytes(m, P):
+    s = {k: r.sent("dp") for k, r in m.items()}
+    return (f"one micro-batch: DDP {s['ddp1']} B, ZeRO-1 {s['zero11']}, ZeRO-2 {s['zero21']}, "
+            f"ZeRO-3 {s['zero31']} ({s['zero31'] / s['ddp1']:.2f}x DDP); 4 micro-batches: DDP "
+            f"{s['ddp4']}, ZeRO-2 {s['zero24']} ({s['zero24'] / s['ddp4']:.2f}x), ZeRO-3 "
+            f"{s['zero34']} ({s['zero34'] / s['ddp4']:.2f}x)",
+            f"correct for one micro-batch (ZeRO-1/2 move what DDP moves, ZeRO-3 "
+            f"{s['zero31'] / s['ddp1']:.2f}x, not the notes' 3x/2x); under gradient accumulation "
+            "ZeRO-2 reduce-scatters every micro-batch and ZeRO-3 re-gathers every micro-batch, so "
+            "both grow with m while DDP and ZeRO-1 do not", "partly")
+
+
+def _zero_memory(m, P):
+    psi = 4 * flat_size(_zero_cfg(P), P)[1]  # parameters of the 4 layers, padded
+    per = {k: {n: round(v / psi, 2) for n, v in r.outs[0]["outputs"]["stats"]["memory"].items()}
+           for k, r in m.items()}
+    fp32 = per["ddp float32"]
+    return ("bytes per parameter per rank (params/grads/optimizer): " + "; ".join(
+                f"{k}: {v['params']}/{v['grads']}/{v['optimizer']}" for k, v in per.items()),
+            f"{fp32['params'] + fp32['optimizer']} B (fp32) holds without gradients; the notes' "
+            "16 B for mixed precision counts fp16 gradients (2 B); commbench accumulates them in "
+            f"fp32 (4 B), so 18 B; each stage divides its part by P = {P} as stated",
+            "partly")
+
+
 CLAIMS = [
     Claim("TP MLP forward+backward: 2 all-reduces, 4x the model parameters",
           lambda P: {"mlp": Run("tp_mlp", "tp", _tp(P))}, _mlp),
@@ -122,6 +152,13 @@ CLAIMS = [
                                                        heads=2, vocab=1, dp=P, tp=1,
                                                        dtype="float32", bucket_bytes=1 << 30))},
           _ring),
+    Claim("ZeRO-1 and ZeRO-2 come almost free; ZeRO-3 costs 3x instead of 2x",
+          lambda P: {f"{v}{m}": Run("zero", v, _zero_cfg(P, m)) for v in STAGES for m in (1, 4)},
+          _zero_bytes),
+    Claim("memory: fp32 weights and two fp32 moments are 12 bytes per parameter (16 with mixed "
+          "precision); ZeRO-1/2/3 cut optimizer states, then gradients, then weights to 1/N",
+          lambda P: {f"{v} {d}": Run("zero", v, _zero_cfg(P, dtype=d)) for v in STAGES
+                     for d in ("float32", "bfloat16")}, _zero_memory),
     Claim("Ulysses: 4 all-to-alls forward, 4 backward, each (N*d)/P: 8Nd/P in total, a P-fold "
           "saving that does not grow with N",
           lambda P: {"ulysses": Run("ulysses", "ulysses", _attn(P)),

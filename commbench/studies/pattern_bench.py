@@ -1,13 +1,12 @@
-"""The pipeline and ZeRO benchmarks of the families not yet on the pattern interface."""
+"""The pipeline benchmark of the family not yet on the pattern interface."""
 
 from __future__ import annotations
 
 import statistics
 
 from commbench.results import records as res
-from commbench.wire.volume import booked
 
-__all__ = ["per_iteration", "pp_bench", "timing", "zero_bench"]
+__all__ = ["per_iteration", "pp_bench", "timing"]
 
 
 def per_iteration(outs: list[dict], key: str = "times") -> list[float]:
@@ -74,43 +73,3 @@ def pp_markdown(record: dict) -> str:
         "time. The formula takes communication as free; here each point-to-point message over "
         "gloo costs about half a millisecond, which the interleaved schedule, with v times more "
         "messages, pays most.")
-
-
-def zero_bench(world, steps: int = 5, emit=print) -> list[dict]:
-    """DDP and ZeRO-1/2/3 per step: time, bytes counted against predicted, memory per rank."""
-    from commbench.patterns.zero import predicted_calls, train
-    from commbench.patterns.zero_model import ZeroConfig
-
-    P = world.size
-    rows = []
-    emit(f"#{'stage':>6} {'layers x h':>11} {'m':>2} {'step(ms)':>9} {'sent/step(B)':>13} "
-         f"{'predicted':>10} {'params(B)':>10} {'grads(B)':>9} {'optim(B)':>9}")
-    for layers, h in ((4, 64), (4, 256)):
-        for micro in (1, 4):
-            for stage in range(4):
-                cfg = ZeroConfig(stage=stage, layers=layers, hidden=h, batch=4 * P, micro=micro,
-                                 steps=steps, dtype="float32")
-                outs = world.run(train, cfg, 0)
-                sent = max(sum(e[2] for e in o["ledger"]) for o in outs) // steps
-                pred = max(sum(booked(op, P, i, c, 4)[0] for op, c in predicted_calls(cfg, P))
-                           for i in range(P)) // steps
-                mem = outs[0]["memory"]
-                row = {"stage": stage, "model": f"{layers}x{h}", "micro": micro,
-                       "step_ms": max(o["step_s"] for o in outs) * 1e3, "sent": sent,
-                       "pred_sent": pred, **{f"mem_{k}": v for k, v in mem.items()}}
-                rows.append(row)
-                emit(f" {stage:>6} {row['model']:>11} {micro:>2} {row['step_ms']:>9.2f} "
-                     f"{sent:>13} {pred:>10} {mem['params']:>10} {mem['grads']:>9} "
-                     f"{mem['optimizer']:>9}")
-    return rows
-
-
-def zero_markdown(record: dict) -> str:
-    return res.study_markdown(
-        record, ["stage", "layers x h", "micro-batches", "step(ms)", "sent/step(B)/rank",
-                 "predicted(B)", "params(B)", "grads(B)", "optimizer(B)"],
-        [[f"ZeRO-{r['stage']}" if r["stage"] else "DDP", r["model"], r["micro"],
-          f"{r['step_ms']:.2f}", r["sent"], r["pred_sent"], r["mem_params"], r["mem_grads"],
-          r["mem_optimizer"]] for r in record["rows"]],
-        "float32 Adam; step time is the slowest rank's mean over the steps; memory is what one "
-        "rank holds.")

@@ -14,10 +14,10 @@ from __future__ import annotations
 import torch
 
 from commbench.patterns.base import Call, Pattern
+from commbench.patterns.dp.zero import gathered
 from commbench.patterns.judge import reference_nudges
 from commbench.patterns.seq.attention import AttnConfig, attend, gqa_index, local_tokens
 from commbench.patterns.seq.pattern import ATTENTION, TOLERANCE, SeqParts, attention_calls, attn_configs
-from commbench.patterns.zero import gathered
 from commbench.wire.dtypes import DTYPES
 from commbench.wire.volume import booked
 

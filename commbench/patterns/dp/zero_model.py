@@ -15,17 +15,19 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-__all__ = ["Adam", "ZeroConfig", "batch", "flat_size", "init_layers", "oracle_train"]
+from commbench.wire.dtypes import check_dtype
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16,
-          "float16": torch.float16}
+__all__ = ["STAGES", "Adam", "ZeroConfig", "batch", "flat_size", "init_layers", "oracle_train"]
+
+STAGES = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3}  # the variants: DDP is stage 0
 
 
 @dataclass(frozen=True, slots=True)
 class ZeroConfig:
-    """stage 0 is DDP; ``dtype`` bfloat16/float16 means mixed precision with fp32 master weights."""
+    """``steps`` Adam steps of ``layers`` layers on ``dp`` ranks; ``dtype`` bfloat16/float16
+    means mixed precision with fp32 master weights; ``prefetch``: ZeRO-3 gathers the next
+    layer's parameters while the current one computes."""
 
-    stage: int = 1
     layers: int = 2
     hidden: int = 4
     batch: int = 4  # per micro-batch, across all DP ranks
@@ -33,19 +35,23 @@ class ZeroConfig:
     steps: int = 2
     lr: float = 0.01
     dtype: str = "float64"
+    dp: int = 1
+    prefetch: bool = True
 
-    def validate(self, world_size: int | None = None) -> ZeroConfig:
-        for name in ("layers", "hidden", "batch", "micro", "steps"):
+    def label(self) -> str:
+        return f"dp{self.dp} L{self.layers} h{self.hidden} m{self.micro} {self.dtype}"
+
+    def validate(self, world_size: int | None = None, variant: str = "") -> ZeroConfig:
+        for name in ("layers", "hidden", "batch", "micro", "steps", "dp"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
-        if self.stage not in (0, 1, 2, 3):
-            raise ValueError(f"stage={self.stage}: must be 0 (DDP), 1, 2 or 3")
         if not self.lr > 0:
             raise ValueError(f"lr={self.lr}: must be > 0")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype={self.dtype!r}: must be one of {', '.join(DTYPES)}")
-        if world_size is not None and self.batch % world_size:
-            raise ValueError(f"batch={self.batch}: must be a multiple of the DP size {world_size} "
+        check_dtype(self.dtype, ("float64", "float32", "bfloat16", "float16"))
+        if world_size is not None and self.dp != world_size:
+            raise ValueError(f"dp={self.dp}: must equal the world size {world_size}")
+        if self.batch % self.dp:
+            raise ValueError(f"batch={self.batch}: must be a multiple of the DP size {self.dp} "
                              "(each rank takes batch/P samples of every micro-batch)")
         return self
 

@@ -13,19 +13,26 @@ Per layer flat vector (``zero_model``), padded to a multiple of P; rank r owns c
 
 Bytes per rank per step, Psi = padded elements of all layers, m micro-batches, P ranks:
 DDP 2(P-1)/P*Psi; ZeRO-1 the same (RS + AG); ZeRO-2 (m+1)(P-1)/P*Psi; ZeRO-3 3m(P-1)/P*Psi.
+
+Where a rank's chunk starts, how stage 2 keeps its gradient chunk and how stage 3 takes the
+prefetched parameters are parts (:class:`ZeroParts`), so broken ones can stand in.
 """
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
-from commbench.patterns.zero_model import DTYPES, Adam, ZeroConfig, batch, flat_size, init_layers
+from commbench.patterns.base import Call
+from commbench.patterns.dp.zero_model import Adam, ZeroConfig, flat_size
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
+from commbench.wire.dtypes import DTYPES
+from commbench.wire.volume import booked
 
-__all__ = ["gathered", "predicted_calls", "train"]
+__all__ = ["ZeroParts", "gathered", "stage_calls", "train", "zero_calls"]
 
 
 class _Gathered(torch.autograd.Function):
@@ -50,15 +57,53 @@ def gathered(chunk: torch.Tensor, numel: int, comm: Comm, group: Group) -> torch
     return _Gathered.apply(chunk, numel, comm, group)
 
 
-def predicted_calls(cfg: ZeroConfig, P: int) -> list[tuple[str, int]]:
-    """(op, elements per call) on the DP group for the whole run, as a multiset."""
-    _, padded = flat_size(cfg, P)
-    c, L, m = padded // P, cfg.layers, cfg.micro
-    per_step = {0: [("all_reduce", padded)] * L,
-                1: [("reduce_scatter", padded)] * L + [("all_gather", c)] * L,
-                2: [("reduce_scatter", padded)] * (m * L) + [("all_gather", c)] * L,
-                3: [("all_gather", c)] * (2 * m * L) + [("reduce_scatter", padded)] * (m * L)}
-    return per_step[cfg.stage] * cfg.steps
+def stage_calls(stage: int, sizes: list[int], P: int, micro: int) -> list[tuple[str, int, str]]:
+    """(op, elements per call, "param" or "grad") of one optimizer step for layers of ``sizes``
+    elements each (padded to a multiple of P): the one statement of what each stage moves."""
+    out = []
+    for n in sizes:
+        padded = -(-n // P) * P
+        c = padded // P
+        out += {0: [("all_reduce", padded, "grad")],
+                1: [("reduce_scatter", padded, "grad"), ("all_gather", c, "param")],
+                2: [("reduce_scatter", padded, "grad")] * micro + [("all_gather", c, "param")],
+                3: [("all_gather", c, "param")] * (2 * micro) +
+                   [("reduce_scatter", padded, "grad")] * micro}[stage]
+    return out
+
+
+def zero_calls(cfg: ZeroConfig, stage: int, r: int, axis: str = "dp") -> list[Call]:
+    """The calls DP member ``r`` makes in ``cfg.steps`` steps: parameters move in the compute
+    dtype, gradients in the master dtype (fp32 under mixed precision)."""
+    P = cfg.dp
+    n, _ = flat_size(cfg, P)
+    e = {"param": DTYPES[cfg.dtype].itemsize, "grad": 4 if cfg.mixed else DTYPES[cfg.dtype].itemsize}
+    return [Call(op, axis, k * e[kind], *booked(op, P, r, k, e[kind]))
+            for op, k, kind in stage_calls(stage, [n] * cfg.layers, P, cfg.micro)] * cfg.steps
+
+
+def chunk_start(r: int, c: int, P: int) -> int:
+    """Where member ``r``'s chunk of ``c`` elements starts in a padded flat vector."""
+    return r * c
+
+
+def reduce_scatter_grad(grad: torch.Tensor, comm: Comm, group: Group) -> torch.Tensor:
+    """Stage 2's hook: this rank's chunk of the gradient summed over the group."""
+    return comm.reduce_scatter(grad, group)
+
+
+def take_prefetched(pending, k: int, cache: list) -> torch.Tensor | None:
+    """Stage 3: the parameters of layer ``k`` from the gather posted one layer earlier."""
+    return pending.wait() if pending is not None else None
+
+
+@dataclass(frozen=True)
+class ZeroParts:
+    """The swappable steps of ZeRO."""
+
+    chunk_start: Callable = chunk_start
+    grad_shard: Callable = reduce_scatter_grad
+    take_prefetched: Callable = take_prefetched
 
 
 class _Zero3Layer(torch.autograd.Function):
@@ -84,84 +129,65 @@ class _Zero3Layer(torch.autograd.Function):
             xd, w, b = (t.detach().requires_grad_() for t in
                         (x, full[: h * h].view(h, h), full[h * h: h * h + h]))
             dx, dw, db = torch.autograd.grad(torch.tanh(xd @ w.T + b), (xd, w, b), dy)
-        grad = torch.zeros(full.shape, dtype=ctx.acc.dtype)
+        grad = full.new_zeros(full.shape, dtype=ctx.acc.dtype)
         grad[: h * h] = dw.reshape(-1)
         grad[h * h: h * h + h] = db
         ctx.acc.add_(comm.reduce_scatter(grad, group))
         return dx, None, None, None, None, None, None
 
 
-def _pad(f: torch.Tensor, padded: int) -> torch.Tensor:
-    return torch.cat([f, f.new_zeros(padded - f.numel())])
-
-
 def _nbytes(ts) -> int:
     return sum(t.numel() * t.element_size() for t in ts if t is not None)
 
 
-def train(ctx, cfg: ZeroConfig, seed: int, prefetch: bool = True, mutant: str | None = None):
-    """Train ``cfg.steps`` steps; every rank returns the full final master weights (float64), the
-    ledger of the steps, and the bytes it held in parameters, gradients and optimizer states."""
-    cfg.validate(ctx.size)
-    comm, g = ctx.comm(), ctx.world
+def train(ctx, cfg: ZeroConfig, stage: int, data: dict, group: Group, parts: ZeroParts) -> dict:
+    """``cfg.steps`` Adam steps from ``data`` (the layers' flat initial vectors, padded, and the
+    batches); this rank's master weights (its chunk, or all of them for DDP) and the bytes it
+    held in parameters, gradients and optimizer states."""
+    comm, g = ctx.comm(), group
     P, r = g.size, g.index
     cdt = DTYPES[cfg.dtype]
     mdt = torch.float32 if cfg.mixed else cdt
-    n, padded = flat_size(cfg, P)
+    _, padded = flat_size(cfg, P)
     c = padded // P
-    off = r * c + (1 if mutant == "shard_off_by_one" and P > 1 else 0)
-    full0 = [_pad(f, padded) for f in init_layers(cfg, seed)]
-    if cfg.stage == 0:
+    off = parts.chunk_start(r, c, P)
+    full0 = data["layers"]
+    if stage == 0:
         master = [f.to(mdt) for f in full0]
     else:
         master = [torch.roll(f, -off)[:c].to(mdt).clone() for f in full0]
     opt = Adam(master, cfg.lr)
-    params = [f.to(cdt, copy=True) for f in full0] if cfg.stage < 3 else \
+    params = [f.to(cdt, copy=True) for f in full0] if stage < 3 else \
         [m.to(cdt, copy=True) for m in master]
     bl = cfg.batch // P
-    stale: list = []
-    memory = {"params": 0, "grads": 0, "optimizer": 0}
-    comm.backend.barrier(g)
-    t0 = time.perf_counter()
-    step_times: list[float] = []
-    with ctx.ledger.capture() as cap:
-        for step in range(cfg.steps):
-            ts = time.perf_counter()
-            acc = [torch.zeros(padded if cfg.stage < 2 else c, dtype=mdt) for _ in master]
-            for mb in range(cfg.micro):
-                x, t = (v[r * bl:(r + 1) * bl].to(cdt) for v in batch(cfg, seed, step, mb))
-                if cfg.stage < 3:
-                    y = _forward_full(params, acc, x, cfg, comm, g, mutant)
-                else:
-                    y = _forward_zero3(params, acc, x, cfg, comm, g, prefetch, stale, mutant)
-                (0.5 * ((y - t) ** 2).sum()).backward()
-            # master weights count as optimizer state only under mixed precision; otherwise they
-            # are the parameters themselves (or, sharded, the chunk a rank updates of them)
-            memory = {"params": _nbytes(params), "grads": _nbytes(acc),
-                      "optimizer": opt.nbytes() + (_nbytes(master) if cfg.mixed else 0)}
-            _update(cfg, comm, g, opt, acc, master, params, cdt, mutant)
-            step_times.append(time.perf_counter() - ts)
-    seconds = time.perf_counter() - t0
-    final = [m.double() for m in master] if cfg.stage == 0 else \
-        [comm.all_gather(m, g).double() for m in master]  # harness: outside the ledger capture
-    return {"params": [f[:n] for f in final], "ledger": [(e.op, e.count, e.sent, e.recv)
-                                                         for e in cap.entries],
-            "memory": memory, "padded": padded, "step_s": seconds / cfg.steps,
-            "step_times": step_times}
+    cache: list = []
+    memory: dict = {}
+    for step in range(cfg.steps):
+        acc = [f.new_zeros(padded if stage < 2 else c, dtype=mdt) for f in master]
+        for mb in range(cfg.micro):
+            x, t = (v[r * bl:(r + 1) * bl].to(cdt) for v in data["batches"][step][mb])
+            if stage < 3:
+                y = _forward_full(params, acc, x, cfg, stage, comm, g, parts)
+            else:
+                y = _forward_zero3(params, acc, x, cfg, comm, g, parts, cache)
+            (0.5 * ((y - t) ** 2).sum()).backward()
+        # master weights count as optimizer state only under mixed precision; otherwise they
+        # are the parameters themselves (or, sharded, the chunk a rank updates of them)
+        memory = {"params": _nbytes(params), "grads": _nbytes(acc),
+                  "optimizer": opt.nbytes() + (_nbytes(master) if cfg.mixed else 0)}
+        _update(stage, comm, g, opt, acc, master, params, cdt)
+    return {**{f"w{k}": m for k, m in enumerate(master)}, "stats": {"memory": memory}}
 
 
-def _forward_full(params, acc, x, cfg: ZeroConfig, comm: Comm, g: Group, mutant):
+def _forward_full(params, acc, x, cfg: ZeroConfig, stage: int, comm: Comm, g: Group, parts):
     """Stages 0-2: the whole parameters are here; stage 2 reduce-scatters in backward hooks."""
     h = cfg.hidden
     leaves = [p.detach().requires_grad_() for p in params]
     for k, leaf in enumerate(leaves):
-        if cfg.stage == 2:
+        if stage == 2:
             def hook(p, k=k):
                 grad = p.grad.to(acc[k].dtype)  # reduced in fp32 under mixed precision
-                shard = grad if mutant == "no_reduce_scatter" else comm.reduce_scatter(grad, g)
-                if mutant == "no_reduce_scatter":
-                    shard = shard.view(g.size, -1)[g.index]
-                acc[k].add_(shard.to(acc[k].dtype))
+                acc[k].add_(parts.grad_shard(grad, comm, g).to(acc[k].dtype))
                 p.grad = None  # only the chunk is kept
             leaf.register_post_accumulate_grad_hook(hook)
         else:
@@ -173,33 +199,28 @@ def _forward_full(params, acc, x, cfg: ZeroConfig, comm: Comm, g: Group, mutant)
     return x
 
 
-def _forward_zero3(chunks, acc, x, cfg: ZeroConfig, comm: Comm, g: Group, prefetch: bool,
-                   stale: list, mutant):
+def _forward_zero3(chunks, acc, x, cfg: ZeroConfig, comm: Comm, g: Group, parts, cache: list):
     h = cfg.hidden
     x = x.requires_grad_()  # so that backward reaches every layer's function
-    pending = comm.all_gather_async(chunks[0], g) if prefetch else None
+    pending = comm.all_gather_async(chunks[0], g) if cfg.prefetch else None
     for k, chunk in enumerate(chunks):
-        gathered = pending.wait() if pending is not None else None
-        if mutant == "stale_prefetch":  # keeps the first gather it ever made
-            if len(stale) <= k:
-                stale.append(gathered)
-            gathered = stale[k]
+        full = parts.take_prefetched(pending, k, cache)
         pending = comm.all_gather_async(chunks[k + 1], g) \
-            if prefetch and k + 1 < len(chunks) else None
-        x = _Zero3Layer.apply(x, chunk, gathered, acc[k], comm, g, h)
+            if cfg.prefetch and k + 1 < len(chunks) else None
+        x = _Zero3Layer.apply(x, chunk, full, acc[k], comm, g, h)
     return x
 
 
-def _update(cfg: ZeroConfig, comm: Comm, g: Group, opt: Adam, acc, master, params, cdt, mutant):
-    if cfg.stage == 0:
+def _update(stage: int, comm: Comm, g: Group, opt: Adam, acc, master, params, cdt):
+    if stage == 0:
         opt.step([comm.all_reduce(a, g) for a in acc])
         for p, m in zip(params, master):
             p.copy_(m.to(cdt))
-    elif cfg.stage == 1:
+    elif stage == 1:
         opt.step([comm.reduce_scatter(a, g) for a in acc])
         for p, m in zip(params, master):
             p.copy_(comm.all_gather(m.to(cdt), g))
-    elif cfg.stage == 2:
+    elif stage == 2:
         opt.step(acc)
         for p, m in zip(params, master):
             p.copy_(comm.all_gather(m.to(cdt), g))

@@ -1,0 +1,107 @@
+"""ZeRO-1/2/3 against DDP as a pattern (Rajbhandari et al. 2020): ``steps`` Adam steps of a stack of
+tanh layers on ``dp`` ranks, gradient accumulation over ``micro`` micro-batches, mixed precision
+with fp32 master weights. The variant is the stage: ``ddp`` (0), ``zero1``, ``zero2``, ``zero3``.
+What each stage moves is :func:`commbench.patterns.dp.zero.stage_calls`.
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from commbench.patterns.base import Broken, Call, Pattern, Tolerance
+from commbench.patterns.dp import broken
+from commbench.patterns.dp.zero import ZeroParts, train, zero_calls
+from commbench.patterns.dp.zero_model import STAGES, ZeroConfig, batch, flat_size, init_layers, oracle_train
+from commbench.wire.dtypes import DTYPES
+
+__all__ = ["Zero"]
+
+TOLERANCE = Tolerance(
+    "float64: only the order of the sums over ranks differs from the oracle. float32 and mixed "
+    "precision (bf16 compute, fp32 master, moments and gradient reduction): within 8x the "
+    "largest error of the oracle run in the same precision on the same P batch slices, summed "
+    "in either order, plus 1e-5 x max(1, largest weight): Adam divides by sqrt(v), so where a "
+    "gradient nearly cancels the order of its sum alone moves the weights.", floor=1e-5)
+
+
+@st.composite
+def zero_configs(draw, world_size: int):
+    return ZeroConfig(layers=draw(st.integers(1, 3)), hidden=draw(st.integers(1, 5)),
+                      batch=world_size * draw(st.integers(1, 2)), micro=draw(st.integers(1, 3)),
+                      steps=draw(st.integers(1, 3)), dp=world_size, prefetch=draw(st.booleans()),
+                      dtype=draw(st.sampled_from(["float64", "float64", "float32", "bfloat16"])))
+
+
+def _pad(f: torch.Tensor, padded: int) -> torch.Tensor:
+    return torch.cat([f, f.new_zeros(padded - f.numel())])
+
+
+def _example(P: int) -> list[ZeroConfig]:
+    return [ZeroConfig(layers=2, hidden=3, batch=2 * P, micro=1, steps=2, dp=P)]
+
+
+class Zero(Pattern):
+    """Optimizer states, then gradients, then parameters sharded over the DP group."""
+
+    name, markers = "zero", ("zero",)
+    variants, naive, optimized = tuple(STAGES), "ddp", "zero3"
+    axes = ("dp",)
+    Config = ZeroConfig
+    tolerance = TOLERANCE
+    parts = ZeroParts()
+    dtypes = ("float64", "float32", "bfloat16")
+    broken = (
+        Broken("chunk_off_by_one", "zero1", {"chunk_start": broken.chunk_start_off_by_one},
+               "each rank's shard starts one element too far", _example, (2, 3)),
+        Broken("no_reduce_scatter", "zero2", {"grad_shard": broken.local_grad_slice},
+               "stage 2 keeps its slice of its own gradient, never summed", _example, (2, 3)),
+        Broken("stale_prefetch", "zero3", {"take_prefetched": broken.stale_prefetch},
+               "stage 3 reuses the parameters of its first gather", _example, (2, 3)),
+    )
+
+    def grid(self, cfg: ZeroConfig) -> str:
+        return f"dp={cfg.dp}"
+
+    def configs(self, world_size: int, variant: str):
+        return zero_configs(world_size)
+
+    def bench_configs(self, world_size: int) -> list[ZeroConfig]:
+        return [ZeroConfig(layers=layers, hidden=h, batch=4 * world_size, micro=micro, steps=1,
+                           dp=world_size, dtype="float32")
+                for layers, h in ((4, 64), (4, 256)) for micro in (1, 4)]
+
+    def inputs(self, cfg: ZeroConfig, seed: int, device) -> dict:
+        _, padded = flat_size(cfg, cfg.dp)
+        return {"layers": [_pad(f, padded).to(device) for f in init_layers(cfg, seed)],
+                "batches": [[tuple(v.to(device) for v in batch(cfg, seed, step, mb))
+                             for mb in range(cfg.micro)] for step in range(cfg.steps)]}
+
+    def oracle(self, cfg: ZeroConfig, seed: int) -> dict:
+        return {f"w{k}": w for k, w in enumerate(oracle_train(cfg, seed))}
+
+    def references(self, cfg: ZeroConfig, seed: int) -> list[dict]:
+        if cfg.dtype == "float64":
+            return []
+        dt = DTYPES[cfg.dtype]
+        return [{f"w{k}": w for k, w in enumerate(oracle_train(cfg, seed, dt, cfg.dp, reverse))}
+                for reverse in (False, True)]
+
+    def expected(self, oracle: dict, cfg: ZeroConfig, rank: int, variant: str) -> dict:
+        _, padded = flat_size(cfg, cfg.dp)
+        c = padded // cfg.dp
+        full = {k: _pad(w, padded) for k, w in oracle.items()}
+        if STAGES[variant] == 0:
+            return full
+        return {k: w[rank * c:(rank + 1) * c] for k, w in full.items()}
+
+    def step(self, ctx, cfg: ZeroConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        return train(ctx, cfg, STAGES[variant], local, groups["dp"], parts)
+
+    def predicted(self, cfg: ZeroConfig, variant: str, rank: int, seed=None) -> list[Call]:
+        return zero_calls(cfg, STAGES[variant], rank)
+
+    def metrics(self, cfg: ZeroConfig, variant: str, outs: list[dict]) -> dict:
+        mem = outs[0]["outputs"]["stats"]["memory"]
+        return {"memory(B) params/grads/optimizer": f"{mem['params']}/{mem['grads']}/"
+                                                    f"{mem['optimizer']}"}
