@@ -44,7 +44,8 @@ def test_pattern(world, benchmark, name, variant, k):
     outs = world.run(run_pattern, name, cfg, variant, 0, None, ITERS, WARMUP)
     feed(benchmark, slowest([o["times"] for o in outs]), pattern=name, variant=variant,
          config=pattern.label(cfg), ranks=world.size,
-         sent=max(sum(c[3] for c in o["ledger"]) for o in outs))
+         sent=max(sum(c[3] for c in o["ledger"]) for o in outs),
+         **pattern.metrics(cfg, variant, outs))
     for r, out in enumerate(outs):
         assert Counter(map(tuple, out["ledger"])) == \
             Counter(astuple(c) for c in pattern.predicted(cfg, variant, r, 0))

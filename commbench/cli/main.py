@@ -22,10 +22,10 @@ import sys
 from commbench.timing.measure import COLLECTIVES
 from commbench.wire.dtypes import DTYPES
 
-SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "pp": (),
-          "moe": (), "model": (), "versus": ("all_reduce",)}
+SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "moe": (), "model": (),
+          "versus": ("all_reduce",)}
 # suites that are studies of their own, run alone
-STUDIES = ("overhead", "pp", "moe", "model", "versus")
+STUDIES = ("overhead", "moe", "model", "versus")
 
 
 class UsageError(Exception):

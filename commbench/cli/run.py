@@ -94,8 +94,6 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
             return run_versus(a, world, transports, sizes, launch, printer, emit)
         if a.patterns:
             return _patterns(a, world, launch, printer, emit)
-        if a.targets == ["pp"]:
-            return _pp(a, world, launch, printer, emit)
         if a.targets == ["moe"]:
             return _a2a(a, world, launch, printer, emit)
         if a.targets == ["model"]:
@@ -229,18 +227,6 @@ def _overhead(a, world, sizes, launch, printer, emit) -> int:
         res.write_json(stem + ".json", record)
         res.write_atomic(stem + ".md", res.overhead_markdown(record))
         emit(f"# wrote {stem}.json and {stem}.md")
-    return 0
-
-
-def _pp(a, world, launch, printer, emit) -> int:
-    from commbench.studies.pattern_bench import pp_bench, pp_markdown
-
-    emit(f"# commbench run pp: pipeline schedules, {world.size} stages ({launch})")
-    rows = pp_bench(world, emit=emit)
-    _write_study(a, printer, world, launch, "pp",
-                 {"cadence": "one barrier, then the whole schedule",
-                  "bubble": "mean over ranks of 1 - compute / pipeline wall time"},
-                 rows, pp_markdown, emit)
     return 0
 
 

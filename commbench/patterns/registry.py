@@ -5,6 +5,7 @@ from __future__ import annotations
 from commbench.patterns.base import Pattern
 from commbench.patterns.dp.pattern import DataParallel
 from commbench.patterns.dp.zero_pattern import Zero
+from commbench.patterns.pp.pattern import Pipeline
 from commbench.patterns.seq.pattern import RingAttention, Ulysses
 from commbench.patterns.seq.zero3 import UlyssesZero3
 from commbench.patterns.tp.head import VocabHead
@@ -21,6 +22,7 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
     Ulysses(),
     UlyssesZero3(),
     RingAttention(),
+    Pipeline(),
 )}
 
 

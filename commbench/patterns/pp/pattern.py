@@ -1,0 +1,112 @@
+"""Pipeline parallelism as a pattern: GPipe, 1F1B and interleaved 1F1B (Megatron's virtual
+stages), with activation checkpointing, against the naive pipeline of one micro-batch.
+
+Predicted calls per rank and step, per micro-batch (one for the naive pipeline), with b/m rows
+of h float64: a chunk that is not the last sends its activation forward and receives the
+gradient back; a chunk that is not the first receives the activation and sends the gradient
+back. The bubble, measured on the ranks, stands beside (p-1)/(v*m + p-1).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from hypothesis import strategies as st
+
+from commbench.patterns.base import Broken, Call, Pattern, Tolerance
+from commbench.patterns.pp import broken
+from commbench.patterns.pp.pipeline import PPConfig, PPParts, oracle_pp, pipeline, weights_and_data
+from commbench.patterns.pp.schedule import SCHEDULES, bubble_fraction
+
+__all__ = ["Pipeline"]
+
+
+@st.composite
+def pp_configs(draw, p: int, variant: str):
+    v = draw(st.integers(2, 3)) if variant == "interleaved" else 1
+    m = p * draw(st.integers(1, 3)) if variant == "interleaved" else draw(st.integers(1, 6))
+    return PPConfig(stages=p, layers=p * v * draw(st.integers(1, 2)), hidden=draw(st.integers(1, 5)),
+                    batch=m * draw(st.integers(1, 2)), micro=m, virtual=v,
+                    checkpoint=draw(st.booleans()))
+
+
+class Pipeline(Pattern):
+    """Stages on ranks; activations forward and gradients backward, point to point."""
+
+    name, markers = "pp", ("pp",)
+    variants, naive, optimized = ("naive", *SCHEDULES), "naive", "interleaved"
+    axes = ("pp",)
+    Config = PPConfig
+    tolerance = Tolerance("float64: only the order of the sum over micro-batches differs from "
+                          "the oracle's single pass.")
+    parts = PPParts()
+    dtypes = ("float64",)
+    broken = (
+        Broken("wrong_chunk_weights", "1f1b", {"chunk_layers": broken.last_rank_shifted_layers},
+               "the last rank takes its layers one too late",
+               lambda P: [PPConfig(stages=P, layers=2 * P, hidden=3, batch=4, micro=4)], (2, 3)),
+        Broken("no_grad_accumulation", "1f1b", {"before_backward": broken.no_grad_accumulation},
+               "each micro-batch's backward drops the gradients of the earlier ones",
+               lambda P: [PPConfig(stages=P, layers=2 * P, hidden=3, batch=4, micro=4)], (2, 3)),
+    )
+
+    def grid(self, cfg: PPConfig) -> str:
+        return f"pp={cfg.stages}"
+
+    def configs(self, world_size: int, variant: str):
+        return pp_configs(world_size, variant)
+
+    def bench_configs(self, world_size: int) -> list[PPConfig]:
+        """Stages of equal synthetic compute: 4 layers per rank, 16 ms per layer forward for
+        the whole batch (32 ms backward), so that the bubble is the schedule's and not the
+        machine's."""
+        p = world_size
+        return [PPConfig(stages=p, layers=4 * p, hidden=32, batch=4 * m, micro=m, virtual=2,
+                         checkpoint=ckpt, compute_s=0.016)
+                for m in (2 * p, 4 * p) for ckpt in (False, True)]
+
+    def inputs(self, cfg: PPConfig, seed: int, device) -> dict:
+        ws, x, t = weights_and_data(cfg, seed)
+        return {"w": [w.to(device) for w in ws], "x": x.to(device), "t": t.to(device)}
+
+    def oracle(self, cfg: PPConfig, seed: int) -> dict:
+        return oracle_pp(cfg, seed)
+
+    def expected(self, oracle: dict, cfg: PPConfig, rank: int, variant: str) -> dict:
+        p, v = cfg.stages, cfg.chunks(variant)
+        per = cfg.layers // (p * v)
+        mine = [c * per + k for c in range(rank, p * v, p) for k in range(per)]
+        loss = oracle["loss"] if rank == p - 1 else oracle["loss"].new_zeros(())
+        return {"loss": loss, **{f"dw{i}": oracle[f"dw{i}"] for i in mine}}
+
+    def step(self, ctx, cfg: PPConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        return pipeline(ctx, cfg, variant, local, groups["pp"], parts)
+
+    def predicted(self, cfg: PPConfig, variant: str, rank: int, seed=None) -> list[Call]:
+        p, v = cfg.stages, cfg.chunks(variant)
+        if p == 1:
+            return []
+        m = 1 if variant == "naive" else cfg.micro
+        act = cfg.batch // m * cfg.hidden * 8
+        send, recv = Call("isend", "pp", act, act, 0), Call("recv", "pp", act, 0, act)
+        out = []
+        for c in range(rank, p * v, p):
+            if c < p * v - 1:  # activation out, its gradient back
+                out += [send, recv] * m
+            if c > 0:  # activation in, its gradient out
+                out += [recv, send] * m
+        return out
+
+    def metrics(self, cfg: PPConfig, variant: str, outs: list[dict]) -> dict:
+        """The bubble: per iteration, the mean over ranks of 1 - compute time / the slowest
+        rank's time (the pipeline ends with its last rank); the median over iterations."""
+        walls = [max(ts) for ts in zip(*(o["times"] for o in outs), strict=True)]
+        bubbles = [sum(1 - o["stats"][k]["busy_s"] / wall for o in outs) / len(outs)
+                   for k, wall in enumerate(walls)]
+        m = 1 if variant == "naive" else cfg.micro
+        name = "gpipe" if variant == "naive" else variant
+        return {"bubble": round(statistics.median(bubbles), 3) if bubbles else None,
+                "(p-1)/(vm+p-1)": round(bubble_fraction(name, cfg.stages, m,
+                                                        cfg.chunks(variant)), 3),
+                "peak activations(B)": max(o["outputs"]["stats"]["peak_activation_bytes"]
+                                           for o in outs)}

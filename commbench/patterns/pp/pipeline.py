@@ -1,0 +1,218 @@
+"""Pipeline parallelism: stages on ranks, activations and gradients sent point to point.
+
+Each rank runs its schedule (:mod:`commbench.patterns.pp.schedule`). A forward of chunk c on
+micro-batch j receives the activation [b/m, h] from chunk c-1's rank (or takes the input), runs
+the chunk's layers and sends the result on (isend: sends never block the schedule); the last chunk
+computes the loss 1/2 * ||y - t||^2. A backward receives dy from chunk c+1's rank (or takes
+y - t), runs backward and sends dx back. Gradients of a chunk's layers add up over micro-batches.
+
+With ``checkpoint`` a forward keeps only its input and runs without autograd; the backward runs
+the forward again with autograd first (re-materialisation, GPipe §2). ``compute_s`` adds a
+synthetic compute time per layer for the whole batch (a micro-batch of b/m rows sleeps
+compute_s/m forward, twice that backward), so that stages of equal compute show the schedule's
+bubble whatever the machine, and every schedule does the same total work. The naive pipeline is
+GPipe with one micro-batch.
+
+Which weights a chunk takes and what happens to its gradients before each backward are parts
+(:class:`PPParts`), so broken ones can stand in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from commbench.patterns.pp.schedule import SCHEDULES, schedule
+from commbench.runtime.group import Group
+
+__all__ = ["PPConfig", "PPParts", "chunk_layers", "oracle_pp", "pipeline", "weights_and_data"]
+
+TAG = 9000
+
+
+@dataclass(frozen=True, slots=True)
+class PPConfig:
+    """A pipeline of ``stages`` ranks over ``layers`` tanh layers [h, h], ``batch`` rows in
+    ``micro`` micro-batches; the interleaved schedule gives each rank ``virtual`` chunks."""
+
+    stages: int = 2
+    layers: int = 4
+    hidden: int = 4
+    batch: int = 4
+    micro: int = 2
+    virtual: int = 1
+    checkpoint: bool = False
+    compute_s: float = 0.0  # synthetic forward compute per layer, whole batch (backward: 2x)
+
+    def label(self) -> str:
+        ckpt = " ckpt" if self.checkpoint else ""
+        return f"p{self.stages} L{self.layers} h{self.hidden} m{self.micro} v{self.virtual}{ckpt}"
+
+    def chunks(self, variant: str) -> int:
+        """Chunks per rank: ``virtual`` under the interleaved schedule, else one."""
+        return self.virtual if variant == "interleaved" else 1
+
+    def validate(self, world_size: int | None = None, variant: str = "1f1b") -> PPConfig:
+        for name in ("stages", "layers", "hidden", "batch", "micro", "virtual"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
+        v = self.chunks(variant)
+        rules = [
+            (variant not in ("naive", *SCHEDULES),
+             f"variant={variant!r}: must be naive or one of {', '.join(SCHEDULES)}"),
+            (self.layers % (self.stages * v),
+             f"layers={self.layers}: must be a multiple of stages x chunks per rank = "
+             f"{self.stages * v}"),
+            (self.batch % self.micro, f"batch={self.batch}: must be a multiple of micro={self.micro}"),
+            (variant == "interleaved" and self.micro % self.stages,
+             f"micro={self.micro}: the interleaved schedule needs a multiple of stages="
+             f"{self.stages}"),
+            (self.compute_s < 0, f"compute_s={self.compute_s}: must be >= 0"),
+            (world_size is not None and self.stages != world_size,
+             f"stages={self.stages}: must equal the world size {world_size}"),
+        ]
+        for bad, message in rules:
+            if bad:
+                raise ValueError(message)
+        return self
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def weights_and_data(cfg: PPConfig, seed: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Every layer's weight [h, h], the inputs and the targets [b, h]: float64, on the CPU."""
+    g = torch.Generator().manual_seed(seed)
+    h = cfg.hidden
+    ws = [torch.randn(h, h, generator=g, dtype=torch.float64) * h ** -0.5 for _ in range(cfg.layers)]
+    g = torch.Generator().manual_seed(seed + 1)
+    x, t = (torch.randn(cfg.batch, h, generator=g, dtype=torch.float64) for _ in range(2))
+    return ws, x, t
+
+
+def _chunk_forward(x: torch.Tensor, ws: list[torch.Tensor], sleep: float) -> torch.Tensor:
+    for w in ws:
+        if sleep:
+            time.sleep(sleep)
+        x = torch.tanh(x @ w.T)
+    return x
+
+
+def oracle_pp(cfg: PPConfig, seed: int) -> dict:
+    ws, x, t = weights_and_data(cfg, seed)
+    ws = [w.requires_grad_() for w in ws]
+    loss = 0.5 * ((_chunk_forward(x, ws, 0) - t) ** 2).sum()
+    loss.backward()
+    return {"loss": loss.detach(), **{f"dw{k}": w.grad for k, w in enumerate(ws)}}
+
+
+def chunk_layers(all_w: list[torch.Tensor], c: int, per: int, rank: int, ranks: int) -> list:
+    """The weights of chunk ``c``: layers [c per, (c+1) per)."""
+    return all_w[c * per:(c + 1) * per]
+
+
+def keep_accumulating(ws: list[torch.Tensor]) -> None:
+    """Before each backward: nothing; a chunk's gradients add up over its micro-batches."""
+
+
+@dataclass(frozen=True)
+class PPParts:
+    """The swappable steps of the pipeline."""
+
+    chunk_layers: Callable = chunk_layers
+    before_backward: Callable = keep_accumulating
+
+
+class _ActivationMeter:
+    """Bytes of tensors autograd keeps for backward, now and at the peak."""
+
+    def __init__(self) -> None:
+        self.now = self.peak = 0
+
+    def pack(self, t: torch.Tensor):
+        n = t.numel() * t.element_size()
+        self.now += n
+        self.peak = max(self.peak, self.now)
+        return (t, n)
+
+    def unpack(self, packed):
+        return packed[0]
+
+    def free(self, n: int) -> None:
+        self.now -= n
+
+
+def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPParts) -> dict:
+    """Run this rank's schedule; its loss share, its layers' gradients, its compute time and
+    activation peak."""
+    comm, r, p = ctx.comm(), g.index, g.size
+    name, m = ("gpipe", 1) if variant == "naive" else (variant, cfg.micro)
+    v = cfg.chunks(variant)
+    n_chunks = p * v
+    per = cfg.layers // n_chunks
+    mine = {c: [w.clone().requires_grad_() for w in parts.chunk_layers(data["w"], c, per, r, p)]
+            for c in range(r, n_chunks, p)}
+    x_all, t_all = data["x"], data["t"]
+    bm = cfg.batch // m
+    meter, saved, sends, local = _ActivationMeter(), {}, [], {}
+    loss_total = x_all.new_zeros(())
+    busy, sleep = 0.0, cfg.compute_s / m
+    probe = x_all.new_empty((bm, cfg.hidden))
+
+    def _send(t: torch.Tensor, dst: int, tag: int) -> None:
+        if dst == r:  # chunk boundaries inside this rank (p = 1) need no wire
+            local[tag] = t.detach().clone()
+        else:
+            sends.append(comm.isend(t, g, dst, tag=tag))
+
+    def _recv(src: int, tag: int) -> torch.Tensor:
+        return local.pop(tag) if src == r else comm.recv(probe, g, src, tag=tag)
+
+    for kind, c, j in schedule(name, p, r, m, v):
+        def tag(boundary: int, backward: bool = False, j: int = j) -> int:  # chunks b, b+1
+            return TAG + 2 * (boundary * m + j) + int(backward)
+        if kind == "F":
+            x = x_all[j * bm:(j + 1) * bm] if c == 0 else _recv((c - 1) % p, tag(c - 1))
+            x = x.requires_grad_() if c > 0 else x
+            s = time.perf_counter()
+            if cfg.checkpoint:  # keep only the input
+                with torch.no_grad():
+                    y = _chunk_forward(x, mine[c], sleep)
+                meter.pack(x)
+                saved[c, j] = (x, None, x.numel() * x.element_size())
+            else:
+                before = meter.now
+                with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
+                    y = _chunk_forward(x, mine[c], sleep)
+                saved[c, j] = (x, y, meter.now - before)
+            busy += time.perf_counter() - s
+            if c < n_chunks - 1:
+                _send(y.detach(), (c + 1) % p, tag(c))
+            else:
+                loss_total = loss_total + 0.5 * ((y.detach() - t_all[j * bm:(j + 1) * bm]) ** 2).sum()
+        else:
+            x, y, nbytes = saved.pop((c, j))
+            grad_in = None if c == n_chunks - 1 else _recv((c + 1) % p, tag(c, True))
+            s = time.perf_counter()
+            if cfg.checkpoint:  # re-materialise the chunk's activations, then backward
+                with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
+                    before = meter.now
+                    y = _chunk_forward(x, mine[c], sleep)
+                    nbytes += meter.now - before
+            if sleep:
+                time.sleep(2 * sleep * per)
+            dy = (y.detach() - t_all[j * bm:(j + 1) * bm]) if grad_in is None else grad_in
+            parts.before_backward(mine[c])
+            y.backward(dy)
+            meter.free(nbytes)
+            busy += time.perf_counter() - s
+            if c > 0:
+                _send(x.grad, (c - 1) % p, tag(c - 1, True))
+    for w in sends:
+        w.wait()
+    return {"loss": loss_total,
+            **{f"dw{c * per + k}": w.grad for c, ws in mine.items() for k, w in enumerate(ws)},
+            "stats": {"busy_s": busy, "peak_activation_bytes": meter.peak}}
