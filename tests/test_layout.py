@@ -11,8 +11,7 @@ import pytest
 from commbench.costmodel.layout import Layout, dp_calls, predict_layout, step_bytes
 from commbench.costmodel.topology import load
 from commbench.patterns.dp.zero_model import STAGES, ZeroConfig
-from commbench.patterns.moe_gating import MoEConfig
-from commbench.patterns.moe_run import run_moe
+from commbench.patterns.moe.gating import MoEConfig
 from commbench.patterns.run import run_pattern
 from commbench.patterns.seq.attention import AttnConfig
 from commbench.patterns.tp.model import TPConfig
@@ -23,10 +22,6 @@ TOPO = load("cluster-h100-ndr", 2)
 
 def _row(lay: Layout, group: str) -> int:
     return next(r["bytes_per_rank"] for r in predict_layout(lay, TOPO) if r["group"] == group)
-
-
-def _sent(out: dict, group) -> int:
-    return sum(e[4] for e in out["ledger"] if e[1] == group)
 
 
 @pytest.mark.world(sizes=[2, 4])
@@ -71,10 +66,10 @@ def test_expert_parallel_bytes_match_the_ledger(world):
     P, T, M = world.size, 12, 8
     cfg = MoEConfig(tokens=(T,) * P, model=M, ffn=16, experts=2 * P, ep=P, capacity_factor=1.5,
                     dtype="float32")
-    out = world.run(run_moe, cfg, 0, "capacity")[0]
+    out = world.run(run_pattern, "moe", cfg, "capacity", 0)[0]
     lay = Layout(layers=1, hidden=M, ffn=16, heads=1, seq=T, micro_batch=1, micro_batches=1,
                  ep=P, dp=P, experts=cfg.experts, capacity_factor=1.5, act_bytes=4)
-    a2a = sum(e[4] for e in out["ledger"] if e[0] == "all_to_all")
+    a2a = sum(c[3] for c in out["ledger"] if c[0] == "all_to_all")
     assert _row(lay, "ep") == a2a
 
 

@@ -22,10 +22,10 @@ import sys
 from commbench.timing.measure import COLLECTIVES
 from commbench.wire.dtypes import DTYPES
 
-SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "moe": (), "model": (),
+SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "model": (),
           "versus": ("all_reduce",)}
 # suites that are studies of their own, run alone
-STUDIES = ("overhead", "moe", "model", "versus")
+STUDIES = ("overhead", "model", "versus")
 
 
 class UsageError(Exception):
@@ -144,14 +144,13 @@ def _claims(a) -> int:
     from commbench.results import records as res
     from commbench.runtime.local import LocalWorld
     from commbench.studies.claims import claims_markdown, measure_claim
-    from commbench.studies.claims_legacy import a2a_claims
     from commbench.studies.claims_list import CLAIMS
     from commbench.studies.sweep import hardware
 
     if a.np < 2:
         raise UsageError(f"--np {a.np}: the claims need at least 2 ranks")
     with LocalWorld(a.np, launch=a.launch) as world:
-        rows = [measure_claim(world, c) for c in CLAIMS] + a2a_claims(world)
+        rows = [measure_claim(world, c) for c in CLAIMS if a.np >= c.min_ranks]
         launch = f"local-{world.launch}"
     record = res.header("claims", a.np, launch, hardware(), {"what": "ledger bytes, not time"})
     record["rows"] = rows

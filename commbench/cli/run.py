@@ -94,8 +94,6 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
             return run_versus(a, world, transports, sizes, launch, printer, emit)
         if a.patterns:
             return _patterns(a, world, launch, printer, emit)
-        if a.targets == ["moe"]:
-            return _a2a(a, world, launch, printer, emit)
         if a.targets == ["model"]:
             from commbench.studies.model import run_model
 
@@ -228,21 +226,6 @@ def _overhead(a, world, sizes, launch, printer, emit) -> int:
         res.write_atomic(stem + ".md", res.overhead_markdown(record))
         emit(f"# wrote {stem}.json and {stem}.md")
     return 0
-
-
-def _a2a(a, world, launch, printer, emit) -> int:
-    from commbench.studies import pattern_bench_a2a as pb
-
-    suite = a.targets[0]
-    bench, markdown = pb.moe_bench, pb.moe_markdown
-    emit(f"# commbench run {suite}: {world.size} ranks ({launch}), transport "
-         f"{world.transports[0]}")
-    rows = bench(world, a.iters, a.warmup_iters, emit)
-    bad = [r for r in rows if r["sent"] != r["pred_sent"]]
-    emit(f"# bytes counted = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
-    _write_study(a, printer, world, launch, suite,
-                 dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters), rows, markdown, emit)
-    return 1 if bad else 0
 
 
 def _patterns(a, world, launch, printer, emit) -> int:

@@ -72,6 +72,7 @@ class Claim:
     text: str
     runs: Callable[[int], dict[str, Run]]
     verdict: Callable[[dict[str, Measured], int], tuple[str, str, str]]
+    min_ranks: int = 2  # the claim needs at least this many ranks (EP x TP: 4)
 
 
 def measure_claim(world, claim: Claim, seed: int = 1) -> dict:

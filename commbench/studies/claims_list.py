@@ -7,6 +7,7 @@ every figure commbench sets beside them comes from a pattern's prediction or the
 from __future__ import annotations
 
 from commbench.patterns.dp.zero_model import STAGES, ZeroConfig, flat_size
+from commbench.patterns.moe.gating import MoEConfig, capacity
 from commbench.patterns.seq.attention import AttnConfig
 from commbench.patterns.seq.ring import causal_work
 from commbench.patterns.tp.head import VocabConfig
@@ -134,6 +135,38 @@ def _zero_memory(m, P):
             "partly")
 
 
+def _ep_grid(P: int) -> tuple[int, int]:
+    return (P // 2, 2) if P >= 4 else (P, 1)
+
+
+def _moe(P: int, ep: int, dp: int, tp: int = 1) -> MoEConfig:
+    return MoEConfig(tokens=(32,) * (ep * dp), model=16, ffn=32, experts=2 * ep, top_k=2,
+                     capacity_factor=1.0, ep=ep, dp=dp, tp=tp, dtype="float32")
+
+
+def _ep(m, P):
+    r = m["moe"]
+    ep, dp = _ep_grid(P)
+    cfg = _moe(P, ep, dp)
+    by_axis = "; ".join(f"{a}: {r.calls(a)}" for a in sorted({c[1] for c in r.booked}))
+    kept = int(r.outs[0]["outputs"]["kept"].sum())
+    return (f"ep={ep}, dp={dp}: {by_axis}; rank 0 kept {kept} of {2 * 32} choices in "
+            f"{cfg.experts}x{capacity(cfg, 32)} slots: the all-to-alls carry the padding too",
+            "incomplete: backward has 2 all-to-alls besides the ep_dp all-reduce, the dense "
+            "parameters need their own all-reduce over all data ranks, and the capacity needs the "
+            "largest token count of the EP group (1 all-reduce MAX)", "partly")
+
+
+def _ep_tp(m, P):
+    split, whole = m["ep+tp"].sent("ep", "all_to_all"), m["ep"].sent("ep", "all_to_all")
+    return (f"EP all-to-alls {split} B per rank with the capacity split over tp=2, {whole} B "
+            f"without; TP all-gathers {m['ep+tp'].sent('tp', 'all_gather')} B (with the 16 B "
+            "routing fingerprint); a run whose TP ranks draw their own random routing is refused",
+            f"holds: the EP bytes fall by {whole / split:.1f}x; the TP all-gathers add them back "
+            "on the (faster) TP links, so it trades intra-node for inter-node bytes, not bytes "
+            "for memory alone", "yes" if whole == 2 * split else "partly")
+
+
 CLAIMS = [
     Claim("TP MLP forward+backward: 2 all-reduces, 4x the model parameters",
           lambda P: {"mlp": Run("tp_mlp", "tp", _tp(P))}, _mlp),
@@ -167,4 +200,13 @@ CLAIMS = [
     Claim("context parallelism: K/V blocks pass round a ring; causal attention needs the "
           "load-balanced split",
           lambda P: {"ring": Run("ring_attention", "ring", _attn(P))}, _cp),
+    Claim("EP: all-to-all dispatch, expert compute, all-to-all combine; backward is an "
+          "all-reduce over ep_dp_group",
+          lambda P: {"moe": Run("moe", "capacity", _moe(P, *_ep_grid(P)))}, _ep),
+    Claim("EP+TP: split the capacity dim C of (E, C, M) over TP so each rank sends only its share "
+          "into the EP all-to-all, then all-gather in TP: communication for memory; the MoE input "
+          "under TP must not drop tokens independently",
+          lambda P: {"ep": Run("moe", "capacity", _moe(P, P // 2, 2)),
+                     "ep+tp": Run("moe", "capacity", _moe(P, P // 2, 1, tp=2))}, _ep_tp,
+          min_ranks=4),
 ]

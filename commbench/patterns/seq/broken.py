@@ -8,8 +8,9 @@ from commbench.patterns.seq.ring import forward_block, return_home
 from commbench.patterns.seq.ulysses import s2h
 from commbench.patterns.tp.communications import gather_from_tp
 
-__all__ = ["gather_without_reduce_scatter", "kv_index_off_by_one", "merge_without_rescale",
-           "no_return_home", "s2h_reversed_sources", "s2h_transposed_batch", "skip_last_hop"]
+__all__ = ["gather_without_reduce_scatter", "gathered_without_reduce_scatter",
+           "kv_index_off_by_one", "merge_without_rescale", "no_return_home",
+           "s2h_reversed_sources", "s2h_transposed_batch", "skip_last_hop"]
 
 
 def s2h_transposed_batch(x, ranges, comm, group):
@@ -57,3 +58,21 @@ def no_return_home(comm, group, acc):
     """The dK/dV accumulators make their last hop home and are dropped there: each block keeps
     only its own rank's share of the gradient."""
     return torch.zeros_like(return_home(comm, group, acc))
+
+
+class _GatheredLocal(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, chunk, numel, comm, group):
+        ctx.c, ctx.index = chunk.numel(), group.index
+        return comm.all_gather(chunk, group)[:numel]
+
+    @staticmethod
+    def backward(ctx, grad):
+        full = torch.cat([grad, grad.new_zeros(max(0, (ctx.index + 1) * ctx.c - grad.numel()))])
+        return full[ctx.index * ctx.c:(ctx.index + 1) * ctx.c], None, None, None
+
+
+def gathered_without_reduce_scatter(chunk, numel, comm, group):
+    """ZeRO-3's weight gather whose backward keeps this rank's slice of its own gradient
+    instead of reduce-scattering the sum over the group."""
+    return _GatheredLocal.apply(chunk, numel, comm, group)

@@ -11,11 +11,15 @@ Shapes: x, y [b, s/P, h] this rank's tokens; chunk [c]; gathered w [numel].
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
-from commbench.patterns.base import Call, Pattern
+from commbench.patterns.base import Broken, Call, Pattern
 from commbench.patterns.dp.zero import gathered
 from commbench.patterns.judge import reference_nudges
+from commbench.patterns.seq import broken
 from commbench.patterns.seq.attention import AttnConfig, attend, gqa_index, local_tokens
 from commbench.patterns.seq.pattern import ATTENTION, TOLERANCE, SeqParts, attention_calls, attn_configs
 from commbench.wire.dtypes import DTYPES
@@ -52,6 +56,13 @@ def _chunk(cfg: AttnConfig, world: int) -> int:
     return -(-_numel(cfg) // world)
 
 
+@dataclass(frozen=True)
+class Zero3Parts(SeqParts):
+    """The sequence-parallel parts, and ZeRO-3's gather of the sharded weights."""
+
+    gather_weights: Callable = gathered
+
+
 class UlyssesZero3(Pattern):
     """Ulysses attention inside a layer whose weights ZeRO-3 gathers and reduce-scatters."""
 
@@ -60,7 +71,13 @@ class UlyssesZero3(Pattern):
     axes, combos = ("sp", "dp_sp"), (("dp", "sp"),)
     Config = AttnConfig
     tolerance = TOLERANCE
-    parts = SeqParts()
+    parts = Zero3Parts()
+    broken = (Broken("weights_not_reduce_scattered", "ulysses",
+                     {"gather_weights": broken.gathered_without_reduce_scatter},
+                     "gathered weights whose backward keeps this rank's own gradient slice",
+                     lambda P: [AttnConfig(batch=2, seq=2 * P, heads=2 * P, kv_heads=P,
+                                           head_dim=3, sp=P, dtype=dt)
+                                for dt in ("float64", "float32")]),)
 
     def grid(self, cfg: AttnConfig) -> str:
         return f"dp={cfg.dp},sp={cfg.sp}"
@@ -112,7 +129,7 @@ class UlyssesZero3(Pattern):
     def step(self, ctx, cfg: AttnConfig, local: dict, variant: str, groups: dict, parts) -> dict:
         comm = ctx.comm()
         chunk, x = (local[k].detach().requires_grad_() for k in ("chunk", "x"))
-        full = gathered(chunk, _numel(cfg), comm, groups["dp_sp"])
+        full = parts.gather_weights(chunk, _numel(cfg), comm, groups["dp_sp"])
         attention = ATTENTION[variant]
         y = _layer(x, full, cfg, lambda q, k, v: attention(q, k, v, cfg, comm, groups["sp"], parts))
         y.backward(local["dy"])

@@ -19,6 +19,8 @@ For the T tokens of one group, x [T, M] and gate weights [M, E]:
   0 for a group without tokens.
 
 Returns ``combine_weights`` [T, E, C], ``dispatch_mask`` [T, E, C] (bool) and ``l_aux``.
+:func:`loop_gating` is the same algorithm written token by token, as Algorithm 1 reads: the
+oracle of the vectorized one.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Gating", "MoEConfig", "capacity", "gshard_gating", "uniforms"]
+__all__ = ["Gating", "MoEConfig", "capacity", "gshard_gating", "loop_gating", "positions",
+           "uniforms"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,10 @@ class MoEConfig:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def label(self) -> str:
+        return (f"ep{self.ep} dp{self.dp} tp{self.tp} T{max(self.tokens, default=0)} "
+                f"M{self.model} E{self.experts} cf{self.capacity_factor}")
 
     def validate(self, world_size: int, variant: str = "capacity") -> None:
         """Raise ValueError naming the value and the rule, before any collective."""
@@ -94,15 +101,16 @@ def capacity(cfg: MoEConfig, tokens_max: int) -> int:
     return -(-c // cfg.tp) * cfg.tp
 
 
-def uniforms(cfg: MoEConfig, seed: int, group: int) -> torch.Tensor:
-    """The random-routing draws of data group ``group``'s tokens (by global token index)."""
+def uniforms(cfg: MoEConfig, seed: int, group: int, rank: int = 0) -> torch.Tensor:
+    """The random-routing draws of data group ``group``'s tokens (by global token index, so the
+    same on every rank that holds them; ``rank`` takes no part), float64 on the CPU."""
     u = torch.rand(sum(cfg.tokens), generator=torch.Generator().manual_seed(seed + 7),
                    dtype=torch.float64)
     start = sum(cfg.tokens[:group])
     return u[start:start + cfg.tokens[group]]
 
 
-def _positions(mask: torch.Tensor, before: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def positions(mask: torch.Tensor, before: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Buffer positions of one round of choices [T, E], after the ``before`` [E] slots taken by
     earlier rounds (all of them, dropped or not, as in GShard); and the new ``before``."""
     return torch.cumsum(mask, 0) - 1 + before, before + mask.sum(0)
@@ -114,8 +122,10 @@ class Gating(NamedTuple):
     l_aux: torch.Tensor     # scalar
 
 
-def gshard_gating(logits: torch.Tensor, cfg: MoEConfig, cap: int, u: torch.Tensor) -> Gating:
-    """logits [T, E] -> combine weights, dispatch mask and auxiliary loss (module docstring)."""
+def gshard_gating(logits: torch.Tensor, cfg: MoEConfig, cap: int, u: torch.Tensor,
+                  positions=positions) -> Gating:
+    """logits [T, E] -> combine weights, dispatch mask and auxiliary loss (module docstring).
+    ``positions`` places one round of choices in the buffers after the earlier rounds."""
     T, E = logits.shape
     gates = logits.softmax(-1)
     idx1 = gates.argmax(-1)
@@ -127,15 +137,15 @@ def gshard_gating(logits: torch.Tensor, cfg: MoEConfig, cap: int, u: torch.Tenso
         mask2 = F.one_hot(idx2, E).to(torch.int64)
         if cfg.random_routing:
             g1, g2 = gates.gather(1, idx1[:, None])[:, 0], gates.gather(1, idx2[:, None])[:, 0]
-            keep = (u.to(gates.dtype) < 2 * g2 / (g1 + g2)).detach()
+            keep = (u.to(gates.device, gates.dtype) < 2 * g2 / (g1 + g2)).detach()
             mask2 = mask2 * keep[:, None].to(torch.int64)
         masks.append(mask2)
     combine = gates.new_zeros((T, E, cap))
-    dispatch = torch.zeros((T, E, cap), dtype=torch.bool)
-    before = torch.zeros(E, dtype=torch.int64)
+    dispatch = torch.zeros((T, E, cap), dtype=torch.bool, device=logits.device)
+    before = torch.zeros(E, dtype=torch.int64, device=logits.device)
     kept, locs = [], []
     for mask in masks:
-        loc, before = _positions(mask, before)
+        loc, before = positions(mask, before)
         mask = mask * (loc < cap)
         kept.append(mask)
         locs.append((loc * mask).sum(1))
@@ -149,3 +159,39 @@ def gshard_gating(logits: torch.Tensor, cfg: MoEConfig, cap: int, u: torch.Tenso
         dispatch |= sel
         combine = combine + w[:, None, None] * sel.to(gates.dtype)
     return Gating(combine, dispatch, l_aux)
+
+
+def loop_gating(logits: torch.Tensor, cfg: MoEConfig, cap: int, u: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """GShard top-k gating written token by token, as the paper's Algorithm 1 reads:
+    combine weights [T, E, C] (float64) and l_aux."""
+    T, E = logits.shape
+    gates = logits.double().softmax(-1).tolist()
+    combine = torch.zeros(T, E, cap, dtype=torch.float64)
+    firsts = [max(range(E), key=lambda e: g[e]) for g in gates]
+    seconds = [max((e for e in range(E) if e != f), key=lambda e: g[e]) if cfg.top_k == 2 else None
+               for g, f in zip(gates, firsts, strict=True)]
+    filled = [0] * E
+    choices: list[list[tuple[int, int]]] = [[] for _ in range(T)]
+    for t, e in enumerate(firsts):
+        choices[t].append((e, filled[e]))
+        filled[e] += 1
+    for t, e in enumerate(seconds):
+        if e is None:
+            continue
+        g1, g2 = gates[t][firsts[t]], gates[t][e]
+        if cfg.random_routing and not float(u[t]) < 2 * g2 / (g1 + g2):
+            continue
+        choices[t].append((e, filled[e]))
+        filled[e] += 1
+    for t in range(T):
+        kept = [(e, c) for e, c in choices[t] if c < cap]
+        w = [gates[t][e] for e, _ in kept]
+        if cfg.top_k == 2:
+            w = [x / max(sum(w), torch.finfo(torch.float64).eps) for x in w]
+        for (e, c), x in zip(kept, w, strict=True):
+            combine[t, e, c] = x
+    frac = [sum(1 for f in firsts if f == e) / T for e in range(E)] if T else [0.0] * E
+    mean = [sum(g[e] for g in gates) / T for e in range(E)] if T else [0.0] * E
+    return combine, torch.tensor(E * sum(m * f for m, f in zip(mean, frac, strict=True)),
+                                 dtype=torch.float64)

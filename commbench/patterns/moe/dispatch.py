@@ -16,7 +16,8 @@ EP member e // (E/P). Shapes: x [T, M] this group's tokens, buffers [E, C, M].
   expert weights to every rank; each rank applies its experts to all of them; a reduce-scatter
   returns every token's sum to its owner.
 
-All three apply the same gating (:mod:`moe_gating`), so they drop exactly the same tokens.
+All three apply the same gating (:mod:`commbench.patterns.moe.gating`), so they drop exactly the
+same tokens. The dispatch all-to-all is a part (``a2a``), so a wrong permutation can stand in.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from commbench.patterns.tp.communications import (
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 
-__all__ = ["expert_ffn", "moe_capacity", "moe_naive", "moe_variable"]
+__all__ = ["a2a", "expert_ffn", "moe_capacity", "moe_naive", "moe_variable"]
 
 
 def expert_ffn(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
@@ -56,24 +57,25 @@ class _A2A(torch.autograd.Function):
         return comm.all_to_all(dy.contiguous(), group, out_splits, in_splits), None, None, None, None
 
 
-def _a2a(x, comm, group, in_splits=None, out_splits=None):
+def a2a(x, comm, group, in_splits=None, out_splits=None):
+    """All-to-all of rows, differentiable: [sum(in_splits), *] -> [sum(out_splits), *]."""
     return x if group.size == 1 else _A2A.apply(x, comm, group, in_splits, out_splits)
 
 
-def moe_capacity(x, combine, dispatch, w1, w2, comm: Comm, ep: Group, tp: Group):
+def moe_capacity(x, combine, dispatch, w1, w2, comm: Comm, ep: Group, tp: Group, parts):
     """x [T, M]; combine/dispatch [T, E, C]; w1 [E/P, M, F/t], w2 [E/P, F/t, M] -> y [T, M]."""
     E, C = combine.shape[1], combine.shape[2]
     P, L, M = ep.size, w1.shape[0], x.shape[1]
     buf = torch.einsum("tec,tm->ecm", dispatch.to(x.dtype), x)     # [E, C, M]
     buf = _scatter_c(buf, comm, tp)                                  # [E, C/t, M]
-    got = _a2a(buf, comm, ep).view(P, L, C // tp.size, M)           # [P, E/P, C/t, M] by source
+    got = parts.a2a(buf, comm, ep).view(P, L, C // tp.size, M)      # [P, E/P, C/t, M] by source
     got = _gather_c(got, comm, tp, 2)                                # [P, E/P, C, M]
     outs = []
     for e in range(L):
         inp = copy_to_tp(got[:, e].reshape(P * C, M), comm, tp)
         outs.append(reduce_from_tp(expert_ffn(inp, w1[e], w2[e]), comm, tp).view(P, C, M))
     out = _scatter_c(torch.stack(outs, 1), comm, tp, 2)             # [P, E/P, C/t, M]
-    back = _a2a(out.reshape(E, C // tp.size, M), comm, ep)           # [E, C/t, M] for my tokens
+    back = parts.a2a(out.reshape(E, C // tp.size, M), comm, ep)      # [E, C/t, M] for my tokens
     return torch.einsum("tec,ecm->tm", combine, _gather_c(back, comm, tp))
 
 
@@ -92,23 +94,23 @@ def _token_weights(combine: torch.Tensor) -> torch.Tensor:
     return combine.sum(2)
 
 
-def moe_variable(x, combine, w1, w2, comm: Comm, ep: Group) -> torch.Tensor:
+def moe_variable(x, combine, w1, w2, comm: Comm, ep: Group, parts) -> torch.Tensor:
     """x [T, M] -> y [T, M], sending each token once to each rank holding one of its experts."""
     P, L, M = ep.size, w1.shape[0], x.shape[1]
     w = _token_weights(combine).view(x.shape[0], P, L)               # [T, P, E/P]
     to_rank = (w != 0).any(2)                                         # is_token_in_rank [T, P]
     order = [torch.nonzero(to_rank[:, j])[:, 0] for j in range(P)]   # ascending token order
     sends = [len(o) for o in order]
-    counts = comm.all_to_all(torch.tensor(sends, dtype=torch.int64), ep).tolist() \
+    counts = comm.all_to_all(torch.tensor(sends, dtype=torch.int64, device=x.device), ep).tolist() \
         if P > 1 else sends
     rows = torch.cat([torch.cat([x[o], w[o, j]], 1) for j, o in enumerate(order)])
-    got = _a2a(rows, comm, ep, sends, counts)                        # [R, M + E/P]
+    got = parts.a2a(rows, comm, ep, sends, counts)                   # [R, M + E/P]
     xin, win = got[:, :M], got[:, M:]
     part = got.new_zeros((got.shape[0], M))
     for e in range(L):
         use = torch.nonzero(win[:, e] != 0)[:, 0]
         part = part.index_add(0, use, win[use, e, None] * expert_ffn(xin[use], w1[e], w2[e]))
-    back = _a2a(part, comm, ep, counts, sends)                       # [sum(sends), M]
+    back = parts.a2a(part, comm, ep, counts, sends)                  # [sum(sends), M]
     return x.new_zeros(x.shape).index_add(0, torch.cat(order), back)
 
 

@@ -1,0 +1,205 @@
+"""Mixture of experts as patterns: GShard top-2 gating with capacity, and expert parallelism in
+three layouts (capacity, DeepEP-like variable, naive all-gather) with EP+DP and EP+TP."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from commbench.patterns.base import Broken, Call, Pattern, Tolerance
+from commbench.patterns.moe import broken
+from commbench.patterns.moe.gating import MoEConfig, capacity, gshard_gating, loop_gating, uniforms
+from commbench.patterns.moe.layer import (
+    MoEParts,
+    data,
+    moe_calls,
+    oracle_moe,
+    routing,
+    span,
+    step_moe,
+)
+from commbench.wire.dtypes import DTYPES
+
+__all__ = ["ExpertParallel", "Gating"]
+
+# (tokens per rank, model, ffn, experts per rank) of the studies
+MOE_MODELS = [(256, 64, 256, 2), (1024, 128, 512, 2)]
+TOLERANCE = Tolerance(
+    "float64 only: the order of the sums differs from the oracle; in float32 a near-tie between "
+    "two gates may route a token differently from the float64 oracle, which is not a bug.")
+
+
+@st.composite
+def ep_configs(draw, world_size: int, variant: str):
+    tp = 1 if variant != "capacity" else draw(st.sampled_from(
+        [t for t in (1, 2) if world_size % t == 0]))
+    ep = draw(st.sampled_from([e for e in range(1, world_size // tp + 1)
+                               if (world_size // tp) % e == 0]))
+    dp = world_size // tp // ep
+    E = ep * draw(st.integers(1, 2))
+    return MoEConfig(
+        tokens=tuple(draw(st.lists(st.integers(0, 9), min_size=dp * ep, max_size=dp * ep))),
+        model=draw(st.integers(1, 4)), ffn=tp * draw(st.integers(1, 3)), experts=E,
+        top_k=draw(st.integers(1, min(2, E))),
+        capacity_factor=draw(st.sampled_from([0.1, 0.5, 1.0, 2.0, 4.0])),
+        min_capacity=draw(st.integers(1, 2)), random_routing=draw(st.booleans()),
+        ep=ep, dp=dp, tp=tp)
+
+
+def _starved(P: int, ep: int, dp: int, cf: float = 0.5) -> list[MoEConfig]:
+    return [MoEConfig(tokens=(9, 4, 0, 7)[:ep * dp], experts=2 * ep, ep=ep, dp=dp,
+                      capacity_factor=cf)]
+
+
+class ExpertParallel(Pattern):
+    """Dispatch and combine all-to-alls around the experts (GShard, DeepSpeed-MoE, DeepEP)."""
+
+    name, markers = "moe", ("moe", "ep")
+    variants, naive, optimized = ("naive", "capacity", "variable"), "naive", "capacity"
+    axes, combos = ("ep", "tp", "dp", "dp_ep"), (("dp", "ep"),)
+    Config = MoEConfig
+    tolerance = TOLERANCE
+    parts = MoEParts()
+    dtypes = ("float64",)
+    broken = (
+        Broken("wrong_permutation", "capacity", {"a2a": broken.rolled_dispatch},
+               "expert blocks sent to the wrong rank", lambda P: _starved(P, P, 1)),
+        Broken("dropped_not_zeroed", "capacity", {"capacity": broken.dropped_pass_through},
+               "a token that lost every choice returns its input",
+               lambda P: _starved(P, P, 1, cf=0.1)),
+        Broken("wrong_grad_group", "capacity", {"reduce_grads": broken.experts_on_the_dense_group},
+               "expert gradients summed over every data rank, not the ranks holding them",
+               lambda P: _starved(P, P // 2, 2), (4,)),
+        Broken("independent_drops", "capacity", {"uniforms": broken.uniforms_per_rank},
+               "TP ranks route the same tokens each their own way (routing check off)",
+               lambda P: [MoEConfig(tokens=(16,) * (P // 2), experts=4, ep=P // 2, tp=2, ffn=4,
+                                    capacity_factor=2.0, check_routing=False)]),
+    )
+
+    def grid(self, cfg: MoEConfig) -> str:
+        return f"dp={cfg.dp},ep={cfg.ep},tp={cfg.tp}"
+
+    def configs(self, world_size: int, variant: str):
+        return ep_configs(world_size, variant)
+
+    def bench_configs(self, world_size: int) -> list[MoEConfig]:
+        n = world_size
+        grids = [(n, 1, 1)] + ([(n // 2, 2, 1), (n // 2, 1, 2)] if n >= 4 and n % 2 == 0 else [])
+        return [MoEConfig(tokens=(T,) * (ep * dp), model=M, ffn=F, experts=per * ep,
+                          capacity_factor=cf, ep=ep, dp=dp, tp=tp, dtype="float32")
+                for T, M, F, per in MOE_MODELS for ep, dp, tp in grids for cf in (0.5, 2.0)]
+
+    def inputs(self, cfg: MoEConfig, seed: int, device) -> dict:
+        dt = DTYPES[cfg.dtype]
+        return {**{k: v.to(device=device, dtype=dt) for k, v in data(cfg, seed).items()},
+                "seed": seed}
+
+    def shard(self, cfg: MoEConfig, d: dict, groups: dict, variant: str, parts) -> dict:
+        ep, tp, dp = groups["ep"], groups["tp"], groups["dp"]
+        L, Ft = cfg.experts // cfg.ep, cfg.ffn // cfg.tp
+        mine = slice(ep.index * L, (ep.index + 1) * L)
+        fs = slice(tp.index * Ft, (tp.index + 1) * Ft)
+        g = dp.index * cfg.ep + ep.index
+        return {"x": d["x"][span(cfg, g)], "dy": d["dy"][span(cfg, g)], "wg": d["wg"],
+                "w1": d["w1"][mine, :, fs].contiguous(), "w2": d["w2"][mine, fs, :].contiguous(),
+                "group": g, "seed": d["seed"]}
+
+    def oracle(self, cfg: MoEConfig, seed: int) -> dict:
+        return oracle_moe(cfg, seed)
+
+    def expected(self, oracle: dict, cfg: MoEConfig, rank: int, variant: str) -> dict:
+        t, rest = rank % cfg.tp, rank // cfg.tp
+        e, dpi = rest % cfg.ep, rest // cfg.ep
+        L, Ft = cfg.experts // cfg.ep, cfg.ffn // cfg.tp
+        g = dpi * cfg.ep + e
+        mine, fs = slice(e * L, (e + 1) * L), slice(t * Ft, (t + 1) * Ft)
+        return {"y": oracle["y"][span(cfg, g)], "dx": oracle["dx"][span(cfg, g)],
+                "dwg": oracle["dwg"], "dw1": oracle["dw1"][mine, :, fs],
+                "dw2": oracle["dw2"][mine, fs, :], "kept": oracle["kept"][g],
+                "l_aux": oracle["l_aux"][g]}
+
+    def step(self, ctx, cfg: MoEConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        return step_moe(ctx, cfg, local, variant, groups, parts, local["seed"])
+
+    def predicted(self, cfg: MoEConfig, variant: str, rank: int, seed=None) -> list[Call]:
+        kept = routing(cfg, seed) if variant == "variable" and seed is not None else None
+        return moe_calls(cfg, variant, rank, kept)
+
+    def metrics(self, cfg: MoEConfig, variant: str, outs: list[dict]) -> dict:
+        kept = sum(int(o["outputs"]["kept"].sum()) for o in outs[::cfg.tp])
+        return {"choices kept": round(kept / (cfg.top_k * sum(cfg.tokens)), 2)}
+
+
+@st.composite
+def gate_configs(draw, world_size: int):
+    E = draw(st.integers(1, 6))
+    return MoEConfig(tokens=tuple(draw(st.lists(st.integers(0, 14), min_size=world_size,
+                                                max_size=world_size))),
+                     experts=E, top_k=draw(st.integers(1, min(2, E))),
+                     capacity_factor=draw(st.sampled_from([0.1, 0.5, 1.0, 1.5, 4.0])),
+                     min_capacity=draw(st.integers(1, 3)), random_routing=draw(st.booleans()),
+                     dp=world_size)
+
+
+class Gating(Pattern):
+    """GShard top-k gating with capacity (Lepikhin et al. 2020, Algorithm 1), each data rank
+    gating its own tokens with a capacity of its own: vectorized, against the algorithm written
+    token by token."""
+
+    name, markers = "moe_gating", ("moe",)
+    variants, naive, optimized = ("gshard",), "gshard", "gshard"
+    axes = ("dp",)
+    Config = MoEConfig
+    tolerance = Tolerance("float64: the vectorized and the token-by-token gating compute the "
+                          "same softmax; only summation order differs.")
+    parts = MoEParts()
+    dtypes = ("float64",)
+    broken = (Broken("no_second_offset", "gshard", {"positions": broken.positions_without_offset},
+                     "second choices queued from slot 0, not after the first choices",
+                     lambda P: [MoEConfig(tokens=(12,) * P, experts=3, capacity_factor=1.0,
+                                          random_routing=False, dp=P)]),)
+
+    def check(self, cfg: MoEConfig, world_size: int, variant: str) -> None:
+        if variant not in self.variants:
+            raise ValueError(f"variant={variant!r}: moe_gating has {', '.join(self.variants)}")
+        cfg.validate(world_size, "capacity")  # the gating's rules, whatever the layout
+
+    def grid(self, cfg: MoEConfig) -> str:
+        return f"dp={cfg.dp}"
+
+    def configs(self, world_size: int, variant: str):
+        return gate_configs(world_size)
+
+    def bench_configs(self, world_size: int) -> list[MoEConfig]:
+        return [MoEConfig(tokens=(T,) * world_size, experts=E, capacity_factor=1.0, dp=world_size)
+                for T, E in ((1024, 8), (4096, 64))]
+
+    def _logits(self, cfg: MoEConfig, seed: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(seed)
+        return torch.randn(sum(cfg.tokens), cfg.experts, generator=g, dtype=torch.float64)
+
+    def inputs(self, cfg: MoEConfig, seed: int, device) -> dict:
+        return {"logits": self._logits(cfg, seed).to(device), "seed": seed}
+
+    def shard(self, cfg: MoEConfig, d: dict, groups: dict, variant: str, parts) -> dict:
+        g = groups["dp"].index
+        return {"logits": d["logits"][span(cfg, g)], "group": g,
+                "u": parts.uniforms(cfg, d["seed"], g).to(d["logits"].device)}
+
+    def oracle(self, cfg: MoEConfig, seed: int) -> dict:
+        logits = self._logits(cfg, seed)
+        out = [loop_gating(logits[span(cfg, g)], cfg, capacity(cfg, cfg.tokens[g]),
+                           uniforms(cfg, seed, g)) for g in range(len(cfg.tokens))]
+        return {"combine": [c for c, _ in out], "l_aux": [a for _, a in out]}
+
+    def expected(self, oracle: dict, cfg: MoEConfig, rank: int, variant: str) -> dict:
+        combine = oracle["combine"][rank]
+        return {"combine": combine, "dispatch": combine > 0, "l_aux": oracle["l_aux"][rank]}
+
+    def step(self, ctx, cfg: MoEConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        cap = capacity(cfg, cfg.tokens[local["group"]])
+        gate = gshard_gating(local["logits"], cfg, cap, local["u"], parts.positions)
+        return {"combine": gate.combine, "dispatch": gate.dispatch, "l_aux": gate.l_aux}
+
+    def predicted(self, cfg: MoEConfig, variant: str, rank: int, seed=None) -> list[Call]:
+        return []
