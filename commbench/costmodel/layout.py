@@ -1,32 +1,48 @@
 """A whole training layout: bytes per rank per group per step, and their time on a topology.
 
 Ranks are laid out Megatron's way, TP fastest: tp, cp, ep-within-dp, dp, pp. Per step (m
-micro-batches of b sequences of s tokens; e bytes per activation element, g per gradient
-element), per rank of the busiest stage, with A = b (s/cp) h activation elements per layer:
+micro-batches of b sequences of s tokens, e bytes per activation element, g per gradient
+element), per rank of the busiest stage. The calls come from the patterns, so that what the
+layout predicts is what the code moves:
 
-    tp   4 all-reduces of A per layer (TP+SP: 4 all-gathers + 4 reduce-scatters of A, plus one
-         all-reduce of the 6h LayerNorm/bias gradients), x layers/pp x m
-    cp   ring attention: 3 (cp-1) sends of K,V blocks 2 b (s/cp) (H_kv/t) d per layer;
-         Ulysses: 8 all-to-alls of b (s/cp) (H/t) d (K,V at H_kv) per layer
-    ep   4 all-to-alls of E C/t M per MoE layer, C = ceil(k cf T / E), T = b s/cp
-    dp   the gradients of this rank's parameter shard: DDP one all-reduce; ZeRO-1 RS + AG;
-         ZeRO-2 m RS + AG; ZeRO-3 2m AG + m RS (expert parameters over dp/ep ranks)
-    pp   activations forward and gradients backward, A/t (SP) or A, 2 per micro-batch
+    tp   the TP layer's activation calls (``tp_layer``: f/g, or SP all-gathers and reduce-scatters,
+         with Megatron's backward re-gather when ``regather``) x layers/pp x m, plus under SP one
+         all-reduce of the LayerNorm and bias gradients per layer per step; MoE layers add the
+         ``moe`` pattern's TP calls (capacity all-gathers, the experts' f and g)
+    cp   ``ring_attention`` (K/V blocks round the ring) or ``ulysses`` (all-to-alls) per layer,
+         with H/t query and max(H_kv/t, 1) KV heads
+    ep   the ``moe`` pattern's capacity-layout calls on the EP group per MoE layer, C = ceil(k cf
+         T / E), T = b s/cp
+    dp   ZeRO's :func:`~commbench.patterns.dp.zero.stage_calls` for this rank's parameter shard
+         (expert parameters over the dp/ep ranks holding the same experts: ``edp``)
+    pp   the ``pp`` pattern's calls of its busiest stage, m micro-batches of A/t (SP) or A
 
-The bytes use the same formulas as the ledger (:func:`commbench.wire.volume.booked`), so a small
-layout that the patterns can run agrees with their ledger to the byte (tests/test_layout.py).
+Bytes are what those calls send; time is NCCL's model of each collective (:mod:`nccl`) and a
+latency plus bytes over the link for point-to-point and all-to-all. A small layout that the
+patterns can run agrees with their ledger to the byte (tests/test_layout.py).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 from commbench.costmodel.nccl import constants, nccl_predict
 from commbench.costmodel.topology import Topology
+from commbench.patterns.base import Call
+from commbench.patterns.dp.zero import stage_calls
+from commbench.patterns.moe.gating import MoEConfig
+from commbench.patterns.moe.layer import moe_calls
+from commbench.patterns.pp.pipeline import PPConfig
+from commbench.patterns.registry import get
+from commbench.patterns.seq.attention import AttnConfig
+from commbench.patterns.seq.pattern import attention_calls
+from commbench.patterns.tp.model import TPConfig
+from commbench.patterns.tp.pattern import activation_calls, replicated_sync
 from commbench.wire.volume import booked
 
 __all__ = ["Layout", "dp_calls", "group_span", "predict_layout", "step_bytes"]
+
+DTYPE = {1: "int8", 2: "bfloat16", 4: "float32", 8: "float64"}  # bytes per element -> dtype
 
 
 @dataclass(frozen=True)
@@ -42,6 +58,7 @@ class Layout:
     micro_batches: int = 8
     tp: int = 1
     sp: bool = False        # Megatron sequence parallelism over the TP group
+    regather: bool = False  # SP: the backward re-gather of the column inputs (Megatron's default)
     cp: int = 1
     cp_kind: str = "ring"   # ring | ulysses
     ep: int = 1
@@ -78,6 +95,11 @@ class Layout:
             raise ValueError(f"experts={self.experts}: must be a multiple of ep={self.ep}")
         if self.ep > 1 and not self.experts:
             raise ValueError(f"ep={self.ep}: needs experts > 0")
+        for k in ("act_bytes", "grad_bytes"):
+            if getattr(self, k) not in DTYPE:
+                raise ValueError(f"{k}={getattr(self, k)}: must be 1, 2, 4 or 8")
+        if self.regather and not self.sp:
+            raise ValueError("regather=True: the backward re-gather exists under sp only")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero={self.zero}: must be 0, 1, 2 or 3")
         if not self.capacity_factor > 0:
@@ -91,50 +113,59 @@ class Layout:
         return asdict(self)
 
 
-def _calls(lay: Layout) -> dict[str, list[tuple[str, int, int, int]]]:
-    """group -> [(op, elements per call, bytes per element, calls per step)]."""
+def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
+    """group -> [(a call of rank 0, times per step)] (the module docstring)."""
     t, m, L = lay.tp, lay.micro_batches, lay.layers // lay.pp
     h, d = lay.hidden, lay.hidden // lay.heads
     kv, f = lay.kv_heads or lay.heads, lay.ffn or 4 * lay.hidden
     tokens = lay.micro_batch * lay.seq // lay.cp
-    A, e = tokens * h, lay.act_bytes
+    act = DTYPE[lay.act_bytes]
     out: dict[str, list] = {g: [] for g in ("tp", "cp", "ep", "dp", "edp", "pp")}
-    if t > 1:
-        if lay.sp:
-            out["tp"] += [("all_gather", A // t, e, 4 * L * m), ("reduce_scatter", A, e, 4 * L * m),
-                          ("all_reduce", 6 * h, lay.grad_bytes, L)]
-        else:
-            out["tp"].append(("all_reduce", A, e, 4 * L * m))
+    tp_cfg = TPConfig(batch=lay.micro_batch, seq=lay.seq // lay.cp, hidden=h, ffn=f,
+                      heads=lay.heads, tp=t, dtype=act)
+    variant = ("sp_regather" if lay.regather else "sp") if lay.sp else "tp"
+    out["tp"] += [(c, L * m) for c in activation_calls(tp_cfg, variant, 0)]
+    out["tp"] += [(c, L) for c in replicated_sync(tp_cfg, variant, 0)]
     if lay.cp > 1:
-        if lay.cp_kind == "ring":
-            block = 2 * tokens * max(kv // t, 1) * d
-            out["cp"].append(("send", block, e, 3 * (lay.cp - 1) * L * m))
-        else:
-            out["cp"] += [("all_to_all_h", tokens * (lay.heads // t) * d, e, 4 * L * m),
-                          ("all_to_all_kv", tokens * max(kv // t, 1) * d, e, 4 * L * m)]
+        attn = AttnConfig(batch=lay.micro_batch, seq=lay.seq, heads=lay.heads // t,
+                          kv_heads=max(kv // t, 1), head_dim=d, sp=lay.cp, dtype=act)
+        out["cp"] += [(c, L * m) for c in attention_calls(attn, lay.cp_kind, 0)]
     moe_layers = L if lay.experts else 0
-    if lay.experts and lay.ep > 1:
-        C = -(-math.ceil(lay.top_k * lay.capacity_factor * tokens / lay.experts) // t) * t
-        out["ep"].append(("all_to_all", lay.experts * (C // t) * h, e, 4 * moe_layers * m))
+    if lay.experts and (lay.ep > 1 or t > 1):
+        moe = MoEConfig(tokens=(tokens,) * lay.ep, model=h, ffn=f, experts=lay.experts,
+                        top_k=lay.top_k, capacity_factor=lay.capacity_factor, ep=lay.ep, tp=t,
+                        check_routing=False, dtype=act)
+        for c in moe_calls(moe, "capacity", 0):
+            if c.axis in ("ep", "tp"):
+                out[c.axis].append((c, moe_layers * m))
     dense = L * (2 * h * h + 2 * h * kv * d + 4 * h + (0 if lay.experts else 2 * h * f)) // t \
         + L * h * lay.experts + (lay.vocab * h // t if lay.pp == 1 else 0)
     expert = moe_layers * (lay.experts // lay.ep) * 2 * h * f // t
     for group, n, psi in (("dp", lay.dp * lay.cp, dense), ("edp", lay.dp // lay.ep * lay.cp, expert)):
         if n > 1 and psi:
-            out[group] += dp_calls(psi, n, lay.zero, m, lay.grad_bytes)
+            out[group] += _group(dp_calls(psi, n, lay.zero, m, lay.grad_bytes), group, n)
     if lay.pp > 1:
-        out["pp"].append(("send", A // t if lay.sp else A, e, 2 * m))
+        rows = tokens // t if lay.sp else tokens
+        pp = PPConfig(stages=lay.pp, layers=lay.pp, hidden=h, batch=rows * m, micro=m, dtype=act)
+        pattern = get("pp")
+        busiest = max(range(lay.pp), key=lambda r: sum(
+            c.sent for c in pattern.predicted(pp, "1f1b", r)))
+        out["pp"] += [(c, 1) for c in pattern.predicted(pp, "1f1b", busiest)]
     return {k: v for k, v in out.items() if v}
 
 
+def _group(calls: list[tuple[str, int, int, int]], axis: str, n: int) -> list[tuple[Call, int]]:
+    return [(Call(op, axis, count * e, *booked(op, n, 0, count, e)), k) for op, count, e, k in calls]
+
+
 def dp_calls(psi: int, n: int, zero: int, m: int, g: int) -> list[tuple[str, int, int, int]]:
-    """The data-parallel calls per step for ``psi`` gradient elements on ``n`` ranks (ZeRO
-    shards padded to a multiple of n), m micro-batches, g bytes per element."""
-    padded = -(-psi // n) * n
-    return {0: [("all_reduce", psi, g, 1)],
-            1: [("reduce_scatter", padded, g, 1), ("all_gather", padded // n, g, 1)],
-            2: [("reduce_scatter", padded, g, m), ("all_gather", padded // n, g, 1)],
-            3: [("all_gather", padded // n, g, 2 * m), ("reduce_scatter", padded, g, m)]}[zero]
+    """The data-parallel calls per step, (op, elements, bytes per element, calls), for ``psi``
+    gradient elements on ``n`` ranks: ZeRO's stage calls of one flat vector, in ``g``-byte
+    gradients (the layout's parameters travel in the same width)."""
+    counts: dict[tuple[str, int], int] = {}
+    for op, count, _ in stage_calls(zero, [psi], n, m):
+        counts[op, count] = counts.get((op, count), 0) + 1
+    return [(op, count, g, k) for (op, count), k in counts.items()]
 
 
 def _size(lay: Layout, group: str) -> int:
@@ -155,34 +186,33 @@ def group_span(size: int, stride: int, per_node: int) -> tuple[int, int]:
     return -(-size // here), here
 
 
-def _bytes(op: str, n: int, count: int, e: int) -> int:
-    if op == "send":
-        return count * e
-    if op.startswith("all_to_all"):
-        return (n - 1) * (count // n) * e
-    return booked(op, n, 0, count, e)[0]
+P2P = ("isend", "send", "recv", "irecv")
 
 
-def _time_us(op: str, n: int, count: int, e: int, topo: Topology, span, version: str):
+def _time_us(call: Call, n: int, topo: Topology, span, version: str):
+    """NCCL's model for a collective; latency plus bytes over the link for point-to-point and
+    all-to-all (a receive costs nothing more than its send)."""
     nodes, here = span
-    if op in ("send",) or op.startswith("all_to_all"):
+    op, sent = call.op, call.sent
+    if op in ("irecv", "recv"):
+        return 0.0, "p2p"
+    if op in P2P or op == "all_to_all":
         c = constants(version)
         link = "pci" if topo.intra == "pci" else "nvlink"
         nv = topo.nvlink_links * c["nvlink_bw_per_link"][topo.arch] if link == "nvlink" \
             else topo.pci_GBps
         nic = topo.nics_per_node * topo.nic_GBps / topo.gpus_per_node
-        sent = _bytes(op, n, count, e)
-        cross = sent if op == "send" and nodes > 1 else sent * (n - here) / max(n - 1, 1)
+        cross = sent if op in P2P and nodes > 1 else sent * (n - here) / max(n - 1, 1)
         lat = c["base_lat_us"]["ring"][2] + c["hw_lat_us"]["net" if nodes > 1 else link]["ring"][2]
         return lat + (sent - cross) / (1000 * nv) + (cross / (1000 * nic) if cross else 0), "p2p"
     sub = topo.part(nodes, here)
-    choice = nccl_predict(op, count * n * e if op == "all_gather" else count * e, sub, version)
+    choice = nccl_predict(op, call.size * n if op == "all_gather" else call.size, sub, version)
     return choice.time_us, f"{choice.algo}/{choice.proto}"
 
 
 def step_bytes(calls: list[tuple[str, int, int, int]], n: int) -> int:
-    """Bytes one rank sends per step for ``calls`` on a group of ``n``."""
-    return sum(k * _bytes(op, n, count, e) for op, count, e, k in calls)
+    """Bytes member 0 sends per step for ``calls`` (op, elements, bytes each, times) on ``n``."""
+    return sum(k * c.sent for c, k in _group(calls, "dp", n))
 
 
 def predict_layout(lay: Layout, topo: Topology, version: str = "2.30.7") -> list[dict]:
@@ -197,11 +227,12 @@ def predict_layout(lay: Layout, topo: Topology, version: str = "2.30.7") -> list
         span = group_span(n, _stride(lay, group), topo.gpus_per_node)
         sent = secs = 0.0
         picks = set()
-        for op, count, e, k in calls:
-            sent += k * _bytes(op, n, count, e)
-            t, pick = _time_us(op, n, count, e, topo, span, version)
+        for call, k in calls:
+            sent += k * call.sent
+            t, pick = _time_us(call, n, topo, span, version)
             secs += k * t
-            picks.add(f"{op.split('_h')[0].split('_kv')[0]}: {pick}")
+            if call.op not in ("irecv", "recv"):
+                picks.add(f"{call.op}: {pick}")
         rows.append({"group": group, "size": n, "nodes": span[0], "per_node": span[1],
                      "calls": sum(k for *_, k in calls), "bytes_per_rank": int(sent),
                      "time_ms": secs / 1e3, "nccl": sorted(picks)})

@@ -4,7 +4,8 @@ stages), with activation checkpointing, against the naive pipeline of one micro-
 Predicted calls per rank and step, per micro-batch (one for the naive pipeline), with b/m rows
 of h float64: a chunk that is not the last sends its activation forward and receives the
 gradient back; a chunk that is not the first receives the activation and sends the gradient
-back. The bubble, measured on the ranks, stands beside (p-1)/(v*m + p-1).
+back. The bubble, measured on the ranks, stands beside (p-1)/(v*m + p-1). Contract runs are
+float64 (the oracle's dtype); the layout model asks for the calls in other dtypes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from commbench.patterns.base import Broken, Call, Pattern, Tolerance
 from commbench.patterns.pp import broken
 from commbench.patterns.pp.pipeline import PPConfig, PPParts, oracle_pp, pipeline, weights_and_data
 from commbench.patterns.pp.schedule import SCHEDULES, bubble_fraction
+from commbench.wire.dtypes import DTYPES
 
 __all__ = ["Pipeline"]
 
@@ -67,7 +69,8 @@ class Pipeline(Pattern):
 
     def inputs(self, cfg: PPConfig, seed: int, device) -> dict:
         ws, x, t = weights_and_data(cfg, seed)
-        return {"w": [w.to(device) for w in ws], "x": x.to(device), "t": t.to(device)}
+        dt = DTYPES[cfg.dtype]
+        return {"w": [w.to(device, dt) for w in ws], "x": x.to(device, dt), "t": t.to(device, dt)}
 
     def oracle(self, cfg: PPConfig, seed: int) -> dict:
         return oracle_pp(cfg, seed)
@@ -87,7 +90,7 @@ class Pipeline(Pattern):
         if p == 1:
             return []
         m = 1 if variant == "naive" else cfg.micro
-        act = cfg.batch // m * cfg.hidden * 8
+        act = cfg.batch // m * cfg.hidden * DTYPES[cfg.dtype].itemsize
         send, recv = Call("isend", "pp", act, act, 0), Call("recv", "pp", act, 0, act)
         out = []
         for c in range(rank, p * v, p):

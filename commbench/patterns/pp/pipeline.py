@@ -27,6 +27,7 @@ import torch
 
 from commbench.patterns.pp.schedule import SCHEDULES, schedule
 from commbench.runtime.group import Group
+from commbench.wire.dtypes import check_dtype
 
 __all__ = ["PPConfig", "PPParts", "chunk_layers", "oracle_pp", "pipeline", "weights_and_data"]
 
@@ -46,6 +47,7 @@ class PPConfig:
     virtual: int = 1
     checkpoint: bool = False
     compute_s: float = 0.0  # synthetic forward compute per layer, whole batch (backward: 2x)
+    dtype: str = "float64"
 
     def label(self) -> str:
         ckpt = " ckpt" if self.checkpoint else ""
@@ -77,6 +79,7 @@ class PPConfig:
         for bad, message in rules:
             if bad:
                 raise ValueError(message)
+        check_dtype(self.dtype, ("float64", "float32"))
         return self
 
     def as_dict(self) -> dict:

@@ -35,7 +35,8 @@ from commbench.patterns.tp.model import (
 from commbench.wire.dtypes import DTYPES
 from commbench.wire.volume import booked
 
-__all__ = ["TPLayer", "TPMLP", "dp_calls", "layer_step", "param_sizes", "tp_calls", "tp_configs"]
+__all__ = ["TPLayer", "TPMLP", "activation_calls", "dp_calls", "layer_step", "param_sizes",
+           "replicated_sync", "tp_calls", "tp_configs"]
 
 # (batch, seq, hidden, ffn) of the studies; heads = hidden / 16
 MODELS = [(2, 64, 64, 256), (2, 128, 128, 512), (2, 256, 256, 1024)]
@@ -73,23 +74,33 @@ def param_sizes(cfg: TPConfig, mlp_only: bool = False) -> dict[str, int]:
     return {k: sizes[k] for k in (MLP_WEIGHTS if mlp_only else sizes)}
 
 
-def tp_calls(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False) -> list[Call]:
-    """The calls TP member ``t`` makes in one forward + backward of the layer (module docstring)."""
+def _tp_call(cfg: TPConfig, t: int, op: str, count: int) -> Call:
+    e = DTYPES[cfg.dtype].itemsize
+    return Call(op, "tp", count * e, *booked(op, cfg.tp, t, count, e))
+
+
+def replicated_sync(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False) -> list[Call]:
+    """Under SP, the one all-reduce of the LayerNorm and row-bias gradients over TP (once per
+    optimizer step, not per micro-batch)."""
+    if cfg.tp == 1 or variant not in SP_VARIANTS:
+        return []
+    return [_tp_call(cfg, t, "all_reduce", len(replicated(mlp_only)) * cfg.hidden)]
+
+
+def activation_calls(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False) -> list[Call]:
+    """The calls on activations TP member ``t`` makes in one forward + backward of the layer."""
     P = cfg.tp
     if P == 1:
         return []
-    e = DTYPES[cfg.dtype].itemsize
     rows = cfg.batch // cfg.dp * cfg.seq
     A, blocks = rows * cfg.hidden, 1 if mlp_only else 2
 
     def call(op: str, count: int) -> Call:
-        size = count * e
-        return Call(op, "tp", size, *booked(op, P, t, count, e))
+        return _tp_call(cfg, t, op, count)
 
     if variant in SP_VARIANTS:
         gathers = (3 if variant == "sp_regather" else 2) * blocks
-        return [call("all_gather", A // P)] * gathers + [call("reduce_scatter", A)] * (2 * blocks) \
-            + [call("all_reduce", len(replicated(mlp_only)) * cfg.hidden)]
+        return [call("all_gather", A // P)] * gathers + [call("reduce_scatter", A)] * (2 * blocks)
     calls = [call("all_reduce", A)] * (2 * blocks)
     if variant == "naive":
         calls += [call("all_gather", rows * cfg.ffn // P)] * 2
@@ -97,6 +108,11 @@ def tp_calls(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False) -> lis
             calls += [call("all_gather", rows * 3 * cfg.hidden // P),
                       call("all_gather", rows * cfg.hidden // P)]
     return calls
+
+
+def tp_calls(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False) -> list[Call]:
+    """Every call TP member ``t`` makes in one step of the layer (module docstring)."""
+    return activation_calls(cfg, variant, t, mlp_only) + replicated_sync(cfg, variant, t, mlp_only)
 
 
 def dp_calls(cfg: TPConfig, sync: str, d: int, mlp_only: bool = False) -> list[Call]:
