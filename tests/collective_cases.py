@@ -12,7 +12,7 @@ from unittest import mock
 
 import torch
 
-from commbench.collectives import ALGORITHMS, predict
+from commbench.collectives import ALGORITHMS
 from commbench.collectives import ring as ring_mod
 from commbench.collectives.compiled import steps as steps_mod
 from commbench.timing import verify
@@ -168,26 +168,11 @@ def algorithm_case(ctx, transport, op, algo, count, dtype, redop, root, seed, mu
         x = torch.randn(total, generator=gen, dtype=torch.float64).to(dt)
     else:
         x = verify.pattern(seed, r, total, dt, redop)
-    fn = ALGORITHMS[(op, algo)]
-    kw: dict = {"root": root % n}
+    record = ALGORITHMS[(op, algo)]
+    splits = [count] * n if op == "all_to_all" else None
+    run = record.bind(ctx, comm, x, root=root % n, redop=redop, splits=splits)
     with _mutations(mutant, algo), ctx.ledger.capture() as cap:
-        if algo == "hierarchical":
-            grid = ctx.grid(f"node={n // 2},local=2")
-            y = fn(comm, x, grid["local"], grid["node"], op=redop)
-            kw["local"] = 2
-        elif op in ("all_reduce", "reduce_scatter"):
-            y = fn(comm, x, g, op=redop)
-        elif op == "all_gather":
-            y = fn(comm, x, g)
-        elif op == "broadcast":
-            y = fn(comm, x, g, root=root % n)
-        elif op == "reduce":
-            y = fn(comm, x, g, root=root % n, op=redop)
-        elif algo == "pairwise":
-            kw.update(in_splits=[count] * n, out_splits=[count] * n)
-            y = fn(comm, x, g, [count] * n, [count] * n)
-        else:
-            y = fn(comm, x, g)
-    itemsize = torch.empty((), dtype=dt).element_size()
-    pred = predict(op, algo, n, g.index, total, itemsize, **kw)
+        y = run()
+    pred = record.bytes(n, g.index, total, dt.itemsize, root=root % n, in_splits=splits,
+                        out_splits=splits)
     return y, (cap.sent, cap.recv), pred

@@ -37,7 +37,7 @@ def compiled_vs_reference(ctx, transport, algo, count, dtype, redop, seed, mutan
     comm, g, r = ctx.comm(transport), ctx.world, ctx.rank
     gen = torch.Generator().manual_seed(seed * 1000 + r)
     x = (torch.randn(count, generator=gen, dtype=torch.float64) * 3).to(getattr(torch, dtype))
-    ref = ALGORITHMS[("all_reduce", algo)](comm, x, g, op=redop)
+    ref = ALGORITHMS[("all_reduce", algo)].fn(comm, x, g, op=redop)
     patch = mock.patch.dict(steps_mod.SCHEDULES, {algo: _miscombine_on_member_0(
         steps_mod.SCHEDULES[algo])}) if mutant == "corrupt" else mock.patch.dict({})
     if mutant == "short_pieces":
@@ -45,7 +45,7 @@ def compiled_vs_reference(ctx, transport, algo, count, dtype, redop, seed, mutan
     if mutant == "tiny_first_only":
         patch = mock.patch.object(schedule_mod, "tiny_reducer", tiny_first_only)
     with patch:
-        got = ALGORITHMS[("all_reduce", f"{algo}_compiled")](comm, x, g, op=redop, segment=segment,
+        got = ALGORITHMS[("all_reduce", f"{algo}_compiled")].fn(comm, x, g, op=redop, segment=segment,
                                                               wait=wait)
     return ref, got
 
@@ -82,7 +82,7 @@ def refusal(ctx, transport, algo, op, dtype):
     """The error a bad compiled call raises on this rank, before anything is sent."""
     comm, g = ctx.comm(transport), ctx.world
     try:
-        ALGORITHMS[("all_reduce", f"{algo}_compiled")](comm, torch.ones(5, dtype=dtype), g, op=op)
+        ALGORITHMS[("all_reduce", f"{algo}_compiled")].fn(comm, torch.ones(5, dtype=dtype), g, op=op)
     except ValueError as exc:
         return str(exc)
     return None

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from commbench.collectives.predict import predict
+from commbench.collectives import ALGORITHMS
 from commbench.costmodel.alphabeta import Params, terms
 from commbench.costmodel.fitting import fit
 from commbench.costmodel.nccl import nccl_predict, nccl_table
@@ -149,7 +149,8 @@ def test_bytes_term_equals_the_ledger_formula(n, op, algo):
     block = 16 * n
     size = block * n * 4
     count = size // 4 if op != "all_gather" else block
-    sent, _ = predict(op, algo, n, 0, count, 4, in_splits=[block] * n, out_splits=[block] * n)
+    sent, _ = ALGORITHMS[(op, algo)].bytes(n, 0, count, 4, in_splits=[block] * n,
+                                           out_splits=[block] * n)
     assert terms(op, algo, n, size)[1] == pytest.approx(sent)
 
 

@@ -20,6 +20,7 @@ def listing(emit=print) -> int:
     algos: dict[str, list[str]] = {}
     for op, name in ALGORITHMS:
         algos.setdefault(op, []).append(name)
-    emit(tabulate([[op, "native, " + ", ".join(names)] for op, names in algos.items()],
-                  headers=["collective", "algorithms"], tablefmt="github"))
+    emit(tabulate([[op, ", ".join(names)] for op, names in algos.items()],
+                  headers=["collective", "algorithms (native: the transport's own)"],
+                  tablefmt="github"))
     return 0

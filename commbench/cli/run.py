@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import statistics
 
-from commbench.collectives import ALGORITHMS
+from commbench.collectives import ALGORITHMS, algorithms_of
 from commbench.results import records as res
 from commbench.studies.sweep import HEADER, hardware, merge_rounds, run_series
 from commbench.timing.measure import MEASUREMENT, Case, cadence, placement
@@ -35,16 +35,16 @@ def _world(a):
 
 
 def _algorithms(op: str, wanted: list[str], n: int, emit) -> list[str]:
-    algos = ["native"] + [alg for o, alg in ALGORITHMS if o == op]
-    if wanted:
-        algos = [alg for alg in algos if alg in wanted]
-    if "hierarchical" in algos and n % 2:
-        emit(f"# {op}/hierarchical skipped: it needs an even world (nodes of 2 ranks), not {n}")
-        algos.remove("hierarchical")
-    if op == "pingpong" and n < 2:
-        emit("# pingpong skipped: it needs 2 ranks")
-        return []
-    return algos
+    out = []
+    for algo in algorithms_of(op):
+        why = ALGORITHMS[(op, algo)].needs(n)
+        if wanted and algo not in wanted:
+            continue
+        if why:
+            emit(f"# {op}/{algo} skipped: it {why}")
+            continue
+        out.append(algo)
+    return out
 
 
 def _check_pairs(a, ops: list[str], transports: list[str]) -> None:
@@ -61,7 +61,7 @@ def _check_pairs(a, ops: list[str], transports: list[str]) -> None:
 
 
 def _check_algos(wanted: list[str], ops: list[str]) -> None:
-    known = {"native"} | {alg for o, alg in ALGORITHMS if o in ops}
+    known = {alg for o, alg in ALGORITHMS if o in ops}
     bad = [w for w in wanted if w not in known]
     if bad:
         raise ValueError(f"--algo {','.join(bad)}: not built for {', '.join(ops)}; known: "

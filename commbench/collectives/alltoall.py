@@ -17,10 +17,11 @@ from __future__ import annotations
 import torch
 
 from commbench.collectives._p2p import exchange, offsets
+from commbench.collectives.algorithm import Algorithm, lg
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 
-__all__ = ["bruck_all_to_all", "bruck_blocks_per_step", "pairwise_all_to_all"]
+__all__ = ["RECORDS", "bruck_all_to_all", "bruck_blocks_per_step", "pairwise_all_to_all"]
 
 
 def pairwise_all_to_all(comm: Comm, x: torch.Tensor, group: Group,
@@ -85,3 +86,24 @@ def bruck_all_to_all(comm: Comm, x: torch.Tensor, group: Group) -> torch.Tensor:
             k += 1
     # tmp[j] now holds what member i - j sent to member i
     return torch.cat([tmp[(i - src) % n] for src in range(n)])
+
+
+def _pairwise_elements(n: int, i: int, count: int, in_splits=None, out_splits=None, row: int = 1,
+                       **kw) -> tuple[int, int]:
+    if in_splits is None or out_splits is None:
+        raise ValueError("pairwise all_to_all needs in_splits and out_splits")
+    return (sum(in_splits) - in_splits[i]) * row, (sum(out_splits) - out_splits[i]) * row
+
+
+def _bruck_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
+    moved = sum(bruck_blocks_per_step(n)) * (count // n)
+    return moved, moved
+
+
+RECORDS = (
+    Algorithm("all_to_all", "pairwise", pairwise_all_to_all, _pairwise_elements,
+              lambda n, S: (n - 1, (n - 1) / n * S, 0.0),
+              call=lambda fn, comm, x, group, root, redop, splits: fn(comm, x, group, splits, splits)),
+    Algorithm("all_to_all", "bruck", bruck_all_to_all, _bruck_elements,
+              lambda n, S: (lg(n), S / n * sum(bruck_blocks_per_step(n)), 0.0)),
+)

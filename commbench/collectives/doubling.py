@@ -21,11 +21,12 @@ from __future__ import annotations
 import torch
 
 from commbench.collectives._p2p import combine, exchange, finish_avg, flat
+from commbench.collectives.algorithm import Algorithm
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 from commbench.wire.volume import split_sizes
 
-__all__ = ["fold_layout", "rabenseifner_all_reduce", "recursive_doubling_all_reduce"]
+__all__ = ["RECORDS", "fold_layout", "rabenseifner_all_reduce", "recursive_doubling_all_reduce"]
 
 
 def fold_layout(n: int, i: int) -> tuple[int, int, int]:
@@ -124,3 +125,46 @@ def rabenseifner_all_reduce(comm: Comm, x: torch.Tensor, group: Group, *,
                 d <<= 1
         buf = _unfold(comm, buf, group, r)
     return buf.reshape(x.shape)
+
+
+def _fold_elements(n: int, i: int, count: int) -> tuple[int, int]:
+    _, r, _ = fold_layout(n, i)
+    return (count, count) if i < 2 * r else (0, 0)
+
+
+def _rd_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
+    p, _, new = fold_layout(n, i)
+    s, r = _fold_elements(n, i, count)
+    steps = (p.bit_length() - 1) if new >= 0 else 0
+    return s + steps * count, r + steps * count
+
+
+def _rab_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
+    p, _, new = fold_layout(n, i)
+    s, r = _fold_elements(n, i, count)
+    if new < 0:
+        return s, r
+    b = [0]
+    for c in split_sizes(count, p):
+        b.append(b[-1] + c)
+    moved = sum((b[kh] - b[kl]) + (b[sh] - b[sl]) for kl, kh, sl, sh in halving_ranges(p, new))
+    return s + moved, r + moved
+
+
+def _rd_terms(n: int, S: float) -> tuple[float, float, float]:
+    p = 1 << (n.bit_length() - 1)
+    extra, lp = int(n > p), p.bit_length() - 1
+    return lp + 2 * extra, S * (lp + 2 * extra), S * (lp + extra)
+
+
+def _rab_terms(n: int, S: float) -> tuple[float, float, float]:
+    p = 1 << (n.bit_length() - 1)
+    extra, lp = int(n > p), p.bit_length() - 1
+    return 2 * lp + 2 * extra, 2 * (p - 1) / p * S + 2 * extra * S, (p - 1) / p * S + extra * S
+
+
+RECORDS = (
+    Algorithm("all_reduce", "recursive_doubling", recursive_doubling_all_reduce, _rd_elements,
+              _rd_terms),
+    Algorithm("all_reduce", "rabenseifner", rabenseifner_all_reduce, _rab_elements, _rab_terms),
+)

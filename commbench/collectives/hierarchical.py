@@ -14,12 +14,13 @@ from __future__ import annotations
 import torch
 
 from commbench.collectives._p2p import flat
+from commbench.collectives.algorithm import Algorithm
 from commbench.collectives.ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 from commbench.wire.volume import split_sizes
 
-__all__ = ["hierarchical_all_reduce"]
+__all__ = ["RECORDS", "hierarchical_all_reduce"]
 
 
 def hierarchical_all_reduce(comm: Comm, x: torch.Tensor, local: Group, cross: Group, *,
@@ -35,3 +36,32 @@ def hierarchical_all_reduce(comm: Comm, x: torch.Tensor, local: Group, cross: Gr
             mine.div_(local.size * cross.size)
         out = ring_all_gather(comm, mine, local, counts=counts)
     return out.reshape(x.shape)
+
+
+LOCAL = 2  # ranks per node of the grid it stands on: a world is cut into nodes of 2
+
+
+def _elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
+    from commbench.collectives.ring import _ar_elements, _rs_elements
+
+    nodes, li = n // LOCAL, i % LOCAL
+    c = split_sizes(count, LOCAL)
+    s1, r1 = _rs_elements(LOCAL, li, count)
+    s2, r2 = _ar_elements(nodes, i // LOCAL, c[li])
+    s3, r3 = count - c[(li + 1) % LOCAL], count - c[li]
+    return s1 + s2 + s3, r1 + r2 + r3
+
+
+def _terms(n: int, S: float) -> tuple[float, float, float]:
+    L, N = LOCAL, n // LOCAL
+    return (2 * (L - 1) + 2 * (N - 1), 2 * (L - 1) / L * S + 2 * (N - 1) / N * S / L,
+            (L - 1) / L * S + (N - 1) / N * S / L)
+
+
+RECORDS = (Algorithm(
+    "all_reduce", "hierarchical", hierarchical_all_reduce, _elements, _terms,
+    grid=lambda n: f"node={n // LOCAL},local={LOCAL}",
+    needs=lambda n: "" if n % LOCAL == 0 else f"needs an even world (nodes of {LOCAL} ranks), "
+                                              f"not {n}",
+    call=lambda fn, comm, x, grid, root, redop, splits: fn(comm, x, grid["local"], grid["node"],
+                                                            op=redop)),)

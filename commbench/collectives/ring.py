@@ -22,11 +22,12 @@ from __future__ import annotations
 import torch
 
 from commbench.collectives._p2p import combine, exchange, finish_avg, flat, offsets
+from commbench.collectives.algorithm import Algorithm
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 from commbench.wire.volume import split_sizes
 
-__all__ = ["ring_all_gather", "ring_all_reduce", "ring_reduce_scatter"]
+__all__ = ["RECORDS", "ring_all_gather", "ring_all_reduce", "ring_reduce_scatter"]
 
 
 def _rs_steps(comm: Comm, buf: torch.Tensor, group: Group, counts: list[int], op: str) -> None:
@@ -91,3 +92,28 @@ def ring_all_reduce(comm: Comm, x: torch.Tensor, group: Group, *, op: str = "sum
         finish_avg(buf[b[i]:b[i + 1]], op, group.size)
         _ag_steps(comm, buf, group, counts)
     return buf.reshape(x.shape)
+
+
+def _rs_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
+    c = split_sizes(count, n)
+    return (count - c[i], count - c[(i - 1) % n]) if n > 1 else (0, 0)
+
+
+def _ag_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
+    return (n - 1) * count, (n - 1) * count
+
+
+def _ar_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
+    rs, ag = _rs_elements(n, i, count), split_sizes(count, n)
+    # all-gather: every chunk but chunk i+1 goes out, every chunk but chunk i comes in
+    return (rs[0] + count - ag[(i + 1) % n], rs[1] + count - ag[i]) if n > 1 else (0, 0)
+
+
+RECORDS = (
+    Algorithm("all_reduce", "ring", ring_all_reduce, _ar_elements,
+              lambda n, S: (2 * (n - 1), 2 * (n - 1) / n * S, (n - 1) / n * S)),
+    Algorithm("reduce_scatter", "ring", ring_reduce_scatter, _rs_elements,
+              lambda n, S: (n - 1, (n - 1) / n * S, (n - 1) / n * S)),
+    Algorithm("all_gather", "ring", ring_all_gather, _ag_elements,
+              lambda n, S: (n - 1, (n - 1) / n * S, 0.0)),
+)

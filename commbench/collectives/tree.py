@@ -16,10 +16,11 @@ from __future__ import annotations
 import torch
 
 from commbench.collectives._p2p import combine, exchange, finish_avg, flat
+from commbench.collectives.algorithm import Algorithm, lg
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 
-__all__ = ["binomial_broadcast", "binomial_reduce", "naive_all_reduce", "tree_children"]
+__all__ = ["RECORDS", "binomial_broadcast", "binomial_reduce", "naive_all_reduce", "tree_children"]
 
 
 def tree_children(n: int, v: int) -> tuple[int | None, list[int]]:
@@ -79,3 +80,26 @@ def naive_all_reduce(comm: Comm, x: torch.Tensor, group: Group, *, op: str = "su
             exchange(comm, buf, 0, None, None, group)
             buf = exchange(comm, None, None, buf, 0, group)
     return buf.reshape(x.shape)
+
+
+def _naive_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
+    moved = (n - 1) * count if i == 0 else (count if n > 1 else 0)
+    return moved, moved
+
+
+def _tree_elements(op: str):
+    def elements(n: int, i: int, count: int, root: int = 0, **kw) -> tuple[int, int]:
+        parent, children = tree_children(n, (i - root) % n)
+        down, up = len(children) * count, (count if parent is not None else 0)
+        return (down, up) if op == "broadcast" else (up, down)
+    return elements
+
+
+RECORDS = (
+    Algorithm("all_reduce", "naive", naive_all_reduce, _naive_elements,
+              lambda n, S: (2 * (n - 1), 2 * (n - 1) * S, (n - 1) * S)),
+    Algorithm("broadcast", "binomial", binomial_broadcast, _tree_elements("broadcast"),
+              lambda n, S: (lg(n), lg(n) * S, 0.0)),
+    Algorithm("reduce", "binomial", binomial_reduce, _tree_elements("reduce"),
+              lambda n, S: (lg(n), lg(n) * S, lg(n) * S)),
+)

@@ -28,59 +28,22 @@ here from point-to-point through commbench's comm layer, a Python call per messa
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import asdict, dataclass
 
-from commbench.collectives.alltoall import bruck_blocks_per_step
+from commbench.collectives import ALGORITHMS
 from commbench.costmodel.correction import Correction
 
 __all__ = ["Curve", "Fit", "Params", "beyond", "cost_class", "terms"]
 
 
-def _lg(n: int) -> int:
-    return math.ceil(math.log2(n)) if n > 1 else 0
-
-
-def terms(op: str, algo: str, n: int, size: float, local: int = 2) -> tuple[float, float, float]:
-    """(steps, bytes sent on the critical path, bytes reduced) of one call."""
-    if n == 1:
-        return 0.0, 0.0, 0.0
-    S, f = float(size), (n - 1) / n
-    if op == "pingpong":
-        return 1, S, 0
-    if op == "sendrecv":
-        return 1, S, 0
-    if algo == "native":  # bandwidth-optimal schedules at log latency (what MPICH/gloo use)
-        return {"all_reduce": (2 * _lg(n), 2 * f * S, f * S),
-                "all_gather": (_lg(n), f * S, 0), "reduce_scatter": (_lg(n), f * S, f * S),
-                "all_to_all": (n - 1, f * S, 0), "broadcast": (_lg(n), _lg(n) * S, 0),
-                "reduce": (_lg(n), _lg(n) * S, _lg(n) * S), "gather": (_lg(n), f * S, 0),
-                "scatter": (_lg(n), f * S, 0)}[op]
-    algo = algo.removesuffix("_compiled")  # the same schedule: the same steps and bytes
-    p = 1 << int(math.log2(n))
-    extra = 1 if n > p else 0
-    lp = int(math.log2(p))
-    if (op, algo) == ("all_reduce", "ring"):
-        return 2 * (n - 1), 2 * f * S, f * S
-    if (op, algo) == ("all_reduce", "naive"):
-        return 2 * (n - 1), 2 * (n - 1) * S, (n - 1) * S
-    if (op, algo) == ("all_reduce", "recursive_doubling"):
-        return lp + 2 * extra, S * (lp + 2 * extra), S * (lp + extra)
-    if (op, algo) == ("all_reduce", "rabenseifner"):
-        return 2 * lp + 2 * extra, 2 * (p - 1) / p * S + 2 * extra * S, (p - 1) / p * S + extra * S
-    if (op, algo) == ("all_reduce", "hierarchical"):
-        L, N = local, n // local
-        return (2 * (L - 1) + 2 * (N - 1), 2 * (L - 1) / L * S + 2 * (N - 1) / N * S / L,
-                (L - 1) / L * S + (N - 1) / N * S / L)
-    if (op, algo) in (("all_gather", "ring"), ("reduce_scatter", "ring")):
-        return n - 1, f * S, f * S if op == "reduce_scatter" else 0
-    if (op, algo) == ("all_to_all", "pairwise"):
-        return n - 1, f * S, 0
-    if (op, algo) == ("all_to_all", "bruck"):
-        return _lg(n), S / n * sum(bruck_blocks_per_step(n)), 0
-    if (op, algo) in (("broadcast", "binomial"), ("reduce", "binomial")):
-        return _lg(n), _lg(n) * S, _lg(n) * S if op == "reduce" else 0
-    raise ValueError(f"no alpha-beta terms for {op}/{algo}")
+def terms(op: str, algo: str, n: int, size: float) -> tuple[float, float, float]:
+    """(steps, bytes sent on the critical path, bytes reduced) of one call: the algorithm's
+    record's own terms (:mod:`commbench.collectives`)."""
+    try:
+        record = ALGORITHMS[(op, algo)]
+    except KeyError:
+        raise ValueError(f"no alpha-beta terms for {op}/{algo}") from None
+    return record.cost(n, size)
 
 
 def cost_class(op: str, algo: str) -> str:

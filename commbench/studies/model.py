@@ -188,15 +188,15 @@ def _report(record: dict, stem: str | None, emit, prefix: str = "") -> None:
 
 def run_model(a, world, transports: list[str], launch: str, printer: bool, emit) -> int:
     """The ``commbench run model`` study, per transport; writes results/model_*."""
-    from commbench.collectives import ALGORITHMS
+    from commbench.collectives import ALGORITHMS, algorithms_of
     from commbench.collectives.compiled.waiting import recorded
     from commbench.studies.sweep import parse_size
 
     n = world.size
     ops = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
            "gather", "scatter", "sendrecv"] + (["pingpong"] if n >= 2 else [])
-    cases = [(op, algo) for op in ops for algo in ["native"] + [g for o, g in ALGORITHMS if o == op]
-             if not (algo == "hierarchical" and n % 2)]
+    cases = [(op, algo) for op in ops for algo in algorithms_of(op)
+             if not ALGORITHMS[(op, algo)].needs(n)]
     lo = parse_size(a.minbytes) if a.minbytes != "8" else 4 * KiB
     hi = parse_size(a.maxbytes) if a.maxbytes != "1M" else 64 * MiB
     for transport in transports:

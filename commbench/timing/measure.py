@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from commbench.collectives import ALGORITHMS, predict
+from commbench.collectives import ALGORITHMS
 from commbench.collectives.compiled.schedule import Compiled
 from commbench.collectives.compiled.steps import schedule
 from commbench.timing import verify
@@ -133,9 +133,8 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
         prep.after(per_call)
     if case.op == "pingpong":
         times = [t / 2 for t in times]  # one way, as OSU reports it
-    kw = dict(prep.vol, root=root, local=2 if case.algo == "hierarchical" else None)
-    pred_sent, pred_recv = predict(case.op, case.algo, n, g.index, count, itemsize, **kw) \
-        if case.op not in ("sendrecv", "pingpong") else prep.p2p_bytes(itemsize)
+    pred_sent, pred_recv = ALGORITHMS[(case.op, case.algo)].bytes(n, g.index, count, itemsize,
+                                                                 root=root, **prep.vol)
     if case.algo == "native":  # the transport's own call: booked at its formula volume
         sent, recv = pred_sent, pred_recv
         for t in per_call:
@@ -152,34 +151,15 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
 
 
 def _prepare_algorithm(ctx, comm, case: Case, src, count: int, root: int) -> Prepared:
-    fn = ALGORITHMS.get((case.op, case.algo))
-    if fn is None:
+    record = ALGORITHMS.get((case.op, case.algo))
+    if record is None or record.fn is None:
         known = sorted(f"{o}/{a}" for o, a in ALGORITHMS)
         raise ValueError(f"no algorithm {case.algo!r} for {case.op!r}; known: {', '.join(known)}")
-    g, n, op = ctx.world, ctx.size, case.redop
-    vol: dict = {}
-    if case.algo.endswith("_compiled"):
-        return _prepare_compiled(comm, case, src, fn, g)
-    if case.algo == "hierarchical":
-        if n % 2:
-            raise ValueError(f"hierarchical all_reduce: the world ({n}) must be even: it stands "
-                             "for nodes of 2 ranks")
-        grid = ctx.grid(f"node={n // 2},local=2")
-        run = lambda: fn(comm, src, grid["local"], grid["node"], op=op)  # noqa: E731
-    elif case.op in ("all_reduce", "reduce_scatter"):
-        run = lambda: fn(comm, src, g, op=op)  # noqa: E731
-    elif case.op == "all_gather":
-        run = lambda: fn(comm, src, g)  # noqa: E731
-    elif case.op == "broadcast":
-        run = lambda: fn(comm, src, g, root=root)  # noqa: E731
-    elif case.op == "reduce":
-        run = lambda: fn(comm, src, g, root=root, op=op)  # noqa: E731
-    elif case.algo == "pairwise":
-        splits = [count // n] * n
-        vol = {"in_splits": splits, "out_splits": splits}
-        run = lambda: fn(comm, src, g, splits, splits)  # noqa: E731
-    else:
-        run = lambda: fn(comm, src, g)  # noqa: E731
+    if record.compiled:
+        return _prepare_compiled(comm, case, src, record, ctx.world)
+    splits = [count // ctx.size] * ctx.size if case.op == "all_to_all" else None
+    vol = {"in_splits": splits, "out_splits": splits} if splits else {}
+    run = record.bind(ctx, comm, src, root=root, redop=case.redop, splits=splits)
     holder: dict = {}
 
     def call() -> None:
@@ -188,17 +168,16 @@ def _prepare_algorithm(ctx, comm, case: Case, src, count: int, root: int) -> Pre
     return Prepared(call, lambda: None, call, lambda: holder.get("out"), vol)
 
 
-def _prepare_compiled(comm, case: Case, src, fn, g) -> Prepared:
+def _prepare_compiled(comm, case: Case, src, record, g) -> Prepared:
     """A compiled schedule bound once to a NumPy-backed buffer; the timer brackets its replay.
 
     Like the native path: restored before each iteration by the same NumPy copy, outside the
-    timer, and booked after the loop, message by message, each timed call at its own time. (A
-    torch ``copy_`` there, as before, cost the compiled schedules 0.1..0.3 of native/best at
-    4 MPI ranks on 2 cores, 8 B and 8 KiB, in three alternating runs each: untimed, yet it
-    shifted the timed call after the barrier; the cause is not isolated.)
+    timer (a torch ``copy_`` there, untimed, still slowed the timed call after the barrier: see
+    docs/decisions.md), and booked after the loop, message by message, each timed call at its
+    own time.
     """
     buf = like(src, src.numel())
-    steps = schedule(case.algo.removesuffix("_compiled"), g.size, g.index, buf.numel())
+    steps = schedule(record.compiled, g.size, g.index, buf.numel())
     sched = Compiled(comm, buf, g, steps, case.redop, case.algo)
 
     def after(times: list[float]) -> None:
@@ -206,5 +185,5 @@ def _prepare_compiled(comm, case: Case, src, fn, g) -> Prepared:
             sched.book(t)
         sched.close()
 
-    return Prepared(sched.run, restore(buf, src), lambda: fn(comm, src, g, op=case.redop),
+    return Prepared(sched.run, restore(buf, src), lambda: record.fn(comm, src, g, op=case.redop),
                     lambda: buf, after=after)

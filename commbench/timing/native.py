@@ -29,8 +29,6 @@ class Prepared:
     count: int = 0
     after: Callable[[list[float]], None] | None = None  # once after the loop, given the times
 
-    def p2p_bytes(self, itemsize: int) -> tuple[int, int]:
-        return self.vol.get("p2p", (0, 0))[0] * itemsize, self.vol.get("p2p", (0, 0))[1] * itemsize
 
 
 def prepare_native(comm: Comm, g: Group, op: str, redop: str, root: int, src: torch.Tensor,
@@ -76,16 +74,14 @@ def prepare_native(comm: Comm, g: Group, op: str, redop: str, root: int, src: to
                         lambda: out, {"root": root})
     if op == "sendrecv":
         out = like(src, count)
-        moved = (count, count) if n > 1 else (0, 0)
         return Prepared(lambda: _sendrecv(be, src, out, g), none,
-                        lambda: _checked_sendrecv(comm, src, g), lambda: out, {"p2p": moved})
+                        lambda: _checked_sendrecv(comm, src, g), lambda: out)
     if op == "pingpong":
         if n < 2:
             raise ValueError("pingpong needs at least 2 ranks")
         out = like(src, count)
-        moved = (count, count) if g.index in (0, 1) else (0, 0)
         return Prepared(lambda: _pingpong(be, src, out, g), none,
-                        lambda: _pingpong(be, src, out, g), lambda: out, {"p2p": moved})
+                        lambda: _pingpong(be, src, out, g), lambda: out)
     raise ValueError(f"op {op!r}: not a collective commbench times")
 
 

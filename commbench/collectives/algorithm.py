@@ -1,0 +1,81 @@
+"""One record per (collective, algorithm), as nccl-tests fills one ``struct testColl`` per
+collective: everything the rest of commbench needs to run it, count it and price it.
+
+* ``fn``: the algorithm in its own signature (None: the transport's own collective);
+* ``elements(n, i, count, **kw)``: elements member ``i`` of ``n`` sends and receives in one call
+  (count: elements of its input; all-gather: its block; kw: root, in/out splits, row);
+* ``terms(n, S)``: steps, bytes sent and bytes reduced on its critical path for nccl-tests' size
+  S, the alpha-beta model's terms (:mod:`commbench.costmodel.alphabeta`);
+* ``compiled``: the step list (:mod:`commbench.collectives.compiled.steps`) it replays, if any;
+* ``grid(n)``: the rank grid it runs on (the hierarchical all-reduce: nodes of 2); ``needs(n)``:
+  why a world of ``n`` ranks cannot run it ('' when it can).
+
+:meth:`Algorithm.bind` calls any of them the same way, so no caller asks which one it is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+__all__ = ["Algorithm", "any_world", "lg"]
+
+
+def lg(n: int) -> int:
+    """ceil(log2 n): rounds of a binary tree or of recursive doubling over n members."""
+    return math.ceil(math.log2(n)) if n > 1 else 0
+
+
+def any_world(n: int) -> str:
+    return ""
+
+
+def _call(op: str, fn, comm, x, where, root: int, redop: str, splits):
+    """The uniform call of an algorithm of ``op`` built on one group."""
+    if op in ("all_reduce", "reduce_scatter"):
+        return fn(comm, x, where, op=redop)
+    if op == "broadcast":
+        return fn(comm, x, where, root=root)
+    if op == "reduce":
+        return fn(comm, x, where, root=root, op=redop)
+    return fn(comm, x, where)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A collective's algorithm (module docstring)."""
+
+    op: str
+    name: str
+    fn: Callable | None
+    elements: Callable[..., tuple[int, int]]
+    terms: Callable[[int, float], tuple[float, float, float]]
+    compiled: str = ""
+    grid: Callable[[int], str] | None = None
+    needs: Callable[[int], str] = any_world
+    call: Callable | None = None  # (fn, comm, x, where, root, redop, splits): its own call
+
+    def bytes(self, n: int, i: int, count: int, itemsize: int, **kw) -> tuple[int, int]:
+        """(bytes sent, bytes received) by member ``i`` of ``n`` in one call."""
+        if not 0 <= i < n:
+            raise ValueError(f"member index {i}: must be in 0..{n - 1}")
+        sent, recv = self.elements(n, i, count, **kw)
+        return sent * itemsize, recv * itemsize
+
+    def cost(self, n: int, size: float) -> tuple[float, float, float]:
+        """The alpha-beta terms of one call on ``n`` ranks; nothing moves on one."""
+        return (0.0, 0.0, 0.0) if n == 1 else self.terms(n, float(size))
+
+    def bind(self, ctx, comm, x, *, root: int = 0, redop: str = "sum", splits=None):
+        """A no-argument call of this algorithm on ``ctx``'s world (or its grid)."""
+        if self.fn is None:
+            raise ValueError(f"{self.op}/{self.name}: the transport's own collective has no "
+                             "algorithm to bind (timing.native prepares it)")
+        why = self.needs(ctx.size)
+        if why:
+            raise ValueError(f"{self.op}/{self.name}: {why}")
+        where = ctx.grid(self.grid(ctx.size)) if self.grid is not None else ctx.world
+        call = self.call or partial(_call, self.op)
+        return lambda: call(self.fn, comm, x, where, root, redop, splits)
