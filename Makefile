@@ -32,7 +32,8 @@ suites: $(VENV)/.installed  ## benchmark suites; pytest-benchmark records under 
 	$(BIN)/python -m pytest suites -m bench --benchmark-enable --benchmark-autosave \
 		--benchmark-storage=file://results/pytest-benchmark
 
-gpu-check: $(VENV)/.installed  ## one GPU: NCCL world of one, CUDA tensors, CUDA-event timing
+gpu-check: $(VENV)/.installed  ## one GPU: every pattern and collective over NCCL; fails without CUDA
+	$(BIN)/commbench gpu-check
 	$(BIN)/python -m pytest -m gpu -rs tests/test_gpu.py
 
 lint: $(VENV)/.installed

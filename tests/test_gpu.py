@@ -1,6 +1,7 @@
 """The GPU paths with a world of one: NCCL, CUDA tensors through every transport, CUDA-event timing.
 
-`make gpu-check` runs this file on a machine with one GPU; without CUDA every test is skipped.
+`make gpu-check` runs this file on a machine with one GPU, after ``commbench gpu-check`` (every
+pattern on the device), which fails first on a machine without CUDA.
 A world of one cannot test NCCL across ranks; it does run commbench's NCCL code path end to end
 (process group creation with a bound device, each collective on device memory, booking, timing).
 """
@@ -63,3 +64,4 @@ def test_every_op_with_cuda_tensors(gpu_world, transport):
 def test_cuda_event_timing(gpu_world):
     (out,) = gpu_world.run(measure, Case("all_reduce", "nccl", iters=5, warmup=2), 1 << 20)
     assert out["wrong"] == 0 and len(out["times"]) == 5 and all(t > 0 for t in out["times"])
+

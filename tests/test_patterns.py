@@ -3,8 +3,10 @@
 For each pattern x variant x world size 1-4, with configs drawn by hypothesis: every rank's
 outputs and every gradient equal the float64 single-process oracle within the pattern's stated
 tolerance, and the calls the ledger booked equal ``predicted`` to the byte, as a multiset of
-(op, group axis, buffer bytes, bytes sent, bytes received). Every broken variant a pattern
-declares must fail this same check, at each world size it names.
+(op, group axis, buffer bytes, bytes sent, bytes received); and every tensor the pattern makes
+is made on the world's device (commbench.patterns.device: a factory call without ``device=``
+fails the run). Every broken variant a pattern declares must fail this same check, at each
+world size it names.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
     commbench info                      launcher, world, transports, versions, devices
     commbench list                      every pattern (markers, variants, groups) and algorithm
+    commbench gpu-check                 every pattern at a world of one on CUDA over NCCL
     commbench run                       the default suite: every collective and algorithm, 4 ranks
     commbench run ulysses --np 4        a pattern's study (any pattern, or every one of a marker)
     commbench run all_reduce -b 8 -e 64M -f 2 --transport mpi --algo native,ring
@@ -45,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     sub.add_parser("info", help="launcher, world, transports, versions, devices")
     sub.add_parser("list", help="every registered pattern and collective algorithm")
+    sub.add_parser("gpu-check", help="every pattern on one GPU over NCCL; exit 3 without CUDA")
     r = sub.add_parser("run", help="time collectives (nccl-tests flags)")
     r.add_argument("targets", nargs="*", help=f"suites ({', '.join(SUITES)}) or collectives "
                    f"({', '.join(COLLECTIVES)}); default: collectives")
@@ -114,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             from commbench.cli.info import info
 
             return info()
+        if args.cmd == "gpu-check":
+            from commbench.cli.gpu_check import gpu_check
+
+            return gpu_check()
         if args.cmd == "list":
             from commbench.cli.listing import listing
 

@@ -14,6 +14,7 @@ from collections import Counter
 import torch
 
 from commbench.patterns.base import Pattern, Tolerance
+from commbench.runtime.errors import SPMDError
 
 __all__ = ["check", "close", "judge", "nudger", "reference_nudges"]
 
@@ -93,9 +94,14 @@ def judge(pattern: Pattern, cfg, variant: str, seed: int, outs: list[dict],
     return problems
 
 
-def check(world, pattern: Pattern, cfg, variant: str, seed: int, broken: str | None = None) -> list[str]:
-    """Run ``variant`` (or a broken variant of it) on ``world`` and judge it."""
+def check(world, pattern: Pattern, cfg, variant: str, seed: int, broken: str | None = None,
+          guard: bool = True) -> list[str]:
+    """Run ``variant`` (or a broken variant of it) on ``world`` and judge it; with ``guard``
+    (default) a tensor the pattern makes off the world's device is an error."""
     from commbench.patterns.run import run_pattern
 
-    outs = world.run(run_pattern, pattern.name, cfg, variant, seed, broken)
+    try:
+        outs = world.run(run_pattern, pattern.name, cfg, variant, seed, broken, 0, 0, guard)
+    except SPMDError as exc:  # a rank raised: the run itself is wrong (a hang still raises)
+        return [f"the run failed: {str(exc).splitlines()[0]}"]
     return judge(pattern, cfg, variant, seed, outs)

@@ -105,7 +105,7 @@ def uniforms(cfg: MoEConfig, seed: int, group: int, rank: int = 0) -> torch.Tens
     """The random-routing draws of data group ``group``'s tokens (by global token index, so the
     same on every rank that holds them; ``rank`` takes no part), float64 on the CPU."""
     u = torch.rand(sum(cfg.tokens), generator=torch.Generator().manual_seed(seed + 7),
-                   dtype=torch.float64)
+                   dtype=torch.float64, device="cpu")
     start = sum(cfg.tokens[:group])
     return u[start:start + cfg.tokens[group]]
 

@@ -1,0 +1,28 @@
+"""``commbench gpu-check`` on a machine without a GPU: it refuses, and everything it checks but
+CUDA passes on a CPU world of one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def test_gpu_check_refuses_a_machine_without_cuda(capsys):
+    """`make gpu-check` must not pass with everything skipped: without CUDA it says so, exit 3."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: `make gpu-check` runs the real check")
+    from commbench.cli.main import main
+
+    assert main(["gpu-check"]) == 3
+    assert "no CUDA device here" in capsys.readouterr().err
+
+
+@pytest.mark.world(sizes=[1])
+def test_gpu_check_runs_every_pattern_on_a_cpu_world_of_one(world):
+    """What the GPU check does but CUDA: every pattern's variants judged on a world of one (here
+    gloo on the CPU), so that a GPU session sees only what CUDA changes. (Its study configs run
+    in `commbench run <pattern>`.)"""
+    from commbench.cli.gpu_check import check_every_pattern
+
+    lines: list[str] = []
+    assert check_every_pattern(world, lines.append, study=False) == 0, "\n".join(lines)
