@@ -231,7 +231,8 @@ def test_repeated_rounds_keep_the_best_round_and_every_round_median():
 def test_rounds_default_per_study(args, rounds):
     """--rounds: the model study's passes default to 3 (1 with --repeat, its other way of
     meeting noise), the interleaved rounds of versus and overhead to 6."""
-    from commbench.cli.main import _check_run_args, _parser
+    from commbench.cli.main import _parser
+    from commbench.cli.run_args import check_run_args as _check_run_args
 
     a = _parser().parse_args(["run", *args])
     _check_run_args(a)

@@ -161,7 +161,10 @@ TARGETS = st.lists(st.sampled_from(["collectives", "all_reduce", "overhead", "bo
 def test_fuzzed_run_arguments_get_a_clear_verdict(targets, pairs):
     """Validation either accepts (sizes ascending and positive, ops known) or says why in one
     line; nothing else escapes, and nothing starts a rank."""
-    from commbench.cli.main import SUITES, UsageError, _check_run_args, _parser
+    from commbench.cli.common import UsageError
+    from commbench.cli.main import _parser
+    from commbench.cli.run_args import SUITES
+    from commbench.cli.run_args import check_run_args as _check_run_args
 
     argv = ["run", *targets] + [x for pair in pairs for x in pair]
     try:

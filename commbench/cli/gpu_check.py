@@ -71,3 +71,11 @@ def check_every_pattern(world, emit=print, study: bool = True) -> int:
                 emit(f"#   {line}")
     emit(f"# {failed} failed")
     return failed
+
+
+def add_parser(sub) -> None:
+    sub.add_parser("gpu-check", help="every pattern on one GPU over NCCL; exit 3 without CUDA")
+
+
+def command(a) -> int:
+    return gpu_check()

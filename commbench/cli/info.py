@@ -85,3 +85,11 @@ def _device(launch) -> str:
 
 
 __all__ = ["LaunchError", "info"]
+
+
+def add_parser(sub) -> None:
+    sub.add_parser("info", help="launcher, world, transports, versions, devices")
+
+
+def command(a) -> int:
+    return info()

@@ -24,3 +24,11 @@ def listing(emit=print) -> int:
                   headers=["collective", "algorithms (native: the transport's own)"],
                   tablefmt="github"))
     return 0
+
+
+def add_parser(sub) -> None:
+    sub.add_parser("list", help="every registered pattern and collective algorithm")
+
+
+def command(a) -> int:
+    return listing()

@@ -16,7 +16,7 @@ import time
 
 from tabulate import tabulate
 
-__all__ = ["add_parser", "predict"]
+__all__ = ["add_parser", "command", "on_ranks"]
 
 
 def add_parser(sub) -> None:
@@ -59,7 +59,7 @@ def _topologies(a):
     return [load(t, a.nodes) for t in a.topology.split(",") if t]
 
 
-def predict(a) -> int:
+def command(a) -> int:
     t0 = time.perf_counter()
     if a.what == "collective":
         _collective(a)

@@ -1,4 +1,5 @@
-"""``commbench run``: sweeps of collectives and algorithms, and the overhead study.
+"""``commbench run``: a sweep of collectives and algorithms, a study of its own (``STUDIES``:
+overhead, versus, model), or the study of patterns (``commbench run ulysses``, ``run tp``).
 
 Results go to ``<out>/<suite>_<hardware>-<transport>-x<ranks>.{json,md,png}``; the JSON is
 rewritten after every row (atomically), the markdown and the plot when a transport's sweep ends.
@@ -9,12 +10,13 @@ from __future__ import annotations
 import os
 import statistics
 
+from commbench.cli.run_args import add_parser, check_run_args
 from commbench.collectives import ALGORITHMS, algorithms_of
 from commbench.results import records as res
 from commbench.studies.sweep import HEADER, hardware, merge_rounds, run_series
 from commbench.timing.measure import MEASUREMENT, Case, cadence, placement
 
-__all__ = ["run"]
+__all__ = ["STUDIES", "add_parser", "command", "run"]
 
 
 def _world(a):
@@ -68,6 +70,10 @@ def _check_algos(wanted: list[str], ops: list[str]) -> None:
                          f"{', '.join(sorted(known))}")
 
 
+def command(a) -> int:
+    return run(a, *check_run_args(a))
+
+
 def run(a, ops: list[str], sizes: list[int]) -> int:
     wanted = [w for w in a.algo.split(",") if w]
     _check_algos(wanted, ops)
@@ -86,18 +92,11 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
                              f"{', '.join(world.transports)}")
         _check_pairs(a, ops, transports)
         launch = f"local-{world.launch}" if world.launch in ("mpi", "plain") else world.launch
-        if a.targets == ["overhead"]:
-            return _overhead(a, world, sizes, launch, printer, emit)
-        if a.targets == ["versus"]:
-            from commbench.studies.versus import run_versus
-
-            return run_versus(a, world, transports, sizes, launch, printer, emit)
         if a.patterns:
             return _patterns(a, world, launch, printer, emit)
-        if a.targets == ["model"]:
-            from commbench.studies.model import run_model
-
-            return run_model(a, world, transports, launch, printer, emit)
+        study = STUDIES.get(a.targets[0]) if len(a.targets) == 1 else None
+        if study is not None:
+            return study(a, world, transports, sizes, launch, printer, emit)
         return _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit)
     finally:
         world.close()
@@ -208,7 +207,7 @@ def _best_lines(summary: list[dict], transport: str) -> list[str]:
     return lines
 
 
-def _overhead(a, world, sizes, launch, printer, emit) -> int:
+def _overhead(a, world, transports, sizes, launch, printer, emit) -> int:
     from commbench.studies.overhead import overhead
 
     measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters, rounds=a.rounds,
@@ -253,3 +252,19 @@ def _write_study(a, printer, world, launch, suite, measurement, rows, to_markdow
     res.write_json(stem + ".json", record)
     res.write_atomic(stem + ".md", to_markdown(record))
     emit(f"# wrote {stem}.json and {stem}.md")
+
+
+def _versus(a, world, transports, sizes, launch, printer, emit) -> int:
+    from commbench.studies.versus import run_versus
+
+    return run_versus(a, world, transports, sizes, launch, printer, emit)
+
+
+def _model(a, world, transports, sizes, launch, printer, emit) -> int:
+    from commbench.studies.model import run_model
+
+    return run_model(a, world, transports, launch, printer, emit)
+
+
+# the studies of their own: target -> (args, world, transports, sizes, launch, printer, emit)
+STUDIES = {"overhead": _overhead, "versus": _versus, "model": _model}

@@ -1,0 +1,45 @@
+"""``commbench claims``: the notes' claims measured on a local world (studies/claims.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from commbench.cli.common import UsageError
+
+__all__ = ["add_parser", "command"]
+
+
+def add_parser(sub) -> None:
+    k = sub.add_parser("claims", help="measure the notes' claims; write the claims table")
+    k.add_argument("--np", type=int, default=4)
+    k.add_argument("--launch", default="auto", choices=("auto", "mpi", "plain"))
+    k.add_argument("--out", default="results")
+    k.add_argument("--no-write", action="store_true")
+
+
+def command(a) -> int:
+    from commbench.results import records as res
+    from commbench.runtime.local import LocalWorld
+    from commbench.studies.claims import claims_markdown, measure_claim
+    from commbench.studies.claims_list import CLAIMS
+    from commbench.studies.sweep import hardware
+
+    if a.np < 2:
+        raise UsageError(f"--np {a.np}: the claims need at least 2 ranks")
+    with LocalWorld(a.np, launch=a.launch) as world:
+        rows = [measure_claim(world, c) for c in CLAIMS if a.np >= c.min_ranks]
+        launch = f"local-{world.launch}"
+    record = res.header("claims", a.np, launch, hardware(), {"what": "ledger bytes, not time"})
+    record["rows"] = rows
+    text = claims_markdown(record)
+    print(text)
+    if not a.no_write:
+        stem = os.path.join(a.out, f"claims_{hardware()}-x{a.np}")
+        res.write_json(stem + ".json", record)
+        res.write_atomic(stem + ".md", text)
+        print(f"# wrote {stem}.json and {stem}.md")
+    bad = [r["claim"] for r in rows if not r["ledger_matches_prediction"]]
+    for claim in bad:
+        print(f"# ledger != prediction in the runs of: {claim}", file=sys.stderr)
+    return 1 if bad else 0

@@ -1,0 +1,153 @@
+"""``commbench run``'s arguments: nccl-tests' flags, and every check made before a rank starts."""
+
+from __future__ import annotations
+
+from commbench.cli.common import UsageError
+from commbench.timing.measure import COLLECTIVES
+from commbench.wire.dtypes import DTYPES
+
+__all__ = ["SUITES", "add_parser", "check_run_args"]
+
+SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "model": (),
+          "versus": ("all_reduce",)}
+# suites that are studies of their own, run alone
+STUDIES = ("overhead", "model", "versus")
+
+
+def add_parser(sub) -> None:
+    r = sub.add_parser("run", help="time collectives (nccl-tests flags) or study patterns")
+    r.add_argument("targets", nargs="*", help=f"suites ({', '.join(SUITES)}), collectives "
+                   f"({', '.join(COLLECTIVES)}), or patterns and markers (commbench list); "
+                   "default: collectives")
+    r.add_argument("-b", "--minbytes", default="8")
+    r.add_argument("-e", "--maxbytes", default="1M")
+    r.add_argument("-f", "--stepfactor", type=int, default=4)
+    r.add_argument("-n", "--iters", type=int, default=20)
+    r.add_argument("-w", "--warmup-iters", type=int, default=5)
+    r.add_argument("-d", "--datatype", default="float32", help=", ".join(DTYPES))
+    r.add_argument("-o", "--op", default="sum", help="sum, prod, min, max, avg")
+    r.add_argument("-r", "--root", type=int, default=0)
+    r.add_argument("-c", "--check", type=int, default=1, choices=(0, 1))
+    r.add_argument("--np", type=int, default=4, help="ranks of the local world (no launcher)")
+    r.add_argument("--transport", default="", help="comma-separated; default: every one")
+    r.add_argument("--launch", default="auto", choices=("auto", "mpi", "plain"))
+    r.add_argument("--timeout", type=float, default=120.0, help="seconds per size before a hang")
+    r.add_argument("--out", default="results", help="folder for the JSON and markdown tables")
+    r.add_argument("--no-write", action="store_true")
+    r.add_argument("--algo", default="", help="comma-separated algorithms (native, ring, ...); "
+                   "default: native and every algorithm built for each collective")
+    r.add_argument("--rounds", type=int, default=None, help="interleaved rounds (overhead and "
+                   "versus studies; default 6); model study: passes over its whole job list, "
+                   "each row's iterations split among them and pooled (default 3; 1 with --repeat)")
+    r.add_argument("--topology", default="", help="also give each row NCCL's model time for the "
+                   "same collective on this many GPUs of a preset or topology file")
+    r.add_argument("--repeat", type=int, default=1, help="run the whole sweep this many times; "
+                   "each row keeps the best round's median (the gate's noise rule)")
+    r.add_argument("--batch", type=int, default=1, help="calls timed back to back per sample "
+                   "(nccl-tests' cadence); 1: a barrier before every call")
+    r.add_argument("--separate-sweeps", action="store_true", help="model study: the whole "
+                   "calibration sweep before the whole evaluation sweep (default: per case and "
+                   "size, one right after the other)")
+    r.add_argument("--cal-samples", type=int, default=1, help="model study: calibration rows "
+                   "take this many times the evaluation rows' iterations (default 1)")
+    r.add_argument("--refit", action="store_true", help="model study: judge the stored "
+                   "results/model_* again with the current model, measuring nothing")
+    r.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run: keep the rows its results file holds")
+
+
+def _patterns(targets: list[str]) -> list[str]:
+    """The patterns ``targets`` name (pattern names or markers); [] for collective targets."""
+    from commbench.patterns.registry import PATTERNS, select
+
+    found = {t: select(t) for t in targets}
+    if not any(found.values()):
+        return []
+    other = [t for t, names in found.items() if not names]
+    if other:
+        raise UsageError(f"{', '.join(other)}: not a pattern or a marker of one; patterns run "
+                         f"apart from collectives (known: {', '.join(PATTERNS)})")
+    return list(dict.fromkeys(n for names in found.values() for n in names))
+
+
+# flags of the collective sweeps, with their defaults: a pattern study sweeps its own configs
+_SWEEP_ONLY = {"-b": ("minbytes", "8"), "-e": ("maxbytes", "1M"), "-f": ("stepfactor", 4),
+               "-d": ("datatype", "float32"), "-o": ("op", "sum"), "-r": ("root", 0),
+               "--algo": ("algo", ""), "--transport": ("transport", ""),
+               "--batch": ("batch", 1), "--repeat": ("repeat", 1), "--topology": ("topology", ""),
+               "--resume": ("resume", False), "--rounds": ("rounds", None)}
+
+
+def _check_pattern_args(a) -> None:
+    given = [flag for flag, (attr, default) in _SWEEP_ONLY.items() if getattr(a, attr) != default]
+    if given:
+        raise UsageError(f"{' '.join(given)}: flags of the collective sweeps; a pattern study "
+                         "runs each variant of the configs its pattern declares (bench_configs), "
+                         "on the world's first transport")
+    for name, v, lo in (("-n", a.iters, 1), ("-w", a.warmup_iters, 0), ("--np", a.np, 1)):
+        if v < lo:
+            raise UsageError(f"{name} {v}: must be >= {lo}")
+    if a.timeout <= 0:
+        raise UsageError(f"--timeout {a.timeout}: must be > 0")
+
+
+def check_run_args(a) -> tuple[list[str], list[int]]:
+    from commbench.studies.sweep import parse_size, sizes_between
+
+    ops: list[str] = []
+    a.patterns = _patterns(a.targets)
+    if a.patterns:
+        _check_pattern_args(a)
+        return ops, []
+    for study in STUDIES:
+        if study in a.targets and len(a.targets) > 1:
+            raise UsageError(f"{study} is a study of its own; run it alone")
+    if a.cal_samples < 1:
+        raise UsageError(f"--cal-samples {a.cal_samples}: must be >= 1")
+    for flag, on in (("--refit", a.refit), ("--separate-sweeps", a.separate_sweeps),
+                     ("--cal-samples", a.cal_samples != 1)):
+        if on and a.targets != ["model"]:
+            raise UsageError(f"{flag}: an option of the model study (commbench run model)")
+    if a.topology:
+        from commbench.costmodel.topology import load
+
+        try:
+            load(a.topology)
+        except ValueError as exc:
+            raise UsageError(f"--topology: {exc}") from None
+    for t in a.targets or ["collectives"]:
+        if t in SUITES:
+            ops += [o for o in SUITES[t] if o not in ops]
+        elif t in COLLECTIVES:
+            ops.append(t) if t not in ops else None
+        else:
+            raise UsageError(f"unknown suite or collective {t!r}; known: "
+                             f"{', '.join([*SUITES, *COLLECTIVES])}")
+    try:
+        sizes = sizes_between(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if a.datatype not in DTYPES:
+        raise UsageError(f"-d {a.datatype}: unknown dtype; known: {', '.join(DTYPES)}")
+    if a.op not in ("sum", "prod", "min", "max", "avg"):
+        raise UsageError(f"-o {a.op}: must be sum, prod, min, max or avg")
+    if a.op == "avg" and not DTYPES[a.datatype].is_floating_point:
+        raise UsageError(f"-o avg -d {a.datatype}: avg needs a floating dtype")
+    if a.rounds is None:
+        a.rounds = (1 if a.repeat > 1 else 3) if a.targets == ["model"] else 6
+    if a.targets == ["model"] and a.repeat > 1 and a.rounds > 1:
+        raise UsageError(f"--repeat {a.repeat} --rounds {a.rounds}: the model study takes one "
+                         "(best round, or passes pooled)")
+    if a.repeat > 1 and a.resume:
+        raise UsageError("--resume works with --repeat 1 only (repeated rounds are kept whole)")
+    for name, v, lo in (("-n", a.iters, 1), ("-w", a.warmup_iters, 0), ("--np", a.np, 1),
+                        ("--repeat", a.repeat, 1), ("--batch", a.batch, 1),
+                        ("--rounds", a.rounds, 1)):
+        if v < lo:
+            raise UsageError(f"{name} {v}: must be >= {lo}")
+    if a.root < 0:
+        raise UsageError(f"-r {a.root}: must be >= 0")
+    if a.timeout <= 0:
+        raise UsageError(f"--timeout {a.timeout}: must be > 0")
+    return ops, sizes
+
