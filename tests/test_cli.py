@@ -53,7 +53,7 @@ def test_bad_run_arguments_fail_before_any_rank_starts(args, message, capsys):
 
 def test_run_prints_the_table_and_writes_results(tmp_path):
     out = _cli("run", "all_reduce", "--np", "2", "-b", "8", "-e", "1K", "-f", "8", "-n", "3",
-               "-w", "1", "--algo", "native,ring", "--out", str(tmp_path))
+               "-w", "1", "--algo", "native,ring", "--out", str(tmp_path), "--label", "test-box")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert any(line.startswith("#") and "busbw" in line and "#wrong" in line for line in lines)
@@ -62,8 +62,9 @@ def test_run_prints_the_table_and_writes_results(tmp_path):
     assert "# Out of bounds values : 0 OK" in lines
     written = sorted(p.name for p in tmp_path.iterdir())
     for t in ("gloo", "mpi"):
-        assert f"all_reduce_cpu-{t}-x2.json" in written and f"all_reduce_cpu-{t}-x2.md" in written
-    record = load(str(tmp_path / "all_reduce_cpu-gloo-x2.json"))
+        assert f"all_reduce_test-box-{t}-x2.json" in written
+        assert f"all_reduce_test-box-{t}-x2.md" in written
+    record = load(str(tmp_path / "all_reduce_test-box-gloo-x2.json"))
     assert record["measurement"]["rank_aggregation"] == "per-iteration max over ranks"
     assert all(r["sent"] == r["pred_sent"] for r in record["rows"])
 
@@ -73,10 +74,10 @@ def test_batched_cadence_checks_one_call_and_books_every_call(tmp_path):
     the checked result is one call's, and the bytes booked per call still equal the formula."""
     out = _cli("run", "all_reduce", "--np", "2", "-b", "64", "-e", "4K", "-f", "8", "-n", "2",
                "-w", "1", "--batch", "3", "--algo", "native,ring,ring_compiled", "--out",
-               str(tmp_path))
+               str(tmp_path), "--label", "test-box")
     assert out.returncode == 0, out.stderr
     for t in ("gloo", "mpi"):
-        record = load(str(tmp_path / f"all_reduce_cpu-{t}-x2.json"))
+        record = load(str(tmp_path / f"all_reduce_test-box-{t}-x2.json"))
         assert record["measurement"]["cadence"].startswith("batched (3 calls")
         assert record["measurement"]["batch"] == 3
         assert {r["algo"] for r in record["rows"]} == {"native", "ring", "ring_compiled"}
@@ -237,3 +238,33 @@ def test_rounds_default_per_study(args, rounds):
     a = _parser().parse_args(["run", *args])
     _check_run_args(a)
     assert a.rounds == rounds
+
+
+def test_results_are_named_by_machine_class():
+    from commbench.results.machine import machine_class, slug
+
+    assert slug("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz") == "intel-xeon-platinum-8481c"
+    assert slug("AMD EPYC 7B13 64-Core Processor") == "amd-epyc-7b13-64-core"
+    assert slug("NVIDIA H200") == "nvidia-h200"
+    assert machine_class("my-box") == "my-box"
+    name = machine_class()
+    assert name == slug(name) and name.endswith(("c", "gpu")) and name != "cpu"
+    with pytest.raises(ValueError, match="--label 'My Box': use lower-case letters"):
+        machine_class("My Box")
+
+
+def test_a_sweep_compares_with_the_table_it_replaces_and_keeps_one_of_other_settings(tmp_path):
+    """A second run with the same settings prints the gate's verdict against the first; a run
+    with other settings refuses to write over it, in one line, before measuring."""
+    args = ("run", "all_reduce", "--np", "2", "-b", "8", "-e", "64", "-f", "8", "-n", "2", "-w",
+            "1", "--algo", "native", "--transport", "gloo", "--out", str(tmp_path), "--label",
+            "test-box")
+    assert _cli(*args).returncode == 0
+    again = _cli(*args)
+    assert again.returncode == 0 and "# against the table it replaces" in again.stdout
+    assert "no regression in 2 matched rows" in again.stdout
+    other = _cli(*args[:-6], "--transport", "gloo", "-n", "3", "--out", str(tmp_path),
+                 "--label", "test-box")
+    assert other.returncode == 2
+    assert "holds a run with other settings (iters)" in other.stderr
+    assert other.stderr.count("\n") == 1

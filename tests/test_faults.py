@@ -89,7 +89,7 @@ def _sweep(tmp_path, *extra):
     return subprocess.Popen(
         [sys.executable, "-m", "commbench", "run", "all_reduce", "--np", "2", "--launch", "plain",
          "--transport", "gloo", "--algo", "native,ring,naive", "-b", "8", "-e", "64M", "-f", "2",
-         "-n", "3", "-w", "1", "--out", str(tmp_path), *extra],
+         "-n", "3", "-w", "1", "--out", str(tmp_path), "--label", "test-box", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -122,7 +122,7 @@ def _workers_of(pid: int) -> list[int]:
 @pytest.mark.local
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "kill a rank"])
 def test_an_interrupted_sweep_keeps_its_rows_and_resumes(tmp_path, how):
-    path = tmp_path / "all_reduce_cpu-gloo-x2.json"
+    path = tmp_path / "all_reduce_test-box-gloo-x2.json"
     proc = _sweep(tmp_path)
     _wait_rows(path, 3, proc)
     t0 = time.monotonic()

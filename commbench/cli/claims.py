@@ -16,6 +16,7 @@ def add_parser(sub) -> None:
     k.add_argument("--launch", default="auto", choices=("auto", "mpi", "plain"))
     k.add_argument("--out", default="results")
     k.add_argument("--no-write", action="store_true")
+    k.add_argument("--label", default="", help="the machine class in the file name")
 
 
 def command(a) -> int:
@@ -30,12 +31,12 @@ def command(a) -> int:
     with LocalWorld(a.np, launch=a.launch) as world:
         rows = [measure_claim(world, c) for c in CLAIMS if a.np >= c.min_ranks]
         launch = f"local-{world.launch}"
-    record = res.header("claims", a.np, launch, hardware(), {"what": "ledger bytes, not time"})
+    record = res.header("claims", a.np, launch, hardware(a.label), {"what": "ledger bytes, not time"})
     record["rows"] = rows
     text = claims_markdown(record)
     print(text)
     if not a.no_write:
-        stem = os.path.join(a.out, f"claims_{hardware()}-x{a.np}")
+        stem = os.path.join(a.out, f"claims_{hardware(a.label)}-x{a.np}")
         res.write_json(stem + ".json", record)
         res.write_atomic(stem + ".md", text)
         print(f"# wrote {stem}.json and {stem}.md")

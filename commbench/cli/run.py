@@ -121,14 +121,21 @@ def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> i
     emit(f"# memory-copy bandwidth (64 MiB copy_, median over ranks): {memcpy / 1e9:.2f} GB/s")
     wrong = 0
     suite = "collectives" if not a.targets or a.targets == ["collectives"] else "_".join(ops)
+    settings = {"ops": ops, "algos": sorted(wanted), "sizes": sizes, "dtype": a.datatype,
+                "op": a.op, "root": a.root, "check": a.check, "iters": a.iters,
+                "warmup": a.warmup_iters, "batch": a.batch, "repeat": a.repeat}
+    stems = {t: os.path.join(a.out, f"{suite}_{hardware(a.label)}-{t}-x{n}") for t in transports}
+    previous = {} if a.resume or a.no_write else \
+        {t: _previous(stem + ".json", settings) for t, stem in stems.items()}
     for transport in transports:
-        stem = os.path.join(a.out, f"{suite}_{hardware()}-{transport}-x{n}")
+        stem = stems[transport]
         path = None if a.no_write or not printer else stem + ".json"
         record = _resumed(stem + ".json", n, measurement, emit) if a.resume else None
         if record is None:
-            record = res.header(suite, n, launch, hardware(), measurement)
+            record = res.header(suite, n, launch, hardware(a.label), measurement)
+        record["settings"] = settings
         record["memcpy_GBps"] = memcpy / 1e9
-        model, where = stored_fit(a.out, transport, n)
+        model, where = stored_fit(a.out, transport, n, a.label)
         emit(f"# model: {where}" if model else f"# model: none (commbench run model --np {n} "
              f"writes {where})")
         emit("#\n" + HEADER)
@@ -153,6 +160,8 @@ def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> i
         record["best_vs_native"] = _best_vs_native(record["rows"])
         for line in _best_lines(record["best_vs_native"], transport):
             emit(line)
+        if previous.get(transport):
+            _against(previous[transport], record, stem + ".json", emit)
         if path:
             res.write_json(path, record)
             res.write_atomic(stem + ".md", res.markdown(record))
@@ -160,6 +169,39 @@ def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> i
             emit(f"# wrote {path}, {stem}.md" + (f", {png}" if png else " (no matplotlib: no plot)"))
     emit(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
     return 1 if wrong else 0
+
+
+def _previous(path: str, settings: dict) -> dict | None:
+    """The table this run would replace: compared with afterwards when it was measured with the
+    same settings; a run with other settings must not write over it."""
+    from commbench.results.compare import CompareError, load
+
+    if not os.path.exists(path):
+        return None
+    try:
+        record = load(path)
+    except CompareError as exc:
+        raise ValueError(f"{path}: {exc}; remove it or give --out another folder") from None
+    if record.get("settings") != settings:
+        old = record.get("settings")
+        diff = ", ".join(k for k in settings if not old or old.get(k) != settings[k])
+        raise ValueError(f"{path} holds a run with other settings ({diff if old else 'not recorded'})"
+                         "; give --out another folder or --label another name")
+    return record
+
+
+def _against(old: dict, new: dict, path: str, emit) -> None:
+    """The regression gate's report of this run against the table it replaces."""
+    from commbench.results.compare import compare, report
+
+    rows, bad = compare(old, new)
+    if not rows:
+        return
+    emit(f"# against the table it replaces ({path}, commit {old.get('commit')}; "
+         f"commbench compare's rule):")
+    for line in report(bad, bad, 0.10, 64 << 10).splitlines()[:-1] if bad else []:
+        emit(f"# {line}")
+    emit(report(rows, bad, 0.10, 64 << 10).splitlines()[-1])
 
 
 def _resumed(path: str, n: int, measurement: dict, emit) -> dict | None:
@@ -218,9 +260,9 @@ def _overhead(a, world, transports, sizes, launch, printer, emit) -> int:
     worst = max(r["ratio"] for r in rows)
     emit(f"# worst ratio {worst:.3f} (target <= 1.10)")
     if not a.no_write and printer:
-        record = res.header("overhead", world.size, launch, hardware(), measurement)
+        record = res.header("overhead", world.size, launch, hardware(a.label), measurement)
         record["rows"] = rows
-        stem = os.path.join(a.out, f"overhead_{hardware()}-mpi-x{world.size}")
+        stem = os.path.join(a.out, f"overhead_{hardware(a.label)}-mpi-x{world.size}")
         res.write_json(stem + ".json", record)
         res.write_atomic(stem + ".md", res.overhead_markdown(record))
         emit(f"# wrote {stem}.json and {stem}.md")
@@ -246,9 +288,9 @@ def _write_study(a, printer, world, launch, suite, measurement, rows, to_markdow
     """results/<suite>_<hw>-<transport>-x<ranks>.{json,md} of a pattern study."""
     if a.no_write or not printer:
         return
-    record = res.header(suite, world.size, launch, hardware(), measurement)
+    record = res.header(suite, world.size, launch, hardware(a.label), measurement)
     record["rows"] = rows
-    stem = os.path.join(a.out, f"{suite}_{hardware()}-{world.transports[0]}-x{world.size}")
+    stem = os.path.join(a.out, f"{suite}_{hardware(a.label)}-{world.transports[0]}-x{world.size}")
     res.write_json(stem + ".json", record)
     res.write_atomic(stem + ".md", to_markdown(record))
     emit(f"# wrote {stem}.json and {stem}.md")

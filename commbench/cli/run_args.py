@@ -34,6 +34,8 @@ def add_parser(sub) -> None:
     r.add_argument("--timeout", type=float, default=120.0, help="seconds per size before a hang")
     r.add_argument("--out", default="results", help="folder for the JSON and markdown tables")
     r.add_argument("--no-write", action="store_true")
+    r.add_argument("--label", default="", help="the machine class in results' file names "
+                   "(default: this machine's, e.g. intel-xeon-2c or nvidia-h200-8gpu)")
     r.add_argument("--algo", default="", help="comma-separated algorithms (native, ring, ...); "
                    "default: native and every algorithm built for each collective")
     r.add_argument("--rounds", type=int, default=None, help="interleaved rounds (overhead and "
@@ -89,6 +91,7 @@ def _check_pattern_args(a) -> None:
             raise UsageError(f"{name} {v}: must be >= {lo}")
     if a.timeout <= 0:
         raise UsageError(f"--timeout {a.timeout}: must be > 0")
+    _check_label(a)
 
 
 def check_run_args(a) -> tuple[list[str], list[int]]:
@@ -149,5 +152,15 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
         raise UsageError(f"-r {a.root}: must be >= 0")
     if a.timeout <= 0:
         raise UsageError(f"--timeout {a.timeout}: must be > 0")
+    _check_label(a)
     return ops, sizes
+
+
+def _check_label(a) -> None:
+    from commbench.results.machine import machine_class
+
+    try:
+        machine_class(a.label)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 

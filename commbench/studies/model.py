@@ -164,8 +164,8 @@ def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int,
     return out
 
 
-def _stem(out_dir: str, transport: str, n: int) -> str:
-    return os.path.join(out_dir, f"model_{hardware()}-{transport}-x{n}")
+def _stem(out_dir: str, transport: str, n: int, label: str = "") -> str:
+    return os.path.join(out_dir, f"model_{hardware(label)}-{transport}-x{n}")
 
 
 def _report(record: dict, stem: str | None, emit, prefix: str = "") -> None:
@@ -202,7 +202,7 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
     for transport in transports:
         emit(f"# commbench run model: {n} ranks ({launch}), transport {transport}, "
              f"{lo}..{hi} bytes")
-        record = res.header("model", n, launch, hardware(),
+        record = res.header("model", n, launch, hardware(a.label),
                             dict(cadence(a.batch), iters=a.iters, warmup=a.warmup_iters))
         sweeps = "separate" if a.separate_sweeps else "interleaved per size"
         record["measurement"].update(
@@ -213,7 +213,8 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
             record["measurement"].update(compiled_wait=recorded(world), binding=placement(world))
         record.update(model_study(world, transport, cases, a.iters, a.warmup_iters, emit, lo, hi,
                                   a.repeat, a.separate_sweeps, a.batch, a.rounds, a.cal_samples))
-        _report(record, None if a.no_write or not printer else _stem(a.out, transport, n), emit)
+        _report(record, None if a.no_write or not printer else _stem(a.out, transport, n, a.label),
+                emit)
     return 0
 
 
@@ -223,7 +224,7 @@ def refit_stored(a, emit) -> int:
 
     found = 0
     for transport in [t for t in a.transport.split(",") if t] or ["gloo", "mpi"]:
-        stem = _stem(a.out, transport, a.np)
+        stem = _stem(a.out, transport, a.np, a.label)
         if not os.path.exists(stem + ".json"):
             emit(f"# {stem}.json: none stored")
             continue
@@ -234,13 +235,14 @@ def refit_stored(a, emit) -> int:
     return 0 if found else 1
 
 
-def stored_fit(out_dir: str, transport: str, n: int):
-    """The fit a ``commbench run model`` left in ``out_dir`` for this transport and world size."""
+def stored_fit(out_dir: str, transport: str, n: int, label: str = ""):
+    """The fit a ``commbench run model`` left in ``out_dir`` for this transport, world size and
+    machine class."""
     import json
 
     from commbench.costmodel.alphabeta import Fit
 
-    path = _stem(out_dir, transport, n) + ".json"
+    path = _stem(out_dir, transport, n, label) + ".json"
     if not os.path.exists(path):
         return None, path
     with open(path) as f:

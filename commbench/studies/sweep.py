@@ -8,10 +8,7 @@ keeps every row it finished.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-
-import torch
 
 from commbench.results import records as res
 from commbench.results.busbw import algbw, busbw
@@ -102,10 +99,11 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
     return rows
 
 
-def hardware() -> str:
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name().replace(" ", "-")
-    return os.environ.get("COMMBENCH_HARDWARE", "cpu")
+def hardware(label: str = "") -> str:
+    """The machine class results are named by (:mod:`commbench.results.machine`)."""
+    from commbench.results.machine import machine_class
+
+    return machine_class(label)
 
 
 def merge_rounds(rounds: list[list[dict]], n: int) -> list[dict]:

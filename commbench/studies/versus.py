@@ -139,9 +139,9 @@ def run_versus(a, world, transports: list[str], sizes: list[int], launch: str, p
              "sizes")
         if a.no_write or not printer:
             continue
-        record = res.header("versus", n, launch, hardware(), measurement)
+        record = res.header("versus", n, launch, hardware(a.label), measurement)
         record.update(transport=transport, rows=rows)
-        stem = os.path.join(a.out, f"versus_{hardware()}-{transport}-x{n}")
+        stem = os.path.join(a.out, f"versus_{hardware(a.label)}-{transport}-x{n}")
         res.write_json(stem + ".json", record)
         res.write_atomic(stem + ".md", versus_markdown(record))
         emit(f"# wrote {stem}.json and {stem}.md")
