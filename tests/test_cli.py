@@ -253,18 +253,39 @@ def test_results_are_named_by_machine_class():
         machine_class("My Box")
 
 
-def test_a_sweep_compares_with_the_table_it_replaces_and_keeps_one_of_other_settings(tmp_path):
-    """A second run with the same settings prints the gate's verdict against the first; a run
-    with other settings refuses to write over it, in one line, before measuring."""
+def test_a_sweep_compares_with_the_table_it_replaces(tmp_path):
+    """A second run with the same settings prints the gate's verdict against the first."""
     args = ("run", "all_reduce", "--np", "2", "-b", "8", "-e", "64", "-f", "8", "-n", "2", "-w",
-            "1", "--algo", "native", "--transport", "gloo", "--out", str(tmp_path), "--label",
-            "test-box")
+            "1", "--algo", "native", "--launch", "plain", "--transport", "gloo", "--out",
+            str(tmp_path), "--label", "test-box")
     assert _cli(*args).returncode == 0
     again = _cli(*args)
     assert again.returncode == 0 and "# against the table it replaces" in again.stdout
     assert "no regression in 2 matched rows" in again.stdout
-    other = _cli(*args[:-6], "--transport", "gloo", "-n", "3", "--out", str(tmp_path),
-                 "--label", "test-box")
-    assert other.returncode == 2
-    assert "holds a run with other settings (iters)" in other.stderr
-    assert other.stderr.count("\n") == 1
+
+
+def test_a_table_measured_with_other_settings_is_not_written_over(tmp_path):
+    from commbench.cli.run import _previous
+    from commbench.results import records as res
+
+    path = str(tmp_path / "t.json")
+    record = res.header("collectives", 2, "local-plain", "test-box", {})
+    res.write_json(path, {**record, "settings": {"iters": 2, "sizes": [8]}})
+    assert _previous(path, {"iters": 2, "sizes": [8]})["settings"] == {"iters": 2, "sizes": [8]}
+    with pytest.raises(ValueError, match=r"t.json holds a run with other settings \(iters\); "
+                                         r"give --out another folder or --label another name"):
+        _previous(path, {"iters": 3, "sizes": [8]})
+    res.write_json(path, record)  # a table from before settings were recorded
+    with pytest.raises(ValueError, match=r"other settings \(not recorded\)"):
+        _previous(path, {"iters": 2, "sizes": [8]})
+
+
+def test_the_default_suite_runs_every_collective_and_algorithm(tmp_path):
+    """`make bench`'s suite, every collective and algorithm on both transports, at one size."""
+    out = _cli("run", "--np", "2", "-b", "64", "-e", "64", "-n", "2", "-w", "1", "--no-write")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line and not line.startswith("#")]
+    ops = {r[0] for r in rows}
+    assert ops == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+                   "reduce", "gather", "scatter", "sendrecv", "pingpong"}
+    assert all(r[12] == "0" and r[13] == r[14] for r in rows)  # #wrong, sent = predicted

@@ -109,7 +109,7 @@ def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> i
 
     n = world.size
     measurement = dict(cadence(a.batch), iters=a.iters, warmup=a.warmup_iters)
-    if a.repeat > 1:  # rows keep their best round (runner.merge_rounds)
+    if a.repeat > 1:  # rows keep their best round (studies.sweep.merge_rounds)
         measurement.update(repeat=a.repeat, rounds="whole sweep repeated; each row its best round")
     if "mpi" in transports:
         measurement["binding"] = placement(world)
@@ -171,18 +171,23 @@ def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> i
     return 1 if wrong else 0
 
 
-def _previous(path: str, settings: dict) -> dict | None:
-    """The table this run would replace: compared with afterwards when it was measured with the
-    same settings; a run with other settings must not write over it."""
+def _load(path: str, why: str) -> dict | None:
+    """The results file at ``path``, None when there is none; an unreadable one is an error."""
     from commbench.results.compare import CompareError, load
 
     if not os.path.exists(path):
         return None
     try:
-        record = load(path)
+        return load(path)
     except CompareError as exc:
-        raise ValueError(f"{path}: {exc}; remove it or give --out another folder") from None
-    if record.get("settings") != settings:
+        raise ValueError(f"{why}{exc}; remove it or give --out another folder") from None
+
+
+def _previous(path: str, settings: dict) -> dict | None:
+    """The table this run would replace: compared with afterwards when it was measured with the
+    same settings; a run with other settings must not write over it."""
+    record = _load(path, "")
+    if record is not None and record.get("settings") != settings:
         old = record.get("settings")
         diff = ", ".join(k for k in settings if not old or old.get(k) != settings[k])
         raise ValueError(f"{path} holds a run with other settings ({diff if old else 'not recorded'})"
@@ -206,14 +211,9 @@ def _against(old: dict, new: dict, path: str, emit) -> None:
 
 def _resumed(path: str, n: int, measurement: dict, emit) -> dict | None:
     """The record of an interrupted run at ``path``, if it is one this run can continue."""
-    from commbench.results.compare import CompareError, load
-
-    if not os.path.exists(path):
+    record = _load(path, "--resume: ")
+    if record is None:
         return None
-    try:
-        record = load(path)
-    except CompareError as exc:
-        raise ValueError(f"--resume: {exc}") from None
     if record["world_size"] != n or record.get("measurement") != measurement:
         raise ValueError(f"--resume: {path} was measured with {record['world_size']} ranks and "
                          f"{record.get('measurement')}; this run has {n} ranks and {measurement}")

@@ -8,7 +8,7 @@ Binding (BINDING): in a local world, MPI series run with rank r bound to core r 
 busy-polls; a moving rank shifts timings; with more ranks than cores they share, as ``mpirun
 --bind-to core`` places them), gloo series with the ranks free: gloo's I/O threads must run
 beside the rank's main thread, and bound to one core its wake-ups wait for a scheduler tick
-(measured here: a 2-rank gloo exchange went from ~0.4 ms to ~3.6 ms).
+(docs/decisions.md).
 
 Native collectives are timed as the transport's bare call on buffers prepared before the loop; the
 comm layer's checks ran once in the first warm-up call, and each timed call is booked in the
@@ -134,7 +134,7 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     if case.op == "pingpong":
         times = [t / 2 for t in times]  # one way, as OSU reports it
     pred_sent, pred_recv = ALGORITHMS[(case.op, case.algo)].bytes(n, g.index, count, itemsize,
-                                                                 root=root, **prep.vol)
+                                                                 **{"root": root, **prep.vol})
     if case.algo == "native":  # the transport's own call: booked at its formula volume
         sent, recv = pred_sent, pred_recv
         for t in per_call:

@@ -170,24 +170,19 @@ class Ulysses(_Attention):
 
     name, markers = "ulysses", ("ulysses",)
     variants, naive, optimized = ("naive", "ulysses"), "naive", "ulysses"
-    broken = (
-        Broken("transposed_batch", "ulysses", {"seq_to_head": broken.s2h_transposed_batch},
-               "a reshape with the batch and source dims swapped (DeepSpeed #5808)",
+    broken = tuple(
+        Broken(name, variant, {part: fn}, why,
                lambda P: _example(P, batch=2, seq=2 * P, heads=4 * P, kv_heads=2 * P, head_dim=3,
-                                  causal=True)),
-        Broken("reversed_sources", "ulysses", {"seq_to_head": broken.s2h_reversed_sources},
-               "sequence shards reassembled in the wrong source order",
-               lambda P: _example(P, batch=2, seq=2 * P, heads=4 * P, kv_heads=2 * P, head_dim=3,
-                                  causal=True)),
-        Broken("kv_off_by_one", "ulysses", {"kv_index": broken.kv_index_off_by_one},
-               "grouped-query attention reading the neighbouring KV head",
-               lambda P: _example(P, batch=2, seq=2 * P, heads=4 * P, kv_heads=2 * P, head_dim=3,
-                                  causal=True)),
-        Broken("naive_no_reduce_scatter", "naive", {"gather_kv": broken.gather_without_reduce_scatter},
-               "the all-gather of K and V whose backward drops the other ranks' gradients",
-               lambda P: _example(P, batch=2, seq=2 * P, heads=4 * P, kv_heads=2 * P, head_dim=3,
-                                  causal=True)),
-    )
+                                  causal=True))
+        for name, variant, part, fn, why in (
+            ("transposed_batch", "ulysses", "seq_to_head", broken.s2h_transposed_batch,
+             "a reshape with the batch and source dims swapped (DeepSpeed #5808)"),
+            ("reversed_sources", "ulysses", "seq_to_head", broken.s2h_reversed_sources,
+             "sequence shards reassembled in the wrong source order"),
+            ("kv_off_by_one", "ulysses", "kv_index", broken.kv_index_off_by_one,
+             "grouped-query attention reading the neighbouring KV head"),
+            ("naive_no_reduce_scatter", "naive", "gather_kv", broken.gather_without_reduce_scatter,
+             "the all-gather of K and V whose backward drops the other ranks' gradients")))
 
     def bench_configs(self, world_size: int) -> list[AttnConfig]:
         return [AttnConfig(batch=b, seq=s * world_size, heads=H, kv_heads=K, head_dim=d,
