@@ -8,10 +8,8 @@ shared machine exceeds any threshold worth setting), its time grew by more than 
 series with fewer sizes at or above ``min_size`` must regress at all of them. Slow outliers move
 the median but not the best iteration, a lucky best iteration moves the minimum but not the
 median; a slow spell of a shared machine strikes one or two sizes; a regression of the code
-moves both statistics over a range of sizes. Measured here (results/gate_*.txt): three
-unchanged reruns with ``commbench run --repeat 3`` compared pairwise, 12 comparisons, had 1-6
-rows past the threshold in every one of them, at most 2 consecutive; a planted 20% busbw loss
-is flagged in every row. Tables measured with ``--repeat R`` hold each row's best round.
+moves both statistics over a range of sizes (the reruns that decided it: docs/decisions.md).
+Tables measured with ``--repeat R`` hold each row's best round.
 
 Exit status: 0 no regression, 1 regression, 2 unreadable or incomparable files.
 """

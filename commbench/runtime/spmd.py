@@ -72,8 +72,8 @@ class LauncherWorld:
         # Wait for the watchdog to end: its thread holds this world (a bound method) until then.
         # Left to a daemon thread, the last reference could go there, at exit, while the main
         # thread finalizes: the process groups' destructor then runs in a thread Python kills
-        # on its way back to the GIL, and gloo's run ended in std::terminate ("terminate called
-        # without an active exception"): 5 of 260 runs under mpiexec on a loaded machine).
+        # on its way back to the GIL, and gloo's run ends in std::terminate ("terminate called
+        # without an active exception"), now and then, under mpiexec on a loaded machine.
         dog.join()
         return everyone
 

@@ -18,11 +18,10 @@ block:
   A run of joint steps (:class:`Step`) is posted together.
 
 Over MPI a message of more than ``segment`` bytes (default :data:`MPI_SEGMENT`) and at most
-``SPLIT`` times that goes as pieces of at most ``segment`` bytes, all started together: MPICH's
-eager limit here lies between 4 and 8 KiB, and one 8 KiB exchange (rendezvous) took 21 us
-against 11 us as two 4 KiB pieces (bare mpi4py, 2 ranks; 16 KiB: 28 against 19 us; 32 KiB and
-up: whole messages are faster). Pieces between the same pair keep their order (MPI's
-non-overtaking rule), so the same bytes land in the same places.
+``SPLIT`` times that goes as pieces of at most ``segment`` bytes, all started together: pieces
+within MPICH's eager limit arrive sooner than one message past it (docs/decisions.md). Pieces
+between the same pair keep their order (MPI's non-overtaking rule), so the same bytes land in
+the same places.
 
 The ledger still sees every message: :meth:`Compiled.book` records each one (same op names and
 bytes as the reference path; a split message as its pieces) after the call, outside any timed
@@ -73,9 +72,8 @@ def tiny_reducer(op: str, a: np.ndarray, b: np.ndarray):
     """``a op= b`` for float32 / float64 vectors of at most :data:`TINY` elements (op sum, avg or
     prod), as Python float operations on memoryviews, unrolled; None for anything else.
 
-    Right after an MPI exchange NumPy's ufunc call costs about 1 us where this costs 0.1..0.3 us
-    (bare mpi4py, 2 ranks, 8 B float32, bound to cores, medians of 4000: exchange alone
-    4.1..4.6 us, with ``np.add`` 5.0..5.5, with this 4.3..5.1; MPICH's own all-reduce 5.2..6.0).
+    Right after an MPI exchange a NumPy ufunc call costs several times what this does, which at
+    8 B is the difference between losing and winning against MPI's own (docs/decisions.md).
     The same bits as NumPy: a float32 sum or product of two float32 values computed in double
     and rounded once to float32 (the memoryview's store is a C cast) is the correctly rounded
     float32 result, as double carries more than 2 x 24 + 2 bits; out of range it is +-inf."""
@@ -182,7 +180,7 @@ class Compiled:
         reduction (every send completed after the first receive); freed by :meth:`close`.
 
         Bound ``Start`` / ``Wait`` per request rather than ``Startall`` / ``Waitall`` on a list:
-        at 8 B a step's Python cost drops from ~1.1 to ~0.7 us (2 ranks' whole call is ~7 us).
+        fewer Python calls per step, which matters at small sizes (docs/decisions.md).
         Waiting on a receive first cannot stall a send: MPI progresses every pending request
         inside any wait or test. ``self.wait`` picks the wait (:func:`waiting.waiter`)."""
         from commbench.wire.transport.mpi_backend import _np

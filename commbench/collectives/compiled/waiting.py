@@ -5,11 +5,8 @@
 
 ``yield``: ``Test``, and while the message is not there, give the core away (``sched_yield``)
 before testing again. When the host has more ranks than cores, the rank a waiter needs is often
-queued behind it on the same core; spinning a thousand polls first delays it. Measured here
-(bare mpi4py, recursive doubling, 4 ranks on 2 cores, 8 KiB float32, medians of 300 calls per
-round, 10 interleaved rounds, three runs): yield 71 / 78 / 81 us, spin 83 / 93 / 92, MPICH's
-own all-reduce 75 / 82 / 86. MPICH's collective gained nothing from a lower
-``MPIR_CVAR_POLLS_BEFORE_YIELD`` (1..1000).
+queued behind it on the same core; spinning a thousand polls first delays it (the figures that
+decided it: docs/decisions.md).
 
 The default, :func:`wait_mode`, yields only when the ranks on this host outnumber its cores;
 ``COMMBENCH_WAIT=spin|yield`` overrides it. A wait never ends by itself in either mode: a lost

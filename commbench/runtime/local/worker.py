@@ -102,12 +102,8 @@ def _bind(rank: int, size: int):
     """Pin rank r to core r mod C of the C cores this process may use (as ``mpirun --bind-to
     core`` does, round-robin when oversubscribed): without it the scheduler moves busy-polling
     ranks around and timings shift from run to run. With more ranks than cores, ranks share a
-    core, and a waiting rank's ``sched_yield`` hands it to a rank on that core. Measured here,
-    4 MPI ranks on 2 cores, the model study's noise floor (a size timed twice back to back;
-    median over 25 collectives and algorithms, then the worst one): bound 0.041 and 0.036,
-    worst 0.08 and 0.09 (results/model_cpu-mpi-x4, model-repeat-bound-mpi-x4/); free 0.065
-    and 0.070, worst 0.22 and 0.16 (model-free-mpi-x4/, model-repeat-mpi-x4/).
-    ``COMMBENCH_BIND=0`` leaves the ranks free.
+    core, and a waiting rank's ``sched_yield`` hands it to a rank on that core (the noise it
+    removed: docs/decisions.md). ``COMMBENCH_BIND=0`` leaves the ranks free.
     Returns ``affinity(bound)``, which binds every thread of this rank to its core or frees
     them to all cores (None: nothing to switch)."""
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
