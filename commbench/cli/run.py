@@ -8,13 +8,13 @@ rewritten after every row (atomically), the markdown and the plot when a transpo
 from __future__ import annotations
 
 import os
-import statistics
 
 from commbench.cli.run_args import add_parser, check_run_args
-from commbench.collectives import ALGORITHMS, algorithms_of
+from commbench.cli.sweep import sweep
+from commbench.collectives import ALGORITHMS
 from commbench.results import records as res
-from commbench.studies.sweep import HEADER, hardware, merge_rounds, run_series
-from commbench.timing.measure import MEASUREMENT, Case, cadence, placement
+from commbench.studies.sweep import hardware
+from commbench.timing.measure import MEASUREMENT
 
 __all__ = ["STUDIES", "add_parser", "command", "run"]
 
@@ -34,19 +34,6 @@ def _world(a):
     from commbench.runtime.local import LocalWorld
 
     return LocalWorld(a.np, launch=a.launch, timeout_s=a.timeout), True
-
-
-def _algorithms(op: str, wanted: list[str], n: int, emit) -> list[str]:
-    out = []
-    for algo in algorithms_of(op):
-        why = ALGORITHMS[(op, algo)].needs(n)
-        if wanted and algo not in wanted:
-            continue
-        if why:
-            emit(f"# {op}/{algo} skipped: it {why}")
-            continue
-        out.append(algo)
-    return out
 
 
 def _check_pairs(a, ops: list[str], transports: list[str]) -> None:
@@ -97,156 +84,9 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
         study = STUDIES.get(a.targets[0]) if len(a.targets) == 1 else None
         if study is not None:
             return study(a, world, transports, sizes, launch, printer, emit)
-        return _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit)
+        return sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit)
     finally:
         world.close()
-
-
-def _sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> int:
-    from commbench.costmodel.topology import load
-    from commbench.studies.model import annotate, stored_fit
-    from commbench.studies.overhead import memcpy_bandwidth
-
-    n = world.size
-    measurement = dict(cadence(a.batch), iters=a.iters, warmup=a.warmup_iters)
-    if a.repeat > 1:  # rows keep their best round (studies.sweep.merge_rounds)
-        measurement.update(repeat=a.repeat, rounds="whole sweep repeated; each row its best round")
-    if "mpi" in transports:
-        measurement["binding"] = placement(world)
-    topo = load(a.topology) if a.topology else None
-    memcpy = statistics.median(world.run(memcpy_bandwidth))
-    emit(f"# commbench run {' '.join(a.targets or ['collectives'])}: {n} ranks ({launch}), "
-         f"transports {' '.join(transports)}, dtype {a.datatype}, op {a.op}")
-    emit(f"# {', '.join(f'{k}: {v}' for k, v in measurement.items())}")
-    emit(f"# memory-copy bandwidth (64 MiB copy_, median over ranks): {memcpy / 1e9:.2f} GB/s")
-    wrong = 0
-    suite = "collectives" if not a.targets or a.targets == ["collectives"] else "_".join(ops)
-    settings = {"ops": ops, "algos": sorted(wanted), "sizes": sizes, "dtype": a.datatype,
-                "op": a.op, "root": a.root, "check": a.check, "iters": a.iters,
-                "warmup": a.warmup_iters, "batch": a.batch, "repeat": a.repeat}
-    stems = {t: os.path.join(a.out, f"{suite}_{hardware(a.label)}-{t}-x{n}") for t in transports}
-    previous = {} if a.resume or a.no_write else \
-        {t: _previous(stem + ".json", settings) for t, stem in stems.items()}
-    for transport in transports:
-        stem = stems[transport]
-        path = None if a.no_write or not printer else stem + ".json"
-        record = _resumed(stem + ".json", n, measurement, emit) if a.resume else None
-        if record is None:
-            record = res.header(suite, n, launch, hardware(a.label), measurement)
-        record["settings"] = settings
-        record["memcpy_GBps"] = memcpy / 1e9
-        model, where = stored_fit(a.out, transport, n, a.label)
-        emit(f"# model: {where}" if model else f"# model: none (commbench run model --np {n} "
-             f"writes {where})")
-        emit("#\n" + HEADER)
-        cases = [Case(op, transport, algo, a.datatype, a.op, a.root, a.iters, a.warmup_iters,
-                      bool(a.check), batch=a.batch)
-                 for op in ops for algo in _algorithms(op, wanted, n, emit)]
-        rounds = []
-        for k in range(a.repeat):  # the whole sweep again: a slow spell hits one round
-            if a.repeat > 1:
-                emit(f"# round {k + 1} of {a.repeat}")
-            rounds.append([run_series(world, case, sizes, record if a.repeat == 1 else None,
-                                      path, emit) for case in cases])
-        for series in zip(*rounds, strict=True):
-            rows = merge_rounds(list(series), n) if a.repeat > 1 else series[0]
-            if a.repeat > 1:
-                record["rows"] += rows
-            annotate(rows, model, n, topo)
-            for r in rows:
-                if r["size"] >= 16 << 20:
-                    r["memcpy_frac"] = r["busbw"] * 1e9 / memcpy
-            wrong += sum(r["wrong"] for r in rows)
-        record["best_vs_native"] = _best_vs_native(record["rows"])
-        for line in _best_lines(record["best_vs_native"], transport):
-            emit(line)
-        if previous.get(transport):
-            _against(previous[transport], record, stem + ".json", emit)
-        if path:
-            res.write_json(path, record)
-            res.write_atomic(stem + ".md", res.markdown(record))
-            png = res.plot(record, stem + ".png")
-            emit(f"# wrote {path}, {stem}.md" + (f", {png}" if png else " (no matplotlib: no plot)"))
-    emit(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-    return 1 if wrong else 0
-
-
-def _load(path: str, why: str) -> dict | None:
-    """The results file at ``path``, None when there is none; an unreadable one is an error."""
-    from commbench.results.compare import CompareError, load
-
-    if not os.path.exists(path):
-        return None
-    try:
-        return load(path)
-    except CompareError as exc:
-        raise ValueError(f"{why}{exc}; remove it or give --out another folder") from None
-
-
-def _previous(path: str, settings: dict) -> dict | None:
-    """The table this run would replace: compared with afterwards when it was measured with the
-    same settings; a run with other settings must not write over it."""
-    record = _load(path, "")
-    if record is not None and record.get("settings") != settings:
-        old = record.get("settings")
-        diff = ", ".join(k for k in settings if not old or old.get(k) != settings[k])
-        raise ValueError(f"{path} holds a run with other settings ({diff if old else 'not recorded'})"
-                         "; give --out another folder or --label another name")
-    return record
-
-
-def _against(old: dict, new: dict, path: str, emit) -> None:
-    """The regression gate's report of this run against the table it replaces."""
-    from commbench.results.compare import compare, report
-
-    rows, bad = compare(old, new)
-    if not rows:
-        return
-    emit(f"# against the table it replaces ({path}, commit {old.get('commit')}; "
-         f"commbench compare's rule):")
-    for line in report(bad, bad, 0.10, 64 << 10).splitlines()[:-1] if bad else []:
-        emit(f"# {line}")
-    emit(report(rows, bad, 0.10, 64 << 10).splitlines()[-1])
-
-
-def _resumed(path: str, n: int, measurement: dict, emit) -> dict | None:
-    """The record of an interrupted run at ``path``, if it is one this run can continue."""
-    record = _load(path, "--resume: ")
-    if record is None:
-        return None
-    if record["world_size"] != n or record.get("measurement") != measurement:
-        raise ValueError(f"--resume: {path} was measured with {record['world_size']} ranks and "
-                         f"{record.get('measurement')}; this run has {n} ranks and {measurement}")
-    emit(f"# resuming {path}: {len(record['rows'])} rows kept")
-    return record
-
-
-def _best_vs_native(rows: list[dict]) -> list[dict]:
-    """Per all-reduce size: the transport's own time, the fastest algorithm built here, the ratio."""
-    by_size: dict[int, dict[str, float]] = {}
-    for r in rows:
-        if r["op"] == "all_reduce":
-            by_size.setdefault(r["size"], {})[r["algo"]] = r["time_us"]
-    out = []
-    for size, times in sorted(by_size.items()):
-        algos = {k: v for k, v in times.items() if k != "native"}
-        if "native" not in times or not algos:
-            continue
-        best = min(algos, key=algos.get)
-        out.append({"size": size, "native_us": times["native"], "best_algo": best,
-                    "best_us": algos[best], "native_over_best": times["native"] / algos[best]})
-    return out
-
-
-def _best_lines(summary: list[dict], transport: str) -> list[str]:
-    if not summary:
-        return []
-    lines = [f"# all_reduce on {transport}: the transport's own against the fastest algorithm "
-             "built here (native/best > 1: the algorithm is faster)",
-             f"#{'size':>11} {'native(us)':>11} {'best':>19} {'best(us)':>10} {'native/best':>12}"]
-    lines += [f"#{s['size']:>11} {s['native_us']:>11.1f} {s['best_algo']:>19} {s['best_us']:>10.1f} "
-              f"{s['native_over_best']:>12.2f}" for s in summary]  # '#': one data table per output
-    return lines
 
 
 def _overhead(a, world, transports, sizes, launch, printer, emit) -> int:

@@ -176,11 +176,3 @@ class Pattern:
                 return b
         known = ", ".join(b.name for b in self.broken) or "none"
         raise ValueError(f"broken={name!r}: {self.name} declares {known}")
-
-    def describe(self) -> dict:
-        return {"pattern": self.name, "markers": list(self.markers),
-                "variants": list(self.variants), "naive": self.naive,
-                "optimized": self.optimized, "groups": list(self.axes),
-                "broken": [b.name for b in self.broken]}
-
-

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["DTYPES", "check_dtype", "dtype_of", "itemsize"]
+__all__ = ["DTYPES", "check_dtype"]
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
@@ -17,13 +17,3 @@ def check_dtype(name: str, allowed: tuple[str, ...] = tuple(DTYPES)) -> None:
     """Raise ValueError naming the value and the rule unless ``name`` is one of ``allowed``."""
     if name not in allowed:
         raise ValueError(f"dtype={name!r}: must be one of {', '.join(allowed)}")
-
-
-def dtype_of(name: str) -> torch.dtype:
-    check_dtype(name)
-    return DTYPES[name]
-
-
-def itemsize(name: str) -> int:
-    """Bytes per element of the dtype called ``name``."""
-    return dtype_of(name).itemsize

@@ -29,9 +29,7 @@ class DataParallel(_Layer):
                                          dp=P, tp=1, dtype=dt) for dt in ("float64", "float32")]),)
 
     def check(self, cfg: TPConfig, world_size: int, variant: str) -> None:
-        if variant not in self.variants:
-            raise ValueError(f"variant={variant!r}: ddp has {', '.join(self.variants)}")
-        cfg.validate(world_size, "tp")
+        super().check(cfg, world_size, variant)
         if cfg.tp != 1:
             raise ValueError(f"tp={cfg.tp}: the ddp pattern replicates the layer (tp=1; TP x DP "
                              "is the tp_layer pattern with dp > 1)")

@@ -86,8 +86,6 @@ class MoEConfig:
                              f"dp*ep = {self.dp * self.ep}")
         if any(t < 0 for t in self.tokens):
             raise ValueError(f"tokens={list(self.tokens)}: counts must be >= 0")
-        if variant not in ("capacity", "variable", "naive"):
-            raise ValueError(f"variant={variant!r}: must be 'capacity', 'variable' or 'naive'")
         if variant != "capacity" and self.tp > 1:
             raise ValueError(f"variant={variant!r} with tp={self.tp}: EP+TP runs the capacity "
                              "layout (the C dimension split over TP)")

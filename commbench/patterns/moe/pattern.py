@@ -159,11 +159,6 @@ class Gating(Pattern):
                      lambda P: [MoEConfig(tokens=(12,) * P, experts=3, capacity_factor=1.0,
                                           random_routing=False, dp=P)]),)
 
-    def check(self, cfg: MoEConfig, world_size: int, variant: str) -> None:
-        if variant not in self.variants:
-            raise ValueError(f"variant={variant!r}: moe_gating has {', '.join(self.variants)}")
-        cfg.validate(world_size, "capacity")  # the gating's rules, whatever the layout
-
     def grid(self, cfg: MoEConfig) -> str:
         return f"dp={cfg.dp}"
 
