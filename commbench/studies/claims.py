@@ -42,7 +42,8 @@ class Measured:
     outs: list[dict] = field(repr=False, default_factory=list)
 
     def sent(self, axis: str | None = None, op: str | None = None, calls=None) -> int:
-        return sum(c[3] for c in (calls or self.booked) if (axis is None or c[1] == axis)
+        calls = self.booked if calls is None else calls
+        return sum(c[3] for c in calls if (axis is None or c[1] == axis)
                    and (op is None or c[0] == op))
 
     def count(self, op: str, axis: str | None = None) -> int:
@@ -50,7 +51,8 @@ class Measured:
 
     def calls(self, axis: str | None = None, calls=None) -> str:
         """``2 all_reduce, 1 all_gather`` of the calls on ``axis``."""
-        n = Counter(c[0] for c in (calls or self.booked) if axis is None or c[1] == axis)
+        calls = self.booked if calls is None else calls
+        n = Counter(c[0] for c in calls if axis is None or c[1] == axis)
         return ", ".join(f"{v} {k}" for k, v in sorted(n.items())) or "none"
 
     def summary(self) -> str:

@@ -16,6 +16,7 @@ Per step, with L = E/P local experts, C' = C/t, e bytes per element:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -71,8 +72,10 @@ def oracle_moe(cfg: MoEConfig, seed: int) -> dict:
             "kept": kept, "l_aux": [a.detach() for a in aux]}
 
 
+@functools.lru_cache(maxsize=16)
 def routing(cfg: MoEConfig, seed: int) -> list[torch.Tensor]:
-    """Each data group's kept choices [T, E], gated in the run's dtype as the ranks gate them."""
+    """Each data group's kept choices [T, E], gated in the run's dtype as the ranks gate them
+    (kept for the next rank's prediction: every rank of a run asks for the same)."""
     d = data(cfg, seed)
     dt = DTYPES[cfg.dtype]
     return [gshard_gating(d["x"][span(cfg, g)].to(dt) @ d["wg"].to(dt), cfg,

@@ -213,7 +213,7 @@ class _Layer(Pattern):
         sp = variant in SP_VARIANTS
         full = {k[1:]: v for k, v in oracle.items() if k.startswith("d") and k != "dx"}
         absent = {k: torch.zeros(v.shape) for k, v in init_weights(cfg, 0).named().items()
-                  if k not in full}  # the MLP block alone: no attention gradients
+                  if k not in full} if self.mlp_only else {}  # the MLP block: no attention grads
         shard = shard_weights(LayerWeights(**full, **absent), t, cfg.tp, cfg).named()
         return {"y": _local(oracle["y"], cfg, d, t, sp), "dx": _local(oracle["dx"], cfg, d, t, sp),
                 **{f"d{k}": shard[k] for k in full}}
