@@ -26,7 +26,7 @@ test: $(VENV)/.installed  ## set up, run the test suite
 	$(BIN)/python -m pytest
 
 test-%: $(VENV)/.installed  ## the test suite under mpiexec with % ranks, e.g. make test-4
-	$(BIN)/mpiexec -n $* $(BIN)/python -m pytest -x -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/mpiexec -n $* $(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 suites: $(VENV)/.installed  ## benchmark suites; pytest-benchmark records under results/
 	$(BIN)/python -m pytest suites -m bench --benchmark-enable --benchmark-autosave \

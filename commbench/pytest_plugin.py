@@ -11,7 +11,8 @@ Two ways to run the same test files:
   reach one verdict and shrink in step.
 
 ``@pytest.mark.world(sizes=(1, 2, 3, 4), min_size=1)`` says which sizes a test runs at locally; under
-a launcher it runs at the launcher's size if that is at least ``min_size``.
+a launcher it runs at the launcher's size if that is at least ``min_size`` and, where ``sizes`` is
+given, one of them; otherwise it is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -147,10 +148,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     pool: _Pool = metafunc.config._commbench_pool
     if pool.launched:
         sizes = [pool.launcher_size()]
-        if sizes[0] < min_size:
-            metafunc.parametrize("world", [pytest.param(0, marks=pytest.mark.skip(
-                reason=f"needs a world of at least {min_size} ranks, the launcher gave "
-                       f"{sizes[0]}"))], indirect=True, ids=["skipped"])
+        written = kw.get("sizes")
+        why = (f"needs a world of at least {min_size} ranks, the launcher gave {sizes[0]}"
+               if sizes[0] < min_size else
+               f"written for worlds of {list(written)} ranks, the launcher gave {sizes[0]}"
+               if written and sizes[0] not in written else "")
+        if why:
+            metafunc.parametrize("world", [pytest.param(0, marks=pytest.mark.skip(reason=why))],
+                                 indirect=True, ids=["skipped"])
             return
     else:
         sizes = [s for s in (kw.get("sizes") or _sizes(metafunc.config)) if s >= min_size]

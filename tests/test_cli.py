@@ -51,24 +51,43 @@ def test_bad_run_arguments_fail_before_any_rank_starts(args, message, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.mark.local  # assumes no launcher around pytest
 def test_run_prints_the_table_and_writes_results(tmp_path):
-    out = _cli("run", "all_reduce", "--np", "2", "-b", "8", "-e", "1K", "-f", "8", "-n", "3",
-               "-w", "1", "--algo", "native,ring", "--out", str(tmp_path), "--label", "test-box")
+    """nccl-tests' layout (names, then units; min/avg/max beside the median; a closing Avg bus
+    bandwidth line), OSU's and nccl-tests' names of the collective, -J and --csv, and one row
+    where sizes round to the same bytes (4, 8 and 16 B of all-gather on 2 ranks are all 0 B)."""
+    out = _cli("run", "allreduce", "all_gather_perf", "--np", "2", "-b", "4", "-e", "1K", "-f",
+               "2", "-n", "3", "-w", "1", "--algo", "native,ring", "--out", str(tmp_path),
+               "--label", "test-box", "-J", str(tmp_path / "j.json"), "--csv",
+               str(tmp_path / "rows.csv"))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert any(line.startswith("#") and "busbw" in line and "#wrong" in line for line in lines)
+    names = next(k for k, line in enumerate(lines) if line.startswith("#") and "busbw" in line)
+    assert lines[names].split()[9:16] == ["time", "p99", "min", "avg", "max", "algbw", "busbw"]
+    assert lines[names + 1].split()[:3] == ["#", "(B)", "(elems)"] and "(GB/s)" in lines[names + 1]
     rows = [line.split() for line in lines if line and not line.startswith("#")]
-    assert {r[6] for r in rows} == {"native", "ring"} and all(r[12] == "0" for r in rows)
+    assert {r[6] for r in rows} == {"native", "ring"} and all(r[15] == "0" for r in rows)
+    assert all(float(r[10]) <= float(r[8]) <= float(r[12]) for r in rows)  # min <= median <= max
+    assert all(len(line) == len(lines[names + 2]) for line in lines[names + 2:] if
+               line.startswith(" ") and "all_reduce" in line)  # aligned
+    zero = [r for r in rows if r[0] == "all_gather" and r[1] == "0"]
+    assert len(zero) == 4  # one per (algo, transport)
     assert "# Out of bounds values : 0 OK" in lines
+    assert any(line.startswith("# Avg bus bandwidth    : ") for line in lines)
+    every = json.loads((tmp_path / "j.json").read_text())["rows"]
+    assert len(every) == len(rows)
+    csv_lines = (tmp_path / "rows.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("op,algo,transport,size") and len(csv_lines) == len(rows) + 1
     written = sorted(p.name for p in tmp_path.iterdir())
     for t in ("gloo", "mpi"):
-        assert f"all_reduce_test-box-{t}-x2.json" in written
-        assert f"all_reduce_test-box-{t}-x2.md" in written
-    record = load(str(tmp_path / "all_reduce_test-box-gloo-x2.json"))
+        assert f"all_reduce_all_gather_test-box-{t}-x2.json" in written
+        assert f"all_reduce_all_gather_test-box-{t}-x2.md" in written
+    record = load(str(tmp_path / "all_reduce_all_gather_test-box-gloo-x2.json"))
     assert record["measurement"]["rank_aggregation"] == "per-iteration max over ranks"
     assert all(r["sent"] == r["pred_sent"] for r in record["rows"])
 
 
+@pytest.mark.local  # assumes no launcher around pytest
 def test_batched_cadence_checks_one_call_and_books_every_call(tmp_path):
     """Samples of 3 back-to-back calls: in-place inputs are reduced again inside a sample, yet
     the checked result is one call's, and the bytes booked per call still equal the formula."""
@@ -84,11 +103,13 @@ def test_batched_cadence_checks_one_call_and_books_every_call(tmp_path):
         assert all(r["wrong"] == 0 and r["sent"] == r["pred_sent"] for r in record["rows"])
 
 
+@pytest.mark.local  # assumes no launcher around pytest
 def test_info_without_a_launcher():
     out = _cli("info")
     assert out.returncode == 0 and "# launcher   : none" in out.stdout and "gloo yes" in out.stdout
 
 
+@pytest.mark.local  # assumes no launcher around pytest
 @pytest.mark.skipif(not __import__("commbench.runtime.local.spawn", fromlist=["x"]).mpi_usable(),
                     reason="needs mpiexec")
 def test_info_under_mpiexec_and_the_wrong_mpi_trap():
@@ -288,4 +309,4 @@ def test_the_default_suite_runs_every_collective_and_algorithm(tmp_path):
     ops = {r[0] for r in rows}
     assert ops == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
                    "reduce", "gather", "scatter", "sendrecv", "pingpong"}
-    assert all(r[12] == "0" and r[13] == r[14] for r in rows)  # #wrong, sent = predicted
+    assert all(r[15] == "0" and r[16] == r[17] for r in rows)  # #wrong, sent = predicted

@@ -71,3 +71,16 @@ def test_configs_that_cannot_work_are_refused_before_any_collective(world, bad):
 def test_capacity_factor_zero_names_value_and_rule():
     with pytest.raises(ValueError, match=r"^capacity_factor=0: must be > 0$"):
         MoEConfig(capacity_factor=0).validate(1)
+
+
+@pytest.mark.world(sizes=[2, 4])
+def test_the_ep_claim_finds_its_groups_when_dp_is_one(world):
+    """At 2 ranks ep = 2 and dp = 1: the `ep` and `dp_ep` groups hold the same ranks; each call
+    must still be booked under the group the pattern predicts it on."""
+    from commbench.studies.claims import measure_claim
+    from commbench.studies.claims_list import CLAIMS
+
+    claim = next(c for c in CLAIMS if c.text.startswith("EP: all-to-all dispatch"))
+    row = measure_claim(world, claim)
+    assert row["ledger_matches_prediction"], row["measured"]
+    assert "dp_ep" in row["measured"] and "all_to_all" in row["measured"]

@@ -8,11 +8,18 @@ __all__ = ["add_parser", "command"]
 
 
 def add_parser(sub) -> None:
-    c = sub.add_parser("compare", help="per-row ratios of two results files; a regression gate")
-    c.add_argument("old")
-    c.add_argument("new")
-    c.add_argument("--threshold", type=float, default=0.10, help="busbw drop that counts (0.10)")
-    c.add_argument("--min-size", default="64K", help="smallest size the gate judges (64K)")
+    c = sub.add_parser(
+        "compare", help="per-row ratios of two results files; a regression gate",
+        description="A row regresses when its busbw fell by more than --threshold (its time "
+        "grew by more than 1/(1-threshold)) in the median and in the best iteration, at sizes "
+        ">= --min-size, at 3 consecutive sizes of its series (a shorter series: at every size). "
+        "Exit 0: no regression; 1: a regression; 2: a file unreadable or unsound (a size not a "
+        "whole number, a time not finite and > 0, a busbw not finite and >= 0), or no rows in "
+        "common.")
+    c.add_argument("old", help="the baseline results file (JSON)")
+    c.add_argument("new", help="the results file to judge")
+    c.add_argument("--threshold", type=float, default=0.10, help="busbw drop that counts")
+    c.add_argument("--min-size", default="64K", help="smallest size the gate judges")
 
 
 def command(a) -> int:

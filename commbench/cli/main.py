@@ -10,22 +10,33 @@
     commbench run versus --np 2         the transport's own all-reduce against ours, side by side
     commbench compare OLD.json NEW.json per-row ratios; exit 1 on a regression
 
-Every argument is checked before any rank starts; a bad one ends with a one-line error and exit
-code 2. Under a launcher (mpirun, srun, torchrun) the ranks are the launcher's and rank 0 prints.
+Exit codes: 0 all good; 1 wrong results (#wrong > 0, booked != predicted calls, a failed claim,
+a regression); 2 bad input (arguments, files, configs), found before any rank starts wherever it
+can be; 3 a run that failed (a dead rank, a timeout, a world that cannot start, an allocation or
+a write that fails); 130 interrupted (143: SIGTERM), finished rows saved. Every non-zero exit
+prints one line; the traceback goes to the log file that line names (--debug, or
+COMMBENCH_DEBUG=1, prints it too). Under a launcher (mpirun, srun, torchrun) the ranks are the
+launcher's and rank 0 prints.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from commbench.cli.common import Parser, UsageError
 
 __all__ = ["COMMANDS", "main"]
 
-# command -> module; each module has add_parser(sub) and command(args) -> exit code
+# command -> module; each module has add_parser(sub) and command(args) -> exit code, and imports
+# nothing heavy (torch) at its top, so that --help answers at once
 COMMANDS = {"info": "info", "list": "listing", "run": "run", "compare": "compare",
             "claims": "claims", "predict": "predict", "gpu-check": "gpu_check"}
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: ends a run like Ctrl-C (the world closes, rows stay saved), exit code 143."""
 
 
 def _module(cmd: str):
@@ -33,7 +44,12 @@ def _module(cmd: str):
 
 
 def _parser() -> Parser:
-    p = Parser(prog="commbench", description=__doc__.split("\n\n")[0])
+    from commbench import __version__
+
+    p = Parser(prog="commbench", description=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--version", action="version", version=f"commbench {__version__}")
+    p.add_argument("--debug", action="store_true", help="print the traceback of a failure "
+                   "(also COMMBENCH_DEBUG=1); may be given anywhere on the line")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
     for cmd in COMMANDS:
         _module(cmd).add_parser(sub)
@@ -41,11 +57,13 @@ def _parser() -> Parser:
 
 
 def _terminate(signum, frame) -> None:
-    raise KeyboardInterrupt  # SIGTERM ends a run like Ctrl-C: the world closes, rows stay saved
+    raise Terminated
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("COMMBENCH_DEBUG", "") not in ("", "0")
+    args = _parser().parse_args([a for a in argv if a != "--debug"])
     import signal
 
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
@@ -55,12 +73,73 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"commbench: error: {exc}", file=sys.stderr)
         return 2
-    except ValueError as exc:  # a bad value found once the world is up (--transport, --algo)
-        print(f"commbench: error: {exc}", file=sys.stderr)
+    except ValueError as exc:  # a bad value found by a library check (a config, a topology)
+        print(f"commbench: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("commbench: terminated (SIGTERM); finished rows are saved", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("commbench: interrupted; finished rows are saved", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader left (commbench list | head): nothing more to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as exc:  # noqa: BLE001 - every failure of a run ends in one line
+        return _failed(exc, args.cmd, debug)
+
+
+def _one_line(exc: BaseException) -> str:
+    from commbench.runtime.errors import SPMDError
+
+    if isinstance(exc, SPMDError):
+        first = exc.failures[0]
+        ranks = [f.rank for f in exc.failures]
+        return (f"{exc.task}: rank(s) {ranks} raised; first: rank {first.rank} "
+                f"{first.type_name}: {first.message.splitlines()[0] if first.message else ''}")
+    lines = [s.strip() for s in str(exc).splitlines() if s.strip()]
+    return " | ".join(lines) or type(exc).__name__
+
+
+def _what_to_do(exc: BaseException) -> str:
+    from commbench.runtime.errors import CallTimeout, RankDied, SPMDError, WorldError
+
+    text = str(exc).lower()
+    if isinstance(exc, MemoryError) or "allocate" in text:
+        return "lower -e or the number of ranks"
+    if isinstance(exc, CallTimeout):
+        return "a rank is stuck or slow: look at the ranks named, or raise --timeout"
+    if isinstance(exc, RankDied):
+        return "a rank's process ended: see the log for its last output"
+    if isinstance(exc, SPMDError):
+        return "a rank raised: the log holds every rank's traceback"
+    if isinstance(exc, WorldError):
+        return "the world could not start or run: see the log"
+    if isinstance(exc, OSError):
+        return "check the path and the free space"
+    return "see the log; report it with the log if it is commbench's fault"
+
+
+def _failed(exc: BaseException, cmd: str, debug: bool) -> int:
+    """One line naming what failed and where its traceback is kept; exit code 3."""
+    import datetime
+    import tempfile
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    log = os.path.join(tempfile.gettempdir(), f"commbench-{stamp}-{os.getpid()}.log")
+    try:
+        with open(log, "w") as f:
+            f.write(f"commbench {' '.join(sys.argv[1:])}\n{text}")
+    except OSError:
+        log = "(no log: the temporary folder is not writable)"
+    if debug:
+        print(text, file=sys.stderr, end="")
+    print(f"commbench: {cmd} failed: {type(exc).__name__}: {_one_line(exc)}; "
+          f"{_what_to_do(exc)}; traceback in {log}", file=sys.stderr)
+    return 3
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
     pub.add_argument("--no-write", action="store_true")
     lay = what.add_parser("layout", help="a training layout on one or more topologies")
     _common(lay)
-    from commbench.costmodel.layout import Layout
+    from commbench.costmodel.layout_config import Layout
 
     for name, f in Layout.__dataclass_fields__.items():
         kind = type(f.default)
@@ -98,8 +98,13 @@ def _collective(a) -> None:
 
 def on_ranks(topo, ranks: int):
     """``topo`` cut down to ``ranks`` GPUs, filled node by node."""
-    if ranks < 1:
-        raise ValueError(f"--ranks {ranks}: must be >= 1")
+    if ranks < 2:
+        raise ValueError(f"--ranks {ranks}: a world of one moves nothing (no time, no bus "
+                         "bandwidth); give 2 or more")
+    if ranks > topo.ranks:
+        raise ValueError(f"--ranks {ranks}: {topo.name} has {topo.ranks} GPUs ({topo.nodes} x "
+                         f"{topo.gpus_per_node}); give --nodes {-(-ranks // topo.gpus_per_node)} "
+                         "for more")
     here = min(ranks, topo.gpus_per_node)
     if ranks % here:
         raise ValueError(f"--ranks {ranks}: must fill whole nodes of {topo.gpus_per_node} GPUs "

@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import os
 
+from commbench.cli.common import UsageError
 from commbench.cli.run_args import add_parser, check_run_args
-from commbench.cli.sweep import sweep
-from commbench.collectives import ALGORITHMS
-from commbench.results import records as res
-from commbench.studies.sweep import hardware
-from commbench.timing.measure import MEASUREMENT
 
 __all__ = ["STUDIES", "add_parser", "command", "run"]
 
@@ -27,41 +23,40 @@ def _world(a):
         from commbench.runtime.context import Context
         from commbench.runtime.spmd import LauncherWorld
 
-        if a.np not in (4, info.size):
-            raise ValueError(f"--np {a.np}: the launcher ({info.launcher}) started {info.size} "
-                             "ranks; drop --np or launch that many")
         return LauncherWorld(Context.from_launcher(), timeout_s=a.timeout), info.rank == 0
     from commbench.runtime.local import LocalWorld
 
     return LocalWorld(a.np, launch=a.launch, timeout_s=a.timeout), True
 
 
-def _check_pairs(a, ops: list[str], transports: list[str]) -> None:
-    """Refuse dtype/op/transport pairs a transport cannot do, before any collective starts."""
-    from commbench.wire.dtypes import DTYPES
-    from commbench.wire.transport.mpi_backend import MPIBackend
-
-    reducing = [op for op in ops if op in ("all_reduce", "reduce_scatter", "reduce")]
-    if "mpi" in transports and reducing:
-        why = MPIBackend.unsupported(a.op, DTYPES[a.datatype])
-        if why:
-            raise ValueError(f"-d {a.datatype} -o {a.op} over mpi ({', '.join(reducing)}): {why}; "
-                             "choose another dtype or --transport")
-
-
 def _check_algos(wanted: list[str], ops: list[str]) -> None:
+    from commbench.collectives import ALGORITHMS
+
     known = {alg for o, alg in ALGORITHMS if o in ops}
     bad = [w for w in wanted if w not in known]
     if bad:
-        raise ValueError(f"--algo {','.join(bad)}: not built for {', '.join(ops)}; known: "
+        raise UsageError(f"--algo {','.join(bad)}: not built for {', '.join(ops)}; known: "
                          f"{', '.join(sorted(known))}")
 
 
 def command(a) -> int:
-    return run(a, *check_run_args(a))
+    from contextlib import nullcontext
+
+    from commbench.results.lock import FolderBusy, folder_lock
+    from commbench.runtime.launch import detect
+
+    ops, sizes = check_run_args(a)
+    writes = not a.no_write and detect().rank == 0 and not (a.targets == ["model"] and a.refit)
+    try:
+        with folder_lock(a.out) if writes else nullcontext():
+            return run(a, ops, sizes)
+    except FolderBusy as exc:
+        raise UsageError(str(exc)) from None
 
 
 def run(a, ops: list[str], sizes: list[int]) -> int:
+    from commbench.cli.sweep import sweep
+
     wanted = [w for w in a.algo.split(",") if w]
     _check_algos(wanted, ops)
     if a.targets == ["model"] and a.refit:  # stored measurements only: no ranks needed
@@ -77,7 +72,6 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
         if bad:
             raise ValueError(f"--transport {','.join(bad)}: this world has "
                              f"{', '.join(world.transports)}")
-        _check_pairs(a, ops, transports)
         launch = f"local-{world.launch}" if world.launch in ("mpi", "plain") else world.launch
         if a.patterns:
             return _patterns(a, world, launch, printer, emit)
@@ -90,7 +84,10 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
 
 
 def _overhead(a, world, transports, sizes, launch, printer, emit) -> int:
+    from commbench.results import records as res
     from commbench.studies.overhead import overhead
+    from commbench.studies.sweep import hardware
+    from commbench.timing.measure import MEASUREMENT
 
     measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters, rounds=a.rounds,
                        order="ABBA: raw then commbench, then commbench then raw, ...")
@@ -111,6 +108,7 @@ def _overhead(a, world, transports, sizes, launch, printer, emit) -> int:
 
 def _patterns(a, world, launch, printer, emit) -> int:
     from commbench.studies.patterns import pattern_markdown, pattern_study
+    from commbench.timing.measure import MEASUREMENT
 
     measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters)
     emit(f"# commbench run {' '.join(a.targets)}: {', '.join(a.patterns)}; {world.size} ranks "
@@ -126,6 +124,9 @@ def _patterns(a, world, launch, printer, emit) -> int:
 
 def _write_study(a, printer, world, launch, suite, measurement, rows, to_markdown, emit) -> None:
     """results/<suite>_<hw>-<transport>-x<ranks>.{json,md} of a pattern study."""
+    from commbench.results import records as res
+    from commbench.studies.sweep import hardware
+
     if a.no_write or not printer:
         return
     record = res.header(suite, world.size, launch, hardware(a.label), measurement)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from commbench.cli import checks
 from commbench.cli.common import UsageError
-from commbench.timing.measure import COLLECTIVES
-from commbench.wire.dtypes import DTYPES
+from commbench.names import COLLECTIVES, DTYPE_NAMES, ITEMSIZE, REDOPS, ROOTED, canonical
 
 __all__ = ["SUITES", "add_parser", "check_run_args"]
 
@@ -17,23 +17,28 @@ STUDIES = ("overhead", "model", "versus")
 def add_parser(sub) -> None:
     r = sub.add_parser("run", help="time collectives (nccl-tests flags) or study patterns")
     r.add_argument("targets", nargs="*", help=f"suites ({', '.join(SUITES)}), collectives "
-                   f"({', '.join(COLLECTIVES)}), or patterns and markers (commbench list); "
-                   "default: collectives")
-    r.add_argument("-b", "--minbytes", default="8")
-    r.add_argument("-e", "--maxbytes", default="1M")
-    r.add_argument("-f", "--stepfactor", type=int, default=4)
-    r.add_argument("-n", "--iters", type=int, default=20)
-    r.add_argument("-w", "--warmup-iters", type=int, default=5)
-    r.add_argument("-d", "--datatype", default="float32", help=", ".join(DTYPES))
-    r.add_argument("-o", "--op", default="sum", help="sum, prod, min, max, avg")
-    r.add_argument("-r", "--root", type=int, default=0)
-    r.add_argument("-c", "--check", type=int, default=1, choices=(0, 1))
+                   f"({', '.join(COLLECTIVES)}; nccl-tests' and OSU's names too: all_reduce_perf, "
+                   "osu_allreduce), or patterns and markers (commbench list); default: collectives")
+    r.add_argument("-b", "--minbytes", default="8", help="smallest size (K, M, G: powers of 2)")
+    r.add_argument("-e", "--maxbytes", default="1M", help="largest size")
+    r.add_argument("-f", "--stepfactor", type=int, default=4, help="size multiplier between rows")
+    r.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per row")
+    r.add_argument("-w", "--warmup-iters", type=int, default=5, help="untimed iterations first")
+    r.add_argument("-d", "--datatype", default="float32", help=", ".join(DTYPE_NAMES))
+    r.add_argument("-o", "--op", default="sum", help=", ".join(REDOPS))
+    r.add_argument("-r", "--root", type=int, default=0, help="root rank of rooted collectives")
+    r.add_argument("-c", "--check", type=int, default=1, choices=(0, 1),
+                   help="check every result element (#wrong)")
+    r.add_argument("-J", "--json", default="", metavar="FILE", help="also write the rows to FILE "
+                   "(nccl-tests' -J); the results folder's files are written as well")
+    r.add_argument("--csv", default="", metavar="FILE", help="also write the rows to FILE as CSV")
     r.add_argument("--np", type=int, default=4, help="ranks of the local world (no launcher)")
     r.add_argument("--transport", default="", help="comma-separated; default: every one")
-    r.add_argument("--launch", default="auto", choices=("auto", "mpi", "plain"))
+    r.add_argument("--launch", default="auto", choices=("auto", "mpi", "plain"),
+                   help="how a local world starts its ranks (auto: mpiexec when there is one)")
     r.add_argument("--timeout", type=float, default=120.0, help="seconds per size before a hang")
     r.add_argument("--out", default="results", help="folder for the JSON and markdown tables")
-    r.add_argument("--no-write", action="store_true")
+    r.add_argument("--no-write", action="store_true", help="write no results files")
     r.add_argument("--label", default="", help="the machine class in results' file names "
                    "(default: this machine's, e.g. intel-xeon-2c or nvidia-h200-8gpu)")
     r.add_argument("--algo", default="", help="comma-separated algorithms (native, ring, ...); "
@@ -51,7 +56,7 @@ def add_parser(sub) -> None:
                    "calibration sweep before the whole evaluation sweep (default: per case and "
                    "size, one right after the other)")
     r.add_argument("--cal-samples", type=int, default=1, help="model study: calibration rows "
-                   "take this many times the evaluation rows' iterations (default 1)")
+                   "take this many times the evaluation rows' iterations")
     r.add_argument("--refit", action="store_true", help="model study: judge the stored "
                    "results/model_* again with the current model, measuring nothing")
     r.add_argument("--resume", action="store_true",
@@ -75,9 +80,33 @@ def _patterns(targets: list[str]) -> list[str]:
 # flags of the collective sweeps, with their defaults: a pattern study sweeps its own configs
 _SWEEP_ONLY = {"-b": ("minbytes", "8"), "-e": ("maxbytes", "1M"), "-f": ("stepfactor", 4),
                "-d": ("datatype", "float32"), "-o": ("op", "sum"), "-r": ("root", 0),
-               "--algo": ("algo", ""), "--transport": ("transport", ""),
+               "-c": ("check", 1), "--algo": ("algo", ""), "--transport": ("transport", ""),
                "--batch": ("batch", 1), "--repeat": ("repeat", 1), "--topology": ("topology", ""),
-               "--resume": ("resume", False), "--rounds": ("rounds", None)}
+               "--resume": ("resume", False), "--rounds": ("rounds", None),
+               "-J": ("json", ""), "--csv": ("csv", "")}
+
+
+def _common(a) -> None:
+    """The checks of every target: counts, the timeout, the label, the world, the output."""
+    for name, v, lo in (("-n", a.iters, 1), ("-w", a.warmup_iters, 0)):
+        if v < lo:
+            raise UsageError(f"{name} {v}: must be >= {lo}")
+    if not a.timeout > 0:
+        raise UsageError(f"--timeout {a.timeout}: must be > 0")
+    _check_label(a)
+    if a.np < 1:
+        raise UsageError(f"--np {a.np}: must be >= 1")
+    a.world_size, a.ranks_here, launched = checks.world_size(a.np)
+    if launched and a.np not in (4, a.world_size):
+        raise UsageError(f"--np {a.np}: the launcher ({launched}) started {a.world_size} ranks; "
+                         "drop --np or launch that many")
+    if not launched:
+        checks.check_np(a.np)
+    if not a.no_write:
+        checks.check_out(a.out)
+    for flag, path in (("-J", getattr(a, "json", "")), ("--csv", getattr(a, "csv", ""))):
+        if path:
+            checks.check_file(path, flag)
 
 
 def _check_pattern_args(a) -> None:
@@ -85,18 +114,16 @@ def _check_pattern_args(a) -> None:
     if given:
         raise UsageError(f"{' '.join(given)}: flags of the collective sweeps; a pattern study "
                          "runs each variant of the configs its pattern declares (bench_configs), "
-                         "on the world's first transport")
-    for name, v, lo in (("-n", a.iters, 1), ("-w", a.warmup_iters, 0), ("--np", a.np, 1)):
-        if v < lo:
-            raise UsageError(f"{name} {v}: must be >= {lo}")
-    if a.timeout <= 0:
-        raise UsageError(f"--timeout {a.timeout}: must be > 0")
-    _check_label(a)
+                         "in float32 on the world's first transport")
+    _common(a)
 
 
 def check_run_args(a) -> tuple[list[str], list[int]]:
+    """(collectives, sizes) of a sweep ([] and [] for a pattern study); ``a`` gains
+    ``patterns``, ``world_size``, ``ranks_here``. Every refusal is a :class:`UsageError`."""
     from commbench.studies.sweep import parse_size, sizes_between
 
+    a.targets = [canonical(t) for t in a.targets]
     ops: list[str] = []
     a.patterns = _patterns(a.targets)
     if a.patterns:
@@ -130,11 +157,11 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
         sizes = sizes_between(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if a.datatype not in DTYPES:
-        raise UsageError(f"-d {a.datatype}: unknown dtype; known: {', '.join(DTYPES)}")
-    if a.op not in ("sum", "prod", "min", "max", "avg"):
+    if a.datatype not in DTYPE_NAMES:
+        raise UsageError(f"-d {a.datatype}: unknown dtype; known: {', '.join(DTYPE_NAMES)}")
+    if a.op not in REDOPS:
         raise UsageError(f"-o {a.op}: must be sum, prod, min, max or avg")
-    if a.op == "avg" and not DTYPES[a.datatype].is_floating_point:
+    if a.op == "avg" and not a.datatype.startswith(("float", "bfloat")):
         raise UsageError(f"-o avg -d {a.datatype}: avg needs a floating dtype")
     if a.rounds is None:
         a.rounds = (1 if a.repeat > 1 else 3) if a.targets == ["model"] else 6
@@ -143,17 +170,43 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
                          "(best round, or passes pooled)")
     if a.repeat > 1 and a.resume:
         raise UsageError("--resume works with --repeat 1 only (repeated rounds are kept whole)")
-    for name, v, lo in (("-n", a.iters, 1), ("-w", a.warmup_iters, 0), ("--np", a.np, 1),
-                        ("--repeat", a.repeat, 1), ("--batch", a.batch, 1),
+    for name, v, lo in (("--repeat", a.repeat, 1), ("--batch", a.batch, 1),
                         ("--rounds", a.rounds, 1)):
         if v < lo:
             raise UsageError(f"{name} {v}: must be >= {lo}")
-    if a.root < 0:
-        raise UsageError(f"-r {a.root}: must be >= 0")
-    if a.timeout <= 0:
-        raise UsageError(f"--timeout {a.timeout}: must be > 0")
-    _check_label(a)
+    _common(a)
+    rooted = [op for op in ops if op in ROOTED]
+    if rooted and not 0 <= a.root < a.world_size:
+        raise UsageError(f"-r {a.root}: the root of {', '.join(rooted)} must be a rank of the "
+                         f"world, 0..{a.world_size - 1}")
+    if not rooted and a.root != 0:
+        raise UsageError(f"-r {a.root}: none of {', '.join(ops) or a.targets[0]} has a root")
+    checks.check_memory(sizes[-1], ITEMSIZE[a.datatype], a.ranks_here, a.world_size,
+                        bool(a.check), f"-e {a.maxbytes}")
+    _check_transports(a, ops)
     return ops, sizes
+
+
+def _check_transports(a, ops: list[str]) -> None:
+    """--transport names transports this world will have; no dtype/op pair one cannot do."""
+    from commbench.runtime.local.spawn import mpi_usable
+
+    launched = checks.world_size(a.np)[2]
+    have = ["gloo", "nccl", "mpi"] if launched else \
+        ["gloo", *(["mpi"] if a.launch != "plain" and mpi_usable() else [])]
+    wanted = [t for t in a.transport.split(",") if t] or have
+    bad = [t for t in wanted if t not in have]
+    if bad:
+        raise UsageError(f"--transport {','.join(bad)}: this world will have {', '.join(have)}")
+    reducing = [op for op in ops if op in ("all_reduce", "reduce_scatter", "reduce")]
+    if "mpi" in wanted and reducing:
+        from commbench.wire.dtypes import DTYPES
+        from commbench.wire.transport.mpi_backend import MPIBackend
+
+        why = MPIBackend.unsupported(a.op, DTYPES[a.datatype])
+        if why:
+            raise UsageError(f"-d {a.datatype} -o {a.op} over mpi ({', '.join(reducing)}): "
+                             f"{why}; choose another dtype or --transport")
 
 
 def _check_label(a) -> None:
@@ -163,4 +216,3 @@ def _check_label(a) -> None:
         machine_class(a.label)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-

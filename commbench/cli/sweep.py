@@ -30,7 +30,6 @@ def _algorithms(op: str, wanted: list[str], n: int, emit) -> list[str]:
 
 def sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> int:
     from commbench.costmodel.topology import load
-    from commbench.studies.model import annotate, stored_fit
     from commbench.studies.overhead import memcpy_bandwidth
 
     n = world.size
@@ -45,21 +44,45 @@ def sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> in
          f"transports {' '.join(transports)}, dtype {a.datatype}, op {a.op}")
     emit(f"# {', '.join(f'{k}: {v}' for k, v in measurement.items())}")
     emit(f"# memory-copy bandwidth (64 MiB copy_, median over ranks): {memcpy / 1e9:.2f} GB/s")
-    wrong = 0
     suite = "collectives" if not a.targets or a.targets == ["collectives"] else "_".join(ops)
     settings = {"ops": ops, "algos": sorted(wanted), "sizes": sizes, "dtype": a.datatype,
                 "op": a.op, "root": a.root, "check": a.check, "iters": a.iters,
                 "warmup": a.warmup_iters, "batch": a.batch, "repeat": a.repeat}
-    stems = {t: os.path.join(a.out, f"{suite}_{hardware(a.label)}-{t}-x{n}") for t in transports}
+    # float32 and sum keep the plain name; another dtype or reduction is a table of its own
+    kind = "" if (a.datatype, a.op) == ("float32", "sum") else f"-{a.datatype}-{a.op}"
+    stems = {t: os.path.join(a.out, f"{suite}_{hardware(a.label)}-{t}-x{n}{kind}")
+             for t in transports}
     previous = {} if a.resume or a.no_write else \
         {t: _previous(stem + ".json", settings) for t, stem in stems.items()}
+    records: list[dict] = []  # every transport's record, for -J and --csv
+    try:
+        wrong = _transports(a, world, transports, stems, previous, settings, measurement, topo,
+                            memcpy, suite, launch, printer, emit, records, sizes, ops, wanted)
+    finally:
+        every = [r for record in records for r in record["rows"]]
+        if printer:
+            _extra_files(a, every, n, launch, measurement, settings, emit)
+    if every:
+        emit(f"# Avg bus bandwidth    : {statistics.fmean(r['busbw'] for r in every):.3f} GB/s "
+             f"(mean over {len(every)} rows, as nccl-tests prints it)")
+    emit(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+    return 1 if wrong else 0
+
+
+def _transports(a, world, transports, stems, previous, settings, measurement, topo, memcpy,
+                suite, launch, printer, emit, records, sizes, ops, wanted) -> int:
+    """Each transport's sweep, its record appended to ``records``; the count of wrong elements."""
+    from commbench.studies.model import annotate, stored_fit
+
+    n, wrong = world.size, 0
     for transport in transports:
         stem = stems[transport]
         path = None if a.no_write or not printer else stem + ".json"
-        record = _resumed(stem + ".json", n, measurement, emit) if a.resume else None
+        record = _resumed(stem + ".json", n, measurement, settings, emit) if a.resume else None
         if record is None:
             record = res.header(suite, n, launch, hardware(a.label), measurement)
         record["settings"] = settings
+        records.append(record)
         record["memcpy_GBps"] = memcpy / 1e9
         model, where = stored_fit(a.out, transport, n, a.label)
         emit(f"# model: {where}" if model else f"# model: none (commbench run model --np {n} "
@@ -93,8 +116,19 @@ def sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> in
             res.write_atomic(stem + ".md", res.markdown(record))
             png = res.plot(record, stem + ".png")
             emit(f"# wrote {path}, {stem}.md" + (f", {png}" if png else " (no matplotlib: no plot)"))
-    emit(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-    return 1 if wrong else 0
+    return wrong
+
+
+def _extra_files(a, rows, n, launch, measurement, settings, emit) -> None:
+    """-J FILE (a results record of every row, all transports) and --csv FILE."""
+    if a.json:
+        record = res.header("collectives", n, launch, hardware(a.label), measurement)
+        record.update(settings=settings, rows=rows)
+        res.write_json(a.json, record)
+        emit(f"# wrote {a.json}")
+    if a.csv:
+        res.write_atomic(a.csv, res.csv_text(rows))
+        emit(f"# wrote {a.csv}")
 
 
 def _load(path: str, why: str) -> dict | None:
@@ -135,14 +169,19 @@ def _against(old: dict, new: dict, path: str, emit) -> None:
     emit(report(rows, bad, 0.10, 64 << 10).splitlines()[-1])
 
 
-def _resumed(path: str, n: int, measurement: dict, emit) -> dict | None:
-    """The record of an interrupted run at ``path``, if it is one this run can continue."""
+def _resumed(path: str, n: int, measurement: dict, settings: dict, emit) -> dict | None:
+    """The record of an interrupted run at ``path``, if it is one this run can continue: same
+    ranks, measurement and settings (sizes may grow); refused in one line naming what differs."""
     record = _load(path, "--resume: ")
     if record is None:
         return None
-    if record["world_size"] != n or record.get("measurement") != measurement:
-        raise ValueError(f"--resume: {path} was measured with {record['world_size']} ranks and "
-                         f"{record.get('measurement')}; this run has {n} ranks and {measurement}")
+    old = {"ranks": record["world_size"], **(record.get("measurement") or {}),
+           **{k: v for k, v in (record.get("settings") or {}).items() if k != "sizes"}}
+    new = {"ranks": n, **measurement, **{k: v for k, v in settings.items() if k != "sizes"}}
+    diff = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
+            if old.get(k) != new.get(k) and k != "binding"]
+    if diff:
+        raise ValueError(f"--resume: {path} was measured otherwise: {'; '.join(diff)}")
     emit(f"# resuming {path}: {len(record['rows'])} rows kept")
     return record
 
@@ -169,8 +208,8 @@ def _best_lines(summary: list[dict], transport: str) -> list[str]:
         return []
     lines = [f"# all_reduce on {transport}: the transport's own against the fastest algorithm "
              "built here (native/best > 1: the algorithm is faster)",
-             f"#{'size':>11} {'native(us)':>11} {'best':>19} {'best(us)':>10} {'native/best':>12}"]
-    lines += [f"#{s['size']:>11} {s['native_us']:>11.1f} {s['best_algo']:>19} {s['best_us']:>10.1f} "
+             f"#{'size':>11} {'native(us)':>11} {'best':>27} {'best(us)':>10} {'native/best':>12}"]
+    lines += [f"#{s['size']:>11} {s['native_us']:>11.1f} {s['best_algo']:>27} {s['best_us']:>10.1f} "
               f"{s['native_over_best']:>12.2f}" for s in summary]  # '#': one data table per output
     return lines
 

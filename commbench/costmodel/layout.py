@@ -24,8 +24,7 @@ patterns can run agrees with their ledger to the byte (tests/test_layout.py).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
+from commbench.costmodel.layout_config import DTYPE, Layout
 from commbench.costmodel.nccl import constants, nccl_predict
 from commbench.costmodel.topology import Topology
 from commbench.patterns.base import Call
@@ -41,77 +40,6 @@ from commbench.patterns.tp.pattern import activation_calls, replicated_sync
 from commbench.wire.volume import booked
 
 __all__ = ["Layout", "dp_calls", "group_span", "predict_layout", "step_bytes"]
-
-DTYPE = {1: "int8", 2: "bfloat16", 4: "float32", 8: "float64"}  # bytes per element -> dtype
-
-
-@dataclass(frozen=True)
-class Layout:
-    layers: int = 32
-    hidden: int = 4096
-    ffn: int = 0            # 0: 4 x hidden
-    heads: int = 32
-    kv_heads: int = 0       # 0: heads
-    vocab: int = 32000
-    seq: int = 4096
-    micro_batch: int = 1
-    micro_batches: int = 8
-    tp: int = 1
-    sp: bool = False        # Megatron sequence parallelism over the TP group
-    regather: bool = False  # SP: the backward re-gather of the column inputs (Megatron's default)
-    cp: int = 1
-    cp_kind: str = "ring"   # ring | ulysses
-    ep: int = 1
-    experts: int = 0        # 0: a dense model
-    top_k: int = 2
-    capacity_factor: float = 1.0
-    dp: int = 1
-    pp: int = 1
-    zero: int = 0
-    act_bytes: int = 2
-    grad_bytes: int = 4
-
-    def validate(self) -> None:
-        for k in ("layers", "hidden", "heads", "vocab", "seq", "micro_batch", "micro_batches",
-                  "tp", "cp", "ep", "dp", "pp", "act_bytes", "grad_bytes"):
-            if getattr(self, k) < 1:
-                raise ValueError(f"{k}={getattr(self, k)}: must be >= 1")
-        kv = self.kv_heads or self.heads
-        if self.heads % self.tp or kv % self.tp and self.tp % kv:
-            raise ValueError(f"heads={self.heads}, kv_heads={kv}: must split over tp={self.tp}")
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden={self.hidden}: must be a multiple of heads={self.heads}")
-        if self.seq % (self.cp * (2 if self.cp_kind == "ring" else 1)) or \
-                (self.sp and (self.seq // self.cp) % self.tp):
-            raise ValueError(f"seq={self.seq}: must split over cp={self.cp} ({self.cp_kind}) "
-                             f"and, with sp, over tp={self.tp}")
-        if self.cp_kind not in ("ring", "ulysses"):
-            raise ValueError(f"cp_kind={self.cp_kind!r}: must be 'ring' or 'ulysses'")
-        if self.layers % self.pp:
-            raise ValueError(f"layers={self.layers}: must be a multiple of pp={self.pp}")
-        if self.dp % self.ep:
-            raise ValueError(f"ep={self.ep}: must divide dp={self.dp} (experts shard the DP ranks)")
-        if self.experts and self.experts % self.ep:
-            raise ValueError(f"experts={self.experts}: must be a multiple of ep={self.ep}")
-        if self.ep > 1 and not self.experts:
-            raise ValueError(f"ep={self.ep}: needs experts > 0")
-        for k in ("act_bytes", "grad_bytes"):
-            if getattr(self, k) not in DTYPE:
-                raise ValueError(f"{k}={getattr(self, k)}: must be 1, 2, 4 or 8")
-        if self.regather and not self.sp:
-            raise ValueError("regather=True: the backward re-gather exists under sp only")
-        if self.zero not in (0, 1, 2, 3):
-            raise ValueError(f"zero={self.zero}: must be 0, 1, 2 or 3")
-        if not self.capacity_factor > 0:
-            raise ValueError(f"capacity_factor={self.capacity_factor}: must be > 0")
-
-    @property
-    def ranks(self) -> int:
-        return self.tp * self.cp * self.dp * self.pp
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     """group -> [(a call of rank 0, times per step)] (the module docstring)."""

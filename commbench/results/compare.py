@@ -11,12 +11,17 @@ median; a slow spell of a shared machine strikes one or two sizes; a regression 
 moves both statistics over a range of sizes (the reruns that decided it: docs/decisions.md).
 Tables measured with ``--repeat R`` hold each row's best round.
 
-Exit status: 0 no regression, 1 regression, 2 unreadable or incomparable files.
+Every row must be sound before anything is compared: a size that is not a whole number >= 0, a
+time (median or best) that is not a finite number > 0, a busbw that is not finite and >= 0 (> 0
+at sizes above 0), or a row that is not an object with every field, makes the file unreadable.
+
+Exit status: 0 no regression, 1 regression, 2 unreadable, unsound or incomparable files.
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 from commbench.results.records import SCHEMA
 
@@ -53,9 +58,32 @@ def load(path: str) -> dict:
         missing = [f for f in NEEDED if not isinstance(row, dict) or f not in row]
         if missing:
             raise CompareError(f"{path}: row {k} lacks {', '.join(missing)}")
+        why = _unsound(row, record.get("world_size"))
+        if why:
+            raise CompareError(f"{path}: row {k} ({row['op']} {row['algo']} {row['transport']}"
+                               f" size {row['size']!r}): {why}")
     if not isinstance(record.get("world_size"), int):
         raise CompareError(f"{path}: 'world_size' must be an integer")
     return record
+
+
+def _number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _unsound(row: dict, ranks) -> str:
+    """Why ``row`` cannot be compared ('' when it can). A world of one moves nothing: its busbw
+    is 0 at every size."""
+    size = row["size"]
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return f"size = {size!r}: must be a whole number of bytes >= 0"
+    for field in ("time_us", "min_us"):
+        if not _number(row[field]) or row[field] <= 0:
+            return f"{field} = {row[field]!r}: must be a finite number > 0"
+    b = row["busbw"]
+    if not _number(b) or b < 0 or (size > 0 and b == 0 and ranks != 1):
+        return f"busbw = {b!r}: must be a finite number, > 0 at a size above 0"
+    return ""
 
 
 def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 << 10
@@ -104,8 +132,8 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
               f"{r['ratio']:.3f}", "REGRESSED" if r["regressed"] else ""] for r in rows]
     text = tabulate(table, headers=["op", "algo", "transport", "size", "old(us)", "new(us)",
                                     "old busbw", "new busbw", "new/old", ""], tablefmt="github")
-    verdict = (f"# {len(bad)} of {len(rows)} rows regressed (time up > {1 / (1 - threshold) - 1:.1%}"
-               f" in the median and in the best iteration, at >= {min_size} B, over {RUN} "
-               "consecutive sizes of a series)" if bad else
+    verdict = (f"# {len(bad)} of {len(rows)} rows regressed (busbw down > {threshold:.0%}, i.e. time"
+               f" up > {1 / (1 - threshold) - 1:.1%}, in the median and in the best iteration, at "
+               f">= {min_size} B, over {RUN} consecutive sizes of a series)" if bad else
                f"# no regression in {len(rows)} matched rows")
     return text + "\n" + verdict

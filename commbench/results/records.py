@@ -17,7 +17,7 @@ A results file (schema ``commbench.results.records/1``) is one JSON object::
                  the ranks of MPI series ran (commbench.timing.measure.placement)
     rows         one object per (series, size): op, algo, transport, dtype, redop, root, size
                  (bytes, nccl-tests' convention), count, time_us (median), min_us, p10_us
-                 (lower decile), max_us, p99_us, algbw, busbw (GB/s), wrong, sent, recv (bytes
+                 (lower decile), avg_us (mean), max_us, p99_us, algbw, busbw (GB/s), wrong, sent, recv (bytes
                  booked per rank, max over ranks), pred_sent (bytes predicted per rank), n_samples
 
 Files are written to a temporary name and renamed, so a reader never sees half a file.
@@ -48,9 +48,10 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def summarize_iters(iters: list[float]) -> dict:
-    """min / lower decile / median / max / p99 in microseconds of per-iteration times (seconds;
+    """min / lower decile / median / mean / max / p99 in microseconds of per-iteration times (seconds;
     each the maximum over ranks)."""
     return {"time_us": statistics.median(iters) * 1e6, "min_us": min(iters) * 1e6,
+            "avg_us": statistics.fmean(iters) * 1e6,
             "p10_us": percentile(iters, 10) * 1e6,
             "max_us": max(iters) * 1e6, "p99_us": percentile(iters, 99) * 1e6,
             "n_samples": len(iters)}
@@ -157,6 +158,22 @@ def markdown(record: dict) -> str:
                               tablefmt="github"))
         lines.append("")
     return "\n".join(lines)
+
+
+def csv_text(rows: list[dict]) -> str:
+    """The rows as CSV: one column per field any row has, in first-seen order (lists as JSON)."""
+    import csv
+    import io
+
+    fields: list[str] = []
+    for r in rows:
+        fields += [k for k in r if k not in fields and k != "samples_s"]
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in r.items()})
+    return out.getvalue()
 
 
 def study_markdown(record: dict, headers: list[str], cells: list[list], note: str = "") -> str:

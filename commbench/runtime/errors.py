@@ -77,28 +77,47 @@ class RankDied(WorldError):
     """A rank's process ended during a run."""
 
 
-_GROUP = re.compile(r"^(?P<op>.+?) \(call #(?P<seq>\d+)\) on group \[(?P<ranks>[\d, ]*)\]$")
+_GROUP = re.compile(r"^(?P<op>.+?)(?:, sample (?P<sample>\d+) of (?P<total>\d+))? "
+                    r"\(call #(?P<seq>\d+)\) on group \[(?P<ranks>[\d, ]*)\]$")
 
 
-def describe_hang(statuses: dict[int, tuple[str, int, str]]) -> str:
+def describe_hang(statuses: dict[int, tuple[str, int, str]], processes: dict[int, str] | None = None
+                  ) -> str:
     """Name each op that ranks are blocked in, who arrived and who did not.
 
-    statuses: rank -> (state, call number, description) as :mod:`commbench.runtime.status` publishes it.
+    statuses: rank -> (state, call number, description) as :mod:`commbench.runtime.status`
+    publishes it; inside a timing loop the description carries the sample each rank reached,
+    and the ranks behind the furthest are the ones the others wait for. processes: rank -> its
+    process's state (``stopped``, ``running``, ...), where the driver can read it.
     """
-    waiting: dict[str, list[int]] = {}
-    groups: dict[str, list[int]] = {}
+    processes = processes or {}
+    waiting: dict[tuple[str, str], dict[int, int]] = {}
+    groups: dict[tuple[str, str], list[int]] = {}
     for rank, (state, _, text) in sorted(statuses.items()):
         m = _GROUP.match(text)
         if state == "in op" and m:
-            waiting.setdefault(text, []).append(rank)
-            groups[text] = [int(r) for r in m.group("ranks").split(",") if r.strip()]
+            key = (m.group("op"), m.group("seq"))
+            waiting.setdefault(key, {})[rank] = int(m.group("sample") or 0)
+            groups[key] = [int(r) for r in m.group("ranks").split(",") if r.strip()]
     lines = []
-    for text, arrived in waiting.items():
-        missing = [r for r in groups[text] if r not in arrived]
-        where = "; ".join(f"rank {r}: {statuses[r][2]}" if r in statuses else f"rank {r}: unknown"
+    for (op, seq), samples in waiting.items():
+        furthest = max(samples.values())
+        arrived = [r for r, k in samples.items() if k == furthest]
+        missing = [r for r in groups[(op, seq)] if r not in arrived]
+        where = "; ".join(f"rank {r}: {_where(statuses.get(r), processes.get(r))}"
                           for r in missing)
-        lines.append(f"{text}: ranks {arrived} arrived, ranks {missing} did not"
-                     + (f" ({where})" if where else ""))
+        at = f", sample {furthest}" if furthest else ""
+        head = f"{op} (call #{seq}{at}) on group {groups[(op, seq)]}: "
+        lines.append(head + (f"ranks {arrived} arrived, ranks {missing} did not ({where})"
+                             if missing else "every rank of the group reached it"))
     if not lines:
-        lines = [f"rank {r}: {text}" for r, (_, _, text) in sorted(statuses.items())]
+        lines = [f"rank {r}: {_where(st, None)}" for r, st in sorted(statuses.items())]
+    if processes:
+        lines.append("processes: " + ", ".join(f"rank {r} pid {p}" for r, p in
+                                               sorted(processes.items())))
     return "\n".join(lines)
+
+
+def _where(status: tuple[str, int, str] | None, process: str | None) -> str:
+    text = status[2] if status else "unknown"
+    return f"{text} [pid {process}]" if process else text

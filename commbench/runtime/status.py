@@ -69,6 +69,7 @@ class Tracker:
         self.sink = sink or MemorySink()
         self.seq = 0
         self.task = ""
+        self._current = ""  # the op entered last, for progress()
 
     def start_task(self, name: str) -> None:
         self.task = name
@@ -80,8 +81,14 @@ class Tracker:
 
     def enter(self, op: str, group: tuple[int, ...]) -> int:
         self.seq += 1
-        self.sink.write(IN_OP, self.seq, f"{op} (call #{self.seq}) on group {list(group)}")
+        self._current = f"(call #{self.seq}) on group {list(group)}"
+        self.sink.write(IN_OP, self.seq, f"{op} {self._current}")
         return self.seq
+
+    def progress(self, op: str, sample: int, total: int) -> None:
+        """Inside a timing loop, before sample ``sample``'s barrier (untimed): a rank stuck in
+        the loop is named by the sample it reached (:func:`~commbench.runtime.errors.describe_hang`)."""
+        self.sink.write(IN_OP, self.seq, f"{op}, sample {sample} of {total} {self._current}")
 
     def leave(self, op: str) -> None:
         self.sink.write(IN_TASK, self.seq, f"running {self.task}, after {op} (call #{self.seq})")

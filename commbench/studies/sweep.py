@@ -17,9 +17,16 @@ from commbench.timing.measure import Case, measure
 __all__ = ["HEADER", "format_row", "merge_rounds", "parse_size", "pool_passes", "run_series",
            "sizes_between"]
 
-HEADER = (f"#{'op':>13} {'size':>11} {'count':>10} {'type':>8} {'redop':>5} {'root':>4} {'algo':>12} "
-          f"{'transport':>9} {'time(us)':>10} {'p99(us)':>10} {'algbw':>7} {'busbw':>7} "
-          f"{'#wrong':>6} {'sent(B)':>11} {'pred(B)':>11}")
+ALGO_WIDTH = 27  # the longest algorithm name (recursive_doubling_compiled): columns stay aligned
+# column name, unit, width
+_COLUMNS = [("op", "", 14), ("size", "(B)", 11), ("count", "(elems)", 10), ("type", "", 8),
+            ("redop", "", 5), ("root", "", 4), ("algo", "", ALGO_WIDTH), ("transport", "", 9),
+            ("time", "(us)", 10), ("p99", "(us)", 9), ("min", "(us)", 9), ("avg", "(us)", 9),
+            ("max", "(us)", 9), ("algbw", "(GB/s)", 7), ("busbw", "(GB/s)", 7),
+            ("#wrong", "", 6), ("sent", "(B)", 11), ("pred", "(B)", 11)]
+# nccl-tests' two header lines: the names, then the units; '#' starts both
+HEADER = "\n".join("#" + " ".join(f"{text:>{w}}" for text, w in line)[1:]
+                   for line in ([(c, w) for c, _, w in _COLUMNS], [(u, w) for _, u, w in _COLUMNS]))
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -52,10 +59,18 @@ def sizes_between(begin: int, end: int, factor: int) -> list[int]:
 
 
 def format_row(row: dict) -> str:
-    return (f" {row['op']:>13} {row['size']:>11} {row['count']:>10} {row['type']:>8} {row['redop']:>5} "
-            f"{row['root']:>4} {row['algo']:>12} {row['transport']:>9} {row['time_us']:>10.1f} "
-            f"{row['p99_us']:>10.1f} {row['algbw']:>7.3f} {row['busbw']:>7.3f} "
-            f"{row['wrong']:>6} {row['sent']:>11} {row['pred_sent']:>11}")
+    """One row under :data:`HEADER` (time: the median; avg: the mean of the same samples)."""
+    return (f"{row['op']:>14} {row['size']:>11} {row['count']:>10} {row['type']:>8} "
+            f"{row['redop']:>5} {row['root']:>4} {row['algo']:>{ALGO_WIDTH}} {row['transport']:>9} "
+            f"{row['time_us']:>10.1f} {row['p99_us']:>9.1f} {row['min_us']:>9.1f} "
+            f"{row.get('avg_us', float('nan')):>9.1f} {row['max_us']:>9.1f} {row['algbw']:>7.3f} "
+            f"{row['busbw']:>7.3f} {row['wrong']:>6} {row['sent']:>11} {row['pred_sent']:>11}")
+
+
+def row_key(row: dict) -> tuple:
+    """What defines a row besides the run's settings: a resumed run skips the rows it holds."""
+    return (row["op"], row["algo"], row["transport"], row["type"], row["redop"], row["root"],
+            row["size"])
 
 
 def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
@@ -63,17 +78,26 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
                samples: bool = False) -> list[dict]:
     """Measure ``case`` at each size on ``world``; print and record each row as it finishes.
 
-    Sizes the record already holds for this series (a resumed run) are not measured again.
+    Sizes the record already holds for this series (a resumed run) are not measured again, nor
+    a size that rounds to one already measured (split collectives round each block down: 8 B
+    and 32 B of all-gather on 4 ranks are both 0 B).
     With ``samples`` each row also keeps ``samples_s``, its per-iteration times (max over
     ranks, seconds), for :func:`pool_passes`.
     """
+    from commbench.names import ITEMSIZE, ROOTED
+    from commbench.timing.measure import counts_for
+
     n = world.size
     rows = []
-    done = {(r["op"], r["algo"], r["transport"], r.get("requested")) for r in
-            (record or {}).get("rows", [])}
+    done = {row_key(r) for r in (record or {}).get("rows", [])}
+    redop = case.redop if case.op in ("all_reduce", "reduce_scatter", "reduce") else "-"
+    root = case.root % n if case.op in ROOTED else -1
     for nbytes in sizes:
-        if (case.op, case.algo, case.transport, nbytes) in done:
+        size = counts_for(case.op, nbytes, n, ITEMSIZE[case.dtype])[1]
+        key = (case.op, case.algo, case.transport, case.dtype, redop, root, size)
+        if key in done:
             continue
+        done.add(key)
         outs = world.run(measure, case, nbytes)
         iters = [max(ts) for ts in zip(*(o["times"] for o in outs))]  # max over ranks
         stats = res.summarize_iters(iters)
@@ -82,9 +106,7 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
         row = {"op": case.op, "algo": case.algo, "transport": case.transport, "size": size,
                "requested": nbytes,
                "count": count, "type": case.dtype,
-               "redop": case.redop if case.op in ("all_reduce", "reduce_scatter", "reduce") else "-",
-               "root": case.root % n if case.op in ("broadcast", "reduce", "gather", "scatter")
-               else -1, **stats, "algbw": algbw(size, seconds),
+               "redop": redop, "root": root, **stats, "algbw": algbw(size, seconds),
                "busbw": busbw(case.op, n, size, seconds), "wrong": sum(o["wrong"] for o in outs),
                "sent": max(o["sent"] for o in outs), "recv": max(o["recv"] for o in outs),
                "pred_sent": max(o["pred_sent"] for o in outs)}
@@ -117,7 +139,7 @@ def merge_rounds(rounds: list[list[dict]], n: int) -> list[dict]:
     for rows in zip(*rounds, strict=True):
         best = min(rows, key=lambda r: r["time_us"])
         row = dict(rows[0])
-        row.update({k: best[k] for k in ("time_us", "p10_us", "p99_us", "max_us")},
+        row.update({k: best[k] for k in ("time_us", "p10_us", "p99_us", "max_us", "avg_us") if k in best},
                    min_us=min(r["min_us"] for r in rows), rounds_us=[r["time_us"] for r in rows],
                    wrong=sum(r["wrong"] for r in rows))
         out.append(_bandwidths(row, n))

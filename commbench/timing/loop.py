@@ -19,7 +19,7 @@ __all__ = ["slowest", "timed"]
 
 def timed(call: Callable[[], object], barrier: Callable[[], object], iters: int, warmup: int,
           cuda: bool = False, *, reset: Callable[[], object] | None = None,
-          batch: int = 1) -> list[float]:
+          batch: int = 1, progress: Callable[[int, int], object] | None = None) -> list[float]:
     """Seconds per call of ``iters`` samples after ``warmup`` more.
 
     ``reset`` runs before each sample, untimed (an in-place input restored). Kept flat (nothing
@@ -27,11 +27,16 @@ def timed(call: Callable[[], object], barrier: Callable[[], object], iters: int,
     else. With ``batch`` > 1 the calls of a sample run back to back (nccl-tests' cadence: no
     barrier and no reset between them) and the sample is their mean; the last call then runs
     once more on a restored input, so that a result checked afterwards is one call's.
+    ``progress(sample, total)`` runs before each sample's barrier, untimed: it publishes how far
+    this rank got, so that a rank stuck inside the loop is named.
     """
     times = []
     perf = time.perf_counter
     calls = range(batch)
-    for i in range(warmup + iters):
+    total = warmup + iters
+    for i in range(total):
+        if progress is not None:
+            progress(i + 1, total)
         if reset is not None:
             reset()
         if cuda:

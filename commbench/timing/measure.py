@@ -26,6 +26,7 @@ import torch
 from commbench.collectives import ALGORITHMS
 from commbench.collectives.compiled.schedule import Compiled
 from commbench.collectives.compiled.steps import schedule
+from commbench.names import COLLECTIVES
 from commbench.timing import verify
 from commbench.timing.loop import timed
 from commbench.timing.native import Prepared, like, prepare_native, restore
@@ -33,8 +34,6 @@ from commbench.wire.dtypes import DTYPES
 
 __all__ = ["COLLECTIVES", "MEASUREMENT", "Case", "cadence", "counts_for", "measure"]
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
-               "gather", "scatter", "sendrecv", "pingpong")
 
 
 MEASUREMENT = {"cadence": "isolated (transport barrier before each iteration, untimed)",
@@ -123,10 +122,11 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     with ctx.ledger.capture() as one_call:
         prep.first()
     # published before the loop, so a hang inside it is still named
-    ctx.tracker.enter(f"timed {case.op}/{case.algo} loop ({case.warmup}+{case.iters} samples of "
-                      f"{case.batch} call(s), a barrier before each)", g.ranks)
+    loop = f"timed {case.op}/{case.algo} loop ({case.batch} call(s) per sample, a barrier before each)"
+    ctx.tracker.enter(loop, g.ranks)
     times = timed(prep.call, barrier, case.iters, case.warmup, dev.type == "cuda",
-                  reset=prep.reset, batch=case.batch)
+                  reset=prep.reset, batch=case.batch,
+                  progress=lambda k, total: ctx.tracker.progress(loop, k, total))
     ctx.tracker.leave(case.op)
     per_call = [t for t in times for _ in range(case.batch)]  # one ledger entry per timed call
     if prep.after is not None:

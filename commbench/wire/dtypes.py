@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from commbench.names import DTYPE_NAMES
+
 __all__ = ["DTYPES", "check_dtype"]
 
 DTYPES: dict[str, torch.dtype] = {
@@ -11,6 +13,7 @@ DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8,
     "int32": torch.int32, "int64": torch.int64,
 }
+assert tuple(DTYPES) == DTYPE_NAMES, "commbench.names.DTYPE_NAMES lists the same dtypes"
 
 
 def check_dtype(name: str, allowed: tuple[str, ...] = tuple(DTYPES)) -> None:

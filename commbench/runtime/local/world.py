@@ -229,15 +229,29 @@ class LocalWorld:
         assert self._dir is not None
         return {r: read_slot(os.path.join(self._dir, f"rank{r}")) for r in range(self.size)}
 
+    def _processes(self) -> dict[int, str]:
+        """rank -> its process's state as the kernel reports it (stopped, sleeping, ...)."""
+        names = {"R": "running", "S": "sleeping", "D": "in uninterruptible wait",
+                 "T": "stopped (SIGSTOP?)", "t": "stopped by a debugger", "Z": "dead (zombie)"}
+        out = {}
+        for r, pid in self._pids.items():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            out[r] = f"{pid} {names.get(state, state)}"
+        return out
+
     def _fail_timeout(self, name, timeout, results, failed, waited) -> None:
-        statuses = self._statuses()
+        statuses, processes = self._statuses(), self._processes()
         self.close()
         if failed:
             raise SPMDError(name, failed, note="the other ranks were then stuck:\n"
-                            + describe_hang(statuses))
+                            + describe_hang(statuses, processes))
         raise CallTimeout(f"{name} timed out after {waited:.1f} s (limit {timeout:.1f} s) on a "
                           f"world of {self.size}; finished: {sorted(results)}\n"
-                          + describe_hang(statuses))
+                          + describe_hang(statuses, processes))
 
     def _fail_death(self, name: str, rank: int, results) -> None:
         statuses = self._statuses()

@@ -1,0 +1,109 @@
+"""Checks every command makes before a rank starts: where results go, how many ranks this host
+can start, whether the largest buffers fit. Each failure is a :class:`UsageError` (exit code 2)
+naming the value and the rule."""
+
+from __future__ import annotations
+
+import os
+
+from commbench.cli.common import UsageError
+
+__all__ = ["RANK_MB", "RANKS_PER_CORE", "available_bytes", "check_memory", "check_np",
+           "check_out", "world_size"]
+
+# A local world's rank holds torch and its transports: about 250 MB resident, measured (ps) on
+# a 4-rank world; 300 MB leaves room. Start-up costs each rank ~1.5 s of CPU (torch's import):
+# past RANKS_PER_CORE ranks per core a world takes minutes to start, or never does.
+RANK_MB = 300
+RANKS_PER_CORE = 8
+
+
+def available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (None where it cannot be read)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _gib(n: float) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def check_out(path: str, flag: str = "--out") -> None:
+    """``path`` is a folder this process can write, or one it can create."""
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise UsageError(f"{flag} {path}: exists and is not a folder; give a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"{flag} {path}: this user cannot write there; give another folder")
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: cannot be created (its nearest existing parent is not "
+                         "a writable folder); give another folder")
+
+
+def check_file(path: str, flag: str) -> None:
+    """``path`` is a file this process can write (its folder exists or can be created)."""
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a folder; give a file name")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise UsageError(f"{flag} {path}: this user cannot write it")
+    check_out(os.path.dirname(os.path.abspath(path)), flag)
+
+
+def world_size(np: int) -> tuple[int, int, str]:
+    """(ranks of the world, ranks on this host, the launcher's name or '') as they will be,
+    before any rank starts."""
+    from commbench.runtime.launch import detect
+
+    info = detect()
+    if info.launched:
+        return info.size, info.local_size or 1, info.launcher
+    return np, np, ""
+
+
+def check_np(np: int, flag: str = "--np") -> None:
+    """A local world of ``np`` ranks is one this host can start in reasonable time and memory."""
+    if np < 1:
+        raise UsageError(f"{flag} {np}: must be >= 1")
+    cores = os.cpu_count() or 1
+    limit = RANKS_PER_CORE * cores
+    if np > limit:
+        raise UsageError(f"{flag} {np}: a local world on this host's {cores} cores takes at most "
+                         f"{limit} ranks ({RANKS_PER_CORE} per core; each rank's start-up costs "
+                         "~1.5 s of CPU); use a launcher across hosts for more")
+    avail = available_bytes()
+    if avail is not None and np * RANK_MB * (1 << 20) > avail:
+        raise UsageError(f"{flag} {np}: {np} ranks x {RANK_MB} MB each = "
+                         f"{_gib(np * RANK_MB * (1 << 20))}; this host has {_gib(avail)} "
+                         "available (MemAvailable)")
+
+
+def check_memory(largest: int, itemsize: int, ranks_here: int, ranks: int, check: bool,
+                 flag: str = "-e") -> None:
+    """The largest size's buffers, on every rank of this host, fit in the memory available.
+
+    Per rank: the input, the output, a copy for in-place resets and the timed buffer (4 x size);
+    the input pattern is built from int64 indices (3 temporaries of 8 bytes per element); with
+    ``-c 1`` the check reduces every rank's input in float64 (``ranks`` x 8 bytes per element).
+    """
+    avail = available_bytes()
+    if avail is None:
+        return
+    wide = 8 / itemsize  # bytes of an int64 or float64 element per byte of the dtype
+    factor = 4 + wide * (3 + (ranks if check else 0))
+    need = ranks_here * largest * factor
+    if need > avail:
+        raise UsageError(f"{flag}: {ranks_here} rank(s) on this host x {largest} B x "
+                         f"{factor:g} (4 buffers, 3 index temporaries"
+                         f"{f', {ranks} float64 inputs the check reduces' if check else ''}) = "
+                         f"{_gib(need)}; this host has {_gib(avail)} available (MemAvailable); "
+                         "lower -e" + (" or give -c 0" if check else ""))

@@ -1,0 +1,163 @@
+"""The command line's contract beyond argument parsing: exit codes of failed runs, checks made
+before any rank starts, the folder lock, the resume key, the stuck-rank message, fast help."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from commbench.cli.main import _parser, main
+from commbench.names import ALIASES, COLLECTIVES, canonical
+from commbench.results.lock import folder_lock
+from commbench.runtime.errors import describe_hang
+
+pytestmark = [pytest.mark.faults]
+
+
+def _one_line_error(capsys, *fragments: str) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    for f in fragments:
+        assert f in err, err
+    return err
+
+
+@pytest.mark.parametrize(("args", "fragments"), [
+    (["run", "broadcast", "-r", "5", "--np", "2"], ["-r 5", "0..1"]),
+    (["run", "all_reduce", "-r", "1", "--np", "2"], ["-r 1: none of all_reduce has a root"]),
+    (["run", "all_reduce", "-b", "16G", "-e", "16G", "--np", "2"],
+     ["-e 16G: 2 rank(s) on this host", "GiB available (MemAvailable)"]),
+    (["run", "--np", "100000"], ["--np 100000", "per core"]),
+    (["run", "zero", "--transport", "mpi", "-d", "int8"], ["-d --transport", "pattern study"]),
+    (["run", "zero", "--algo", "ring"], ["--algo: flags of the collective sweeps"]),
+    (["run", "all_reduce", "--transport", "nccl"], ["--transport nccl: this world will have"]),
+    (["predict", "collective", "all_reduce", "1M", "--ranks", "100000"], ["give --nodes 12500"]),
+    (["predict", "collective", "all_reduce", "1M", "--ranks", "1"], ["a world of one moves"]),
+    (["claims", "--np", "1"], ["at least 2 ranks"]),
+])
+@pytest.mark.local
+def test_refused_before_any_rank_starts(args, fragments, capsys):
+    assert main(args) == 2
+    _one_line_error(capsys, *fragments)
+
+
+@pytest.mark.local
+def test_an_out_that_is_a_file_or_unwritable_is_refused(tmp_path, capsys):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    assert main(["run", "all_reduce", "--np", "2", "--out", str(f)]) == 2
+    _one_line_error(capsys, "exists and is not a folder")
+    assert main(["run", "all_reduce", "--np", "2", "-J", str(tmp_path)]) == 2
+    _one_line_error(capsys, "-J", "is a folder")
+    if os.geteuid() != 0:  # root writes anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        assert main(["run", "all_reduce", "--np", "2", "--out", str(ro / "sub")]) == 2
+        _one_line_error(capsys, "cannot be created")
+
+
+@pytest.mark.local
+def test_a_second_run_into_a_held_folder_names_the_holder(tmp_path, capsys):
+    with folder_lock(str(tmp_path)):
+        assert main(["run", "all_reduce", "--np", "2", "--out", str(tmp_path)]) == 2
+    _one_line_error(capsys, f"pid {os.getpid()}", "give --out another folder")
+    with folder_lock(str(tmp_path)):  # released with the run: taken again at once
+        pass
+
+
+@pytest.mark.local
+def test_a_run_that_fails_exits_3_in_one_line_with_its_traceback_in_a_log(tmp_path, capsys,
+                                                                          monkeypatch):
+    """A call that outlives its timeout: exit code 3, one line naming the op and the ranks, the
+    traceback kept in the log the line names."""
+    monkeypatch.delenv("COMMBENCH_DEBUG", raising=False)  # the tests' default prints tracebacks
+    args = ["run", "all_reduce", "--np", "2", "-b", "8", "-e", "8", "-n", "100000", "--algo",
+            "native", "--transport", "gloo", "--timeout", "3", "--out", str(tmp_path)]
+    assert main(args) == 3
+    err = _one_line_error(capsys, "run failed: CallTimeout", "timed all_reduce/native loop",
+                          "sample", "on group [0, 1]", "traceback in ")
+    log = err.rsplit("traceback in ", 1)[1].strip()
+    assert "Traceback" in open(log).read()
+    os.unlink(log)
+
+
+def test_describe_hang_names_the_rank_behind_in_a_timing_loop():
+    loop = "timed all_reduce/native loop (1 call(s) per sample, a barrier before each)"
+    statuses = {0: ("in op", 2, f"{loop}, sample 41 of 50 (call #2) on group [0, 1, 2]"),
+                1: ("in op", 2, f"{loop}, sample 41 of 50 (call #2) on group [0, 1, 2]"),
+                2: ("in op", 2, f"{loop}, sample 40 of 50 (call #2) on group [0, 1, 2]")}
+    text = describe_hang(statuses, {2: "77 stopped (SIGSTOP?)"})
+    assert "(call #2, sample 41) on group [0, 1, 2]: ranks [0, 1] arrived, ranks [2] did not" \
+        in text
+    assert "rank 2: " + loop + ", sample 40 of 50" in text and "77 stopped" in text
+    # before the loop: a rank still in its previous call is the one missing
+    statuses[2] = ("in op", 1, "all_reduce (call #1) on group [0, 1, 2]")
+    text = describe_hang(statuses)
+    assert "ranks [0, 1] arrived, ranks [2] did not" in text
+
+
+@pytest.mark.local
+def test_resume_refuses_another_configuration_in_one_short_line(tmp_path, capsys):
+    """The resume key: a results file measured with other iterations is refused in one line;
+    another dtype is another file."""
+    base = ["run", "all_reduce", "--np", "2", "-b", "8", "-e", "8", "-n", "2", "-w", "0",
+            "--algo", "native", "--transport", "mpi", "--out", str(tmp_path)]
+    if "mpi" not in _transports():
+        pytest.skip("needs mpiexec")
+    assert main(base) == 0
+    capsys.readouterr()
+    assert main([*base, "-n", "3", "--resume"]) == 2
+    err = _one_line_error(capsys, "--resume:", "iters 2 -> 3")
+    assert len(err) < 200
+    assert main([*base, "-d", "float64", "--resume"]) == 0
+    names = sorted(p.name for p in tmp_path.glob("*.json"))
+    assert any(n.endswith("-x2-float64-sum.json") for n in names) and len(names) == 2
+    rows = json.loads(next(tmp_path.glob("*float64-sum.json")).read_text())["rows"]
+    assert [r["type"] for r in rows] == ["float64"]
+
+
+def _transports() -> list[str]:
+    from commbench.runtime.local.spawn import mpi_usable
+
+    return ["gloo", "mpi"] if mpi_usable() else ["gloo"]
+
+
+def test_aliases_name_the_collectives_of_nccl_tests_and_osu():
+    assert canonical("all_reduce_perf") == canonical("osu_allreduce") == "all_reduce"
+    assert canonical("alltoall_perf") == "all_to_all" and canonical("osu_latency") == "pingpong"
+    assert canonical("zero") == "zero" and set(ALIASES.values()) <= set(COLLECTIVES)
+
+
+def test_every_option_states_its_default():
+    def parsers(p):
+        yield p
+        for action in p._actions:
+            for sub in (getattr(action, "choices", None) or {}).values() if \
+                    action.__class__.__name__ == "_SubParsersAction" else ():
+                yield from parsers(sub)
+
+    for p in parsers(_parser()):
+        fmt = p._get_formatter()
+        for action in p._actions:
+            if not action.option_strings or action.default in (False, "==SUPPRESS=="):
+                continue
+            text = fmt._get_help_string(action) or ""
+            assert "default" in text, (p.prog, action.option_strings, text)
+
+
+def test_help_and_version_answer_without_importing_torch():
+    code = ("import sys, contextlib, io\nfrom commbench.cli.main import main\n"
+            "for argv in (['--help'], ['run', '--help'], ['predict', 'layout', '--help'], "
+            "['--version']):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        try: main(argv)\n"
+            "        except SystemExit as e: assert e.code == 0, (argv, e.code)\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
