@@ -81,10 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile(os.environ.get("COMMBENCH_HYPOTHESIS_PROFILE", "commbench"))
     seed = config.getoption("hypothesis_seed", None)
     if seed is None and not launched:  # one seed for the session, printed, so any failure replays
-        from hypothesis import core
-
         seed = int.from_bytes(os.urandom(4), "little")
-        core.global_force_seed = seed
     config._commbench_seed = seed
     config._commbench_pool = _Pool(config, launched)
     if launched:
@@ -98,7 +95,34 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     seed = getattr(config, "_commbench_seed", None)
     if seed is None:
         return None
-    return f"commbench: hypothesis seed {seed} (a failure prints the command that replays it)"
+    return (f"commbench: hypothesis seed {seed}, hashed with each test's node id (a failure "
+            "prints the command that replays it)")
+
+
+def seed_for(run_seed: int | str, nodeid: str) -> int:
+    """The Hypothesis seed of one test: the run's seed and the test's node id (which names its
+    world size and parameters) hashed together, so that every test and every world size of a
+    property draws its own examples, and the run's one printed seed still replays any of them."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{run_seed}:{nodeid}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    seed = getattr(item.config, "_commbench_seed", None)
+    if seed is None or item.config._commbench_pool.launched:  # launched: derandomized
+        yield
+        return
+    from hypothesis import core
+
+    saved = core.global_force_seed
+    core.global_force_seed = seed_for(seed, item.nodeid)
+    try:
+        yield
+    finally:
+        core.global_force_seed = saved
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -156,3 +156,44 @@ def test_compiled_schedules_catch_an_off_by_one_chunk(world, algo):
 def test_bitwise_property_catches_a_rank_that_differs(world):
     for transport in world.transports:
         assert judge_bitwise(world, transport, "ring", 50, 3, "corrupt")
+
+
+def _pairwise_uneven(ctx, seed: int, exchange_counts: bool, broken: bool = False):
+    """The pairwise all-to-all with uneven (some empty) splits, its out splits given or found
+    by its count exchange: (result == every sender's rows for this rank, bytes, predicted).
+    ``broken``: a variant that files each sender's rows in the slot of the sender across."""
+    from commbench.collectives.alltoall import _pairwise_elements, pairwise_all_to_all
+
+    n, r, row = ctx.size, ctx.rank, 2
+
+    def splits_of(j: int) -> list[int]:
+        return [(3 * j + 5 * k + seed) % 4 for k in range(n)]
+
+    def rows_of(j: int) -> torch.Tensor:
+        return torch.arange(sum(splits_of(j)) * row, dtype=torch.float32).reshape(-1, row) + 1e3 * j
+
+    mine, out = splits_of(r), [splits_of(j)[r] for j in range(n)]
+    want = torch.cat([rows_of(j)[sum(splits_of(j)[:r]):sum(splits_of(j)[:r + 1])]
+                      for j in range(n)])
+    with ctx.ledger.capture() as cap:
+        got = pairwise_all_to_all(ctx.comm(), rows_of(r), ctx.world, mine,
+                                  None if exchange_counts else out)
+    if broken:
+        blocks = list(torch.split(got, out))
+        got = torch.cat([blocks[(r - j) % n] for j in range(n)])  # src j's slot holds src -j's
+    sent, _ = _pairwise_elements(n, r, 0, mine, out, row=row)
+    pred = sent * 4 + ((n - 1) * 8 if exchange_counts else 0)  # the int64 counts go first
+    return bool(got.shape == want.shape and (got == want).all()), cap.sent, pred
+
+
+@pytest.mark.world(sizes=[2, 3, 4])
+@pytest.mark.parametrize("exchange_counts", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pairwise_all_to_all_with_uneven_and_empty_splits(world, seed, exchange_counts):
+    for ok, sent, pred in world.run(_pairwise_uneven, seed, exchange_counts):
+        assert ok and sent == pred
+
+
+@pytest.mark.world(sizes=[3])
+def test_uneven_split_check_catches_rows_filed_under_the_wrong_sender(world):
+    assert not all(ok for ok, _, _ in world.run(_pairwise_uneven, 1, True, True))

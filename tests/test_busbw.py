@@ -12,12 +12,22 @@ from commbench.timing.measure import counts_for
 pytestmark = pytest.mark.collectives
 
 
-@pytest.mark.parametrize(("op", "n", "f"), [
-    ("all_reduce", 8, 2 * 7 / 8), ("all_reduce", 1, 0.0), ("all_gather", 4, 0.75),
-    ("reduce_scatter", 2, 0.5), ("all_to_all", 8, 7 / 8), ("broadcast", 8, 1.0), ("reduce", 3, 1.0),
-])
+ROWS = [("all_reduce", 8, 2 * 7 / 8), ("all_reduce", 1, 0.0), ("all_gather", 4, 0.75),
+        ("reduce_scatter", 2, 0.5), ("all_to_all", 8, 7 / 8), ("broadcast", 8, 1.0),
+        ("reduce", 3, 1.0), ("scatter", 4, 0.75), ("gather", 8, 7 / 8), ("all_to_allv", 3, 2 / 3),
+        ("sendrecv", 8, 1.0), ("pingpong", 2, 1.0), ("gather", 1, 0.0), ("scatter", 2, 0.5)]
+
+
+@pytest.mark.parametrize(("op", "n", "f"), ROWS)
 def test_factors(op, n, f):
     assert factor(op, n) == pytest.approx(f)
+
+
+def test_every_collective_has_a_factor_row():
+    from commbench.names import COLLECTIVES
+    from commbench.results.busbw import FACTORS
+
+    assert {op for op, _, _ in ROWS} == set(FACTORS) >= set(COLLECTIVES)
 
 
 def test_busbw_of_a_known_row():

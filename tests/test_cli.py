@@ -274,6 +274,7 @@ def test_results_are_named_by_machine_class():
         machine_class("My Box")
 
 
+@pytest.mark.local  # assumes no launcher around pytest
 def test_a_sweep_compares_with_the_table_it_replaces(tmp_path):
     """A second run with the same settings prints the gate's verdict against the first."""
     args = ("run", "all_reduce", "--np", "2", "-b", "8", "-e", "64", "-f", "8", "-n", "2", "-w",
@@ -301,6 +302,7 @@ def test_a_table_measured_with_other_settings_is_not_written_over(tmp_path):
         _previous(path, {"iters": 2, "sizes": [8]})
 
 
+@pytest.mark.local  # assumes no launcher around pytest
 def test_the_default_suite_runs_every_collective_and_algorithm(tmp_path):
     """`make bench`'s suite, every collective and algorithm on both transports, at one size."""
     out = _cli("run", "--np", "2", "-b", "64", "-e", "64", "-n", "2", "-w", "1", "--no-write")

@@ -143,3 +143,30 @@ def test_summaries_by_group_and_op():
     assert totals[((0, 1), "send")]["sent"] == 16 and totals[((0, 1), "send")]["calls"] == 2
     table = led.table()
     assert "[0,1]" in table and "all_gather" in table and "sent(B)" in table
+
+
+def test_nested_captures_each_hold_what_ran_inside_them():
+    """An outer capture holds everything, an inner one only its block; leaving the inner one
+    (also by an exception) detaches that one and not an outer one with equal contents."""
+    led = Ledger()
+
+    def book(op: str) -> None:
+        led.record(op, (0, 1), "gloo", "float32", 4, 16, 16, 0.0)
+
+    book("before")
+    with led.capture() as outer:
+        with led.capture() as inner:  # both empty when the inner one ends
+            pass
+        book("a")
+        with led.capture() as second:
+            book("b")
+            with pytest.raises(RuntimeError), led.capture() as failing:
+                book("c")
+                raise RuntimeError("a step that fails")
+            book("d")
+        book("e")
+    book("after")
+    assert outer.ops() == ["a", "b", "c", "d", "e"]
+    assert inner.ops() == [] and second.ops() == ["b", "c", "d"] and failing.ops() == ["c"]
+    assert led._captures == [] and [e.op for e in led.entries][-1] == "after"
+    assert outer.sent == 5 * 16 and second.by("op")[("c",)]["calls"] == 1

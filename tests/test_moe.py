@@ -22,6 +22,11 @@ def test_capacity_formula_and_minimum():
     assert capacity(cfg, 4) == 4    # the minimum
     assert capacity(MoEConfig(experts=8, capacity_factor=1.25, tp=4, ffn=8), 64) == 20
     assert capacity(MoEConfig(experts=8, capacity_factor=1.0, tp=3, ffn=3), 7) == 3
+    # cases where a floor, a rounding to nearest, or a rounding down to the TP size differ
+    assert capacity(MoEConfig(experts=8, top_k=2, capacity_factor=1.0), 9) == 3  # 2.25 up
+    assert capacity(MoEConfig(experts=4, top_k=1, capacity_factor=1.0), 7) == 2  # 1.75 up
+    assert capacity(MoEConfig(experts=8, top_k=2, capacity_factor=1.0, tp=2, ffn=2), 9) == 4
+    assert capacity(MoEConfig(experts=8, top_k=2, capacity_factor=0.5, min_capacity=3), 9) == 3
 
 
 @pytest.mark.ep

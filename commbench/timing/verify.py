@@ -85,9 +85,15 @@ def expected(op: str, seed: int, rank: int, n: int, count: int, dtype: torch.dty
 
 
 def wrong(got: torch.Tensor | None, want: torch.Tensor | None) -> int:
-    """Number of elements that differ (NaN never equals); a missing or misshapen result counts all."""
+    """Number of elements that differ: NaN never equals, and a zero of the wrong sign differs
+    (no exact result here is -0.0: the inputs are integers, whose float sums round to +0.0); a
+    missing or misshapen result counts all."""
     if want is None:
         return 0 if got is None else 1
     if got is None or got.shape != want.shape:
         return max(want.numel(), 1)
-    return int((got.cpu() != want).sum().item())
+    got = got.cpu()
+    differ = got != want
+    if got.dtype.is_floating_point:
+        differ |= torch.signbit(got) != torch.signbit(want)
+    return int(differ.sum().item())

@@ -140,8 +140,10 @@ class Compiled:
     def _reducer(self, op: str, target: torch.Tensor, got: torch.Tensor):
         if target.device.type == "cpu" and target.dtype in _NP_EXACT:
             a, b = target.numpy(), got.numpy()
-            # out positional: a keyword costs ~0.15 us
-            return tiny_reducer(op, a, b) or partial(_NP_OPS[op], a, b, a)
+            # out positional: a keyword costs ~0.15 us (NumPy deprecates it for min and max)
+            return tiny_reducer(op, a, b) or (partial(_NP_OPS[op], a, b, out=a)
+                                               if op in ("min", "max") else
+                                               partial(_NP_OPS[op], a, b, a))
         return partial(_TORCH_OPS[op], target, got, out=target)
 
     def _averager(self, lo: int, hi: int, op: str):
