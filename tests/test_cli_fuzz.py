@@ -167,8 +167,8 @@ def _write(folder, name: str, kind: str, row: int) -> str:
         record["rows"][row][field] = value
     elif kind == "missing field":
         del record["rows"][row]["busbw"]
-    text = {"not json": '{"schema": "commbench.res', "empty": "",
-            "not an object": "[1, 2]"}.get(kind) or json.dumps(copy.deepcopy(record))
+    texts = {"not json": '{"schema": "commbench.res', "empty": "", "not an object": "[1, 2]"}
+    text = texts[kind] if kind in texts else json.dumps(copy.deepcopy(record))
     with open(path, "w") as f:
         f.write(text)
     return path

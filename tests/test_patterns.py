@@ -29,6 +29,7 @@ def _marks(pattern) -> list:
 
 CASES = [pytest.param(name, v, marks=_marks(p), id=f"{name}-{v}")
          for name, p in PATTERNS.items() for v in p.variants]
+EDGES = [c for c in CASES if PATTERNS[c.values[0]].edge_configs(4, c.values[1])]
 BROKEN = [pytest.param(name, b.name, n, marks=_marks(p), id=f"{name}-{b.name}-n{n}")
           for name, p in PATTERNS.items() for b in p.broken for n in b.sizes]
 
@@ -41,6 +42,14 @@ def test_pattern_matches_the_oracle_and_its_prediction(world, name, variant, dat
     pattern = PATTERNS[name]
     cfg = data.draw(pattern.configs(world.size, variant), label="cfg")
     assert check(world, pattern, cfg, variant, seed) == []
+
+
+@pytest.mark.world(sizes=[1, 2, 3, 4])
+@pytest.mark.parametrize(("name", "variant"), EDGES)
+def test_pattern_holds_at_its_edge_configs(world, name, variant):
+    pattern = PATTERNS[name]
+    for cfg in pattern.edge_configs(world.size, variant):
+        assert check(world, pattern, cfg, variant, 3) == [], cfg
 
 
 @pytest.mark.parametrize(("name", "broken", "size"), BROKEN)

@@ -111,6 +111,11 @@ class Pattern:
     def bench_configs(self, world_size: int) -> list:
         raise NotImplementedError
 
+    def edge_configs(self, world_size: int, variant: str) -> list:
+        """Configs the contract runs every time besides the drawn ones: the edges a random
+        draw reaches only sometimes (a layer smaller than the world, an empty split)."""
+        return []
+
     def check(self, cfg, world_size: int, variant: str) -> None:
         """The one place a run checks its config: variant, then the config's own rules."""
         if variant not in self.variants:

@@ -66,6 +66,12 @@ class Zero(Pattern):
     def configs(self, world_size: int, variant: str):
         return zero_configs(world_size)
 
+    def edge_configs(self, world_size: int, variant: str) -> list[ZeroConfig]:
+        """Layers of 2 elements (hidden 1): smaller than a world of 3 or 4, so every stage pads
+        its shards; with accumulation, in full and in mixed precision."""
+        return [ZeroConfig(layers=2, hidden=1, batch=world_size, micro=2, steps=2, dp=world_size,
+                           prefetch=True, dtype=d) for d in ("float64", "bfloat16")]
+
     def bench_configs(self, world_size: int) -> list[ZeroConfig]:
         return [ZeroConfig(layers=layers, hidden=h, batch=4 * world_size, micro=micro, steps=1,
                            dp=world_size, dtype="float32")
