@@ -175,6 +175,30 @@ def test_fit_recovers_known_constants_and_never_goes_negative():
     assert all(v >= 0 for p in fit(noisy, 4).classes.values() for v in p.__dict__.values())
 
 
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                "scatter", "gather", "broadcast", "reduce"])
+def test_native_bytes_terms_against_the_ledger_formula(n, op):
+    """The transports' own collectives: where the model's schedule is the booked one, its bytes
+    term is the busiest rank's booked bytes; broadcast and reduce are priced as binomial trees
+    (lg n sends of the whole buffer on the critical path) but booked as the bandwidth-optimal
+    chain (each rank forwards it once); gather's term is what its root receives."""
+    from commbench.wire.volume import booked
+
+    S = 4 * 16 * n * 3  # bytes, float32, every split even
+    count = {"all_gather": S // 4 // n, "gather": S // 4 // n}.get(op, S // 4)
+    splits = [count // n] * n
+    per = [booked(op, n, i, count, 4, in_splits=splits, out_splits=splits) for i in range(n)]
+    sent, recv = max(s for s, _ in per), max(r for _, r in per)
+    term = terms(op, "native", n, S)[1]
+    if op in ("broadcast", "reduce"):
+        assert sent == S and term == pytest.approx(math.ceil(math.log2(n)) * sent)
+    elif op == "gather":
+        assert term == pytest.approx(recv) and sent == S // n
+    else:
+        assert term == pytest.approx(sent)
+
+
 def test_native_all_reduce_terms_are_bandwidth_optimal_at_log_latency():
     steps, sent, red = terms("all_reduce", "native", 8, 1 << 20)
     assert steps == 2 * math.log2(8) and sent == pytest.approx(2 * 7 / 8 * (1 << 20))

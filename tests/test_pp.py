@@ -51,6 +51,23 @@ def test_activation_memory_gpipe_1f1b_and_checkpointing(world):
     assert peaks["1f1b", True] <= peaks["1f1b", False]
 
 
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.parametrize("variant", ["gpipe", "1f1b", "interleaved"])
+def test_checkpointing_runs_every_forward_again_in_backward(world, variant):
+    """The memory test counts what autograd saves, which a checkpointed forward bypasses; this
+    counts the layer forwards: each rank runs its layers once per micro-batch, and twice with
+    checkpointing (the backward re-materialises every chunk)."""
+    p = world.size
+    runs = {}
+    for ckpt in (False, True):
+        cfg = PPConfig(stages=p, layers=4 * p, hidden=8, batch=8, micro=4, checkpoint=ckpt,
+                       virtual=2 if variant == "interleaved" else 1)
+        outs = world.run(run_pattern, "pp", cfg, variant, 0)
+        runs[ckpt] = [o["outputs"]["stats"]["layer_forwards"] for o in outs]
+    assert runs[False] == [4 * 4] * p  # 4p layers over p ranks, 4 micro-batches
+    assert runs[True] == [2 * f for f in runs[False]]
+
+
 @pytest.mark.world(sizes=[2])
 @pytest.mark.parametrize(("bad", "variant", "rule"), [
     (dict(layers=3), "1f1b", "layers=3"), (dict(batch=3), "1f1b", "batch=3"),

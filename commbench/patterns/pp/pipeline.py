@@ -164,6 +164,12 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
     loss_total = x_all.new_zeros(())
     busy, sleep = 0.0, cfg.compute_s / m
     probe = x_all.new_empty((bm, cfg.hidden))
+    forwards = 0  # layer forwards run, re-materialisations included
+
+    def _forward(x: torch.Tensor, c: int) -> torch.Tensor:
+        nonlocal forwards
+        forwards += len(mine[c])
+        return _chunk_forward(x, mine[c], sleep)
 
     def _send(t: torch.Tensor, dst: int, tag: int) -> None:
         if dst == r:  # chunk boundaries inside this rank (p = 1) need no wire
@@ -183,13 +189,13 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
             s = time.perf_counter()
             if cfg.checkpoint:  # keep only the input
                 with torch.no_grad():
-                    y = _chunk_forward(x, mine[c], sleep)
+                    y = _forward(x, c)
                 meter.pack(x)
                 saved[c, j] = (x, None, x.numel() * x.element_size())
             else:
                 before = meter.now
                 with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
-                    y = _chunk_forward(x, mine[c], sleep)
+                    y = _forward(x, c)
                 saved[c, j] = (x, y, meter.now - before)
             busy += time.perf_counter() - s
             if c < n_chunks - 1:
@@ -203,7 +209,7 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
             if cfg.checkpoint:  # re-materialise the chunk's activations, then backward
                 with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
                     before = meter.now
-                    y = _chunk_forward(x, mine[c], sleep)
+                    y = _forward(x, c)
                     nbytes += meter.now - before
             if sleep:
                 time.sleep(2 * sleep * per)
@@ -218,4 +224,5 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
         w.wait()
     return {"loss": loss_total,
             **{f"dw{c * per + k}": w.grad for c, ws in mine.items() for k, w in enumerate(ws)},
-            "stats": {"busy_s": busy, "peak_activation_bytes": meter.peak}}
+            "stats": {"busy_s": busy, "peak_activation_bytes": meter.peak,
+                      "layer_forwards": forwards}}
