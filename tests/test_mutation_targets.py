@@ -49,3 +49,152 @@ def test_uneven_all_reduce_chunks_and_bad_input():
         booked("reduce_scatter", 4, 0, 10, 4)
     with pytest.raises(ValueError, match="needs in_splits"):
         booked("all_to_all", 4, 0, 8, 4)
+
+
+def test_uneven_all_reduce_per_rank_follows_the_ring_chunks():
+    """10 elements over 4 ranks: chunks [3, 3, 2, 2]; rank i sends all but chunks i and i+1,
+    receives all but chunks i-1 and i (the module docstring's formula, by hand)."""
+    want = {0: (20 - 3 - 3, 20 - 2 - 3), 1: (20 - 3 - 2, 20 - 3 - 3), 2: (20 - 2 - 2, 20 - 3 - 2),
+            3: (20 - 2 - 3, 20 - 2 - 2)}
+    for i, (s, r) in want.items():
+        assert booked("all_reduce", 4, i, 10, 1) == (s, r), i
+    assert booked("all_reduce", 1, 0, 10, 4) == (0, 0)
+    assert split_sizes(0, 3) == [0, 0, 0] and split_sizes(7, 1) == [7]
+    for bad, rule in (((5, 0), "n=0: must be >= 1"), ((-1, 2), "count=-1: must be >= 0")):
+        with pytest.raises(ValueError, match=rule):
+            split_sizes(*bad)
+
+
+@pytest.mark.parametrize(("op", "want"), [("send", (12, 0)), ("isend", (12, 0)),
+                                          ("recv", (0, 12)), ("irecv", (0, 12)),
+                                          ("barrier", (0, 0))])
+def test_point_to_point_and_barrier_bytes(op, want):
+    got = booked(op, 3, 1, 3, 4)
+    assert got == want and all(type(v) is int for v in got)
+
+
+def test_whole_numbers_and_the_rules_in_the_errors():
+    assert all(type(v) is int for v in booked("reduce_scatter", 4, 1, 8, 4) + booked(
+        "scatter", 4, 0, 8, 4, root=0))
+    with pytest.raises(ValueError, match=r"member index 4: must be in 0\.\.3"):
+        booked("all_reduce", 4, 4, 8, 4)
+    with pytest.raises(ValueError, match="all_to_all needs in_splits and out_splits"):
+        booked("all_to_all", 4, 0, 8, 4, in_splits=[1] * 4)
+    with pytest.raises(ValueError, match="op 'fax': no volume formula"):
+        booked("fax", 4, 0, 8, 4)
+
+
+def test_busbw_edges_and_errors():
+    from commbench.results.busbw import FACTORS, algbw, busbw, factor
+
+    assert algbw(10**9, 1.0) == 1.0 and algbw(10**9, 0.0) == 0.0 and algbw(5, -1.0) == 0.0
+    assert busbw("all_gather", 4, 0, 1.0) == 0.0
+    with pytest.raises(ValueError, match="op 'fax': no busbw factor; known: " + ", ".join(FACTORS)):
+        factor("fax", 4)
+    with pytest.raises(ValueError, match="n=0: must be >= 1"):
+        factor("all_reduce", 0)
+
+
+def test_sizes_and_their_rules():
+    from commbench.studies.sweep import parse_size, sizes_between
+
+    assert [parse_size(t) for t in ("8", "8B", "64k", "2M", "1G", " 4 ")] == \
+        [8, 8, 65536, 2 << 20, 1 << 30, 4]
+    for bad, rule in (("abc", "write a whole number"), ("0", "must be > 0"), ("-8", "size '-8'"),
+                      ("1.5M", "write a whole number")):
+        with pytest.raises(ValueError, match=rule):
+            parse_size(bad)
+    assert sizes_between(8, 8, 2) == [8] and sizes_between(3, 30, 3) == [3, 9, 27]
+    for args, rule in (((0, 8, 2), "-b 0: must be > 0"), ((16, 8, 2), "-e 8 is below -b 16"),
+                       ((8, 64, 1), "-f 1: must be >= 2")):
+        with pytest.raises(ValueError, match=rule):
+            sizes_between(*args)
+
+
+def _rec(rows, n=2):
+    return {"schema": "commbench.results.records/1", "world_size": n, "rows": rows}
+
+
+def _row(size, time_us, min_us=None, busbw=None, algo="ring"):
+    return {"op": "all_reduce", "algo": algo, "transport": "gloo", "type": "float32",
+            "redop": "sum", "root": -1, "size": size, "time_us": time_us,
+            "min_us": time_us if min_us is None else min_us,
+            "busbw": size / time_us / 1e3 if busbw is None else busbw}
+
+
+def test_the_gate_at_its_exact_boundaries():
+    """A drop of exactly the threshold is not a regression, just past it is; a row at exactly
+    min_size is judged; an unmatched row in the middle does not end the matching."""
+    from commbench.results.compare import compare
+
+    sizes = [1 << 16, 1 << 17, 1 << 18]
+    old = _rec([_row(s, 100.0) for s in sizes])
+    at = _rec([_row(s, 100.0 / 0.9) for s in sizes])  # busbw down exactly 10%
+    past = _rec([_row(s, 100.0 / 0.9 * 1.001) for s in sizes])
+    assert compare(old, at, 0.10, 1 << 16)[1] == []
+    rows, bad = compare(old, past, 0.10, 1 << 16)
+    assert len(bad) == 3 and {r["size"] for r in bad} == set(sizes)
+    assert all(r["ratio"] == pytest.approx(0.9 / 1.001) and r["new_min_us"] > 111 for r in rows)
+    mid = _rec([_row(sizes[0], 200.0), _row(sizes[1], 200.0, algo="other"), _row(sizes[1], 200.0),
+                _row(sizes[2], 200.0)])
+    assert len(compare(old, mid, 0.10, 1 << 16)[0]) == 3  # the unmatched row is skipped, not the end
+    only_min = _rec([_row(s, 200.0, min_us=100.0) for s in sizes])  # median slower, best not
+    assert compare(old, only_min, 0.10, 1 << 16)[1] == []
+    with pytest.raises(ValueError, match="threshold=1: must be between 0 and 1"):
+        compare(old, past, 1, 1 << 16)
+    with pytest.raises(ValueError, match="threshold=1.5"):
+        compare(old, past, 1.5, 1 << 16)
+
+
+def test_a_zero_busbw_baseline_never_regresses_and_has_no_ratio():
+    import math
+
+    from commbench.results.compare import compare
+
+    old = _rec([_row(1 << 16, 100.0, busbw=0.0)], n=1)
+    new = _rec([_row(1 << 16, 300.0, busbw=0.0)], n=1)
+    rows, bad = compare(old, new, 0.10, 1 << 16)
+    assert bad == [] and math.isnan(rows[0]["ratio"])
+    slow = _rec([_row(1 << 16, 300.0)])
+    low = _rec([_row(1 << 16, 100.0, busbw=0.5)])  # a busbw below 1 is still a baseline
+    assert compare(low, slow, 0.10, 1 << 16)[1] != []
+
+
+def test_soundness_rules_at_their_edges(tmp_path):
+    import json
+
+    from commbench.results.compare import load
+
+    def sound(row, n=2):
+        path = tmp_path / "r.json"
+        path.write_text(json.dumps(_rec([row], n)))
+        try:
+            load(str(path))
+            return ""
+        except ValueError as exc:
+            return str(exc)
+
+    assert sound(_row(0, 5.0, busbw=0.0)) == ""  # size 0 moves nothing
+    assert sound(_row(64, 5.0, busbw=0.0), n=1) == ""  # a world of one moves nothing
+    assert "busbw = 0.0: must be a finite number, > 0 at a size above 0" in \
+        sound(_row(64, 5.0, busbw=0.0))
+    assert "busbw = 0.0" in sound(_row(1, 5.0, busbw=0.0))
+    assert sound(_row(64, 5.0, busbw=0.5)) == ""
+    assert "min_us = 0.0: must be a finite number > 0" in sound(_row(64, 5.0, min_us=0.0))
+    assert "time_us = -1.0" in sound(_row(64, -1.0, min_us=1.0, busbw=1.0))
+    assert "size = True" in sound(_row(True, 5.0, busbw=1.0))
+    assert "size = -1: must be a whole number of bytes >= 0" in sound(_row(-1, 5.0, busbw=1.0))
+    assert "row 0 (all_reduce ring gloo size 64): busbw = -0.5" in sound(_row(64, 5.0, busbw=-0.5))
+    assert "r.json: row 0 lacks min_us, busbw" in sound({k: v for k, v in _row(8, 5.0).items()
+                                                        if k not in ("busbw", "min_us")})
+    for text, rule in (("", "not valid JSON"), ('{"schema": "commbench.results.records/1", '
+                       '"rows": {}}', "'rows' must be a list"),
+                       ('{"schema": "commbench.results.records/1", "rows": [], "world_size": '
+                        '"2"}', "'world_size' must be an integer")):
+        (tmp_path / "x.json").write_text(text)
+        with pytest.raises(ValueError, match=rule):
+            load(str(tmp_path / "x.json"))
+    with pytest.raises(ValueError, match="nope.json: no such file"):
+        load(str(tmp_path / "nope.json"))
+    with pytest.raises(ValueError, match=": cannot read: "):
+        load(str(tmp_path))
