@@ -8,7 +8,7 @@ TORCH_SPEC     ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 NP ?= 4
 
-.PHONY: bench test test-% suites gpu-check lint info clean
+.PHONY: bench test test-% suites gpu-check mutate lint info clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,15 @@ gpu-check: $(VENV)/.installed  ## one GPU: every pattern and collective over NCC
 	$(BIN)/commbench gpu-check
 	$(BIN)/python -m pytest -m gpu -rs tests/test_gpu.py
 
+# mutmut forks a warm process per mutant; torch's thread pool does not survive a fork (mutants
+# hung until the timeout), hence one thread
+mutate: $(VENV)/.installed  ## mutation testing of the pure modules; writes results/mutation.md
+	$(BIN)/python -m pip install -q "mutmut==3.8.1"
+	rm -rf mutants
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run > /dev/null
+	$(BIN)/python tests/mutation_report.py > results/.mutation.md && mv results/.mutation.md results/mutation.md
+	@head -8 results/mutation.md | tail -2
+
 lint: $(VENV)/.installed
 	$(BIN)/ruff check commbench tests suites
 
@@ -43,4 +52,4 @@ info: $(VENV)/.installed
 	$(BIN)/commbench info
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks
+	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks mutants

@@ -198,3 +198,28 @@ def test_soundness_rules_at_their_edges(tmp_path):
         load(str(tmp_path / "nope.json"))
     with pytest.raises(ValueError, match=": cannot read: "):
         load(str(tmp_path))
+
+
+def test_the_gate_report_says_what_it_found():
+    from commbench.results.compare import compare, report
+
+    sizes = [1 << 16, 1 << 17, 1 << 18]
+    old = _rec([_row(s, 100.0) for s in sizes])
+    new = _rec([_row(s, 125.0) for s in sizes])
+    rows, bad = compare(old, new, 0.10, 1 << 16)
+    text = report(rows, bad, 0.10, 1 << 16)
+    head, rule, *table, verdict = text.splitlines()
+    assert [c.strip() for c in head.split("|")[1:-1]] == [
+        "op", "algo", "transport", "size", "old(us)", "new(us)", "old busbw", "new busbw",
+        "new/old", ""] and set(rule) <= set("|- ")
+    first = [c.strip() for c in table[0].split("|")[1:-1]]
+    b0 = (1 << 16) / 100.0 / 1e3
+    assert first == ["all_reduce", "ring", "gloo", "65536", "100.0", "125.0", f"{b0:.4f}",
+                     f"{(1 << 16) / 125.0 / 1e3:.4f}", "0.800", "REGRESSED"]
+    assert verdict == ("# 3 of 3 rows regressed (busbw down > 10%, i.e. time up > 11.1%, in the "
+                       "median and in the best iteration, at >= 65536 B, over 3 consecutive sizes "
+                       "of a series)")
+    rows, bad = compare(old, old, 0.10, 1 << 16)
+    text = report(rows, bad, 0.25, 1 << 17)
+    assert text.splitlines()[-1] == "# no regression in 3 matched rows"
+    assert "REGRESSED" not in text and len(text.splitlines()) == 6

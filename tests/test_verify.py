@@ -51,3 +51,78 @@ def test_no_exact_result_is_a_negative_zero():
             assert not bool((torch.signbit(want) & (want == 0)).any()), (redop, n)
     assert not bool(torch.signbit(pattern(0, 0, 4096, torch.float32)[
         pattern(0, 0, 4096, torch.float32) == 0]).any())
+
+
+def _hand_pattern(seed, rank, count, redop="sum", signed=True):
+    """The documented hash, element by element in Python integers."""
+    out = []
+    for k in range(count):
+        h = (k * 2654435761 + (rank + 1) * 40503 + seed * 69069) % 1000003
+        v = 1 + h % 2 if redop == "prod" else h % 17 - 8 if redop in ("min", "max") else h % 9 - 4
+        out.append(v if signed else abs(v))
+    return out
+
+
+@pytest.mark.parametrize("redop", ["sum", "avg", "prod", "min", "max"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int8, torch.uint8, torch.bfloat16])
+def test_the_pattern_is_the_documented_hash_in_its_ranges(redop, dtype):
+    signed = dtype.is_floating_point or dtype.is_signed
+    for seed, rank in ((0, 0), (3, 1), (11, 6)):
+        got = pattern(seed, rank, 50, dtype, redop)
+        assert got.dtype == dtype and got.tolist() == _hand_pattern(seed, rank, 50, redop, signed)
+    lo, hi = {"prod": (1, 2), "min": (-8, 8), "max": (-8, 8)}.get(redop, (-4, 4))
+    values = pattern(5, 2, 2000, torch.float64, redop)
+    assert values.min() == lo and values.max() == hi  # the whole range, nothing outside
+
+
+def _hand_reduce(columns, redop):
+    import functools
+    import operator
+
+    ops = {"sum": sum, "avg": lambda c: sum(c) / len(c), "min": min, "max": max,
+           "prod": lambda c: functools.reduce(operator.mul, c, 1)}
+    return [ops[redop](c) for c in zip(*columns, strict=True)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+@pytest.mark.parametrize("redop", ["sum", "avg", "prod", "min", "max"])
+def test_expected_results_by_hand(n, redop):
+    """Every collective's expectation, rebuilt from the hash with Python lists."""
+    seed, count, root = 4, 6 * n, n - 1
+    ins = [_hand_pattern(seed, r, count, redop) for r in range(n)]
+    block = count // n
+    total = _hand_reduce(ins, redop)
+    for r in range(n):
+        def got(op, rank=r, red=redop):
+            out = expected(op, seed, rank, n, count, torch.float64, red, root)
+            return None if out is None else out.tolist()
+
+        assert got("all_reduce") == pytest.approx(total)
+        assert got("reduce") == (pytest.approx(total) if r == root else None)
+        assert got("reduce_scatter") == pytest.approx(total[r * block:(r + 1) * block])
+        assert got("all_gather", red="sum") == [x for i in range(n) for x in
+                                                _hand_pattern(seed, i, count)]
+        assert got("gather", red="sum") == ([x for i in range(n) for x in
+                                             _hand_pattern(seed, i, count)] if r == root else None)
+        assert got("broadcast", red="sum") == _hand_pattern(seed, root, count)
+        assert got("scatter", red="sum") == _hand_pattern(seed, root, count)[r * block:
+                                                                            (r + 1) * block]
+        assert got("all_to_all", red="sum") == [x for i in range(n) for x in _hand_pattern(
+            seed, i, count)[r * block:(r + 1) * block]]
+        assert got("sendrecv", red="sum") == _hand_pattern(seed, (r - 1) % n, count)
+    with pytest.raises(ValueError, match="op 'fax': no expectation"):
+        expected("fax", 0, 0, n, count, torch.float32)
+
+
+def test_expected_rounds_avg_in_the_dtype_and_wraps_integers():
+    """avg: the exact sum in the dtype, divided in the dtype (the comm layer's avg); integer
+    products in the integer dtype."""
+    got = expected("all_reduce", 2, 0, 3, 40, torch.bfloat16, "avg")
+    ins = [_hand_pattern(2, r, 40) for r in range(3)]
+    want = torch.tensor([sum(c) for c in zip(*ins)], dtype=torch.float64).to(torch.bfloat16) / 3
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    big = expected("all_reduce", 1, 0, 8, 512, torch.int8, "prod")
+    ins = [_hand_pattern(1, r, 512, "prod") for r in range(8)]
+    assert big.dtype == torch.int8 and big.tolist() == _hand_reduce(ins, "prod")
+    with pytest.raises(ValueError, match="redop 'xor': must be sum, prod, min, max or avg"):
+        expected("all_reduce", 0, 0, 2, 4, torch.float32, "xor")

@@ -131,7 +131,8 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
               f"{r['new_us']:.1f}", f"{r['old_busbw']:.4f}", f"{r['new_busbw']:.4f}",
               f"{r['ratio']:.3f}", "REGRESSED" if r["regressed"] else ""] for r in rows]
     text = tabulate(table, headers=["op", "algo", "transport", "size", "old(us)", "new(us)",
-                                    "old busbw", "new busbw", "new/old", ""], tablefmt="github")
+                                    "old busbw", "new busbw", "new/old", ""], tablefmt="github",
+                     disable_numparse=True)  # the precision chosen above, not tabulate's
     verdict = (f"# {len(bad)} of {len(rows)} rows regressed (busbw down > {threshold:.0%}, i.e. time"
                f" up > {1 / (1 - threshold) - 1:.1%}, in the median and in the best iteration, at "
                f">= {min_size} B, over {RUN} consecutive sizes of a series)" if bad else

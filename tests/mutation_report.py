@@ -1,0 +1,101 @@
+"""``make mutate``'s report: mutmut's results (``mutants/**/*.meta``) as results/mutation.md.
+
+Per module: mutants killed (a test failed, or the mutant hung past mutmut's timeout), survived
+(every selected test passed), and without a test (functions only tests on a local world's ranks
+reach, which mutmut does not trace). The score is killed / (killed + survived). Every survivor
+is listed with its diff and, where it was judged, why it is equivalent; the others are open.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+from collections import Counter, defaultdict
+
+# survivors judged equivalent: mutant name (module.x_function__mutmut_N) -> why
+REASONS: dict[str, str] = {}
+# judged by the shape of the change, for every function
+TEXT_ONLY = "only the wording of an error message; the tests match the rule it names"
+
+
+def _classify(code) -> str:
+    if code is None:
+        return "not run"
+    if code == 33:
+        return "no tests"
+    if code == 0:
+        return "survived"
+    if code in (-24, 36, 24):
+        return "timeout"
+    return "killed"
+
+
+def _diff(name: str) -> list[str]:
+    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "mutmut"), "show", name],
+                         capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines()
+            if line.startswith(("-", "+")) and not line.startswith(("---", "+++"))]
+
+
+def _reason(name: str, diff: list[str]) -> str:
+    if name in REASONS:
+        return REASONS[name]
+    minus = [d[1:] for d in diff if d.startswith("-")]
+    plus = [d[1:] for d in diff if d.startswith("+")]
+    if minus and all("raise " in m for m in minus) and all("raise " in p for p in plus):
+        return TEXT_ONLY
+    return "open: not yet killed"
+
+
+def main() -> int:
+    results: dict[str, Counter] = defaultdict(Counter)
+    survivors = []
+    for meta in sorted(glob.glob("mutants/**/*.meta", recursive=True)):
+        with open(meta) as f:
+            data = json.load(f)
+        for name, code in sorted(data.get("exit_code_by_key", {}).items()):
+            module = name.split(".x_")[0]
+            kind = _classify(code)
+            results[module][kind] += 1
+            if kind == "survived":
+                survivors.append(name)
+    if not results:
+        print("no mutmut results under mutants/: run `make mutate`", file=sys.stderr)
+        return 2
+    total = Counter()
+    for c in results.values():
+        total.update(c)
+    dead = total["killed"] + total["timeout"]
+    score = dead / (dead + total["survived"]) if dead + total["survived"] else float("nan")
+    lines = ["# Mutation testing", "",
+             "`make mutate`: mutmut over the pure modules of `[tool.mutmut]` in pyproject.toml, "
+             "run against the single-process tests listed there. Killed: a test failed or the "
+             "mutant hung; no tests: functions only the tests on a local world's ranks reach "
+             "(mutmut does not trace them), not counted in the score.", "",
+             f"**Score: {dead} of {dead + total['survived']} mutants with tests killed "
+             f"({score:.1%})**; {total['no tests']} without a test, {total['not run']} not run.",
+             "", "| module | killed | timeout | survived | no tests | score |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for module, c in sorted(results.items()):
+        d = c["killed"] + c["timeout"]
+        s = f"{d / (d + c['survived']):.1%}" if d + c["survived"] else "-"
+        lines.append(f"| `{module}` | {c['killed']} | {c['timeout']} | {c['survived']} | "
+                     f"{c['no tests']} | {s} |")
+    lines += ["", "## Survivors", "", "| mutant | change | why it survives |", "| --- | --- | --- |"]
+    open_ = 0
+    for name in survivors:
+        diff = _diff(name)
+        why = _reason(name, diff)
+        open_ += why.startswith("open")
+        change = " / ".join(d.strip() for d in diff[:2]).replace("|", "\\|")
+        lines.append(f"| `{name}` | `{change[:160]}` | {why} |")
+    lines += ["", f"{open_} survivors open, {len(survivors) - open_} judged equivalent."]
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
