@@ -16,7 +16,27 @@ import sys
 from collections import Counter, defaultdict
 
 # survivors judged equivalent: mutant name (module.x_function__mutmut_N) -> why
-REASONS: dict[str, str] = {}
+_V = "commbench.timing.verify."
+_S = "commbench.studies.sweep."
+REASONS: dict[str, str] = {
+    _V + "x_pattern__mutmut_1": "the default reduction spelled otherwise takes the same branch as "
+                                "sum (every other name does)",
+    _V + "x_pattern__mutmut_2": "the same: 'SUM' takes sum's branch",
+    _V + "x_pattern__mutmut_7": "torch.arange of Python ints is int64 without dtype=",
+    _V + "x_pattern__mutmut_9": "the same: int64 is arange's default for ints",
+    _V + "x_pattern__mutmut_50": "`.to(None)` keeps the tensor where it is: the same on the CPU "
+                                 "these tests run on (make gpu-check runs the device path)",
+    _V + "x__reduce__mutmut_3": "stacking in the dtype instead of float64: the patterns' small "
+                                "integers sum and multiply exactly in every dtype (their ranges "
+                                "are chosen for it)",
+    _V + "x__reduce__mutmut_38": "an integer result converted from float64 directly instead of "
+                                 "through int64 differs only on overflow, which the patterns' "
+                                 "ranges never reach",
+    "commbench.results.compare.x_compare__mutmut_45": "float('NAN') is float('nan')",
+    _S + "x_merge_rounds__mutmut_16": "the rounds' rows differ only in the fields merge_rounds "
+                                      "sets again (times, wrong, bandwidths); copying round 1's "
+                                      "row instead of round 0's changes nothing",
+}
 # judged by the shape of the change, for every function
 TEXT_ONLY = "only the wording of an error message; the tests match the rule it names"
 

@@ -223,3 +223,87 @@ def test_the_gate_report_says_what_it_found():
     text = report(rows, bad, 0.25, 1 << 17)
     assert text.splitlines()[-1] == "# no regression in 3 matched rows"
     assert "REGRESSED" not in text and len(text.splitlines()) == 6
+
+
+def test_the_gate_at_exact_limits_and_windows():
+    """threshold 0.5 makes the limit exactly 2: a time of exactly twice is not past it; a run of
+    three slow sizes flags those three and not the fast sizes after them; series are kept apart
+    by every field but size (algorithm, root)."""
+    from commbench.results.compare import compare, report
+
+    sizes = [1 << 16 << k for k in range(5)]
+    old = _rec([_row(s, 100.0) for s in sizes])
+    exact = _rec([_row(s, 200.0, min_us=300.0) for s in sizes])
+    assert compare(old, exact, 0.5, 1 << 16)[1] == []  # median at exactly 2x
+    exact = _rec([_row(s, 300.0, min_us=200.0) for s in sizes])
+    assert compare(old, exact, 0.5, 1 << 16)[1] == []  # best at exactly 2x
+    between = _rec([_row(s, 105.0, min_us=300.0) for s in sizes])  # median 5% slower only
+    assert compare(old, between, 0.10, 1 << 16)[1] == []
+    first3 = _rec([_row(s, 300.0 if k < 3 else 100.0) for k, s in enumerate(sizes)])
+    rows, bad = compare(old, first3, 0.10, 1 << 16)
+    assert sorted(r["size"] for r in bad) == sizes[:3]
+    lines = report(rows, bad, 0.10, 1 << 16).splitlines()
+    assert [c.strip() for c in lines[-2].split("|")[1:-1]][-1] == ""  # a fast row: no marker
+    one = _rec([_row(s, 300.0 if k == 0 else 100.0) for k, s in enumerate(sizes)])
+    assert compare(old, one, 0.10, 1 << 16)[1] == []  # the row at min_size alone: no run
+    with pytest.raises(ValueError, match="threshold=0: must be between 0 and 1"):
+        compare(old, one, 0, 1 << 16)
+    # two series, each slow at two sizes only: no run of three inside either
+    two_old = _rec([_row(s, 100.0, algo=a) for a in ("ring", "tree") for s in sizes[:3]])
+    two_new = _rec([_row(s, 300.0 if k < 2 else 100.0, algo=a) for a in ("ring", "tree")
+                    for k, s in enumerate(sizes[:3])])
+    assert compare(two_old, two_new, 0.10, 1 << 16)[1] == []
+    roots_old = _rec([dict(_row(s, 100.0), op="broadcast", root=r) for r in (0, 1)
+                      for s in sizes[:3]])
+    roots_new = _rec([dict(_row(s, 300.0 if k < 2 else 100.0), op="broadcast", root=r)
+                      for r in (0, 1) for k, s in enumerate(sizes[:3])])
+    assert compare(roots_old, roots_new, 0.10, 1 << 16)[1] == []
+
+
+def test_defaults_and_edges_of_the_small_helpers():
+    import torch
+
+    from commbench.studies.sweep import merge_rounds, parse_size, sizes_between
+    from commbench.timing.verify import expected, wrong
+
+    assert parse_size("1") == 1 and sizes_between(1, 4, 2) == [1, 2, 4]
+    assert booked("broadcast", 3, 0, 4, 4) == booked("broadcast", 3, 0, 4, 4, root=0)
+    assert torch.equal(expected("broadcast", 1, 2, 3, 5, torch.float32),
+                       expected("broadcast", 1, 2, 3, 5, torch.float32, root=0))
+    assert expected("all_reduce", 1, 0, 3, 5, torch.bfloat16, "max").dtype == torch.bfloat16
+    assert expected("all_reduce", 1, 0, 3, 5, torch.int32, "sum").dtype == torch.int32
+    assert wrong(None, torch.empty(0)) == 1  # a result missing, even an empty one, counts
+    stats = ("p10_us", "p99_us", "max_us", "avg_us")
+    a = [dict(_row(64, 10.0), wrong=0, **dict.fromkeys(stats, 11.0)),
+         dict(_row(128, 20.0), wrong=0, **dict.fromkeys(stats, 21.0))]
+    b = [dict(_row(64, 5.0, min_us=4.0), wrong=1, **{k: 6.0 + i for i, k in enumerate(stats)}),
+         dict(_row(128, 40.0), wrong=0, **dict.fromkeys(stats, 41.0))]
+    merged = merge_rounds([a, b], 2)
+    assert [r["time_us"] for r in merged] == [5.0, 20.0] and merged[0]["min_us"] == 4.0
+    assert [r["wrong"] for r in merged] == [1, 0]
+    assert [merged[0][k] for k in stats] == [6.0, 7.0, 8.0, 9.0]  # the best round's statistics
+    assert [merged[1][k] for k in stats] == [21.0] * 4
+    assert merged[0]["algbw"] == pytest.approx(64 / 5.0 / 1e3) and merged[0]["rounds_us"] == \
+        [10.0, 5.0]
+    assert merged[0]["busbw"] == pytest.approx(64 / 5.0 / 1e3)  # all-reduce on 2 ranks: x1
+    with pytest.raises(ValueError):
+        merge_rounds([a, b[:1]], 2)  # rounds of other lengths do not pair up
+
+
+def test_pipeline_schedules_in_their_exact_order():
+    """1F1B without v (its default, 1), and Megatron's interleaved order on 2 ranks, 2 virtual
+    stages, 4 micro-batches, by hand: rank 0 warms up with (p-r-1)*2 + (v-1)*p = 4 forwards,
+    rank 1 with 2; forwards take chunks in turn p micro-batches at a time, backwards the chunks
+    in reverse."""
+    from commbench.patterns.pp.schedule import schedule
+
+    assert schedule("1f1b", 3, 0, 4) == [("F", 0, 0), ("F", 0, 1), ("F", 0, 2), ("B", 0, 0),
+                                         ("F", 0, 3), ("B", 0, 1), ("B", 0, 2), ("B", 0, 3)]
+
+    def seq(text):
+        return [(t[0], int(t[1]), int(t[3])) for t in text.split()]
+
+    assert schedule("interleaved", 2, 0, 4, 2) == seq(
+        "F0.0 F0.1 F2.0 F2.1 F0.2 B2.0 F0.3 B2.1 F2.2 B0.0 F2.3 B0.1 B2.2 B2.3 B0.2 B0.3")
+    assert schedule("interleaved", 2, 1, 4, 2) == seq(
+        "F1.0 F1.1 F3.0 B3.0 F3.1 B3.1 F1.2 B1.0 F1.3 B1.1 F3.2 B3.2 F3.3 B3.3 B1.2 B1.3")

@@ -149,5 +149,26 @@ def _model(a, world, transports, sizes, launch, printer, emit) -> int:
     return run_model(a, world, transports, launch, printer, emit)
 
 
+def _numerics(a, world, transports, sizes, launch, printer, emit) -> int:
+    from commbench.studies.numerics import numerics_markdown, run_numerics
+
+    emit(f"# commbench run numerics: {world.size} ranks ({launch}), gloo; error against the "
+         "exact sum in eps x sum|x| units, the bound from each algorithm's summation depth")
+    rows = run_numerics(world, emit)
+    over = [r for r in rows if r["max_err"] > r["bound"]]
+    emit(f"# within the bound: {len(rows) - len(over)} of {len(rows)} rows")
+    _write_study(a, printer, world, launch, "numerics", {"what": "rounding error, not time"},
+                 rows, numerics_markdown, emit)
+    if not a.no_write and printer:
+        from commbench.studies.numerics import numerics_plot
+        from commbench.studies.sweep import hardware
+
+        record = {"rows": rows, "world_size": world.size}
+        png = numerics_plot(record, os.path.join(
+            a.out, f"numerics_{hardware(a.label)}-{world.transports[0]}-x{world.size}.png"))
+        emit(f"# wrote {png}" if png else "# no matplotlib: no plot")
+    return 1 if over else 0
+
+
 # the studies of their own: target -> (args, world, transports, sizes, launch, printer, emit)
-STUDIES = {"overhead": _overhead, "versus": _versus, "model": _model}
+STUDIES = {"overhead": _overhead, "versus": _versus, "model": _model, "numerics": _numerics}

@@ -9,9 +9,9 @@ from commbench.names import COLLECTIVES, DTYPE_NAMES, ITEMSIZE, REDOPS, ROOTED, 
 __all__ = ["SUITES", "add_parser", "check_run_args"]
 
 SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "model": (),
-          "versus": ("all_reduce",)}
+          "versus": ("all_reduce",), "numerics": ()}
 # suites that are studies of their own, run alone
-STUDIES = ("overhead", "model", "versus")
+STUDIES = ("overhead", "model", "versus", "numerics")
 
 
 def add_parser(sub) -> None:
@@ -112,9 +112,11 @@ def _common(a) -> None:
 def _check_pattern_args(a) -> None:
     given = [flag for flag, (attr, default) in _SWEEP_ONLY.items() if getattr(a, attr) != default]
     if given:
-        raise UsageError(f"{' '.join(given)}: flags of the collective sweeps; a pattern study "
-                         "runs each variant of the configs its pattern declares (bench_configs), "
-                         "in float32 on the world's first transport")
+        raise UsageError(f"{' '.join(given)}: flags of the collective sweeps; " + (
+            "the numerics study runs its own grid (algorithms x float32, bfloat16, float16 x "
+            "data shapes) on gloo" if a.targets == ["numerics"] else
+            "a pattern study runs each variant of the configs its pattern declares "
+            "(bench_configs), in float32 on the world's first transport"))
     _common(a)
 
 
@@ -126,7 +128,7 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
     a.targets = [canonical(t) for t in a.targets]
     ops: list[str] = []
     a.patterns = _patterns(a.targets)
-    if a.patterns:
+    if a.patterns or a.targets == ["numerics"]:  # studies of their own grid of configs
         _check_pattern_args(a)
         return ops, []
     for study in STUDIES:
