@@ -283,8 +283,9 @@ def test_defaults_and_edges_of_the_small_helpers():
     assert [r["wrong"] for r in merged] == [1, 0]
     assert [merged[0][k] for k in stats] == [6.0, 7.0, 8.0, 9.0]  # the best round's statistics
     assert [merged[1][k] for k in stats] == [21.0] * 4
-    assert merged[0]["algbw"] == pytest.approx(64 / 5.0 / 1e3) and merged[0]["rounds_us"] == \
-        [10.0, 5.0]
+    from commbench.results.busbw import algbw
+
+    assert merged[0]["algbw"] == algbw(64, 5.0 / 1e6) and merged[0]["rounds_us"] == [10.0, 5.0]
     assert merged[0]["busbw"] == pytest.approx(64 / 5.0 / 1e3)  # all-reduce on 2 ranks: x1
     with pytest.raises(ValueError):
         merge_rounds([a, b[:1]], 2)  # rounds of other lengths do not pair up
@@ -297,6 +298,7 @@ def test_pipeline_schedules_in_their_exact_order():
     in reverse."""
     from commbench.patterns.pp.schedule import schedule
 
+    assert schedule("interleaved", 2, 0, 2) == schedule("interleaved", 2, 0, 2, 1)  # v = 1
     assert schedule("1f1b", 3, 0, 4) == [("F", 0, 0), ("F", 0, 1), ("F", 0, 2), ("B", 0, 0),
                                          ("F", 0, 3), ("B", 0, 1), ("B", 0, 2), ("B", 0, 3)]
 
