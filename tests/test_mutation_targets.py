@@ -309,3 +309,27 @@ def test_pipeline_schedules_in_their_exact_order():
         "F0.0 F0.1 F2.0 F2.1 F0.2 B2.0 F0.3 B2.1 F2.2 B0.0 F2.3 B0.1 B2.2 B2.3 B0.2 B0.3")
     assert schedule("interleaved", 2, 1, 4, 2) == seq(
         "F1.0 F1.1 F3.0 B3.0 F3.1 B3.1 F1.2 B1.0 F1.3 B1.1 F3.2 B3.2 F3.3 B3.3 B1.2 B1.3")
+
+
+def test_bubble_fractions_and_the_printed_row():
+    from commbench.patterns.pp.schedule import bubble_fraction
+    from commbench.studies.sweep import HEADER, format_row, row_key
+
+    assert bubble_fraction("gpipe", 4, 8) == 3 / 11 == bubble_fraction("1f1b", 4, 8)
+    assert bubble_fraction("interleaved", 4, 8, 2) == 3 / 19
+    assert bubble_fraction("1f1b", 1, 8) == 0.0
+    row = {"op": "all_reduce", "size": 8192, "count": 2048, "type": "float32", "redop": "sum",
+           "root": -1, "algo": "recursive_doubling_compiled", "transport": "mpi",
+           "time_us": 26.04, "p99_us": 41.2, "min_us": 24.9, "avg_us": 27.3, "max_us": 44.0,
+           "algbw": 0.3146, "busbw": 0.4719, "wrong": 0, "sent": 6144, "pred_sent": 6144}
+    line = format_row(row)
+    names, units = HEADER.splitlines()
+    assert len(line) == len(names) == len(units)
+    assert line.split() == ["all_reduce", "8192", "2048", "float32", "sum", "-1",
+                            "recursive_doubling_compiled", "mpi", "26.0", "41.2", "24.9", "27.3",
+                            "44.0", "0.315", "0.472", "0", "6144", "6144"]
+    for name in names[1:].split():  # each column's name ends where its values end
+        end = names.index(name) + len(name)
+        assert line[end - 1] != " " and (end == len(line) or line[end] == " "), name
+    assert row_key(row) == ("all_reduce", "recursive_doubling_compiled", "mpi", "float32", "sum",
+                            -1, 8192)
