@@ -1,0 +1,158 @@
+"""The regression gate (commbench.results.compare) at its edges: exact thresholds and sizes,
+runs of slow sizes, series kept apart, soundness rules, the report; what ``make mutate`` runs
+against that module."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.collectives
+
+
+def _rec(rows, n=2):
+    return {"schema": "commbench.results.records/1", "world_size": n, "rows": rows}
+
+
+def _row(size, time_us, min_us=None, busbw=None, algo="ring"):
+    return {"op": "all_reduce", "algo": algo, "transport": "gloo", "type": "float32",
+            "redop": "sum", "root": -1, "size": size, "time_us": time_us,
+            "min_us": time_us if min_us is None else min_us,
+            "busbw": size / time_us / 1e3 if busbw is None else busbw}
+
+
+def test_the_gate_at_its_exact_boundaries():
+    """A drop of exactly the threshold is not a regression, just past it is; a row at exactly
+    min_size is judged; an unmatched row in the middle does not end the matching."""
+    from commbench.results.compare import compare
+
+    sizes = [1 << 16, 1 << 17, 1 << 18]
+    old = _rec([_row(s, 100.0) for s in sizes])
+    at = _rec([_row(s, 100.0 / 0.9) for s in sizes])  # busbw down exactly 10%
+    past = _rec([_row(s, 100.0 / 0.9 * 1.001) for s in sizes])
+    assert compare(old, at, 0.10, 1 << 16)[1] == []
+    rows, bad = compare(old, past, 0.10, 1 << 16)
+    assert len(bad) == 3 and {r["size"] for r in bad} == set(sizes)
+    assert all(r["ratio"] == pytest.approx(0.9 / 1.001) and r["new_min_us"] > 111 for r in rows)
+    mid = _rec([_row(sizes[0], 200.0), _row(sizes[1], 200.0, algo="other"), _row(sizes[1], 200.0),
+                _row(sizes[2], 200.0)])
+    assert len(compare(old, mid, 0.10, 1 << 16)[0]) == 3  # the unmatched row is skipped, not the end
+    only_min = _rec([_row(s, 200.0, min_us=100.0) for s in sizes])  # median slower, best not
+    assert compare(old, only_min, 0.10, 1 << 16)[1] == []
+    with pytest.raises(ValueError, match="threshold=1: must be between 0 and 1"):
+        compare(old, past, 1, 1 << 16)
+    with pytest.raises(ValueError, match="threshold=1.5"):
+        compare(old, past, 1.5, 1 << 16)
+
+
+def test_a_zero_busbw_baseline_never_regresses_and_has_no_ratio():
+    import math
+
+    from commbench.results.compare import compare
+
+    old = _rec([_row(1 << 16, 100.0, busbw=0.0)], n=1)
+    new = _rec([_row(1 << 16, 300.0, busbw=0.0)], n=1)
+    rows, bad = compare(old, new, 0.10, 1 << 16)
+    assert bad == [] and math.isnan(rows[0]["ratio"])
+    slow = _rec([_row(1 << 16, 300.0)])
+    low = _rec([_row(1 << 16, 100.0, busbw=0.5)])  # a busbw below 1 is still a baseline
+    assert compare(low, slow, 0.10, 1 << 16)[1] != []
+
+
+def test_soundness_rules_at_their_edges(tmp_path):
+    import json
+
+    from commbench.results.compare import load
+
+    def sound(row, n=2):
+        path = tmp_path / "r.json"
+        path.write_text(json.dumps(_rec([row], n)))
+        try:
+            load(str(path))
+            return ""
+        except ValueError as exc:
+            return str(exc)
+
+    assert sound(_row(0, 5.0, busbw=0.0)) == ""  # size 0 moves nothing
+    assert sound(_row(64, 5.0, busbw=0.0), n=1) == ""  # a world of one moves nothing
+    assert "busbw = 0.0: must be a finite number, > 0 at a size above 0" in \
+        sound(_row(64, 5.0, busbw=0.0))
+    assert "busbw = 0.0" in sound(_row(1, 5.0, busbw=0.0))
+    assert sound(_row(64, 5.0, busbw=0.5)) == ""
+    assert "min_us = 0.0: must be a finite number > 0" in sound(_row(64, 5.0, min_us=0.0))
+    assert "time_us = -1.0" in sound(_row(64, -1.0, min_us=1.0, busbw=1.0))
+    assert "size = True" in sound(_row(True, 5.0, busbw=1.0))
+    assert "size = -1: must be a whole number of bytes >= 0" in sound(_row(-1, 5.0, busbw=1.0))
+    assert "row 0 (all_reduce ring gloo size 64): busbw = -0.5" in sound(_row(64, 5.0, busbw=-0.5))
+    assert "r.json: row 0 lacks min_us, busbw" in sound({k: v for k, v in _row(8, 5.0).items()
+                                                        if k not in ("busbw", "min_us")})
+    for text, rule in (("", "not valid JSON"), ('{"schema": "commbench.results.records/1", '
+                       '"rows": {}}', "'rows' must be a list"),
+                       ('{"schema": "commbench.results.records/1", "rows": [], "world_size": '
+                        '"2"}', "'world_size' must be an integer")):
+        (tmp_path / "x.json").write_text(text)
+        with pytest.raises(ValueError, match=rule):
+            load(str(tmp_path / "x.json"))
+    with pytest.raises(ValueError, match="nope.json: no such file"):
+        load(str(tmp_path / "nope.json"))
+    with pytest.raises(ValueError, match=": cannot read: "):
+        load(str(tmp_path))
+
+
+def test_the_gate_report_says_what_it_found():
+    from commbench.results.compare import compare, report
+
+    sizes = [1 << 16, 1 << 17, 1 << 18]
+    old = _rec([_row(s, 100.0) for s in sizes])
+    new = _rec([_row(s, 125.0) for s in sizes])
+    rows, bad = compare(old, new, 0.10, 1 << 16)
+    text = report(rows, bad, 0.10, 1 << 16)
+    head, rule, *table, verdict = text.splitlines()
+    assert [c.strip() for c in head.split("|")[1:-1]] == [
+        "op", "algo", "transport", "size", "old(us)", "new(us)", "old busbw", "new busbw",
+        "new/old", ""] and set(rule) <= set("|- ")
+    first = [c.strip() for c in table[0].split("|")[1:-1]]
+    b0 = (1 << 16) / 100.0 / 1e3
+    assert first == ["all_reduce", "ring", "gloo", "65536", "100.0", "125.0", f"{b0:.4f}",
+                     f"{(1 << 16) / 125.0 / 1e3:.4f}", "0.800", "REGRESSED"]
+    assert verdict == ("# 3 of 3 rows regressed (busbw down > 10%, i.e. time up > 11.1%, in the "
+                       "median and in the best iteration, at >= 65536 B, over 3 consecutive sizes "
+                       "of a series)")
+    rows, bad = compare(old, old, 0.10, 1 << 16)
+    text = report(rows, bad, 0.25, 1 << 17)
+    assert text.splitlines()[-1] == "# no regression in 3 matched rows"
+    assert "REGRESSED" not in text and len(text.splitlines()) == 6
+
+
+def test_the_gate_at_exact_limits_and_windows():
+    """threshold 0.5 makes the limit exactly 2: a time of exactly twice is not past it; a run of
+    three slow sizes flags those three and not the fast sizes after them; series are kept apart
+    by every field but size (algorithm, root)."""
+    from commbench.results.compare import compare, report
+
+    sizes = [1 << 16 << k for k in range(5)]
+    old = _rec([_row(s, 100.0) for s in sizes])
+    exact = _rec([_row(s, 200.0, min_us=300.0) for s in sizes])
+    assert compare(old, exact, 0.5, 1 << 16)[1] == []  # median at exactly 2x
+    exact = _rec([_row(s, 300.0, min_us=200.0) for s in sizes])
+    assert compare(old, exact, 0.5, 1 << 16)[1] == []  # best at exactly 2x
+    between = _rec([_row(s, 105.0, min_us=300.0) for s in sizes])  # median 5% slower only
+    assert compare(old, between, 0.10, 1 << 16)[1] == []
+    first3 = _rec([_row(s, 300.0 if k < 3 else 100.0) for k, s in enumerate(sizes)])
+    rows, bad = compare(old, first3, 0.10, 1 << 16)
+    assert sorted(r["size"] for r in bad) == sizes[:3]
+    lines = report(rows, bad, 0.10, 1 << 16).splitlines()
+    assert [c.strip() for c in lines[-2].split("|")[1:-1]][-1] == ""  # a fast row: no marker
+    one = _rec([_row(s, 300.0 if k == 0 else 100.0) for k, s in enumerate(sizes)])
+    assert compare(old, one, 0.10, 1 << 16)[1] == []  # the row at min_size alone: no run
+    with pytest.raises(ValueError, match="threshold=0: must be between 0 and 1"):
+        compare(old, one, 0, 1 << 16)
+    # two series, each slow at two sizes only: no run of three inside either
+    two_old = _rec([_row(s, 100.0, algo=a) for a in ("ring", "tree") for s in sizes[:3]])
+    two_new = _rec([_row(s, 300.0 if k < 2 else 100.0, algo=a) for a in ("ring", "tree")
+                    for k, s in enumerate(sizes[:3])])
+    assert compare(two_old, two_new, 0.10, 1 << 16)[1] == []
+    roots_old = _rec([dict(_row(s, 100.0), op="broadcast", root=r) for r in (0, 1)
+                      for s in sizes[:3]])
+    roots_new = _rec([dict(_row(s, 300.0 if k < 2 else 100.0), op="broadcast", root=r)
+                      for r in (0, 1) for k, s in enumerate(sizes[:3])])
+    assert compare(roots_old, roots_new, 0.10, 1 << 16)[1] == []
