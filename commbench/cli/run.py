@@ -122,8 +122,10 @@ def _patterns(a, world, launch, printer, emit) -> int:
     return 1 if bad else 0
 
 
-def _write_study(a, printer, world, launch, suite, measurement, rows, to_markdown, emit) -> None:
-    """results/<suite>_<hw>-<transport>-x<ranks>.{json,md} of a pattern study."""
+def _write_study(a, printer, world, launch, suite, measurement, rows, to_markdown, emit,
+                 plot=None) -> None:
+    """results/<suite>_<hw>-<transport>-x<ranks>.{json,md} of a study (and .png, given ``plot``,
+    which returns the path it wrote or None without matplotlib)."""
     from commbench.results import records as res
     from commbench.studies.sweep import hardware
 
@@ -135,6 +137,9 @@ def _write_study(a, printer, world, launch, suite, measurement, rows, to_markdow
     res.write_json(stem + ".json", record)
     res.write_atomic(stem + ".md", to_markdown(record))
     emit(f"# wrote {stem}.json and {stem}.md")
+    if plot is not None:
+        png = plot(record, stem + ".png")
+        emit(f"# wrote {png}" if png else "# no matplotlib: no plot")
 
 
 def _versus(a, world, transports, sizes, launch, printer, emit) -> int:
@@ -150,7 +155,7 @@ def _model(a, world, transports, sizes, launch, printer, emit) -> int:
 
 
 def _numerics(a, world, transports, sizes, launch, printer, emit) -> int:
-    from commbench.studies.numerics import numerics_markdown, run_numerics
+    from commbench.studies.numerics import numerics_markdown, numerics_plot, run_numerics
 
     emit(f"# commbench run numerics: {world.size} ranks ({launch}), gloo; error against the "
          "exact sum in eps x sum|x| units, the bound from each algorithm's summation depth")
@@ -158,15 +163,7 @@ def _numerics(a, world, transports, sizes, launch, printer, emit) -> int:
     over = [r for r in rows if r["max_err"] > r["bound"]]
     emit(f"# within the bound: {len(rows) - len(over)} of {len(rows)} rows")
     _write_study(a, printer, world, launch, "numerics", {"what": "rounding error, not time"},
-                 rows, numerics_markdown, emit)
-    if not a.no_write and printer:
-        from commbench.studies.numerics import numerics_plot
-        from commbench.studies.sweep import hardware
-
-        record = {"rows": rows, "world_size": world.size}
-        png = numerics_plot(record, os.path.join(
-            a.out, f"numerics_{hardware(a.label)}-{world.transports[0]}-x{world.size}.png"))
-        emit(f"# wrote {png}" if png else "# no matplotlib: no plot")
+                 rows, numerics_markdown, emit, numerics_plot)
     return 1 if over else 0
 
 

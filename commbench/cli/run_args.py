@@ -96,11 +96,11 @@ def _common(a) -> None:
     _check_label(a)
     if a.np < 1:
         raise UsageError(f"--np {a.np}: must be >= 1")
-    a.world_size, a.ranks_here, launched = checks.world_size(a.np)
-    if launched and a.np not in (4, a.world_size):
-        raise UsageError(f"--np {a.np}: the launcher ({launched}) started {a.world_size} ranks; "
+    a.world_size, a.ranks_here, a.launcher = checks.world_size(a.np)
+    if a.launcher and a.np not in (4, a.world_size):
+        raise UsageError(f"--np {a.np}: the launcher ({a.launcher}) started {a.world_size} ranks; "
                          "drop --np or launch that many")
-    if not launched:
+    if not a.launcher:
         checks.check_np(a.np)
     if not a.no_write:
         checks.check_out(a.out)
@@ -193,8 +193,7 @@ def _check_transports(a, ops: list[str]) -> None:
     """--transport names transports this world will have; no dtype/op pair one cannot do."""
     from commbench.runtime.local.spawn import mpi_usable
 
-    launched = checks.world_size(a.np)[2]
-    have = ["gloo", "nccl", "mpi"] if launched else \
+    have = ["gloo", "nccl", "mpi"] if a.launcher else \
         ["gloo", *(["mpi"] if a.launch != "plain" and mpi_usable() else [])]
     wanted = [t for t in a.transport.split(",") if t] or have
     bad = [t for t in wanted if t not in have]

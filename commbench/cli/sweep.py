@@ -61,7 +61,7 @@ def sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> in
     finally:
         every = [r for record in records for r in record["rows"]]
         if printer:
-            _extra_files(a, every, n, launch, measurement, settings, emit)
+            _extra_files(a, suite, every, n, launch, measurement, settings, emit)
     if every:
         emit(f"# Avg bus bandwidth    : {statistics.fmean(r['busbw'] for r in every):.3f} GB/s "
              f"(mean over {len(every)} rows, as nccl-tests prints it)")
@@ -119,10 +119,10 @@ def _transports(a, world, transports, stems, previous, settings, measurement, to
     return wrong
 
 
-def _extra_files(a, rows, n, launch, measurement, settings, emit) -> None:
+def _extra_files(a, suite, rows, n, launch, measurement, settings, emit) -> None:
     """-J FILE (a results record of every row, all transports) and --csv FILE."""
     if a.json:
-        record = res.header("collectives", n, launch, hardware(a.label), measurement)
+        record = res.header(suite, n, launch, hardware(a.label), measurement)
         record.update(settings=settings, rows=rows)
         res.write_json(a.json, record)
         emit(f"# wrote {a.json}")
