@@ -35,11 +35,35 @@ def test_tensor_parallel_bytes_match_the_ledger(world, variant):
     out = world.run(run_pattern, "tp_layer", cfg, variant, 0)[0]
     lay = Layout(layers=1, hidden=cfg.hidden, ffn=cfg.ffn, heads=cfg.heads, seq=cfg.seq,
                  micro_batch=cfg.batch, micro_batches=1, tp=P, sp=variant != "tp",
-                 regather=variant == "sp_regather", act_bytes=4, grad_bytes=4)
+                 regather=variant == "sp_regather", act_bytes=4, grad_bytes=4, loss="none")
     row = next(r for r in predict_layout(lay, TOPO) if r["group"] == "tp")
     tp_calls = [c for c in out["ledger"] if c[1] == "tp"]
     assert row["bytes_per_rank"] == sum(c[3] for c in tp_calls)
     assert row["calls"] == len(tp_calls) == {"tp": 4, "sp": 9, "sp_regather": 11}[variant]
+
+
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.parametrize(("loss", "sp"), [("megatron", False), ("fused", False),
+                                          ("megatron", True), ("naive", False)])
+def test_the_loss_term_matches_the_vocab_patterns_ledger(world, loss, sp):
+    """Embedding, head and vocab-parallel cross-entropy (Megatron: max, sum-exp and target-logit
+    all-reduces; fused: 2): what the layout adds with ``loss`` is what the vocab pattern books."""
+    from commbench.patterns.tp.head import VocabConfig
+
+    P, m = world.size, 3
+    cfg = VocabConfig(batch=2, seq=4 * P, hidden=8 * P, vocab=4 * P, tp=P, sequence_parallel=sp,
+                      dtype="float32")
+    ledger = [c for c in world.run(run_pattern, "vocab", cfg, loss, 0)[0]["ledger"] if c[1] == "tp"]
+    base = dict(layers=1, hidden=cfg.hidden, heads=P, seq=cfg.seq, vocab=cfg.vocab,
+                micro_batch=cfg.batch, micro_batches=m, tp=P, sp=sp, act_bytes=4, grad_bytes=4)
+    rows = {k: next(r for r in predict_layout(Layout(**base, loss=k), TOPO) if r["group"] == "tp")
+            for k in ("none", loss)}
+    assert rows[loss]["calls"] - rows["none"]["calls"] == m * len(ledger)
+    assert rows[loss]["bytes_per_rank"] - rows["none"]["bytes_per_rank"] == \
+        m * sum(c[3] for c in ledger)
+    if loss != "naive":
+        ce = [c for c in ledger if c[0] == "all_reduce" and c[2] == cfg.batch * cfg.seq * 4]
+        assert len(ce) == {"megatron": 3, "fused": 1}[loss]  # fused: one of bs, one of 2 bs
 
 
 @pytest.mark.world(sizes=[2, 4])

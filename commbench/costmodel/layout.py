@@ -8,7 +8,10 @@ layout predicts is what the code moves:
     tp   the TP layer's activation calls (``tp_layer``: f/g, or SP all-gathers and reduce-scatters,
          with Megatron's backward re-gather when ``regather``) x layers/pp x m, plus under SP one
          all-reduce of the LayerNorm and bias gradients per layer per step; MoE layers add the
-         ``moe`` pattern's TP calls (capacity all-gathers, the experts' f and g)
+         ``moe`` pattern's TP calls (capacity all-gathers, the experts' f and g); with pp = 1 the
+         ``vocab`` pattern's embedding, head and cross-entropy (``loss``: Megatron's 3
+         all-reduces, fused 2, or the naive all-gathered logits) x m (with pp > 1 they sit on
+         the first and last stages, which the layout does not price apart)
     cp   ``ring_attention`` (K/V blocks round the ring) or ``ulysses`` (all-to-alls) per layer,
          with H/t query and max(H_kv/t, 1) KV heads
     ep   the ``moe`` pattern's capacity-layout calls on the EP group per MoE layer, C = ceil(k cf
@@ -35,6 +38,7 @@ from commbench.patterns.pp.pipeline import PPConfig
 from commbench.patterns.registry import get
 from commbench.patterns.seq.attention import AttnConfig
 from commbench.patterns.seq.pattern import attention_calls
+from commbench.patterns.tp.head import VocabConfig
 from commbench.patterns.tp.model import TPConfig
 from commbench.patterns.tp.pattern import activation_calls, replicated_sync
 from commbench.wire.volume import booked
@@ -54,6 +58,10 @@ def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     variant = ("sp_regather" if lay.regather else "sp") if lay.sp else "tp"
     out["tp"] += [(c, L * m) for c in activation_calls(tp_cfg, variant, 0)]
     out["tp"] += [(c, L) for c in replicated_sync(tp_cfg, variant, 0)]
+    if lay.loss != "none" and lay.pp == 1 and t > 1:  # the vocab pattern's embedding, head, loss
+        head = VocabConfig(batch=lay.micro_batch, seq=lay.seq // lay.cp, hidden=h, vocab=lay.vocab,
+                           tp=t, sequence_parallel=lay.sp, dtype=act)
+        out["tp"] += [(c, m) for c in get("vocab").predicted(head, lay.loss, 0) if c.axis == "tp"]
     if lay.cp > 1:
         attn = AttnConfig(batch=lay.micro_batch, seq=lay.seq, heads=lay.heads // t,
                           kv_heads=max(kv // t, 1), head_dim=d, sp=lay.cp, dtype=act)

@@ -25,6 +25,8 @@ class Layout:
     tp: int = 1
     sp: bool = False        # Megatron sequence parallelism over the TP group
     regather: bool = False  # SP: the backward re-gather of the column inputs (Megatron's default)
+    loss: str = "megatron"  # vocab-parallel cross-entropy: megatron (3 all-reduces), fused (2),
+    #                         naive (all-gathered logits), none (no embedding and head priced)
     cp: int = 1
     cp_kind: str = "ring"   # ring | ulysses
     ep: int = 1
@@ -64,6 +66,10 @@ class Layout:
         for k in ("act_bytes", "grad_bytes"):
             if getattr(self, k) not in DTYPE:
                 raise ValueError(f"{k}={getattr(self, k)}: must be 1, 2, 4 or 8")
+        if self.loss not in ("megatron", "fused", "naive", "none"):
+            raise ValueError(f"loss={self.loss!r}: must be megatron, fused, naive or none")
+        if self.vocab % self.tp:
+            raise ValueError(f"vocab={self.vocab}: must be a multiple of tp={self.tp}")
         if self.regather and not self.sp:
             raise ValueError("regather=True: the backward re-gather exists under sp only")
         if self.zero not in (0, 1, 2, 3):
