@@ -114,3 +114,32 @@ def test_fsdp2_bytes_by_hand(world):
         pytest.skip("worked out for 2 ranks")
     for got in world.run(_fsdp2):
         assert got == [("all_gather", 12, 48, 48)] * 4 + [("reduce_scatter", 24, 48, 48)] * 2
+
+
+def _dtensor_matmul_and_loss(ctx):
+    """A DTensor Shard(0) @ Shard(0) matmul (DTensor all-gathers the right operand inside the
+    op), the result's full_tensor, and torch's loss_parallel cross-entropy (3 all-reduces
+    inside DTensor ops: the row max, the sum of exponentials, the target logit)."""
+    from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    mesh = init_device_mesh("cpu", (ctx.size,))
+    a = distribute_tensor(torch.ones(8, 4), mesh, [Shard(0)])
+    b = distribute_tensor(torch.ones(4, 6), mesh, [Shard(0)])
+    torch.manual_seed(0)
+    logits = distribute_tensor(torch.randn(6, 8), mesh, [Shard(1)])
+    target = torch.randint(0, 8, (6,))
+    with watch(ctx.ledger), ctx.ledger.capture() as cap:
+        (a @ b).full_tensor()
+        with loss_parallel():
+            torch.nn.functional.cross_entropy(logits, target)
+    return [(e.op, e.group, e.count, e.dtype) for e in cap.entries]
+
+
+@pytest.mark.world(sizes=[2, 4])
+def test_collectives_inside_dtensor_ops_are_booked_once(world):
+    P, ranks = world.size, tuple(range(world.size))
+    for got in world.run(_dtensor_matmul_and_loss):
+        assert got == [("all_gather", ranks, 4 // P * 6, "float32"),   # b, inside the matmul
+                       ("all_gather", ranks, 8 // P * 6, "float32"),   # full_tensor of a @ b
+                       *[("all_reduce", ranks, 6, "float32")] * 3]     # inside cross_entropy

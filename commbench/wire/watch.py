@@ -9,9 +9,15 @@ c10d ops behind ``dist.all_reduce``, ``all_gather_into_tensor`` and the rest (``
 ``c10d._allgather_base_``, ...), the functional collectives behind DTensor and funcol
 (``_c10d_functional.all_reduce``, ...), and ``_dtensor.shard_dim_alltoall``. The mode sees the
 outermost of them once; an op it runs is not dispatched to it again, so each call is booked once
-whatever entry point it went through. ``wait_tensor`` moves nothing and is not booked. The time
-booked is the host time of the call: for async ops (NCCL, funcol) that is the launch, not the
-transfer.
+whatever entry point it went through. An op on DTensors is handed to DTensor's own dispatch with
+the mode still on (``NotImplemented``), so the collectives DTensor issues inside it (the
+all-gather a ``Shard @ Shard`` matmul needs, loss_parallel's three all-reduces) are booked too.
+``wait_tensor`` moves nothing and is not booked. The time booked is the host time of the call:
+for async ops (NCCL, funcol) that is the launch, not the transfer.
+
+Each entry also carries the reduction (sum, max, ...), the phase (forward, or backward while
+autograd runs one) and the issuing module's qualified name (torch's ``ModuleTracker``; the
+innermost module active), and the tensor's own bytes beside the modelled ones.
 
 Calls made by commbench's own comm layer are booked by the comm layer and skipped here.
 """
@@ -182,6 +188,10 @@ class watch(TorchDispatchMode):
         kwargs = kwargs or {}
         name = f"{func.namespace}.{func._schema.name.split('::')[1]}"
         rule = _RULES.get(name)
+        if rule is None and any(t.__name__ == "DTensor" for t in types):
+            # a tensor subclass's op (DTensor's): let its own dispatch run with this mode still
+            # on, so that the collectives it issues inside reach the watcher
+            return NotImplemented
         if rule is None or _QUIET.get():
             return func(*args, **kwargs)
         named = {arg.name: (args[i] if i < len(args) else kwargs.get(arg.name, arg.default_value))
