@@ -143,3 +143,24 @@ def test_collectives_inside_dtensor_ops_are_booked_once(world):
         assert got == [("all_gather", ranks, 4 // P * 6, "float32"),   # b, inside the matmul
                        ("all_gather", ranks, 8 // P * 6, "float32"),   # full_tensor of a @ b
                        *[("all_reduce", ranks, 6, "float32")] * 3]     # inside cross_entropy
+
+
+def _tp_mlp_context(ctx):
+    import torch.distributed as dist
+
+    _tensor_parallel_mlp(ctx, 2, 3, 4)
+    with watch(ctx.ledger):
+        dist.all_reduce(torch.ones(2), op=dist.ReduceOp.MAX)
+    last = ctx.ledger.entries[-3:]
+    return [(e.redop, e.phase, e.module, e.nbytes) for e in last]
+
+
+@pytest.mark.world(sizes=[2])
+def test_entries_carry_reduction_phase_module_and_tensor_bytes(world):
+    """torch's TP MLP: the forward all-reduce of RowwiseParallel's output (issued by its forward
+    hook, once module 2's own forward ended: the innermost active module is the Sequential) and
+    the backward all-reduce of ColwiseParallel's input gradient (module 0); then a MAX outside
+    any module. Tensor bytes: 24 float32 = 96 B; 2 float32 = 8 B."""
+    for got in world.run(_tp_mlp_context):
+        assert got == [("sum", "forward", "Sequential", 96), ("sum", "backward", "Sequential.0", 96),
+                       ("max", "forward", "", 8)]

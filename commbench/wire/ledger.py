@@ -35,6 +35,10 @@ class Entry(NamedTuple):
     scope: str = ""
     source: str = "commbench"  # or "torch" for calls seen by the watcher
     axis: str = ""  # the group's name: its grid axis (tp, dp, ...), "world", or "" (watcher)
+    redop: str = ""  # sum, max, avg, ... for reductions (watcher)
+    phase: str = ""  # forward or backward (watcher: backward while autograd runs one)
+    module: str = ""  # the innermost module active, by qualified name (watcher)
+    nbytes: int = 0  # the tensor's own bytes, beside the modelled sent/recv (watcher)
 
     def as_dict(self) -> dict:
         d = self._asdict()
@@ -73,9 +77,10 @@ class Ledger:
 
     def record(self, op: str, group: tuple[int, ...], transport: str, dtype: str, count: int,
                sent: int, recv: int, seconds: float, source: str = "commbench",
-               axis: str = "") -> Entry:
+               axis: str = "", **more) -> Entry:
+        """Book one call; ``more``: redop, phase, module, nbytes (what the watcher knows)."""
         entry = Entry(op, group, transport, dtype, count, sent, recv, seconds,
-                      "/".join(self._scopes) if self._scopes else "", source, axis)
+                      "/".join(self._scopes) if self._scopes else "", source, axis, **more)
         self.entries.append(entry)
         for cap in self._captures:
             cap.entries.append(entry)

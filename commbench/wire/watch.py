@@ -16,8 +16,9 @@ all-gather a ``Shard @ Shard`` matmul needs, loss_parallel's three all-reduces) 
 for async ops (NCCL, funcol) that is the launch, not the transfer.
 
 Each entry also carries the reduction (sum, max, ...), the phase (forward, or backward while
-autograd runs one) and the issuing module's qualified name (torch's ``ModuleTracker``; the
-innermost module active), and the tensor's own bytes beside the modelled ones.
+autograd runs one) and the issuing module's qualified name (torch's ``ModuleTracker``: the
+innermost module active; a module's own forward hooks, such as torch TP's redistribution of an
+output, run once it has left), and the tensor's own bytes beside the modelled ones.
 
 Calls made by commbench's own comm layer are booked by the comm layer and skipped here.
 """
@@ -177,12 +178,46 @@ def _a2a_list(a: dict) -> tuple:
                                              "out_splits": [t.numel() for t in outs], "row": 1}
 
 
+def _redop(value) -> str:
+    """A reduction's name from a c10d op's boxed ReduceOp or a functional op's string."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value.lower()
+    import torch.distributed as dist
+
+    names = {int(v): k.lower() for k, v in dist.ReduceOp.RedOpType.__members__.items()}
+    try:
+        return names.get(int(value._get_method("op")()), "")
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return ""
+
+
 class watch(TorchDispatchMode):
     """Book torch.distributed calls made inside the ``with`` block into ``ledger``."""
 
     def __init__(self, ledger: Ledger, transport: str | None = None) -> None:
         super().__init__()
         self.ledger, self.transport = ledger, transport
+        from torch.utils.module_tracker import ModuleTracker
+
+        self._modules = ModuleTracker()
+
+    def __enter__(self):
+        self._modules.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._modules.__exit__(*exc)
+
+    def _context(self) -> tuple[str, str]:
+        """(phase, innermost module's qualified name) of the call being booked."""
+        backward = torch._C._current_graph_task_id() != -1 or self._modules.is_bw
+        names = [p for p in self._modules.parents if p != "Global"]
+        return ("backward" if backward else "forward"), max(names, key=len, default="")
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -205,9 +240,11 @@ class watch(TorchDispatchMode):
         first = None if op == "barrier" else _first(list(named.values()))
         dtype = first.dtype if first is not None else torch.uint8
         sent, recv = booked(op, pg.size(), pg.rank(), count, dtype.itemsize, **vol)
+        phase, module = self._context()
         self.ledger.record(op, _ranks(pg), self.transport or _backend(pg),
                            str(dtype).removeprefix("torch."), count, sent, recv, seconds,
-                           source="torch")
+                           source="torch", redop=_redop(named.get("reduce_op")), phase=phase,
+                           module=module, nbytes=count * dtype.itemsize)
         return out
 
 
