@@ -22,6 +22,17 @@ def _short_pieces(lo, hi, seg):
 
 _PIECES = schedule_mod.pieces
 _TINY = schedule_mod.tiny_reducer
+_LIKE = schedule_mod.like
+
+
+def _poisoned_like(buf, count):
+    """Scratch as the compiled path allocates it, filled with NaN: a dropped piece leaves what
+    the scratch held, and uninitialised memory may still hold the very bytes the reference path
+    just received (the allocator hands the same block back), so it must not pass for data."""
+    out = _LIKE(buf, count)
+    if out.dtype.is_floating_point:
+        out.fill_(float("nan"))
+    return out
 
 
 def tiny_first_only(op, a, b):
@@ -41,7 +52,7 @@ def compiled_vs_reference(ctx, transport, algo, count, dtype, redop, seed, mutan
     patch = mock.patch.dict(steps_mod.SCHEDULES, {algo: _miscombine_on_member_0(
         steps_mod.SCHEDULES[algo])}) if mutant == "corrupt" else mock.patch.dict({})
     if mutant == "short_pieces":
-        patch = mock.patch.object(schedule_mod, "pieces", _short_pieces)
+        patch = mock.patch.multiple(schedule_mod, pieces=_short_pieces, like=_poisoned_like)
     if mutant == "tiny_first_only":
         patch = mock.patch.object(schedule_mod, "tiny_reducer", tiny_first_only)
     with patch:
