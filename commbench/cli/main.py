@@ -1,4 +1,4 @@
-"""``commbench``: info, list, run, compare, claims, predict, gpu-check.
+"""``commbench``: info, list, run, compare, claims, predict, audit, gpu-check.
 
     commbench info                      launcher, world, transports, versions, devices
     commbench list                      every pattern (markers, variants, groups) and algorithm
@@ -9,6 +9,7 @@
     commbench run overhead --np 2       commbench's timing of MPI all-reduce against raw mpi4py
     commbench run versus --np 2         the transport's own all-reduce against ours, side by side
     commbench compare OLD.json NEW.json per-row ratios; exit 1 on a regression
+    commbench audit train.py --np 2     every collective your own script issues, per group/module
 
 Exit codes: 0 all good; 1 wrong results (#wrong > 0, booked != predicted calls, a failed claim,
 a regression); 2 bad input (arguments, files, configs), found before any rank starts wherever it
@@ -32,7 +33,7 @@ __all__ = ["COMMANDS", "main"]
 # command -> module; each module has add_parser(sub) and command(args) -> exit code, and imports
 # nothing heavy (torch) at its top, so that --help answers at once
 COMMANDS = {"info": "info", "list": "listing", "run": "run", "compare": "compare",
-            "claims": "claims", "predict": "predict", "gpu-check": "gpu_check"}
+            "claims": "claims", "predict": "predict", "audit": "audit", "gpu-check": "gpu_check"}
 
 
 class Terminated(KeyboardInterrupt):

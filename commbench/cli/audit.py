@@ -1,0 +1,74 @@
+"""``commbench audit SCRIPT [ARGS]``: run a training script on every rank under the watcher and
+print (and write) every collective it issued, per group and per module (studies/audit.py)."""
+
+from __future__ import annotations
+
+import os
+
+from commbench.cli.common import UsageError
+
+__all__ = ["add_parser", "command"]
+
+
+def add_parser(sub) -> None:
+    a = sub.add_parser("audit", help="every collective a script of yours issues, per group and "
+                       "per module")
+    a.add_argument("script", help="a Python script, run as __main__ on every rank")
+    a.add_argument("args", nargs="*", help="its arguments (put them after --)")
+    a.add_argument("--np", type=int, default=2, help="ranks of the local world (no launcher)")
+    a.add_argument("--launch", default="auto", choices=("auto", "mpi", "plain"),
+                   help="how a local world starts its ranks (auto: mpiexec when there is one)")
+    a.add_argument("--timeout", type=float, default=300.0, help="seconds before a hang")
+    a.add_argument("--out", default="results", help="folder for the JSON and markdown tables")
+    a.add_argument("--no-write", action="store_true", help="write no results files")
+    a.add_argument("--label", default="", help="the machine class in the file name (default: "
+                   "this machine's)")
+
+
+def command(a) -> int:
+    from commbench.cli import checks
+
+    if not os.path.isfile(a.script):
+        raise UsageError(f"{a.script}: no such script")
+    if not a.timeout > 0:
+        raise UsageError(f"--timeout {a.timeout}: must be > 0")
+    size, _, launcher = checks.world_size(a.np)
+    if not launcher:
+        checks.check_np(a.np)
+    if not a.no_write:
+        checks.check_out(a.out)
+    from commbench.results import records as res
+    from commbench.studies.audit import audit_markdown, run_script, tables
+    from commbench.studies.sweep import hardware
+
+    if launcher:
+        from commbench.runtime.context import Context
+        from commbench.runtime.launch import detect
+        from commbench.runtime.spmd import LauncherWorld
+
+        world = LauncherWorld(Context.from_launcher(), timeout_s=a.timeout)
+        printer = detect().rank == 0
+    else:
+        from commbench.runtime.local import LocalWorld
+
+        world, printer = LocalWorld(a.np, launch=a.launch, timeout_s=a.timeout), True
+    path = os.path.abspath(a.script)
+    try:
+        world.start()
+        per_rank = world.run(run_script, path, list(a.args))
+    finally:
+        world.close()
+    record = res.header("audit", size, f"local-{world.launch}" if not launcher else launcher,
+                        hardware(a.label), {"what": "the calls a script issued, booked"})
+    record["script"] = os.path.basename(a.script)
+    record["rows"] = tables(per_rank)
+    text = audit_markdown(record)
+    if printer:
+        print(text)
+        if not a.no_write:
+            stem = os.path.join(a.out, f"audit_{os.path.splitext(record['script'])[0]}_"
+                                       f"{hardware(a.label)}-x{size}")
+            res.write_json(stem + ".json", record)
+            res.write_atomic(stem + ".md", text)
+            print(f"# wrote {stem}.json and {stem}.md")
+    return 0

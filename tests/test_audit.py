@@ -1,0 +1,82 @@
+"""``commbench audit``: a user's own script run on every rank under the watcher; the calls it
+books are the library's own (torch's CommDebugMode counts the same calls), and the DTensor
+example's are worked out by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from commbench.studies.audit import _process_group_kept, run_script, tables
+
+pytestmark = pytest.mark.foundation
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+# torch's names of the same calls, as CommDebugMode counts them
+TORCH = {"c10d.scatter_": "scatter", "c10d.broadcast_": "broadcast",
+         "c10d_functional.all_gather_into_tensor": "all_gather",
+         "c10d_functional.reduce_scatter_tensor": "reduce_scatter",
+         "c10d_functional.all_reduce": "all_reduce", "c10d._allgather_base_": "all_gather",
+         "c10d._reduce_scatter_base_": "reduce_scatter"}
+
+
+def _audit_and_count(ctx, name):
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    path = os.path.join(EXAMPLES, name)
+    booked = run_script(ctx, path, [])
+    with _process_group_kept(), CommDebugMode() as cdm:
+        runpy.run_path(path, run_name="__main__")
+    counts = Counter()
+    for op, n in cdm.get_comm_counts().items():
+        counts[TORCH[str(op)]] += n
+    return booked, dict(counts)
+
+
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.parametrize("name", ["dtensor.py", "torch_tp_sp.py", "fsdp2.py"])
+def test_every_example_books_the_calls_the_library_makes(world, name):
+    for booked, counts in world.run(_audit_and_count, name):
+        assert Counter(t[0] for t in booked) == counts, name
+    rows = tables([b for b, _ in world.run(_audit_and_count, name)])
+    assert sum(r["calls"] for r in rows["groups"]) == sum(counts.values())
+
+
+@pytest.mark.world(sizes=[2, 4])
+def test_the_dtensor_example_by_hand(world):
+    """a [4P, 4] and b [4, 2P] scattered from rank 0; the matmul all-gathers b's row shard
+    (4/P x 2P = 8 elements); the logits [4P, 2P] go from rows to columns through an all-gather
+    of a row block (4 x 2P); loss_parallel all-reduces 4P values three times: max, sum, sum."""
+    P = world.size
+    for booked, _ in world.run(_audit_and_count, "dtensor.py"):
+        assert [(t[0], t[4], t[11]) for t in booked] == [
+            ("scatter", 16 * P, ""), ("scatter", 8 * P, ""), ("all_gather", 8, ""),
+            ("all_gather", 8 * P, ""), ("all_reduce", 4 * P, "max"), ("all_reduce", 4 * P, "sum"),
+            ("all_reduce", 4 * P, "sum")]
+
+
+@pytest.mark.local
+def test_the_audit_command_prints_and_writes_its_tables(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "commbench", "audit",
+                          os.path.join(EXAMPLES, "torch_tp_sp.py"), "--np", "2", "--out",
+                          str(tmp_path), "--label", "test-box"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "| group" in out.stdout and "reduce_scatter" in out.stdout
+    record = json.loads((tmp_path / "audit_torch_tp_sp_test-box-x2.json").read_text())
+    phases = {(r["op"], r["phase"]) for r in record["rows"]["groups"]}
+    assert {("all_gather", "forward"), ("reduce_scatter", "forward"), ("all_gather", "backward"),
+            ("reduce_scatter", "backward")} <= phases  # sequence parallelism, both ways
+
+
+def test_a_missing_script_is_refused(capsys):
+    from commbench.cli.main import main
+
+    assert main(["audit", "no/such/script.py"]) == 2
+    assert "no/such/script.py: no such script" in capsys.readouterr().err
