@@ -75,6 +75,14 @@ def test_the_audit_command_prints_and_writes_its_tables(tmp_path):
             ("reduce_scatter", "backward")} <= phases  # sequence parallelism, both ways
 
 
+def test_audit_and_watch_are_the_package_s_own():
+    import commbench
+    from commbench.studies.audit import audit
+    from commbench.wire.watch import watch
+
+    assert commbench.audit is audit and commbench.watch is watch
+
+
 def test_a_missing_script_is_refused(capsys):
     from commbench.cli.main import main
 

@@ -176,6 +176,9 @@ def _write(folder, name: str, kind: str, row: int) -> str:
 
 @pytest.mark.parametrize("argv", [["--help"], ["--version"], ["run", "--help"], ["list"],
                                   ["claims", "--np", "0"], ["claims", "--np", "-3"],
-                                  ["predict", "published", "--no-write"], ["nonsense"], []])
+                                  ["predict", "published", "--no-write"], ["nonsense"], [],
+                                  ["audit", "no/such.py"], ["audit", "examples/dtensor.py",
+                                                            "--np", "0"],
+                                  ["audit", "examples/dtensor.py", "--timeout", "nan"]])
 def test_every_other_command_holds_the_contract(argv, capsys):
     _holds_contract(argv, capsys)
