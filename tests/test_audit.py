@@ -89,3 +89,26 @@ def test_a_missing_script_is_refused(capsys):
 
     assert main(["audit", "no/such/script.py"]) == 2
     assert "no/such/script.py: no such script" in capsys.readouterr().err
+
+
+@pytest.mark.world(sizes=[2])
+def test_the_trace_is_chrome_s_format_one_track_per_rank(world):
+    """Chrome's trace event format: metadata naming each rank's track, one complete event
+    ("ph": "X", ts and dur in microseconds) per booked call, a rank's calls one after another."""
+    from commbench.studies.audit import chrome_trace
+
+    per_rank = [b for b, _ in world.run(_audit_and_count, "fsdp2.py")]
+    trace = json.loads(json.dumps(chrome_trace(per_rank)))
+    events = trace["traceEvents"]
+    names = [e for e in events if e["ph"] == "M"]
+    assert [(e["name"], e["pid"], e["args"]["name"]) for e in names] == \
+        [("process_name", r, f"rank {r}") for r in range(world.size)]
+    calls = [e for e in events if e["ph"] == "X"]
+    assert len(calls) == sum(len(b) for b in per_rank)
+    assert min(e["ts"] for e in calls) == 0.0
+    for r in range(world.size):
+        mine = sorted((e for e in calls if e["pid"] == r), key=lambda e: e["ts"])
+        assert [e["name"] for e in mine] == [t[0] for t in per_rank[r]]
+        assert all(isinstance(e["ts"], float) and e["dur"] >= 0 and e["tid"] == 0 for e in mine)
+        assert all(a["ts"] + a["dur"] <= b["ts"] + 1e-3 for a, b in zip(mine, mine[1:]))
+        assert {e["args"]["phase"] for e in mine} == {"forward", "backward"}

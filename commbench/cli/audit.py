@@ -23,6 +23,8 @@ def add_parser(sub) -> None:
     a.add_argument("--no-write", action="store_true", help="write no results files")
     a.add_argument("--label", default="", help="the machine class in the file name (default: "
                    "this machine's)")
+    a.add_argument("--trace", default="", metavar="FILE", help="also write every rank's calls "
+                   "as a Chrome trace (open it in Perfetto or chrome://tracing)")
 
 
 def command(a) -> int:
@@ -37,8 +39,10 @@ def command(a) -> int:
         checks.check_np(a.np)
     if not a.no_write:
         checks.check_out(a.out)
+    if a.trace:
+        checks.check_file(a.trace, "--trace")
     from commbench.results import records as res
-    from commbench.studies.audit import audit_markdown, run_script, tables
+    from commbench.studies.audit import audit_markdown, chrome_trace, run_script, tables
     from commbench.studies.sweep import hardware
 
     if launcher:
@@ -71,4 +75,7 @@ def command(a) -> int:
             res.write_json(stem + ".json", record)
             res.write_atomic(stem + ".md", text)
             print(f"# wrote {stem}.json and {stem}.md")
+        if a.trace:
+            res.write_json(a.trace, chrome_trace(per_rank))
+            print(f"# wrote {a.trace}")
     return 0

@@ -39,6 +39,7 @@ class Entry(NamedTuple):
     phase: str = ""  # forward or backward (watcher: backward while autograd runs one)
     module: str = ""  # the innermost module active, by qualified name (watcher)
     nbytes: int = 0  # the tensor's own bytes, beside the modelled sent/recv (watcher)
+    start: float = 0.0  # time.perf_counter() when the call began (watcher), for a timeline
 
     def as_dict(self) -> dict:
         d = self._asdict()
@@ -78,7 +79,8 @@ class Ledger:
     def record(self, op: str, group: tuple[int, ...], transport: str, dtype: str, count: int,
                sent: int, recv: int, seconds: float, source: str = "commbench",
                axis: str = "", **more) -> Entry:
-        """Book one call; ``more``: redop, phase, module, nbytes (what the watcher knows)."""
+        """Book one call; ``more``: redop, phase, module, nbytes, start (what the watcher
+        knows)."""
         entry = Entry(op, group, transport, dtype, count, sent, recv, seconds,
                       "/".join(self._scopes) if self._scopes else "", source, axis, **more)
         self.entries.append(entry)

@@ -244,7 +244,7 @@ class watch(TorchDispatchMode):
         self.ledger.record(op, _ranks(pg), self.transport or _backend(pg),
                            str(dtype).removeprefix("torch."), count, sent, recv, seconds,
                            source="torch", redop=_redop(named.get("reduce_op")), phase=phase,
-                           module=module, nbytes=count * dtype.itemsize)
+                           module=module, nbytes=count * dtype.itemsize, start=t0)
         return out
 
 
