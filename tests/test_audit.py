@@ -95,10 +95,10 @@ def test_a_missing_script_is_refused(capsys):
 def test_the_trace_is_chrome_s_format_one_track_per_rank(world):
     """Chrome's trace event format: metadata naming each rank's track, one complete event
     ("ph": "X", ts and dur in microseconds) per booked call, a rank's calls one after another."""
-    from commbench.studies.audit import chrome_trace
+    from commbench.results.trace import chrome_trace
 
     per_rank = [b for b, _ in world.run(_audit_and_count, "fsdp2.py")]
-    trace = json.loads(json.dumps(chrome_trace(per_rank)))
+    trace = json.loads(json.dumps(chrome_trace([("fsdp2", per_rank)])))
     events = trace["traceEvents"]
     names = [e for e in events if e["ph"] == "M"]
     assert [(e["name"], e["pid"], e["args"]["name"]) for e in names] == \

@@ -78,3 +78,25 @@ def test_bad_configs_are_refused(world, bad, variant, rule):
     cfg = PPConfig(**{**dict(stages=world.size, layers=2 * world.size, batch=4, micro=2), **bad})
     with pytest.raises(SPMDError, match=rule):
         world.run(run_pattern, "pp", cfg, variant, 0)
+
+
+@pytest.mark.world(sizes=[2])
+def test_the_pipeline_trace_shows_each_rank_s_calls_in_order(world):
+    """`commbench run pp --trace`: every rank's booked sends and receives of one 1F1B step as
+    Chrome trace events, placed where they started (a non-blocking send is booked when it is
+    waited for, the trace puts it at its post); the last stage's first receive ends after the
+    first stage's first send began: the pipeline's fill."""
+    from commbench.results.trace import chrome_trace
+
+    cfg = PPConfig(stages=2, layers=4, hidden=8, batch=8, micro=4)
+    outs = world.run(run_pattern, "pp", cfg, "1f1b", 0)
+    events = [e for e in chrome_trace([("pp", [o["timeline"] for o in outs])])["traceEvents"]
+              if e["ph"] == "X"]
+    for r, o in enumerate(outs):
+        mine = [e for e in events if e["pid"] == r]
+        assert sorted(e["name"] for e in mine) == sorted(t[0] for t in o["timeline"])
+        assert all(e["args"]["axis"] == "pp" and e["dur"] >= 0 for e in mine)
+    first_send = min(e["ts"] for e in events if e["pid"] == 0 and e["name"] in ("send", "isend"))
+    first_recv_end = min(e["ts"] + e["dur"] for e in events if e["pid"] == 1
+                         and e["name"] in ("recv", "irecv"))
+    assert first_recv_end >= first_send

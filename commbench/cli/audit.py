@@ -42,7 +42,8 @@ def command(a) -> int:
     if a.trace:
         checks.check_file(a.trace, "--trace")
     from commbench.results import records as res
-    from commbench.studies.audit import audit_markdown, chrome_trace, run_script, tables
+    from commbench.results.trace import chrome_trace
+    from commbench.studies.audit import audit_markdown, run_script, tables
     from commbench.studies.sweep import hardware
 
     if launcher:
@@ -76,6 +77,6 @@ def command(a) -> int:
             res.write_atomic(stem + ".md", text)
             print(f"# wrote {stem}.json and {stem}.md")
         if a.trace:
-            res.write_json(a.trace, chrome_trace(per_rank))
+            res.write_json(a.trace, chrome_trace([(record['script'], per_rank)]))
             print(f"# wrote {a.trace}")
     return 0

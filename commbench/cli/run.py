@@ -113,7 +113,14 @@ def _patterns(a, world, launch, printer, emit) -> int:
     measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters)
     emit(f"# commbench run {' '.join(a.targets)}: {', '.join(a.patterns)}; {world.size} ranks "
          f"({launch}), transport {world.transports[0]}")
-    rows = pattern_study(world, a.patterns, a.iters, a.warmup_iters, emit)
+    timeline: list | None = [] if a.trace else None
+    rows = pattern_study(world, a.patterns, a.iters, a.warmup_iters, emit, timeline=timeline)
+    if a.trace and printer:
+        from commbench.results import records as res
+        from commbench.results.trace import chrome_trace
+
+        res.write_json(a.trace, chrome_trace(timeline))
+        emit(f"# wrote {a.trace}")
     bad = [r for r in rows if not r["calls_match"]]
     emit(f"# calls booked = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
     for name in a.patterns:

@@ -32,6 +32,8 @@ def add_parser(sub) -> None:
     r.add_argument("-J", "--json", default="", metavar="FILE", help="also write the rows to FILE "
                    "(nccl-tests' -J); the results folder's files are written as well")
     r.add_argument("--csv", default="", metavar="FILE", help="also write the rows to FILE as CSV")
+    r.add_argument("--trace", default="", metavar="FILE", help="pattern studies: every rank's "
+                   "booked calls of each run's first step as a Chrome trace (Perfetto)")
     r.add_argument("--np", type=int, default=4, help="ranks of the local world (no launcher)")
     r.add_argument("--transport", default="", help="comma-separated; default: every one")
     r.add_argument("--launch", default="auto", choices=("auto", "mpi", "plain"),
@@ -104,7 +106,7 @@ def _common(a) -> None:
         checks.check_np(a.np)
     if not a.no_write:
         checks.check_out(a.out)
-    for flag, path in (("-J", getattr(a, "json", "")), ("--csv", getattr(a, "csv", ""))):
+    for flag, path in (("-J", a.json), ("--csv", a.csv), ("--trace", a.trace)):
         if path:
             checks.check_file(path, flag)
 
@@ -128,6 +130,9 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
     a.targets = [canonical(t) for t in a.targets]
     ops: list[str] = []
     a.patterns = _patterns(a.targets)
+    if a.trace and not a.patterns:
+        raise UsageError("--trace: a timeline of the pattern studies (commbench run <pattern>) "
+                         "and of commbench audit; a collective sweep's calls are its timed loop")
     if a.patterns or a.targets == ["numerics"]:  # studies of their own grid of configs
         _check_pattern_args(a)
         return ops, []

@@ -67,4 +67,5 @@ def run_pattern(ctx, name: str, cfg, variant: str, seed: int, broken: str | None
                       lambda: comm.backend.barrier(ctx.world), iters, warmup,
                       ctx.device.type == "cuda")
     return {"outputs": _cpu(out), "ledger": booked_calls(cap.entries), "times": times,
+            "timeline": [tuple(e) for e in cap.entries],  # the first step's calls, with times
             "stats": stats[warmup:], "groups": {k: g.ranks for k, g in groups.items()}}

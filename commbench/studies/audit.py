@@ -116,21 +116,3 @@ def audit_markdown(record: dict) -> str:
             f"them, tensor bytes as the call passed them):\n\n{groups}\n\nPer module:\n\n"
             f"{modules}\n")
 
-
-def chrome_trace(per_rank: list[list[tuple]]) -> dict:
-    """Every rank's booked calls as a Chrome trace (the JSON Perfetto and chrome://tracing open):
-    one track per rank (pid), one complete event ("ph": "X") per call with its op, group, bytes,
-    reduction, phase and module; the gaps between them are the step's computation. Times are
-    microseconds from the first call of any rank (the ranks of a host share its monotonic
-    clock)."""
-    entries = [(rank, Entry(*t)) for rank, es in enumerate(per_rank) for t in es]
-    t0 = min((e.start for _, e in entries), default=0.0)
-    events = [{"name": "process_name", "ph": "M", "pid": rank, "tid": 0,
-               "args": {"name": f"rank {rank}"}} for rank in range(len(per_rank))]
-    events += [{"name": e.op, "cat": e.phase or "call", "ph": "X", "pid": rank, "tid": 0,
-                "ts": (e.start - t0) * 1e6, "dur": e.seconds * 1e6,
-                "args": {"group": list(e.group), "dtype": e.dtype, "elements": e.count,
-                         "sent_bytes": e.sent, "tensor_bytes": e.nbytes, "redop": e.redop,
-                         "phase": e.phase, "module": e.module}}
-               for rank, e in entries]
-    return {"traceEvents": events, "displayTimeUnit": "ms"}

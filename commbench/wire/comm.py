@@ -73,7 +73,7 @@ class Comm:
         itemsize = dtype.itemsize
         sent, recv = booked(op, group.size, group.index, count, itemsize, **vol)
         self.ledger.record(op, group.ranks, self.transport, dtype_name(dtype), count, sent, recv,
-                           seconds, axis=group.name)
+                           seconds, axis=group.name, start=t0)
         return result
 
     # -- collectives --------------------------------------------------------------------------
@@ -125,7 +125,7 @@ class Comm:
 
         def done() -> None:
             ledger.record(op, group.ranks, transport, dtype_name(x.dtype), x.numel(), sent, recv,
-                          time.perf_counter() - t0, axis=group.name)
+                          time.perf_counter() - t0, axis=group.name, start=t0)
 
         return Work(handle, out, done)
 
@@ -284,7 +284,7 @@ class Comm:
 
         def done() -> None:
             ledger.record(op, group.ranks, transport, dtype_name(buf.dtype), buf.numel(), sent,
-                          recv, time.perf_counter() - t0, axis=group.name)
+                          recv, time.perf_counter() - t0, axis=group.name, start=t0)
 
         return Work(handle, buf, done)
 
