@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from commbench.cli import checks
 from commbench.cli.common import UsageError
 
 __all__ = ["add_parser", "command"]
@@ -15,30 +16,16 @@ def add_parser(sub) -> None:
                        "per module")
     a.add_argument("script", help="a Python script, run as __main__ on every rank")
     a.add_argument("args", nargs="*", help="its arguments (put them after --)")
-    a.add_argument("--np", type=int, default=2, help="ranks of the local world (no launcher)")
-    a.add_argument("--launch", default="auto", choices=("auto", "mpi", "plain"),
-                   help="how a local world starts its ranks (auto: mpiexec when there is one)")
-    a.add_argument("--timeout", type=float, default=300.0, help="seconds before a hang")
-    a.add_argument("--out", default="results", help="folder for the JSON and markdown tables")
-    a.add_argument("--no-write", action="store_true", help="write no results files")
-    a.add_argument("--label", default="", help="the machine class in the file name (default: "
-                   "this machine's)")
+    checks.world_options(a, np=2, timeout=300.0)
     a.add_argument("--trace", default="", metavar="FILE", help="also write every rank's calls "
                    "as a Chrome trace (open it in Perfetto or chrome://tracing)")
 
 
 def command(a) -> int:
-    from commbench.cli import checks
-
     if not os.path.isfile(a.script):
         raise UsageError(f"{a.script}: no such script")
-    if not a.timeout > 0:
-        raise UsageError(f"--timeout {a.timeout}: must be > 0")
-    size, _, launcher = checks.world_size(a.np)
-    if not launcher:
-        checks.check_np(a.np)
-    if not a.no_write:
-        checks.check_out(a.out)
+    checks.check_world(a)
+    size, launcher = a.world_size, a.launcher
     if a.trace:
         checks.check_file(a.trace, "--trace")
     from commbench.results import records as res

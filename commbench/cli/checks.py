@@ -9,13 +9,51 @@ import os
 from commbench.cli.common import UsageError
 
 __all__ = ["RANK_MB", "RANKS_PER_CORE", "available_bytes", "check_memory", "check_np",
-           "check_out", "world_size"]
+           "check_out", "check_world", "world_options", "world_size"]
 
 # A local world's rank holds torch and its transports: about 250 MB resident, measured (ps) on
 # a 4-rank world; 300 MB leaves room. Start-up costs each rank ~1.5 s of CPU (torch's import):
 # past RANKS_PER_CORE ranks per core a world takes minutes to start, or never does.
 RANK_MB = 300
 RANKS_PER_CORE = 8
+
+
+def world_options(p, *, np: int, timeout: float | None) -> None:
+    """The options of every command that starts a world and writes results files."""
+    p.add_argument("--np", type=int, default=np, help="ranks of the local world (no launcher)")
+    p.add_argument("--launch", default="auto", choices=("auto", "mpi", "plain"),
+                   help="how a local world starts its ranks (auto: mpiexec when there is one)")
+    if timeout is not None:
+        p.add_argument("--timeout", type=float, default=timeout, help="seconds before a call "
+                       "counts as a hang")
+    p.add_argument("--out", default="results", help="folder for the JSON and markdown tables")
+    p.add_argument("--no-write", action="store_true", help="write no results files")
+    p.add_argument("--label", default="", help="the machine class in results' file names "
+                   "(default: this machine's, e.g. intel-xeon-2c or nvidia-h200-8gpu)")
+    p.set_defaults(np_default=np)
+
+
+def check_world(a) -> None:
+    """The checks of :func:`world_options`, before any rank starts; ``a`` gains
+    ``world_size``, ``ranks_here`` and ``launcher`` ('' without one)."""
+    from commbench.results.machine import machine_class
+
+    if not getattr(a, "timeout", 1.0) > 0:
+        raise UsageError(f"--timeout {a.timeout}: must be > 0")
+    try:
+        machine_class(a.label)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if a.np < 1:
+        raise UsageError(f"--np {a.np}: must be >= 1")
+    a.world_size, a.ranks_here, a.launcher = world_size(a.np)
+    if a.launcher and a.np not in (a.np_default, a.world_size):
+        raise UsageError(f"--np {a.np}: the launcher ({a.launcher}) started {a.world_size} ranks; "
+                         "drop --np or launch that many")
+    if not a.launcher:
+        check_np(a.np)
+    if not a.no_write:
+        check_out(a.out)
 
 
 def available_bytes() -> int | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from commbench.cli import checks
 from commbench.cli.common import UsageError
 
 __all__ = ["add_parser", "command"]
@@ -12,19 +13,11 @@ __all__ = ["add_parser", "command"]
 
 def add_parser(sub) -> None:
     k = sub.add_parser("claims", help="measure the notes' claims; write the claims table")
-    k.add_argument("--np", type=int, default=4, help="ranks of the local world")
-    k.add_argument("--launch", default="auto", choices=("auto", "mpi", "plain"),
-                   help="how the local world starts its ranks (auto: mpiexec when there is one)")
-    k.add_argument("--out", default="results", help="folder for the claims table")
-    k.add_argument("--no-write", action="store_true", help="write no results files")
-    k.add_argument("--label", default="", help="the machine class in the file name (default: "
-                   "this machine's)")
+    checks.world_options(k, np=4, timeout=None)
 
 
 def command(a) -> int:
-    from commbench.cli import checks
     from commbench.results import records as res
-    from commbench.results.machine import machine_class
     from commbench.runtime.local import LocalWorld
     from commbench.studies.claims import claims_markdown, measure_claim
     from commbench.studies.claims_list import CLAIMS
@@ -32,13 +25,7 @@ def command(a) -> int:
 
     if a.np < 2:
         raise UsageError(f"--np {a.np}: the claims need at least 2 ranks")
-    checks.check_np(a.np)
-    if not a.no_write:
-        checks.check_out(a.out)
-    try:
-        machine_class(a.label)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    checks.check_world(a)
     with LocalWorld(a.np, launch=a.launch) as world:
         rows = [measure_claim(world, c) for c in CLAIMS if a.np >= c.min_ranks]
         launch = f"local-{world.launch}"

@@ -34,15 +34,8 @@ def add_parser(sub) -> None:
     r.add_argument("--csv", default="", metavar="FILE", help="also write the rows to FILE as CSV")
     r.add_argument("--trace", default="", metavar="FILE", help="pattern studies: every rank's "
                    "booked calls of each run's first step as a Chrome trace (Perfetto)")
-    r.add_argument("--np", type=int, default=4, help="ranks of the local world (no launcher)")
     r.add_argument("--transport", default="", help="comma-separated; default: every one")
-    r.add_argument("--launch", default="auto", choices=("auto", "mpi", "plain"),
-                   help="how a local world starts its ranks (auto: mpiexec when there is one)")
-    r.add_argument("--timeout", type=float, default=120.0, help="seconds per size before a hang")
-    r.add_argument("--out", default="results", help="folder for the JSON and markdown tables")
-    r.add_argument("--no-write", action="store_true", help="write no results files")
-    r.add_argument("--label", default="", help="the machine class in results' file names "
-                   "(default: this machine's, e.g. intel-xeon-2c or nvidia-h200-8gpu)")
+    checks.world_options(r, np=4, timeout=120.0)
     r.add_argument("--algo", default="", help="comma-separated algorithms (native, ring, ...); "
                    "default: native and every algorithm built for each collective")
     r.add_argument("--rounds", type=int, default=None, help="interleaved rounds (overhead and "
@@ -93,19 +86,7 @@ def _common(a) -> None:
     for name, v, lo in (("-n", a.iters, 1), ("-w", a.warmup_iters, 0)):
         if v < lo:
             raise UsageError(f"{name} {v}: must be >= {lo}")
-    if not a.timeout > 0:
-        raise UsageError(f"--timeout {a.timeout}: must be > 0")
-    _check_label(a)
-    if a.np < 1:
-        raise UsageError(f"--np {a.np}: must be >= 1")
-    a.world_size, a.ranks_here, a.launcher = checks.world_size(a.np)
-    if a.launcher and a.np not in (4, a.world_size):
-        raise UsageError(f"--np {a.np}: the launcher ({a.launcher}) started {a.world_size} ranks; "
-                         "drop --np or launch that many")
-    if not a.launcher:
-        checks.check_np(a.np)
-    if not a.no_write:
-        checks.check_out(a.out)
+    checks.check_world(a)
     for flag, path in (("-J", a.json), ("--csv", a.csv), ("--trace", a.trace)):
         if path:
             checks.check_file(path, flag)
@@ -214,11 +195,3 @@ def _check_transports(a, ops: list[str]) -> None:
             raise UsageError(f"-d {a.datatype} -o {a.op} over mpi ({', '.join(reducing)}): "
                              f"{why}; choose another dtype or --transport")
 
-
-def _check_label(a) -> None:
-    from commbench.results.machine import machine_class
-
-    try:
-        machine_class(a.label)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None

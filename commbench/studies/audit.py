@@ -62,40 +62,33 @@ def run_script(ctx, path: str, argv: list[str]) -> list[tuple]:
 
 
 def tables(per_rank: list[list[tuple]]) -> dict:
-    """Per (group, op, dtype, redop, phase): calls, elements, bytes sent and tensor bytes on the
-    busiest rank, host seconds summed over calls (slowest rank); per module: calls and bytes."""
+    """Per (group, op, dtype, redop, phase): calls, elements, bytes sent and tensor bytes of the
+    busiest rank, host seconds summed over calls (slowest rank), ranks that made such calls;
+    per module: calls and bytes of the busiest rank."""
+    fields = ("calls", "elements", "sent", "tensor_bytes", "seconds")
     groups: dict[tuple, dict] = {}
-    modules: dict[tuple, dict] = {}
+    modules: dict[str, dict] = {}
     for entries in per_rank:
-        mine: dict[tuple, dict] = {}
-        by_module: dict[tuple, dict] = {}
-        for t in entries:
-            e = Entry(*t)
-            key = (list(e.group), e.op, e.dtype, e.redop or "-", e.phase or "-")
-            row = mine.setdefault(str(key), {"key": key, "calls": 0, "count": 0, "sent": 0,
-                                             "nbytes": 0, "seconds": 0.0})
-            row["calls"] += 1
-            row["count"] += e.count
-            row["sent"] += e.sent
-            row["nbytes"] += e.nbytes
-            row["seconds"] += e.seconds
-            m = by_module.setdefault((e.module or "(no module)",), {"calls": 0, "sent": 0})
-            m["calls"] += 1
-            m["sent"] += e.sent
-        for k, row in mine.items():
-            best = groups.setdefault(k, dict(row, ranks=0))
-            best["ranks"] += 1
-            for f in ("calls", "count", "sent", "nbytes", "seconds"):
-                best[f] = max(best[f], row[f]) if best["ranks"] > 1 else row[f]
-        for k, m in by_module.items():
-            best = modules.setdefault(k, dict(m))
-            best["calls"], best["sent"] = max(best["calls"], m["calls"]), max(best["sent"], m["sent"])
-    group_rows = [{"group": r["key"][0], "op": r["key"][1], "dtype": r["key"][2],
-                   "redop": r["key"][3], "phase": r["key"][4], "calls": r["calls"],
-                   "elements": r["count"], "sent": r["sent"], "tensor_bytes": r["nbytes"],
-                   "seconds": r["seconds"], "ranks": r["ranks"]} for r in groups.values()]
-    module_rows = [{"module": k[0], "calls": m["calls"], "sent": m["sent"]}
-                   for k, m in sorted(modules.items())]
+        mine: dict[tuple, list] = {}
+        by_module: dict[str, list] = {}
+        for e in map(Entry._make, entries):
+            key = (e.group, e.op, e.dtype, e.redop or "-", e.phase or "-")
+            for acc, vals in ((mine.setdefault(key, [0, 0, 0, 0, 0.0]),
+                               (1, e.count, e.sent, e.nbytes, e.seconds)),
+                              (by_module.setdefault(e.module or "(no module)", [0, 0]),
+                               (1, e.sent))):
+                for i, v in enumerate(vals):
+                    acc[i] += v
+        for key, acc in mine.items():
+            row = groups.setdefault(key, {"ranks": 0, **dict.fromkeys(fields, 0)})
+            row["ranks"] += 1
+            row.update({f: max(row[f], v) for f, v in zip(fields, acc, strict=True)})
+        for name, (calls, sent) in by_module.items():
+            row = modules.setdefault(name, {"calls": 0, "sent": 0})
+            row.update(calls=max(row["calls"], calls), sent=max(row["sent"], sent))
+    group_rows = [{"group": list(k[0]), "op": k[1], "dtype": k[2], "redop": k[3],
+                   "phase": k[4], **row} for k, row in groups.items()]
+    module_rows = [{"module": name, **row} for name, row in sorted(modules.items())]
     return {"groups": group_rows, "modules": module_rows}
 
 

@@ -26,6 +26,7 @@ Calls made by commbench's own comm layer are booked by the comm layer and skippe
 from __future__ import annotations
 
 import contextvars
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -178,17 +179,22 @@ def _a2a_list(a: dict) -> tuple:
                                              "out_splits": [t.numel() for t in outs], "row": 1}
 
 
+@functools.cache
+def _redop_names() -> dict[int, str]:
+    """c10d's reduction codes (RedOpType) by name: 0 sum, 1 avg, 2 product, 3 min, 4 max, ..."""
+    import torch.distributed as dist
+
+    return {int(v): k.lower() for k, v in dist.ReduceOp.RedOpType.__members__.items()}
+
+
 def _redop(value) -> str:
     """A reduction's name from a c10d op's boxed ReduceOp or a functional op's string."""
     if value is None:
         return ""
     if isinstance(value, str):
         return value.lower()
-    import torch.distributed as dist
-
-    names = {int(v): k.lower() for k, v in dist.ReduceOp.RedOpType.__members__.items()}
     try:
-        return names.get(int(value._get_method("op")()), "")
+        return _redop_names().get(int(value._get_method("op")()), "")
     except (AttributeError, RuntimeError, TypeError, ValueError):
         return ""
 
