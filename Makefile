@@ -8,7 +8,7 @@ TORCH_SPEC     ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 NP ?= 4
 
-.PHONY: bench test test-% suites gpu-check mutate lint info clean
+.PHONY: bench test test-% suites gpu-check cluster-check cluster-bench mutate lint info clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,16 @@ gpu-check: $(VENV)/.installed  ## one GPU: every pattern and collective over NCC
 	$(BIN)/commbench gpu-check
 	$(BIN)/python -m pytest -m gpu -rs tests/test_gpu.py
 
+# root: Open MPI's mpirun, a one-host Slurm and an emulated two-node cluster (network namespaces
+# and a tc-shaped link); installs what it lacks, leaves nothing running. Not part of make test.
+cluster-check: $(VENV)/.installed  ## root: mpirun (Open MPI), srun (Slurm), an emulated 2-node cluster
+	$(BIN)/python suites/cluster/check.py
+
+cluster-bench: $(VENV)/.installed  ## root: all-reduce on the emulated cluster at 10 and 1 Gbit/s -> results/cluster_*
+	rm -rf .cluster-runs
+	$(BIN)/python suites/cluster/measure.py --out .cluster-runs
+	$(BIN)/python suites/cluster/report.py .cluster-runs > /dev/null
+
 # mutmut forks a warm process per mutant; torch's thread pool does not survive a fork (mutants
 # hung until the timeout), hence one thread
 mutate: $(VENV)/.installed  ## mutation testing of the pure modules; writes results/mutation.md
@@ -52,4 +62,4 @@ info: $(VENV)/.installed
 	$(BIN)/commbench info
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks mutants
+	rm -rf $(VENV) $(VENV)-openmpi .pytest_cache .hypothesis .benchmarks mutants .cluster-runs

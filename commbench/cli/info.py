@@ -15,11 +15,12 @@ import sys
 from commbench.runtime.launch import LaunchError, detect
 
 
-def _mpi_line() -> tuple[str, object]:
-    try:
-        from mpi4py import MPI
-    except (ImportError, RuntimeError, OSError) as exc:
-        return f"unavailable ({type(exc).__name__}: {exc})", None
+def _mpi_line(launcher: str | None) -> tuple[str, object]:
+    from commbench.runtime.context import import_mpi
+
+    MPI = import_mpi(launcher)  # LaunchError: the launcher's MPI is not mpi4py's
+    if MPI is None:
+        return "unavailable (mpi4py or its MPI library cannot be loaded)", None
     lib = " ".join(MPI.Get_library_version().splitlines()[0].split())
     import mpi4py
 
@@ -33,7 +34,12 @@ def info() -> int:
     import torch.distributed as dist
 
     launch = detect()
-    mpi_text, MPI = _mpi_line() if launch.is_mpi or not launch.launched else ("not loaded", None)
+    try:
+        mpi_text, MPI = (_mpi_line(launch.launcher if launch.launched else None)
+                         if launch.is_mpi or not launch.launched else ("not loaded", None))
+    except LaunchError as exc:
+        print(f"commbench: error: {exc}", file=sys.stderr)
+        return 1
     size = launch.size
     rows = None
     if MPI is not None and launch.launched:
@@ -62,7 +68,16 @@ def info() -> int:
         f"devices    : {_devices()}",
     ]
     print("\n".join(f"# {line}" for line in lines))
-    for rank, pid, host, dev in rows or [(0, os.getpid(), socket.gethostname(), _device(launch))]:
+    rows = rows or [(0, os.getpid(), socket.gethostname(), _device(launch))]
+    if len(rows) == size:
+        from commbench.collectives.hierarchical import LOCAL
+        from commbench.runtime.nodes import NodeLayout
+
+        layout = NodeLayout(tuple(host for _, _, host, _ in sorted(rows)))
+        fit = ("its nodes" if layout.fits(LOCAL) else
+               f"not its nodes: it cuts the world into nodes of {LOCAL} adjacent ranks")
+        print(f"# nodes      : {layout.describe()}; the hierarchical all-reduce's grid is {fit}")
+    for rank, pid, host, dev in rows:
         print(f"#  Rank {rank:2d} Pid {pid:7d} on {host:>12} device {dev}")
     return 0
 

@@ -30,6 +30,8 @@ def add_parser(sub) -> None:
                    help="GPUs taking part (default: every GPU of the topology); filled node by node")
     c.add_argument("--algo", default=None)
     c.add_argument("--proto", default=None)
+    c.add_argument("--link-gbit", type=float, default=None,
+                   help="a hosts topology (\"kind\": \"hosts\"): its link at this rate instead")
     pub = what.add_parser("published", help="the presets against published nccl-tests figures")
     pub.add_argument("--nccl-version", default="2.30.7")
     pub.add_argument("--out", default="results")
@@ -77,6 +79,16 @@ def _collective(a) -> None:
     from commbench.studies.sweep import parse_size
 
     size = parse_size(a.size)
+    from commbench.costmodel.twolevel import is_hosts_file
+
+    hosts = [t for t in a.topology.split(",") if t and is_hosts_file(t)]
+    if hosts:
+        if len(hosts) != len([t for t in a.topology.split(",") if t]):
+            raise ValueError(f"--topology {a.topology}: give hosts files (\"kind\": \"hosts\") "
+                             "and GPU topologies in separate calls")
+        return _on_hosts(a, hosts, size)
+    if a.link_gbit is not None:
+        raise ValueError("--link-gbit: only for a hosts topology (\"kind\": \"hosts\")")
     for topo in _topologies(a):
         if a.ranks is not None:
             topo = on_ranks(topo, a.ranks)
@@ -94,6 +106,37 @@ def _collective(a) -> None:
             t = hierarchical_all_reduce(size, topo, a.nccl_version)
             print(f"# two-level (RS in node, AR across nodes on each rail, AG in node): "
                   f"{t:.1f} us, busbw {size / t / 1e3 * bus_factor(a.op, n):.1f} GB/s")
+
+
+def _on_hosts(a, files: list[str], size: int) -> None:
+    """The two-level alpha-beta model of a cluster of hosts (:mod:`..costmodel.twolevel`)."""
+    from commbench.costmodel.twolevel import load, predict_us
+    from commbench.results.busbw import factor as bus_factor
+
+    if a.op != "all_reduce":
+        raise ValueError(f"{a.op}: a hosts topology has two-level terms for all_reduce only")
+    if a.link_gbit is not None and not a.link_gbit > 0:
+        raise ValueError(f"--link-gbit {a.link_gbit}: must be > 0")
+    for f in files:
+        c = load(f)
+        c = c.at(a.link_gbit) if a.link_gbit is not None else c
+        n = c.ranks
+        print(f"# all_reduce of {size} B on {c.name}: {n} ranks ({c.nodes} x {c.ranks_per_node}), "
+              f"link {c.link_Gbps:g} Gbit/s each way; two-level alpha-beta model")
+        rows = []
+        for key in sorted(c.host):
+            transport, _, algo = key.partition("/")
+            if a.algo and algo != a.algo:
+                continue
+            p = predict_us(c, transport, algo, size)
+            rows.append([transport, algo, f"{p['host_us']:.1f}", f"{p['link_us']:.1f}",
+                         f"{p['time_us']:.1f}", f"{p['overlap_us']:.1f}",
+                         f"{size / p['time_us'] / 1e3 * bus_factor(a.op, n):.3f}"])
+        print(tabulate(rows, headers=["transport", "algorithm", "host(us)", "link(us)",
+                                      "time(us)", "overlapped(us)", "busbw(GB/s)"],
+                       disable_numparse=True))
+        print("# time = host + link (host work and link crossing in turn); overlapped: the "
+              "larger of the two, a lower bound")
 
 
 def on_ranks(topo, ranks: int):

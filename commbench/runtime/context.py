@@ -27,7 +27,7 @@ from commbench.runtime.status import Tracker
 from commbench.wire.comm import Comm
 from commbench.wire.ledger import Ledger
 
-__all__ = ["Context", "default_backend", "import_mpi"]
+__all__ = ["Context", "default_backend", "import_mpi", "mpi_mismatch"]
 
 
 def default_backend() -> str:
@@ -39,12 +39,40 @@ def default_backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
-def import_mpi():
-    """``mpi4py.MPI``, or None when mpi4py or its MPI library is missing."""
+def mpi_mismatch(launcher: str, library: str) -> str | None:
+    """Why the MPI library mpi4py loads cannot join the world of ``launcher``, or None.
+
+    Open MPI's mpirun speaks PMIx, which the MPICH family (MPICH, Intel MPI, MVAPICH) does not:
+    such a rank aborts inside MPI_Init; MPICH's mpiexec under an Open MPI library gives every
+    rank a world of one. Both are caught here, before MPI_Init, from the library's version."""
+    openmpi = "Open MPI" in library
+    if (launcher == "openmpi" and not openmpi) or (launcher == "mpich" and openmpi):
+        first = " ".join(library.splitlines()[0].split()) if library else "an unknown MPI"
+        runner = {"openmpi": "Open MPI's mpirun",
+                  "mpich": "a PMI launcher (MPICH's mpiexec, srun --mpi=pmi2)"}[launcher]
+        return (f"{runner} started this rank but mpi4py loads {first!r}: use the mpiexec of that "
+                "MPI, or install mpi4py with the MPI of this launcher (README: switching MPI)")
+    return None
+
+
+def import_mpi(launcher: str | None = None):
+    """``mpi4py.MPI``, initialised, or None when mpi4py or its MPI library is missing. With the
+    ``launcher`` that started this rank, a library of another MPI raises :class:`LaunchError`
+    before MPI_Init (:func:`mpi_mismatch`)."""
     try:
+        import mpi4py
+
+        if "mpi4py.MPI" not in sys.modules:
+            mpi4py.rc.initialize = False
+            mpi4py.rc.finalize = True
         from mpi4py import MPI
     except (ImportError, RuntimeError, OSError):
         return None
+    if not MPI.Is_initialized():
+        why = mpi_mismatch(launcher, MPI.Get_library_version()) if launcher else None
+        if why:
+            raise LaunchError(why)
+        MPI.Init_thread(MPI.THREAD_MULTIPLE)
     return MPI
 
 
@@ -78,7 +106,7 @@ class Context:
         info = info or detect()
         MPI = None
         if use_mpi or (use_mpi is None and info.is_mpi):
-            MPI = import_mpi()
+            MPI = import_mpi(info.launcher if info.launched else None)
             if MPI is None and use_mpi:
                 raise LaunchError("use_mpi=True but mpi4py or its MPI library cannot be loaded")
         mpi_comm = MPI.COMM_WORLD if MPI else None
