@@ -23,7 +23,7 @@ TORCH = {"c10d.scatter_": "scatter", "c10d.broadcast_": "broadcast",
          "c10d_functional.all_gather_into_tensor": "all_gather",
          "c10d_functional.reduce_scatter_tensor": "reduce_scatter",
          "c10d_functional.all_reduce": "all_reduce", "c10d._allgather_base_": "all_gather",
-         "c10d._reduce_scatter_base_": "reduce_scatter"}
+         "c10d._reduce_scatter_base_": "reduce_scatter", "c10d.allreduce_": "all_reduce"}
 
 
 def _audit_and_count(ctx, name):
@@ -31,8 +31,12 @@ def _audit_and_count(ctx, name):
 
     path = os.path.join(EXAMPLES, name)
     booked = run_script(ctx, path, [])
-    with _process_group_kept(), CommDebugMode() as cdm:
-        runpy.run_path(path, run_name="__main__")
+    saved, sys.argv = sys.argv, [path]  # the script's own argument parser reads it
+    try:
+        with _process_group_kept(), CommDebugMode() as cdm:
+            runpy.run_path(path, run_name="__main__")
+    finally:
+        sys.argv = saved
     counts = Counter()
     for op, n in cdm.get_comm_counts().items():
         counts[TORCH[str(op)]] += n
@@ -40,7 +44,7 @@ def _audit_and_count(ctx, name):
 
 
 @pytest.mark.world(sizes=[2, 4])
-@pytest.mark.parametrize("name", ["dtensor.py", "torch_tp_sp.py", "fsdp2.py"])
+@pytest.mark.parametrize("name", ["dtensor.py", "torch_tp_sp.py", "fsdp2.py", "megatron_sp.py"])
 def test_every_example_books_the_calls_the_library_makes(world, name):
     outs = world.run(_audit_and_count, name)
     for booked, counts in outs:

@@ -19,6 +19,9 @@ def add_parser(sub) -> None:
     checks.world_options(a, np=2, timeout=300.0)
     a.add_argument("--trace", default="", metavar="FILE", help="also write every rank's calls "
                    "as a Chrome trace (open it in Perfetto or chrome://tracing)")
+    a.add_argument("--layout", default="", metavar="SPEC",
+                   help="compare rank 0's calls with this layout's (the predict layout flags: "
+                        "tp=2,sp,hidden=4096,...; pp=1); exit 1 on a difference")
 
 
 def command(a) -> int:
@@ -28,6 +31,14 @@ def command(a) -> int:
     size, launcher = a.world_size, a.launcher
     if a.trace:
         checks.check_file(a.trace, "--trace")
+    lay = None
+    if a.layout:
+        from commbench.studies.audit_layout import parse_layout
+
+        try:
+            lay = parse_layout(a.layout, size)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     from commbench.results import records as res
     from commbench.results.trace import chrome_trace
     from commbench.studies.audit import audit_markdown, run_script, tables
@@ -54,6 +65,11 @@ def command(a) -> int:
                         hardware(a.label), {"what": "the calls a script issued, booked"})
     record["script"] = os.path.basename(a.script)
     record["rows"] = tables(per_rank)
+    if lay is not None:
+        from commbench.studies.audit_layout import compare
+
+        record["layout"] = {"spec": a.layout, "settings": lay.as_dict(),
+                            **compare(lay, per_rank[0])}
     text = audit_markdown(record)
     if printer:
         print(text)
@@ -66,4 +82,7 @@ def command(a) -> int:
         if a.trace:
             res.write_json(a.trace, chrome_trace([(record['script'], per_rank)]))
             print(f"# wrote {a.trace}")
-    return 0
+    flags = record.get("layout", {}).get("flags", [])
+    if printer and flags:
+        print(f"# {len(flags)} difference(s) from the layout:", *flags, sep="\n#   ")
+    return 1 if flags else 0

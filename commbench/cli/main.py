@@ -63,8 +63,14 @@ def _terminate(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if argv[:1] == ["audit"] and "--" in argv:  # the audited script's own arguments
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1:]
     debug = "--debug" in argv or os.environ.get("COMMBENCH_DEBUG", "") not in ("", "0")
     args = _parser().parse_args([a for a in argv if a != "--debug"])
+    if script_args:
+        args.args = [*args.args, *script_args]
     import signal
 
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):

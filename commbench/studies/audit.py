@@ -105,7 +105,18 @@ def audit_markdown(record: dict) -> str:
                                "sent(B)", "tensor(B)", "host time(us)"], tablefmt="github")
     modules = tabulate([[r["module"], r["calls"], r["sent"]] for r in record["rows"]["modules"]],
                        headers=["module", "calls", "sent(B)"], tablefmt="github")
-    return (f"{head}\n\nPer group (the busiest rank's figures; bytes sent as the ledger books "
+    text = (f"{head}\n\nPer group (the busiest rank's figures; bytes sent as the ledger books "
             f"them, tensor bytes as the call passed them):\n\n{groups}\n\nPer module:\n\n"
             f"{modules}\n")
+    lay = record.get("layout")
+    if lay:
+        rows = tabulate([[r["axis"], r["op"], r["elements"], r["dtype"], r["predicted"],
+                          r["observed"], r["flag"]] for r in lay["rows"]],
+                        headers=["axis", "op", "elements", "dtype", "layout", "audited", "flag"],
+                        tablefmt="github")
+        verdict = ("\n".join(f"- {f}" for f in lay["flags"]) if lay["flags"]
+                   else "No difference: every call is one the layout makes.")
+        text += (f"\nAgainst the layout `{lay['spec']}` (rank 0's calls per step, by axis; "
+                 f"elements per call):\n\n{rows}\n\n{verdict}\n")
+    return text
 

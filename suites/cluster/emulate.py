@@ -115,6 +115,8 @@ def down() -> None:
             for f in etc.iterdir():
                 f.unlink()
             etc.rmdir()
+    if NETNS_ETC.is_dir() and not any(NETNS_ETC.iterdir()):
+        NETNS_ETC.rmdir()
     _run("ip", "link", "del", "cbv0", check=False)
 
 

@@ -1,0 +1,139 @@
+"""An audited step against the calls its layout should make (``commbench audit --layout``).
+
+The layout (:mod:`commbench.costmodel.layout`) predicts rank 0's calls per step on each group
+axis (tp, cp, ep, dp, edp) from the patterns. Rank 0's booked calls are put on the same axes by
+their ranks (Megatron's order, TP fastest), then counted per (axis, op, elements) against the
+prediction. Each difference is flagged with what a reader looks for:
+
+* ``extra``/``missing``: more or fewer calls of that op and size than the layout makes (an
+  all-gather the model has no reason for, a re-gather the layout was not told of);
+* ``dtype``: a call in another width than the layout's (``act_bytes`` on tp/cp/ep,
+  ``grad_bytes`` on dp/edp): a gradient reduction in fp32 where bf16 was meant;
+* ``unexpected group``: a call on ranks that are none of the layout's groups.
+
+Pipeline layouts (pp > 1) are refused: the layout prices the busiest stage, not rank 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from commbench.costmodel.layout_config import Layout
+from commbench.names import ITEMSIZE
+from commbench.wire.ledger import Entry
+
+__all__ = ["compare", "layout_groups", "parse_layout"]
+
+AXES = ("tp", "cp", "ep", "dp", "edp")
+WIDTH = {"tp": "act_bytes", "cp": "act_bytes", "ep": "act_bytes", "dp": "grad_bytes",
+         "edp": "grad_bytes"}
+
+
+def parse_layout(spec: str, world_size: int) -> Layout:
+    """``tp=2,sp,hidden=64,...`` (the ``predict layout`` flags, ``_`` or ``-``; a bare name sets
+    a flag) as a validated Layout for ``world_size`` ranks, or ValueError naming the item."""
+    kinds = {f.name: type(f.default) for f in fields(Layout)}
+    values: dict = {}
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        key, eq, raw = item.partition("=")
+        key = key.replace("-", "_")
+        if key not in kinds:
+            raise ValueError(f"--layout {item!r}: no such setting; known: {', '.join(kinds)}")
+        kind = kinds[key]
+        if not eq:
+            if kind is not bool:
+                raise ValueError(f"--layout {item!r}: needs a value ({key}=...)")
+            values[key] = True
+            continue
+        try:
+            values[key] = raw.lower() in ("1", "true", "yes") if kind is bool else kind(raw)
+        except ValueError:
+            raise ValueError(f"--layout {item!r}: {raw!r} is not a {kind.__name__}") from None
+    lay = Layout(**values)
+    lay.validate()
+    if lay.pp > 1:
+        raise ValueError(f"--layout pp={lay.pp}: the layout prices the busiest pipeline stage, "
+                         "not rank 0; audit a layout with pp=1")
+    if lay.ranks != world_size:
+        raise ValueError(f"--layout: tp*cp*dp*pp = {lay.ranks} ranks; the audit runs "
+                         f"{world_size}")
+    return lay
+
+
+def layout_groups(lay: Layout) -> dict[tuple[int, ...], tuple[str, ...]]:
+    """Every group of the layout: ranks -> the axes it serves (with dp = 1, the cp ranks are
+    also the gradients' dp group), groups of one rank left out."""
+    from commbench.costmodel.layout import _size, _stride
+
+    out: dict[tuple[int, ...], tuple[str, ...]] = {}
+    for axis in AXES:
+        n, s = _size(lay, axis), _stride(lay, axis)
+        if n < 2:
+            continue
+        for r in range(lay.ranks):
+            k = (r // s) % n
+            ranks = tuple(r + (j - k) * s for j in range(n))
+            if axis not in out.get(ranks, ()):
+                out[ranks] = (*out.get(ranks, ()), axis)
+    return out
+
+
+def _predicted(lay: Layout) -> dict[tuple[str, str, int], int]:
+    from commbench.costmodel.layout import _calls
+
+    out: dict[tuple[str, str, int], int] = {}
+    for axis, calls in _calls(lay).items():
+        width = getattr(lay, WIDTH[axis])
+        for call, times in calls:
+            key = (axis, call.op, call.size // width)
+            out[key] = out.get(key, 0) + times
+    return out
+
+
+def compare(lay: Layout, entries: list[tuple]) -> dict:
+    """Rank 0's booked entries against the layout: rows (axis, op, elements, dtypes,
+    predicted, observed, flag) and the flags, one line each."""
+    groups = layout_groups(lay)
+    predicted = _predicted(lay)
+    seen: dict[tuple[str, str, int], int] = {}
+    dtypes: dict[tuple[str, str, int], set[str]] = {}
+    flags: list[str] = []
+    stray: dict[tuple, int] = {}
+    for e in map(Entry._make, entries):
+        if len(e.group) < 2 or e.op == "barrier":
+            continue
+        axes = groups.get(tuple(sorted(e.group)))
+        if axes is None:
+            stray[(e.group, e.op)] = stray.get((e.group, e.op), 0) + 1
+            continue
+        axis = next((x for x in axes if (x, e.op, e.count) in predicted), axes[0])
+        key = (axis, e.op, e.count)
+        seen[key] = seen.get(key, 0) + 1
+        dtypes.setdefault(key, set()).add(e.dtype)
+    for (group, op), n in sorted(stray.items()):
+        flags.append(f"unexpected group: {n} {op} on ranks {list(group)}, none of the layout's "
+                     "groups")
+    rows = []
+    for key in sorted(set(predicted) | set(seen)):
+        axis, op, count = key
+        want, got = predicted.get(key, 0), seen.get(key, 0)
+        flag = ""
+        if got > want:
+            flag = (f"extra {op}: {got - want} more of {count} elements on {axis} than the "
+                    f"layout makes ({want})")
+        elif got < want:
+            flag = (f"missing {op}: {want - got} fewer of {count} elements on {axis} than the "
+                    f"layout makes ({want})")
+        width = getattr(lay, WIDTH[axis])
+        wrong = sorted(d for d in dtypes.get(key, ()) if ITEMSIZE.get(d) != width)
+        if wrong:
+            what = "gradients" if WIDTH[axis] == "grad_bytes" else "activations"
+            dflag = (f"dtype: {op} of {count} elements on {axis} in {', '.join(wrong)}; the "
+                     f"layout's {what} are {width} B per element ({WIDTH[axis]}={width})")
+            flag = f"{flag}; {dflag}" if flag else dflag
+        if flag:
+            flags.append(flag)
+        rows.append({"axis": axis, "op": op, "elements": count,
+                     "dtype": ",".join(sorted(dtypes.get(key, ()))) or "-",
+                     "predicted": want, "observed": got, "flag": flag})
+    return {"rows": rows, "flags": flags}
