@@ -100,3 +100,35 @@ def test_the_pipeline_trace_shows_each_rank_s_calls_in_order(world):
     first_recv_end = min(e["ts"] + e["dur"] for e in events if e["pid"] == 1
                          and e["name"] in ("recv", "irecv"))
     assert first_recv_end >= first_send
+
+
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.parametrize("variant", ["gpipe", "1f1b", "interleaved"])
+def test_the_trace_shows_the_bubble_the_pipeline_measures(world, variant):
+    """A step's bubble two ways: from the trace (blocking receives and the wait for the
+    slowest rank, over the slowest rank's step) and from the pipeline's own clock around its
+    computation (1 - busy / step). The compute is synthetic (50 ms a layer forward for the
+    batch), so the two differ by the step's Python overhead only; and both lie near the
+    schedule's (p-1)/(vm+p-1)."""
+    from commbench.patterns.pp.pattern import trace_bubble
+    from commbench.patterns.pp.schedule import bubble_fraction
+
+    P = world.size
+    cfg = PPConfig(stages=P, layers=2 * P, hidden=8, batch=2 * P, micro=P, virtual=2,
+                   compute_s=0.05)
+    outs = world.run(run_pattern, "pp", cfg, variant, 0, None, 1, 0)  # the trace's: a warm step
+    wall = max(o["span"][1] - o["span"][0] for o in outs)
+    own = sum(1 - o["span_stats"]["busy_s"] / wall for o in outs) / P
+    seen = trace_bubble(outs)
+    assert seen == pytest.approx(own, abs=0.05)
+    ideal = bubble_fraction(variant, P, cfg.micro, cfg.chunks(variant))
+    assert seen == pytest.approx(ideal, abs=0.15)
+    # negative: a trace that counted the isends' post-to-wait time as idle sees no such bubble
+    from commbench.results.trace import NONBLOCKING, chrome_trace, idle_fraction
+
+    assert NONBLOCKING == ("isend", "irecv")
+    t = chrome_trace([("s", [o["timeline"] for o in outs], [o["span"] for o in outs])])
+    for e in t["traceEvents"]:
+        if e.get("name") == "isend":
+            e["name"] = "send"  # booked as blocking
+    assert idle_fraction(t, "s") > seen + 0.05

@@ -33,7 +33,8 @@ def add_parser(sub) -> None:
                    "(nccl-tests' -J); the results folder's files are written as well")
     r.add_argument("--csv", default="", metavar="FILE", help="also write the rows to FILE as CSV")
     r.add_argument("--trace", default="", metavar="FILE", help="pattern studies: every rank's "
-                   "booked calls of each run's first step as a Chrome trace (Perfetto)")
+                   "booked calls of a warm step of each run (after the timed ones) as a Chrome "
+                   "trace (Perfetto)")
     r.add_argument("--transport", default="", help="comma-separated; default: every one")
     checks.world_options(r, np=4, timeout=120.0)
     r.add_argument("--algo", default="", help="comma-separated algorithms (native, ring, ...); "

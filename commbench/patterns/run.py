@@ -9,6 +9,7 @@ ledger booked (as :class:`~commbench.patterns.base.Call` fields) and the per-sam
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import astuple
 
 import torch
@@ -57,15 +58,34 @@ def run_pattern(ctx, name: str, cfg, variant: str, seed: int, broken: str | None
         return pattern.step(ctx, cfg, local, variant, groups, parts)
 
     checked = device_guard(ctx.device) if guard else contextlib.nullcontext()
-    with checked, ctx.ledger.capture() as cap:
-        out = step()
+    with checked:
+        out, entries, span = _traced(ctx, step)
     stats: list = []
     times: list[float] = []
+    first = out.get("stats")
     if iters:
         comm = ctx.comm()
         times = timed(lambda: stats.append(step().get("stats")),
                       lambda: comm.backend.barrier(ctx.world), iters, warmup,
                       ctx.device.type == "cuda")
-    return {"outputs": _cpu(out), "ledger": booked_calls(cap.entries), "times": times,
-            "timeline": [tuple(e) for e in cap.entries],  # the first step's calls, with times
+        # the trace's step: a warm one (the first pays the transport's lazy connections)
+        traced, trace_entries, span = _traced(ctx, step)
+        first = traced.get("stats")
+    else:
+        trace_entries = entries
+    return {"outputs": _cpu(out), "ledger": booked_calls(entries), "times": times,
+            "timeline": [tuple(e) for e in trace_entries],  # the traced step's calls, timed
+            "span": span, "span_stats": first,  # its start and end here, its own stats
             "stats": stats[warmup:], "groups": {k: g.ranks for k, g in groups.items()}}
+
+
+def _traced(ctx, step) -> tuple[dict, list, tuple[float, float]]:
+    """One step with the ranks started together (an unbooked barrier): its result, its booked
+    entries and its (start, end) on this rank."""
+    if ctx.backend or ctx.mpi is not None:
+        ctx.comm().backend.barrier(ctx.world)
+    with ctx.ledger.capture() as cap:
+        t0 = time.perf_counter()
+        out = step()
+        span = (t0, time.perf_counter())
+    return out, list(cap.entries), span

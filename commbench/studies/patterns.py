@@ -37,7 +37,8 @@ def _row_line(r: dict) -> str:
 def pattern_study(world, names: list[str], iters: int = 10, warmup: int = 3, emit=print,
                   seed: int = 0, timeline: list | None = None) -> list[dict]:
     """Rows of the study of ``names`` on ``world`` (module docstring). ``timeline``: a list that
-    gains, per run, (label, every rank's booked calls of its first step) for a trace."""
+    gains, per run, (label, every rank's booked calls of a warm step, every rank's (start, end)
+    of that step) for a trace."""
     rows = []
     emit(HEADER)
     for name in names:
@@ -54,7 +55,7 @@ def pattern_study(world, names: list[str], iters: int = 10, warmup: int = 3, emi
                 outs = world.run(run_pattern, name, cfg, variant, seed, None, iters, warmup)
                 if timeline is not None:
                     timeline.append((f"{name}/{variant} {pattern.label(cfg)}",
-                                     [o["timeline"] for o in outs]))
+                                     [o["timeline"] for o in outs], [o["span"] for o in outs]))
                 per = slowest([o["times"] for o in outs])
                 t = statistics.median(per) * 1e6
                 base = t if variant == pattern.optimized else base

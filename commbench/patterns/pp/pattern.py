@@ -18,6 +18,7 @@ from commbench.patterns.base import Broken, Call, Pattern, Tolerance
 from commbench.patterns.pp import broken
 from commbench.patterns.pp.pipeline import PPConfig, PPParts, oracle_pp, pipeline, weights_and_data
 from commbench.patterns.pp.schedule import SCHEDULES, bubble_fraction
+from commbench.results.trace import chrome_trace, idle_fraction
 from commbench.wire.dtypes import DTYPES
 
 __all__ = ["Pipeline"]
@@ -111,5 +112,13 @@ class Pipeline(Pattern):
         return {"bubble": round(statistics.median(bubbles), 3) if bubbles else None,
                 "(p-1)/(vm+p-1)": round(bubble_fraction(name, cfg.stages, m,
                                                         cfg.chunks(variant)), 3),
+                "bubble in the trace": round(trace_bubble(outs), 3),
                 "peak activations(B)": max(o["outputs"]["stats"]["peak_activation_bytes"]
                                            for o in outs)}
+
+
+def trace_bubble(outs: list[dict]) -> float:
+    """The traced step's bubble read off its Chrome trace (``--trace``): the ranks' blocking
+    receives and their wait for the slowest, over the slowest rank's step."""
+    trace = chrome_trace([("step", [o["timeline"] for o in outs], [o["span"] for o in outs])])
+    return idle_fraction(trace, "step")
