@@ -23,15 +23,16 @@ TORCH = {"c10d.scatter_": "scatter", "c10d.broadcast_": "broadcast",
          "c10d_functional.all_gather_into_tensor": "all_gather",
          "c10d_functional.reduce_scatter_tensor": "reduce_scatter",
          "c10d_functional.all_reduce": "all_reduce", "c10d._allgather_base_": "all_gather",
-         "c10d._reduce_scatter_base_": "reduce_scatter", "c10d.allreduce_": "all_reduce"}
+         "c10d._reduce_scatter_base_": "reduce_scatter", "c10d.allreduce_": "all_reduce",
+         "c10d.alltoall_base_": "all_to_all"}
 
 
-def _audit_and_count(ctx, name):
+def _audit_and_count(ctx, name, args=()):
     from torch.distributed.tensor.debug import CommDebugMode
 
     path = os.path.join(EXAMPLES, name)
-    booked = run_script(ctx, path, [])
-    saved, sys.argv = sys.argv, [path]  # the script's own argument parser reads it
+    booked = run_script(ctx, path, list(args))
+    saved, sys.argv = sys.argv, [path, *args]  # the script's own argument parser reads it
     try:
         with _process_group_kept(), CommDebugMode() as cdm:
             runpy.run_path(path, run_name="__main__")
