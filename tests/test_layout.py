@@ -67,6 +67,31 @@ def test_the_loss_term_matches_the_vocab_patterns_ledger(world, loss, sp):
 
 
 @pytest.mark.world(sizes=[2, 4])
+@pytest.mark.parametrize(("loss", "sp"), [("megatron", False), ("megatron", True), ("fused", True)])
+def test_with_pipeline_stages_the_last_stage_carries_the_head_and_the_loss(world, loss, sp):
+    """pp = 2: the tp group of the last stage, the busiest, adds the head and the loss, not the
+    embedding: the vocab pattern's ledger without its first call (the embedding's forward) and,
+    under SP, its last (the embedding's backward all-gather)."""
+    from commbench.patterns.tp.head import VocabConfig
+
+    P, m = world.size, 3
+    cfg = VocabConfig(batch=2, seq=4 * P, hidden=8 * P, vocab=4 * P, tp=P, sequence_parallel=sp,
+                      dtype="float32")
+    ledger = [c for c in world.run(run_pattern, "vocab", cfg, loss, 0)[0]["ledger"] if c[1] == "tp"]
+    last = ledger[1:-1] if sp else ledger[1:]
+    base = dict(layers=2, hidden=cfg.hidden, heads=P, seq=cfg.seq, vocab=cfg.vocab, pp=2,
+                micro_batch=cfg.batch, micro_batches=m, tp=P, sp=sp, act_bytes=4, grad_bytes=4)
+    rows = {k: next(r for r in predict_layout(Layout(**base, loss=k), TOPO) if r["group"] == "tp")
+            for k in ("none", loss)}
+    assert rows[loss]["calls"] - rows["none"]["calls"] == m * len(last)
+    assert rows[loss]["bytes_per_rank"] - rows["none"]["bytes_per_rank"] == \
+        m * sum(c[3] for c in last)
+    one = {k: next(r for r in predict_layout(Layout(**{**base, "pp": 1, "layers": 1}, loss=k),
+                                             TOPO) if r["group"] == "tp") for k in ("none", loss)}
+    assert one[loss]["calls"] - one["none"]["calls"] == m * len(ledger)  # pp = 1: all of it
+
+
+@pytest.mark.world(sizes=[2, 4])
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_data_parallel_and_zero_bytes_match_the_ledger(world, stage):
     P, m = world.size, 2

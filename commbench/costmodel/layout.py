@@ -10,8 +10,9 @@ layout predicts is what the code moves:
          all-reduce of the LayerNorm and bias gradients per layer per step; MoE layers add the
          ``moe`` pattern's TP calls (capacity all-gathers, the experts' f and g); with pp = 1 the
          ``vocab`` pattern's embedding, head and cross-entropy (``loss``: Megatron's 3
-         all-reduces, fused 2, or the naive all-gathered logits) x m (with pp > 1 they sit on
-         the first and last stages, which the layout does not price apart)
+         all-reduces, fused 2, or the naive all-gathered logits) x m; with pp > 1 the head and
+         the loss of the last stage, the busiest (the first stage's embedding, and Megatron's
+         all-reduce of tied embeddings between the two, are not priced)
     cp   ``ring_attention`` (K/V blocks round the ring) or ``ulysses`` (all-to-alls) per layer,
          with H/t query and max(H_kv/t, 1) KV heads
     ep   the ``moe`` pattern's capacity-layout calls on the EP group per MoE layer, C = ceil(k cf
@@ -58,10 +59,14 @@ def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     variant = ("sp_regather" if lay.regather else "sp") if lay.sp else "tp"
     out["tp"] += [(c, L * m) for c in activation_calls(tp_cfg, variant, 0)]
     out["tp"] += [(c, L) for c in replicated_sync(tp_cfg, variant, 0)]
-    if lay.loss != "none" and lay.pp == 1 and t > 1:  # the vocab pattern's embedding, head, loss
+    if lay.loss != "none" and t > 1:  # the vocab pattern's embedding, head, loss
         head = VocabConfig(batch=lay.micro_batch, seq=lay.seq // lay.cp, hidden=h, vocab=lay.vocab,
                            tp=t, sequence_parallel=lay.sp, dtype=act)
-        out["tp"] += [(c, m) for c in get("vocab").predicted(head, lay.loss, 0) if c.axis == "tp"]
+        vocab = [c for c in get("vocab").predicted(head, lay.loss, 0) if c.axis == "tp"]
+        if lay.pp > 1:  # the last stage, the busiest: the head's half and the loss
+            acts = 4 if lay.sp else 2  # embedding and head: RS+AG each (SP), or one all-reduce
+            vocab = vocab[:acts // 2] + vocab[acts:]
+        out["tp"] += [(c, m) for c in vocab]
     if lay.cp > 1:
         attn = AttnConfig(batch=lay.micro_batch, seq=lay.seq, heads=lay.heads // t,
                           kv_heads=max(kv // t, 1), head_dim=d, sp=lay.cp, dtype=act)
