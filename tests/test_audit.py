@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 
 import pytest
+import torch
 
 from commbench.studies.audit import _process_group_kept, run_script, tables
 
@@ -117,3 +118,39 @@ def test_the_trace_is_chrome_s_format_one_track_per_rank(world):
         assert all(isinstance(e["ts"], float) and e["dur"] >= 0 and e["tid"] == 0 for e in mine)
         assert all(a["ts"] + a["dur"] <= b["ts"] + 1e-3 for a, b in zip(mine, mine[1:]))
         assert {e["args"]["phase"] for e in mine} == {"forward", "backward"}
+
+
+def test_device_time_comes_from_each_call_s_work_and_shows_as_a_column():
+    """On a GPU, NCCL's own events give each c10d call's device time (tests/test_gpu.py runs it
+    for real); here, works that report a duration and one that cannot (no timing enabled)."""
+    from commbench.studies.audit import audit_markdown
+    from commbench.wire.ledger import Entry, Ledger
+    from commbench.wire.watch import _work_of, watch
+
+    class Work:
+        def __init__(self, ms):
+            self.ms = ms
+
+        def _get_duration(self):
+            if self.ms is None:
+                raise RuntimeError("Work timing is not enabled")
+            return self.ms
+
+    ledger = Ledger()
+    w = watch(ledger)
+    a = ledger.record("all_reduce", (0, 1), "nccl", "float32", 8, 16, 16, 1e-3, source="torch")
+    b = ledger.record("all_gather", (0, 1), "nccl", "float32", 8, 32, 32, 1e-3, source="torch")
+    w.works += [(a, Work(2.5)), (b, Work(None))]
+    assert w.device_times() == {id(a): 0.0025}
+    assert _work_of((torch.zeros(1), "not a work")) is None and _work_of(torch.zeros(1)) is None
+    timed = [tuple(a._replace(device_seconds=0.0025)), tuple(b)]
+    rows = tables([timed])
+    assert {r["op"]: r["device_seconds"] for r in rows["groups"]} == {"all_reduce": 0.0025,
+                                                                      "all_gather": 0.0}
+    record = {"suite": "audit", "hardware": "h", "world_size": 2, "launch": "x", "host": "h",
+              "created": "", "commit": "", "versions": {"python": "", "torch": "",
+                                                         "commbench": ""},
+              "measurement": {}, "rows": rows}
+    assert "device time(us)" in audit_markdown(record)
+    plain = dict(record, rows=tables([[tuple(Entry(*t[:-1], 0.0)) for t in timed]]))
+    assert "device time(us)" not in audit_markdown(plain)

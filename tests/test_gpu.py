@@ -20,8 +20,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.local, pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def gpu_world():
+    import os
+
     from commbench.runtime.local import LocalWorld
 
+    os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")  # the audit's device time
     with LocalWorld(1, backend="nccl") as w:
         yield w
 
@@ -65,3 +68,16 @@ def test_cuda_event_timing(gpu_world):
     (out,) = gpu_world.run(measure, Case("all_reduce", "nccl", iters=5, warmup=2), 1 << 20)
     assert out["wrong"] == 0 and len(out["times"]) == 5 and all(t > 0 for t in out["times"])
 
+
+def _audited_all_reduce(ctx):
+    import torch.distributed as dist
+
+    from commbench.studies.audit import audit
+
+    x = torch.ones(1 << 20, device="cuda")
+    return [(e.op, e.device_seconds) for e in audit(lambda: dist.all_reduce(x))]
+
+
+def test_the_audit_books_each_call_s_device_time(gpu_world):
+    (entries,) = gpu_world.run(_audited_all_reduce)
+    assert [op for op, _ in entries] == ["all_reduce"] and entries[0][1] > 0

@@ -44,6 +44,8 @@ def command(a) -> int:
     from commbench.studies.audit import audit_markdown, run_script, tables
     from commbench.studies.sweep import hardware
 
+    # NCCL records each collective's start and end on the GPU (the device time of the tables)
+    os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
     if launcher:
         from commbench.runtime.context import Context
         from commbench.runtime.launch import detect

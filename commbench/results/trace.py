@@ -34,7 +34,8 @@ def chrome_trace(runs: list[tuple]) -> dict:
                 "ts": (e.start - t0) * 1e6, "dur": e.seconds * 1e6,
                 "args": {"run": label, "group": list(e.group), "axis": e.axis, "dtype": e.dtype,
                          "elements": e.count, "sent_bytes": e.sent, "tensor_bytes": e.nbytes or None,
-                         "redop": e.redop, "phase": e.phase, "module": e.module}}
+                         "redop": e.redop, "phase": e.phase, "module": e.module,
+                         "device_us": e.device_seconds * 1e6 or None}}
                for label, rank, e in entries]
     events += [{"name": "step", "cat": "step", "ph": "X", "pid": rank, "tid": 0,
                 "ts": (sp[0] - t0) * 1e6, "dur": (sp[1] - sp[0]) * 1e6, "args": {"run": label}}

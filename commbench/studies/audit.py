@@ -25,9 +25,11 @@ def audit(step: Callable, *args, ledger: Ledger | None = None, **kwargs) -> list
     from commbench.wire.watch import watch
 
     ledger = ledger or Ledger()
-    with watch(ledger), ledger.capture() as cap:
+    with watch(ledger) as w, ledger.capture() as cap:
         step(*args, **kwargs)
-    return list(cap.entries)
+    device = w.device_times()
+    return [e._replace(device_seconds=device[id(e)]) if id(e) in device else e
+            for e in cap.entries]
 
 
 @contextlib.contextmanager
@@ -63,9 +65,9 @@ def run_script(ctx, path: str, argv: list[str]) -> list[tuple]:
 
 def tables(per_rank: list[list[tuple]]) -> dict:
     """Per (group, op, dtype, redop, phase): calls, elements, bytes sent and tensor bytes of the
-    busiest rank, host seconds summed over calls (slowest rank), ranks that made such calls;
-    per module: calls and bytes of the busiest rank."""
-    fields = ("calls", "elements", "sent", "tensor_bytes", "seconds")
+    busiest rank, host and (GPU) device seconds summed over calls (slowest rank), ranks that
+    made such calls; per module: calls and bytes of the busiest rank."""
+    fields = ("calls", "elements", "sent", "tensor_bytes", "seconds", "device_seconds")
     groups: dict[tuple, dict] = {}
     modules: dict[str, dict] = {}
     for entries in per_rank:
@@ -73,8 +75,8 @@ def tables(per_rank: list[list[tuple]]) -> dict:
         by_module: dict[str, list] = {}
         for e in map(Entry._make, entries):
             key = (e.group, e.op, e.dtype, e.redop or "-", e.phase or "-")
-            for acc, vals in ((mine.setdefault(key, [0, 0, 0, 0, 0.0]),
-                               (1, e.count, e.sent, e.nbytes, e.seconds)),
+            for acc, vals in ((mine.setdefault(key, [0, 0, 0, 0, 0.0, 0.0]),
+                               (1, e.count, e.sent, e.nbytes, e.seconds, e.device_seconds)),
                               (by_module.setdefault(e.module or "(no module)", [0, 0]),
                                (1, e.sent))):
                 for i, v in enumerate(vals):
@@ -98,11 +100,14 @@ def audit_markdown(record: dict) -> str:
     from commbench.results.records import markdown
 
     head = markdown(dict(record, rows=[])).rstrip()
+    device = any(r.get("device_seconds") for r in record["rows"]["groups"])
     groups = tabulate([[r["group"], r["op"], r["dtype"], r["redop"], r["phase"], r["calls"],
                         r["elements"], r["sent"], r["tensor_bytes"], f"{r['seconds'] * 1e6:.0f}"]
+                       + ([f"{r['device_seconds'] * 1e6:.0f}"] if device else [])
                        for r in record["rows"]["groups"]],
                       headers=["group", "op", "dtype", "redop", "phase", "calls", "elements",
-                               "sent(B)", "tensor(B)", "host time(us)"], tablefmt="github")
+                               "sent(B)", "tensor(B)", "host time(us)"]
+                      + (["device time(us)"] if device else []), tablefmt="github")
     modules = tabulate([[r["module"], r["calls"], r["sent"]] for r in record["rows"]["modules"]],
                        headers=["module", "calls", "sent(B)"], tablefmt="github")
     text = (f"{head}\n\nPer group (the busiest rank's figures; bytes sent as the ledger books "

@@ -40,6 +40,7 @@ class Entry(NamedTuple):
     module: str = ""  # the innermost module active, by qualified name (watcher)
     nbytes: int = 0  # the tensor's own bytes, beside the modelled sent/recv (watcher)
     start: float = 0.0  # time.perf_counter() when the call began (watcher), for a timeline
+    device_seconds: float = 0.0  # the collective's own time on the GPU (watcher, NCCL timing)
 
     def as_dict(self) -> dict:
         d = self._asdict()

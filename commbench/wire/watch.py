@@ -205,6 +205,7 @@ class watch(TorchDispatchMode):
     def __init__(self, ledger: Ledger, transport: str | None = None) -> None:
         super().__init__()
         self.ledger, self.transport = ledger, transport
+        self.works: list[tuple] = []  # (entry, c10d Work) of the calls on CUDA tensors
         from torch.utils.module_tracker import ModuleTracker
 
         self._modules = ModuleTracker()
@@ -247,11 +248,45 @@ class watch(TorchDispatchMode):
         dtype = first.dtype if first is not None else torch.uint8
         sent, recv = booked(op, pg.size(), pg.rank(), count, dtype.itemsize, **vol)
         phase, module = self._context()
-        self.ledger.record(op, _ranks(pg), self.transport or _backend(pg),
-                           str(dtype).removeprefix("torch."), count, sent, recv, seconds,
-                           source="torch", redop=_redop(named.get("reduce_op")), phase=phase,
-                           module=module, nbytes=count * dtype.itemsize, start=t0)
+        entry = self.ledger.record(op, _ranks(pg), self.transport or _backend(pg),
+                                   str(dtype).removeprefix("torch."), count, sent, recv, seconds,
+                                   source="torch", redop=_redop(named.get("reduce_op")),
+                                   phase=phase, module=module, nbytes=count * dtype.itemsize,
+                                   start=t0)
+        if first is not None and first.is_cuda:
+            work = _work_of(out)
+            if work is not None:
+                self.works.append((entry, work))
         return out
+
+    def device_times(self) -> dict[int, float]:
+        """id(entry) -> the seconds its collective ran on the GPU, for the c10d calls on CUDA
+        tensors booked so far: NCCL's own start and end events, recorded when the process
+        group was made with ``TORCH_NCCL_ENABLE_TIMING=1`` (``commbench audit`` sets it).
+        Waits for the device. Functional collectives (DTensor's) return no work: none."""
+        if self.works and torch.cuda.is_available():
+            torch.cuda.synchronize()
+        out = {}
+        for entry, work in self.works:
+            try:
+                out[id(entry)] = work._get_duration() / 1e3  # milliseconds
+            except (RuntimeError, AttributeError, ValueError):  # no timing, or not a GPU work
+                continue
+        return out
+
+
+def _work_of(out):
+    """The c10d Work a c10d op returned (its last output, a script object), or None."""
+    items = out if isinstance(out, tuple | list) else (out,)
+    for x in reversed(items):
+        if isinstance(x, torch.ScriptObject):
+            try:
+                from torch._C._distributed_c10d import Work
+
+                return Work.unbox(x)
+            except (ImportError, RuntimeError, TypeError, AttributeError):
+                return None
+    return None
 
 
 def _backend(pg) -> str:
