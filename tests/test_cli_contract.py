@@ -38,7 +38,7 @@ def _one_line_error(capsys, *fragments: str) -> str:
     (["predict", "collective", "all_reduce", "1M", "--ranks", "100000"], ["give --nodes 12500"]),
     (["predict", "collective", "all_reduce", "1M", "--ranks", "1"], ["a world of one moves"]),
     (["claims", "--np", "1"], ["at least 2 ranks"]),
-    (["run", "all_reduce", "--trace", "t.json"], ["--trace: a timeline of the pattern studies"]),
+    (["run", "numerics", "--trace", "t.json"], ["--trace: a timeline of collective sweeps"]),
 ])
 @pytest.mark.local
 def test_refused_before_any_rank_starts(args, fragments, capsys):

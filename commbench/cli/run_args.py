@@ -32,9 +32,9 @@ def add_parser(sub) -> None:
     r.add_argument("-J", "--json", default="", metavar="FILE", help="also write the rows to FILE "
                    "(nccl-tests' -J); the results folder's files are written as well")
     r.add_argument("--csv", default="", metavar="FILE", help="also write the rows to FILE as CSV")
-    r.add_argument("--trace", default="", metavar="FILE", help="pattern studies: every rank's "
-                   "booked calls of a warm step of each run (after the timed ones) as a Chrome "
-                   "trace (Perfetto)")
+    r.add_argument("--trace", default="", metavar="FILE", help="every rank's booked calls of "
+                   "one warm call of each row (sweeps) or step of each run (pattern studies), "
+                   "after the timed ones, as a Chrome trace (Perfetto)")
     r.add_argument("--transport", default="", help="comma-separated; default: every one")
     checks.world_options(r, np=4, timeout=120.0)
     r.add_argument("--algo", default="", help="comma-separated algorithms (native, ring, ...); "
@@ -112,9 +112,10 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
     a.targets = [canonical(t) for t in a.targets]
     ops: list[str] = []
     a.patterns = _patterns(a.targets)
-    if a.trace and not a.patterns:
-        raise UsageError("--trace: a timeline of the pattern studies (commbench run <pattern>) "
-                         "and of commbench audit; a collective sweep's calls are its timed loop")
+    if a.trace and set(a.targets) & {"overhead", "versus", "model", "numerics"}:
+        raise UsageError("--trace: a timeline of collective sweeps, pattern studies and "
+                         "commbench audit; not of the overhead, versus, model and numerics "
+                         "studies")
     if a.patterns or a.targets == ["numerics"]:  # studies of their own grid of configs
         _check_pattern_args(a)
         return ops, []

@@ -55,13 +55,20 @@ def sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> in
     previous = {} if a.resume or a.no_write else \
         {t: _previous(stem + ".json", settings) for t, stem in stems.items()}
     records: list[dict] = []  # every transport's record, for -J and --csv
+    timeline: list | None = [] if a.trace else None  # each row's traced call, for --trace
     try:
         wrong = _transports(a, world, transports, stems, previous, settings, measurement, topo,
-                            memcpy, suite, launch, printer, emit, records, sizes, ops, wanted)
+                            memcpy, suite, launch, printer, emit, records, sizes, ops, wanted,
+                            timeline)
     finally:
         every = [r for record in records for r in record["rows"]]
         if printer:
             _extra_files(a, suite, every, n, launch, measurement, settings, emit)
+            if timeline:
+                from commbench.results.trace import chrome_trace
+
+                res.write_json(a.trace, chrome_trace(timeline))
+                emit(f"# wrote {a.trace}")
     if every:
         emit(f"# Avg bus bandwidth    : {statistics.fmean(r['busbw'] for r in every):.3f} GB/s "
              f"(mean over {len(every)} rows, as nccl-tests prints it)")
@@ -70,7 +77,8 @@ def sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> in
 
 
 def _transports(a, world, transports, stems, previous, settings, measurement, topo, memcpy,
-                suite, launch, printer, emit, records, sizes, ops, wanted) -> int:
+                suite, launch, printer, emit, records, sizes, ops, wanted,
+                timeline: list | None = None) -> int:
     """Each transport's sweep, its record appended to ``records``; the count of wrong elements."""
     from commbench.studies.model import annotate, stored_fit
 
@@ -89,14 +97,15 @@ def _transports(a, world, transports, stems, previous, settings, measurement, to
              f"writes {where})")
         emit("#\n" + HEADER)
         cases = [Case(op, transport, algo, a.datatype, a.op, a.root, a.iters, a.warmup_iters,
-                      bool(a.check), batch=a.batch)
+                      bool(a.check), batch=a.batch, trace=bool(a.trace))
                  for op in ops for algo in _algorithms(op, wanted, n, emit)]
         rounds = []
         for k in range(a.repeat):  # the whole sweep again: a slow spell hits one round
             if a.repeat > 1:
                 emit(f"# round {k + 1} of {a.repeat}")
             rounds.append([run_series(world, case, sizes, record if a.repeat == 1 else None,
-                                      path, emit) for case in cases])
+                                      path, emit, timeline=timeline if k == 0 else None)
+                           for case in cases])
         for series in zip(*rounds, strict=True):
             rows = merge_rounds(list(series), n) if a.repeat > 1 else series[0]
             if a.repeat > 1:

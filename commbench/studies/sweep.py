@@ -75,14 +75,15 @@ def row_key(row: dict) -> tuple:
 
 def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
                path: str | None = None, emit: Callable[[str], None] = print,
-               samples: bool = False) -> list[dict]:
+               samples: bool = False, timeline: list | None = None) -> list[dict]:
     """Measure ``case`` at each size on ``world``; print and record each row as it finishes.
 
     Sizes the record already holds for this series (a resumed run) are not measured again, nor
     a size that rounds to one already measured (split collectives round each block down: 8 B
     and 32 B of all-gather on 4 ranks are both 0 B).
     With ``samples`` each row also keeps ``samples_s``, its per-iteration times (max over
-    ranks, seconds), for :func:`pool_passes`.
+    ranks, seconds), for :func:`pool_passes`. With ``case.trace``, ``timeline`` gains each
+    row's traced call: (label, every rank's entries, every rank's (start, end)).
     """
     from commbench.names import ITEMSIZE, ROOTED
     from commbench.timing.measure import counts_for
@@ -112,6 +113,9 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
                "pred_sent": max(o["pred_sent"] for o in outs)}
         if samples:
             row["samples_s"] = iters
+        if timeline is not None and "span" in outs[0]:
+            timeline.append((f"{case.op}/{case.algo} {case.transport} {size} B",
+                             [o["timeline"] for o in outs], [o["span"] for o in outs]))
         rows.append(row)
         emit(format_row(row))
         if record is not None:

@@ -19,6 +19,7 @@ get their input restored before each iteration, outside the timer.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 
 import torch
@@ -30,6 +31,7 @@ from commbench.names import COLLECTIVES
 from commbench.timing import verify
 from commbench.timing.loop import timed
 from commbench.timing.native import Prepared, like, prepare_native, restore
+from commbench.wire.ledger import Entry
 from commbench.wire.dtypes import DTYPES
 
 __all__ = ["COLLECTIVES", "MEASUREMENT", "Case", "cadence", "counts_for", "measure"]
@@ -64,6 +66,7 @@ class Case:
     check: bool = True
     seed: int = 0
     batch: int = 1  # calls timed back to back per sample (1: a barrier before every call)
+    trace: bool = False  # one more call after the check, its messages kept for a timeline
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -146,8 +149,20 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     if case.check and case.op != "pingpong":
         want = verify.expected(case.op, case.seed, r, n, count, dtype, case.redop, root)
         wrong = verify.wrong(prep.result(), want)
-    return {"times": times, "wrong": wrong, "count": count, "size": size, "sent": sent,
-            "recv": recv, "pred_sent": pred_sent, "pred_recv": pred_recv}
+    out = {"times": times, "wrong": wrong, "count": count, "size": size, "sent": sent,
+           "recv": recv, "pred_sent": pred_sent, "pred_recv": pred_recv}
+    if case.trace:  # a warm call, the ranks started together, for a Chrome trace
+        prep.reset()
+        barrier()
+        with ctx.ledger.capture() as traced:
+            t0 = time.perf_counter()
+            prep.call()
+            span = (t0, time.perf_counter())
+        entries = [tuple(e) for e in traced.entries] or [tuple(Entry(  # the transport's own call
+            case.op, g.ranks, comm.transport, case.dtype, count, sent, recv, span[1] - span[0],
+            axis=g.name, start=t0))]
+        out.update(timeline=entries, span=span)
+    return out
 
 
 def _prepare_algorithm(ctx, comm, case: Case, src, count: int, root: int) -> Prepared:
