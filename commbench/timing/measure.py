@@ -31,8 +31,8 @@ from commbench.names import COLLECTIVES
 from commbench.timing import verify
 from commbench.timing.loop import timed
 from commbench.timing.native import Prepared, like, prepare_native, restore
-from commbench.wire.ledger import Entry
 from commbench.wire.dtypes import DTYPES
+from commbench.wire.ledger import Entry
 
 __all__ = ["COLLECTIVES", "MEASUREMENT", "Case", "cadence", "counts_for", "measure"]
 
