@@ -15,17 +15,18 @@ from test_audit import _audit_and_count
 
 pytestmark = pytest.mark.foundation
 
-NEEDS = {"megatron_core_sp.py": "megatron.core", "deepspeed_ulysses.py": "deepspeed"}
+NEEDS = {"megatron_core_sp.py": ("megatron.core", "megatron-core"),
+         "deepspeed_ulysses.py": ("deepspeed", "deepspeed")}
 
 
 def _needs(name: str) -> None:
-    module = NEEDS[name]
+    module, package = NEEDS[name]
     try:
         found = importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:
         found = False
     if not found:
-        pytest.skip(f"{name}: needs {module.split('.')[0]} (pip install 'commbench[libs]')")
+        pytest.skip(f"{name}: needs {package} (pip install 'commbench[libs]')")
 
 
 def _by_hand(name: str, args: list[str], P: int) -> Counter:
