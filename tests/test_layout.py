@@ -42,25 +42,37 @@ def test_tensor_parallel_bytes_match_the_ledger(world, variant):
     assert row["calls"] == len(tp_calls) == {"tp": 4, "sp": 9, "sp_regather": 11}[variant]
 
 
+def _vocab_tp_ledger(world, loss: str, sp: bool):
+    """The vocab pattern's tp calls for a small head (embedding, head, cross-entropy)."""
+    from commbench.patterns.tp.head import VocabConfig
+
+    P = world.size
+    cfg = VocabConfig(batch=2, seq=4 * P, hidden=8 * P, vocab=4 * P, tp=P, sequence_parallel=sp,
+                      dtype="float32")
+    ledger = [c for c in world.run(run_pattern, "vocab", cfg, loss, 0)[0]["ledger"] if c[1] == "tp"]
+    return cfg, ledger
+
+
+def _loss_added(cfg, loss: str, sp: bool, m: int, **layout) -> tuple[int, int]:
+    """(calls, bytes) the layout's tp group gains per step with ``loss`` over ``none``."""
+    base = dict(hidden=cfg.hidden, heads=cfg.tp, seq=cfg.seq, vocab=cfg.vocab, tp=cfg.tp, sp=sp,
+                micro_batch=cfg.batch, micro_batches=m, act_bytes=4, grad_bytes=4, **layout)
+    rows = {k: next(r for r in predict_layout(Layout(**base, loss=k), TOPO) if r["group"] == "tp")
+            for k in ("none", loss)}
+    return (rows[loss]["calls"] - rows["none"]["calls"],
+            rows[loss]["bytes_per_rank"] - rows["none"]["bytes_per_rank"])
+
+
 @pytest.mark.world(sizes=[2, 4])
 @pytest.mark.parametrize(("loss", "sp"), [("megatron", False), ("fused", False),
                                           ("megatron", True), ("naive", False)])
 def test_the_loss_term_matches_the_vocab_patterns_ledger(world, loss, sp):
     """Embedding, head and vocab-parallel cross-entropy (Megatron: max, sum-exp and target-logit
     all-reduces; fused: 2): what the layout adds with ``loss`` is what the vocab pattern books."""
-    from commbench.patterns.tp.head import VocabConfig
-
-    P, m = world.size, 3
-    cfg = VocabConfig(batch=2, seq=4 * P, hidden=8 * P, vocab=4 * P, tp=P, sequence_parallel=sp,
-                      dtype="float32")
-    ledger = [c for c in world.run(run_pattern, "vocab", cfg, loss, 0)[0]["ledger"] if c[1] == "tp"]
-    base = dict(layers=1, hidden=cfg.hidden, heads=P, seq=cfg.seq, vocab=cfg.vocab,
-                micro_batch=cfg.batch, micro_batches=m, tp=P, sp=sp, act_bytes=4, grad_bytes=4)
-    rows = {k: next(r for r in predict_layout(Layout(**base, loss=k), TOPO) if r["group"] == "tp")
-            for k in ("none", loss)}
-    assert rows[loss]["calls"] - rows["none"]["calls"] == m * len(ledger)
-    assert rows[loss]["bytes_per_rank"] - rows["none"]["bytes_per_rank"] == \
-        m * sum(c[3] for c in ledger)
+    m = 3
+    cfg, ledger = _vocab_tp_ledger(world, loss, sp)
+    assert _loss_added(cfg, loss, sp, m, layers=1) == (m * len(ledger),
+                                                       m * sum(c[3] for c in ledger))
     if loss != "naive":
         ce = [c for c in ledger if c[0] == "all_reduce" and c[2] == cfg.batch * cfg.seq * 4]
         assert len(ce) == {"megatron": 3, "fused": 1}[loss]  # fused: one of bs, one of 2 bs
@@ -72,23 +84,11 @@ def test_with_pipeline_stages_the_last_stage_carries_the_head_and_the_loss(world
     """pp = 2: the tp group of the last stage, the busiest, adds the head and the loss, not the
     embedding: the vocab pattern's ledger without its first call (the embedding's forward) and,
     under SP, its last (the embedding's backward all-gather)."""
-    from commbench.patterns.tp.head import VocabConfig
-
-    P, m = world.size, 3
-    cfg = VocabConfig(batch=2, seq=4 * P, hidden=8 * P, vocab=4 * P, tp=P, sequence_parallel=sp,
-                      dtype="float32")
-    ledger = [c for c in world.run(run_pattern, "vocab", cfg, loss, 0)[0]["ledger"] if c[1] == "tp"]
+    m = 3
+    cfg, ledger = _vocab_tp_ledger(world, loss, sp)
     last = ledger[1:-1] if sp else ledger[1:]
-    base = dict(layers=2, hidden=cfg.hidden, heads=P, seq=cfg.seq, vocab=cfg.vocab, pp=2,
-                micro_batch=cfg.batch, micro_batches=m, tp=P, sp=sp, act_bytes=4, grad_bytes=4)
-    rows = {k: next(r for r in predict_layout(Layout(**base, loss=k), TOPO) if r["group"] == "tp")
-            for k in ("none", loss)}
-    assert rows[loss]["calls"] - rows["none"]["calls"] == m * len(last)
-    assert rows[loss]["bytes_per_rank"] - rows["none"]["bytes_per_rank"] == \
-        m * sum(c[3] for c in last)
-    one = {k: next(r for r in predict_layout(Layout(**{**base, "pp": 1, "layers": 1}, loss=k),
-                                             TOPO) if r["group"] == "tp") for k in ("none", loss)}
-    assert one[loss]["calls"] - one["none"]["calls"] == m * len(ledger)  # pp = 1: all of it
+    assert _loss_added(cfg, loss, sp, m, layers=2, pp=2) == (m * len(last),
+                                                             m * sum(c[3] for c in last))
 
 
 @pytest.mark.world(sizes=[2, 4])
