@@ -16,6 +16,7 @@ from commbench.costmodel.twolevel import (
     fit_host,
     is_hosts_file,
     link_bytes,
+    link_steps,
     load,
     predict_us,
     validate,
@@ -39,6 +40,10 @@ def test_link_bytes_of_each_algorithm():
     assert link_bytes("ring", "gloo", 1, 8, S) == 0.0
     with pytest.raises(ValueError, match="algo='tree' on gloo: no two-level terms"):
         link_bytes("tree", "gloo", 2, 2, S)
+    assert [link_steps(a, t, 2, 2) for a, t in (("ring", "mpi"), ("native", "gloo"),
+                                                 ("native", "mpi"), ("hierarchical", "gloo"))] \
+        == [6, 6, 2, 2]
+    assert link_steps("ring", "gloo", 1, 8) == 0
 
 
 def _cluster(**kw) -> HostCluster:

@@ -64,26 +64,30 @@ class HostCluster:
         return replace(self, link_Gbps=gbit)
 
 
+def _ring_like(algo: str, transport: str) -> bool:
+    """Priced as a ring over every rank (else at the node-level bound): the ring and gloo's own;
+    the hierarchical algorithm and MPICH's own at the bound."""
+    if algo not in ALGOS or transport not in TRANSPORTS:
+        raise ValueError(f"algo={algo!r} on {transport}: no two-level terms; known: "
+                         f"{', '.join(ALGOS)} on {', '.join(TRANSPORTS)}")
+    return algo == "ring" or (algo == "native" and transport == "gloo")
+
+
 def link_bytes(algo: str, transport: str, nodes: int, per_node: int, size: float) -> float:
     """Bytes on the busiest direction of one node's link per all-reduce of ``size`` bytes."""
     n = nodes * per_node
+    ring = _ring_like(algo, transport)
     if nodes < 2:
         return 0.0
-    bound = 2 * (nodes - 1) / nodes * size
-    if algo == "ring" or (algo == "native" and transport == "gloo"):
-        return 2 * (n - 1) / n * size
-    if algo == "hierarchical" or (algo == "native" and transport == "mpi"):
-        return bound
-    raise ValueError(f"algo={algo!r} on {transport}: no two-level terms; known: "
-                     f"{', '.join(ALGOS)} on {', '.join(TRANSPORTS)}")
+    return 2 * (n - 1) / n * size if ring else 2 * (nodes - 1) / nodes * size
 
 
-def link_steps(algo: str, nodes: int, per_node: int) -> int:
-    """Messages on the critical path that cross a link."""
-    n = nodes * per_node
-    if algo == "ring" or algo == "native":
-        return 2 * (n - 1)
-    return 2 * (nodes - 1)
+def link_steps(algo: str, transport: str, nodes: int, per_node: int) -> int:
+    """Messages on the critical path that cross a link: every step of the ring's, the
+    cross-node all-reduce's of the bound's."""
+    if nodes < 2:
+        return 0
+    return 2 * (nodes * per_node - 1) if _ring_like(algo, transport) else 2 * (nodes - 1)
 
 
 SPLIT = 1 << 20  # the host's two regimes: below 1 MiB, and from it
@@ -103,7 +107,7 @@ def predict_us(c: HostCluster, transport: str, algo: str, size: float) -> dict:
                          f"{', '.join(sorted(c.host)) or 'none'}")
     host = host_us(c.host[key], size)
     link = (link_bytes(algo, transport, c.nodes, c.ranks_per_node, size) / (c.link_Gbps * 125)
-            + c.link_latency_us * link_steps(algo, c.nodes, c.ranks_per_node))
+            + c.link_latency_us * link_steps(algo, transport, c.nodes, c.ranks_per_node))
     return {"host_us": host, "link_us": link, "time_us": host + link,
             "overlap_us": max(host, link)}
 

@@ -1,7 +1,7 @@
 """``make cluster-check``: commbench under Open MPI's mpirun, under Slurm's srun, and across the
 nodes of an emulated cluster, each check with a timeout and a teardown of what it started.
 
-    python suites/cluster/check.py [--only openmpi,slurm,emulated] [--keep-going]
+    python suites/cluster/check.py [--only openmpi,slurm,emulated]
 
 Needs root (network namespaces, tc, Slurm's daemons, the system's package manager). Prints one
 line per check (``PASS``/``FAIL``, its time, and what it saw) and exits 1 when any failed. At
@@ -127,11 +127,9 @@ def run_emulated() -> None:
     emulate.up()
     try:
         emulate.shape(1.0)
-        def on_nodes(args: list[str]) -> list[str]:
-            return emulate.launch(args)
 
         def info() -> str:
-            out = expect(sh(on_nodes([str(VENV / "commbench"), "info"]), 180), "info")
+            out = expect(sh(emulate.launch([str(VENV / "commbench"), "info"]), 180), "info")
             assert "launcher   : mpich" in out, f"launcher: {out[-500:]}"
             assert "# nodes      : 2 x 2 (node0: 0-1; node1: 2-3); the hierarchical all-reduce's " \
                    "grid is its nodes" in out, f"node layout: {out[-500:]}"
@@ -139,7 +137,7 @@ def run_emulated() -> None:
 
         def sweep() -> str:
             before = emulate.link_bytes()
-            out = expect(sh(on_nodes([str(VENV / "commbench")] + SWEEP), 600), "run")
+            out = expect(sh(emulate.launch([str(VENV / "commbench")] + SWEEP), 600), "run")
             assert "Out of bounds values : 0 OK" in out, f"#wrong: {out[-600:]}"
             sent = [a - b for a, b in zip(emulate.link_bytes(), before, strict=True)]
             assert min(sent) > 1 << 20, f"the link carried {sent} bytes: traffic bypassed it"
