@@ -43,5 +43,6 @@ def test_depths_and_bounds_follow_the_summation_order():
     assert [depth("ring", p) for p in (1, 2, 3, 8)] == [0, 1, 2, 7]
     assert [depth("recursive_doubling", p) for p in (2, 3, 4, 5, 8)] == [1, 2, 2, 3, 3]
     assert depth("hierarchical", 8) == 4 and depth("native", 8) == 7
+    assert depth("hierarchical", 8, local=4) == 3 + 1 and depth("hierarchical", 8, local=8) == 7
     assert bound("ring", 4, "float32") == pytest.approx(1.5, rel=1e-6)  # 3 additions, u = eps/2
     assert bound("ring", 4, "bfloat16", "float32") == pytest.approx(0.5, abs=1e-3)

@@ -119,17 +119,17 @@ def test_the_committed_cluster_topology_loads_and_predicts(tmp_path):
 
 def test_node_layout_from_host_names():
     two = NodeLayout(("a", "a", "b", "b"))
-    assert two.per_node == 2 and two.contiguous and two.fits(2) and not two.fits(4)
+    assert two.per_node == 2 and two.contiguous and two.node_size() == 2
     assert two.local_groups() == [(0, 1), (2, 3)] and two.cross_groups() == [(0, 2), (1, 3)]
     assert two.describe() == "2 x 2 (a: 0-1; b: 2-3)"
     robin = NodeLayout(("a", "b", "a", "b"))  # a launcher placing ranks round-robin
-    assert robin.per_node == 2 and not robin.contiguous and not robin.fits(2)
+    assert robin.per_node == 2 and not robin.contiguous and robin.node_size() is None
     assert robin.describe() == "2 x 2 (a: 0,2; b: 1,3)"
     odd = NodeLayout(("a", "a", "a", "b"))
     assert odd.per_node is None and odd.describe().startswith("2 of unequal size")
     with pytest.raises(ValueError, match="unequal size"):
         odd.cross_groups()
-    assert NodeLayout(("h",) * 4).fits(4) and not NodeLayout(("h",) * 4).fits(2)
+    assert odd.node_size() is None and NodeLayout(("h",) * 4).node_size() is None  # one host
 
 
 def test_a_launcher_with_another_mpis_library_is_named_before_init():
@@ -214,3 +214,42 @@ def test_predict_on_a_hosts_topology(tmp_path, capsys):
                         "in separate calls")):
         assert main(["predict", "collective", *argv]) == 2
         assert says in capsys.readouterr().err
+
+
+def _hierarchical_on_nodes_of(ctx, local: int, nbytes: int) -> dict:
+    from commbench.timing.measure import Case, measure
+
+    saved, ctx.node_size = ctx.node_size, local  # as Context.from_launcher finds it on hosts
+    try:
+        return measure(ctx, Case("all_reduce", ctx.transports[0], "hierarchical", iters=1,
+                                 warmup=0), nbytes)
+    finally:
+        ctx.node_size = saved
+
+
+def _peers_on_nodes_of(ctx, local: int | None, count: int) -> list[int]:
+    saved, ctx.node_size = ctx.node_size, local
+    try:
+        return sorted(_count_cross_node(ctx, ctx.transports[0], "hierarchical", count))
+    finally:
+        ctx.node_size = saved
+
+
+@pytest.mark.world(sizes=[4, 8])
+def test_the_hierarchical_all_reduce_runs_on_the_world_s_own_nodes(world):
+    """A launched world on hosts of L ranks each runs the hierarchical all-reduce on nodes of L,
+    not on the nodes of 2 of one host: the right result, the bytes predicted for nodes of L, and
+    rank 0 talks to its ring neighbour in the node and to rank L, its partner on the next node
+    (with nodes of 2: to ranks 1 and 2)."""
+    from commbench.collectives import ALGORITHMS
+
+    n, count = world.size, 1000
+    record = ALGORITHMS[("all_reduce", "hierarchical")]
+    for local in (4, n) if n == 8 else (4,):
+        outs = world.run(_hierarchical_on_nodes_of, local, count * 4)
+        assert sum(o["wrong"] for o in outs) == 0
+        for i, o in enumerate(outs):
+            assert o["sent"] == o["pred_sent"] == record.bytes(n, i, count, 4, local=local)[0]
+        peers = world.run(_peers_on_nodes_of, local, count)[0]
+        assert peers == ([1, local] if local < n else [1])
+    assert world.run(_peers_on_nodes_of, None, count)[0] == [1, 2]  # one host: nodes of 2

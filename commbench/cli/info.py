@@ -74,9 +74,11 @@ def info() -> int:
         from commbench.runtime.nodes import NodeLayout
 
         layout = NodeLayout(tuple(host for _, _, host, _ in sorted(rows)))
-        fit = ("its nodes" if layout.fits(LOCAL) else
-               f"not its nodes: it cuts the world into nodes of {LOCAL} adjacent ranks")
-        print(f"# nodes      : {layout.describe()}; the hierarchical all-reduce's grid is {fit}")
+        own = layout.node_size()
+        why = "one host" if len(layout.nodes) == 1 else "nodes not of adjacent ranks, as many each"
+        print(f"# nodes      : {layout.describe()}; the hierarchical all-reduce runs on "
+              + (f"these nodes ({own} ranks each)" if own else
+                 f"nodes of {LOCAL} adjacent ranks ({why})"))
     for rank, pid, host, dev in rows:
         print(f"#  Rank {rank:2d} Pid {pid:7d} on {host:>12} device {dev}")
     return 0

@@ -15,10 +15,12 @@ from commbench.timing.measure import Case, cadence, placement
 __all__ = ["sweep"]
 
 
-def _algorithms(op: str, wanted: list[str], n: int, emit) -> list[str]:
+def _algorithms(op: str, wanted: list[str], world, emit) -> list[str]:
     out = []
+    ctx = getattr(world, "ctx", None)  # a launched world's: its nodes (a local world: one host)
     for algo in algorithms_of(op):
-        why = ALGORITHMS[(op, algo)].needs(n)
+        record = ALGORITHMS[(op, algo)]
+        why = record.needs(world.size, **record.node_kw(ctx))
         if wanted and algo not in wanted:
             continue
         if why:
@@ -98,7 +100,7 @@ def _transports(a, world, transports, stems, previous, settings, measurement, to
         emit("#\n" + HEADER)
         cases = [Case(op, transport, algo, a.datatype, a.op, a.root, a.iters, a.warmup_iters,
                       bool(a.check), batch=a.batch, trace=bool(a.trace))
-                 for op in ops for algo in _algorithms(op, wanted, n, emit)]
+                 for op in ops for algo in _algorithms(op, wanted, world, emit)]
         rounds = []
         for k in range(a.repeat):  # the whole sweep again: a slow spell hits one round
             if a.repeat > 1:

@@ -7,8 +7,9 @@ collective: everything the rest of commbench needs to run it, count it and price
 * ``terms(n, S)``: steps, bytes sent and bytes reduced on its critical path for nccl-tests' size
   S, the alpha-beta model's terms (:mod:`commbench.costmodel.alphabeta`);
 * ``compiled``: the step list (:mod:`commbench.collectives.compiled.steps`) it replays, if any;
-* ``grid(n)``: the rank grid it runs on (the hierarchical all-reduce: nodes of 2); ``needs(n)``:
-  why a world of ``n`` ranks cannot run it ('' when it can).
+* ``grid(n)``: the rank grid it runs on (the hierarchical all-reduce: its nodes); ``needs(n)``:
+  why a world of ``n`` ranks cannot run it ('' when it can); with ``per_node``, these and
+  ``elements`` also take ``local``, the ranks per node of the world (``Context.node_size``).
 
 :meth:`Algorithm.bind` calls any of them the same way, so no caller asks which one it is.
 """
@@ -53,8 +54,9 @@ class Algorithm:
     elements: Callable[..., tuple[int, int]]
     terms: Callable[[int, float], tuple[float, float, float]]
     compiled: str = ""
-    grid: Callable[[int], str] | None = None
-    needs: Callable[[int], str] = any_world
+    grid: Callable[..., str] | None = None
+    needs: Callable[..., str] = any_world
+    per_node: bool = False  # grid, needs and elements take ``local``: the world's ranks per node
     call: Callable | None = None  # (fn, comm, x, where, root, redop, splits): its own call
 
     def bytes(self, n: int, i: int, count: int, itemsize: int, **kw) -> tuple[int, int]:
@@ -63,6 +65,10 @@ class Algorithm:
             raise ValueError(f"member index {i}: must be in 0..{n - 1}")
         sent, recv = self.elements(n, i, count, **kw)
         return sent * itemsize, recv * itemsize
+
+    def node_kw(self, ctx) -> dict:
+        """``{"local": ranks per node}`` for an algorithm that follows the world's nodes."""
+        return {"local": getattr(ctx, "node_size", None)} if self.per_node else {}
 
     def cost(self, n: int, size: float) -> tuple[float, float, float]:
         """The alpha-beta terms of one call on ``n`` ranks; nothing moves on one."""
@@ -73,9 +79,10 @@ class Algorithm:
         if self.fn is None:
             raise ValueError(f"{self.op}/{self.name}: the transport's own collective has no "
                              "algorithm to bind (timing.native prepares it)")
-        why = self.needs(ctx.size)
+        kw = self.node_kw(ctx)
+        why = self.needs(ctx.size, **kw)
         if why:
             raise ValueError(f"{self.op}/{self.name}: {why}")
-        where = ctx.grid(self.grid(ctx.size)) if self.grid is not None else ctx.world
+        where = ctx.grid(self.grid(ctx.size, **kw)) if self.grid is not None else ctx.world
         call = self.call or partial(_call, self.op)
         return lambda: call(self.fn, comm, x, where, root, redop, splits)

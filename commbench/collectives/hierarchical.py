@@ -1,6 +1,8 @@
 """Two-level all-reduce over a rank grid that stands for nodes.
 
-With the grid ``node=N,local=L`` (L ranks per node, adjacent ranks on one node): ring reduce-scatter
+With the grid ``node=N,local=L`` (L ranks per node, adjacent ranks on one node: a launched world's
+own nodes when it spans several hosts of as many ranks each, else nodes of 2 that stand for
+nodes on one host; ``terms`` prices nodes of 2): ring reduce-scatter
 inside each node, ring all-reduce of each rank's chunk across nodes (among the ranks with the same
 local index), ring all-gather inside the node. Only 1/L of the data crosses the slow inter-node
 links: each rank sends 2(N-1)/N * S/L across nodes instead of 2(NL-1)/(NL) * S, which is how NCCL
@@ -38,17 +40,23 @@ def hierarchical_all_reduce(comm: Comm, x: torch.Tensor, local: Group, cross: Gr
     return out.reshape(x.shape)
 
 
-LOCAL = 2  # ranks per node of the grid it stands on: a world is cut into nodes of 2
+LOCAL = 2  # ranks per node of the grid on one host, where nodes of 2 ranks stand for nodes
 
 
-def _elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
+def _local(local: int | None) -> int:
+    """Ranks per node: the launched world's own (``Context.node_size``) or nodes of 2."""
+    return local or LOCAL
+
+
+def _elements(n: int, i: int, count: int, local: int | None = None, **kw) -> tuple[int, int]:
     from commbench.collectives.ring import _ar_elements, _rs_elements
 
-    nodes, li = n // LOCAL, i % LOCAL
-    c = split_sizes(count, LOCAL)
-    s1, r1 = _rs_elements(LOCAL, li, count)
-    s2, r2 = _ar_elements(nodes, i // LOCAL, c[li])
-    s3, r3 = count - c[(li + 1) % LOCAL], count - c[li]
+    L = _local(local)
+    nodes, li = n // L, i % L
+    c = split_sizes(count, L)
+    s1, r1 = _rs_elements(L, li, count)
+    s2, r2 = _ar_elements(nodes, i // L, c[li])
+    s3, r3 = count - c[(li + 1) % L], count - c[li]
     return s1 + s2 + s3, r1 + r2 + r3
 
 
@@ -58,10 +66,14 @@ def _terms(n: int, S: float) -> tuple[float, float, float]:
             (L - 1) / L * S + (N - 1) / N * S / L)
 
 
+def _needs(n: int, local: int | None = None) -> str:
+    L = _local(local)
+    return "" if n % L == 0 else f"needs whole nodes of {L} ranks, not a world of {n}"
+
+
 RECORDS = (Algorithm(
     "all_reduce", "hierarchical", hierarchical_all_reduce, _elements, _terms,
-    grid=lambda n: f"node={n // LOCAL},local={LOCAL}",
-    needs=lambda n: "" if n % LOCAL == 0 else f"needs an even world (nodes of {LOCAL} ranks), "
-                                              f"not {n}",
+    grid=lambda n, local=None: f"node={n // _local(local)},local={_local(local)}",
+    needs=_needs, per_node=True,
     call=lambda fn, comm, x, grid, root, redop, splits: fn(comm, x, grid["local"], grid["node"],
                                                             op=redop)),)

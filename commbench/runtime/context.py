@@ -89,6 +89,9 @@ class Context:
         self.ledger = Ledger()
         # local worlds: affinity(bound) binds this rank's threads to its core or frees them
         self.affinity: Callable[[bool], None] | None = None
+        # ranks per node when the world spans hosts of as many adjacent ranks each (else None:
+        # one host, where algorithms that follow nodes take nodes of 2 ranks)
+        self.node_size: int | None = None
         self.device = torch.device("cpu")
         if self.backend == "nccl":
             self.device = torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
@@ -131,9 +134,25 @@ class Context:
         if torch_ready and dist.get_world_size() != info.size:
             raise LaunchError(f"{info.launcher} says {info.size} ranks but torch.distributed "
                               f"formed a world of {dist.get_world_size()}")
-        return cls(rank=info.rank, size=info.size, local_rank=info.local_rank,
-                   launcher=info.launcher, backend=backend if torch_ready else None,
-                   mpi_comm=mpi_comm, torch_ready=torch_ready)
+        ctx = cls(rank=info.rank, size=info.size, local_rank=info.local_rank,
+                  launcher=info.launcher, backend=backend if torch_ready else None,
+                  mpi_comm=mpi_comm, torch_ready=torch_ready)
+        ctx.node_size = ctx.nodes().node_size() if info.size > 1 else None
+        return ctx
+
+    def nodes(self):
+        """Every rank's host, gathered (collective over the world): a
+        :class:`~commbench.runtime.nodes.NodeLayout`."""
+        import socket
+
+        from commbench.runtime.nodes import NodeLayout
+
+        host = socket.gethostname()
+        if self.mpi is not None:
+            return NodeLayout(tuple(self.mpi.allgather(host)))
+        hosts: list = [None] * self.size
+        dist.all_gather_object(hosts, host)
+        return NodeLayout(tuple(hosts))
 
     # -- transports ---------------------------------------------------------------------------
     @property

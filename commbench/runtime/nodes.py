@@ -3,8 +3,8 @@
 Built from every rank's host name (gathered by the caller), so it is pure and tested from lists.
 A node is a host name; its ranks are the node-local group (shared memory between them), and the
 ranks with the same local index on every node form the cross-node groups, the two levels of the
-hierarchical all-reduce. The hierarchical algorithm's grid cuts the world into nodes of
-``local`` adjacent ranks; :meth:`NodeLayout.fits` says whether the hosts agree with that.
+hierarchical all-reduce, which runs on them when :meth:`NodeLayout.node_size` gives a size
+(``Context.node_size``).
 """
 
 from __future__ import annotations
@@ -47,9 +47,12 @@ class NodeLayout:
         ranks = list(self.nodes.values())
         return [tuple(r[i] for r in ranks) for i in range(self.per_node)]
 
-    def fits(self, local: int) -> bool:
-        """The hosts are nodes of ``local`` adjacent ranks (the hierarchical grid's cut)."""
-        return self.per_node == local and self.contiguous
+    def node_size(self) -> int | None:
+        """Ranks per node for algorithms that follow nodes: when the world spans two or more
+        hosts of as many adjacent ranks each; None on one host or an irregular layout."""
+        if len(self.nodes) < 2 or not self.contiguous:
+            return None
+        return self.per_node
 
     def describe(self) -> str:
         def span(r: tuple[int, ...]) -> str:

@@ -35,26 +35,28 @@ EPS = {"float32": torch.finfo(torch.float32).eps, "bfloat16": torch.finfo(torch.
        "float16": torch.finfo(torch.float16).eps}
 
 
-def depth(algo: str, p: int) -> int:
+def depth(algo: str, p: int, local: int | None = None) -> int:
     """Additions on the longest chain that builds one element of the result, on ``p`` ranks.
 
     naive: member 0 adds the others' vectors one after another, p - 1; ring (reduce-scatter and
     all-reduce): a chunk gathers one term per hop round the ring, p - 1; recursive doubling and
     Rabenseifner: a butterfly of log2 p levels, plus one fold when p is not a power of two,
-    ceil(log2 p); hierarchical (nodes of 2): one addition inside the node, then a ring of p/2
-    nodes, p/2; native: not documented, so any order of p - 1 additions, p - 1."""
+    ceil(log2 p); hierarchical (nodes of L, ``local``, 2 by default): a ring inside the node,
+    then a ring of p/L nodes, (L - 1) + (p/L - 1), p/2 for nodes of 2; native: not documented,
+    so any order of p - 1 additions, p - 1."""
     if p <= 1:
         return 0
     if algo in ("recursive_doubling", "rabenseifner"):
         return math.ceil(math.log2(p))
     if algo == "hierarchical":
-        return p // 2
+        L = local or 2
+        return (L - 1) + (p // L - 1)
     return p - 1
 
 
-def bound(algo: str, p: int, dtype: str, accumulate: str = "") -> float:
+def bound(algo: str, p: int, dtype: str, accumulate: str = "", local: int | None = None) -> float:
     """The most error :func:`judge` may find, in units of eps * sum |x| (module docstring)."""
-    d = depth(algo, p)
+    d = depth(algo, p, local)
     if accumulate == "float32" and dtype != "float32":
         u32 = EPS["float32"] / 2
         return 0.5 + (d * u32 / (1 - d * u32)) / EPS[dtype]  # one rounding to the dtype at the end
@@ -113,7 +115,8 @@ def numerics_case(ctx, case: NumericsCase, broken: bool = False) -> dict:
         results.append(y.to(dt))
     bits = [r.view(torch.int16 if r.element_size() == 2 else torch.int32) for r in results]
     return {"input": x.to(torch.float64), "result": results[0].to(torch.float64),
-            "repeat_same": bool(torch.equal(bits[0], bits[1])), "bits": bits[0]}
+            "repeat_same": bool(torch.equal(bits[0], bits[1])), "bits": bits[0],
+            "node_size": ctx.node_size}
 
 
 def judge(case: NumericsCase, outs: list[dict]) -> dict:
@@ -138,7 +141,7 @@ def judge(case: NumericsCase, outs: list[dict]) -> dict:
             "accumulate": case.accumulate or case.dtype, "ranks": p,
             "max_err": float(errs.max()) if errs.numel() else 0.0,
             "median_err": float(errs.median()) if errs.numel() else 0.0,
-            "bound": bound(case.algo, p, case.dtype, case.accumulate),
+            "bound": bound(case.algo, p, case.dtype, case.accumulate, outs[0].get("node_size")),
             "ranks_bitwise_same": same, "repeat_bitwise_same": all(o["repeat_same"] for o in outs)}
 
 

@@ -136,8 +136,9 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
         prep.after(per_call)
     if case.op == "pingpong":
         times = [t / 2 for t in times]  # one way, as OSU reports it
-    pred_sent, pred_recv = ALGORITHMS[(case.op, case.algo)].bytes(n, g.index, count, itemsize,
-                                                                 **{"root": root, **prep.vol})
+    record = ALGORITHMS[(case.op, case.algo)]
+    pred_sent, pred_recv = record.bytes(n, g.index, count, itemsize,
+                                        **{"root": root, **prep.vol, **record.node_kw(ctx)})
     if case.algo == "native":  # the transport's own call: booked at its formula volume
         sent, recv = pred_sent, pred_recv
         for t in per_call:

@@ -131,9 +131,9 @@ def run_emulated() -> None:
         def info() -> str:
             out = expect(sh(emulate.launch([str(VENV / "commbench"), "info"]), 180), "info")
             assert "launcher   : mpich" in out, f"launcher: {out[-500:]}"
-            assert "# nodes      : 2 x 2 (node0: 0-1; node1: 2-3); the hierarchical all-reduce's " \
-                   "grid is its nodes" in out, f"node layout: {out[-500:]}"
-            return "2 x 2 (node0: 0-1; node1: 2-3), the hierarchical grid matches"
+            assert "# nodes      : 2 x 2 (node0: 0-1; node1: 2-3); the hierarchical all-reduce " \
+                   "runs on these nodes (2 ranks each)" in out, f"node layout: {out[-500:]}"
+            return "2 x 2 (node0: 0-1; node1: 2-3), the hierarchical all-reduce on them"
 
         def sweep() -> str:
             before = emulate.link_bytes()
@@ -143,8 +143,22 @@ def run_emulated() -> None:
             assert min(sent) > 1 << 20, f"the link carried {sent} bytes: traffic bypassed it"
             return f"#wrong 0; the link carried {sent[0]:,} and {sent[1]:,} bytes"
 
+        def three() -> str:
+            out = expect(sh(emulate.launch([str(VENV / "commbench"), "info"], per_node=3), 180),
+                         "info")
+            assert "2 x 3 (node0: 0-2; node1: 3-5); the hierarchical all-reduce runs on these " \
+                   "nodes (3 ranks each)" in out, f"node layout: {out[-500:]}"
+            out = expect(sh(emulate.launch([str(VENV / "commbench"), "run", "all_reduce",
+                                            "--algo", "hierarchical", "-b", "1M", "-e", "1M",
+                                            "-n", "3", "-w", "0", "--no-write"], per_node=3),
+                            300), "run")
+            rows = [x.split() for x in out.splitlines() if x.strip().startswith("all_reduce")]
+            assert rows and all(r[-3] == "0" and r[-2] == r[-1] for r in rows), out[-800:]
+            return f"2 x 3: {len(rows)} rows, #wrong 0, bytes sent = those of nodes of 3"
+
         check("emulated: 2 nodes x 2 ranks, node layout", info)
         check("emulated: all_reduce across the 1 Gbit/s link", sweep)
+        check("emulated: 2 nodes x 3 ranks, the hierarchical all-reduce on nodes of 3", three)
     finally:
         emulate.down()
 
