@@ -79,11 +79,12 @@ def _collective(a) -> None:
     from commbench.studies.sweep import parse_size
 
     size = parse_size(a.size)
-    from commbench.costmodel.twolevel import is_hosts_file
+    from commbench.costmodel.twolevel import load
 
-    hosts = [t for t in a.topology.split(",") if t and is_hosts_file(t)]
+    names = [t for t in a.topology.split(",") if t]
+    hosts = [c for c in map(load, names) if c is not None]
     if hosts:
-        if len(hosts) != len([t for t in a.topology.split(",") if t]):
+        if len(hosts) != len(names):
             raise ValueError(f"--topology {a.topology}: give hosts files (\"kind\": \"hosts\") "
                              "and GPU topologies in separate calls")
         return _on_hosts(a, hosts, size)
@@ -108,17 +109,16 @@ def _collective(a) -> None:
                   f"{t:.1f} us, busbw {size / t / 1e3 * bus_factor(a.op, n):.1f} GB/s")
 
 
-def _on_hosts(a, files: list[str], size: int) -> None:
-    """The two-level alpha-beta model of a cluster of hosts (:mod:`..costmodel.twolevel`)."""
-    from commbench.costmodel.twolevel import load, predict_us
+def _on_hosts(a, clusters: list, size: int) -> None:
+    """The two-level alpha-beta model of clusters of hosts (:mod:`..costmodel.twolevel`)."""
+    from commbench.costmodel.twolevel import predict_us
     from commbench.results.busbw import factor as bus_factor
 
     if a.op != "all_reduce":
         raise ValueError(f"{a.op}: a hosts topology has two-level terms for all_reduce only")
     if a.link_gbit is not None and not a.link_gbit > 0:
         raise ValueError(f"--link-gbit {a.link_gbit}: must be > 0")
-    for f in files:
-        c = load(f)
+    for c in clusters:
         c = c.at(a.link_gbit) if a.link_gbit is not None else c
         n = c.ranks
         print(f"# all_reduce of {size} B on {c.name}: {n} ranks ({c.nodes} x {c.ranks_per_node}), "

@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-__all__ = ["HostCluster", "fit_host", "host_us", "is_hosts_file", "link_bytes", "load",
+__all__ = ["HostCluster", "fit_host", "host_us", "link_bytes", "load",
            "predict_us", "validate"]
 
 ALGOS = ("native", "ring", "hierarchical")
@@ -182,20 +182,17 @@ def validate(data: dict, where: str) -> HostCluster:
     return HostCluster(**{**data, "sources": tuple(data.get("sources", ()))})
 
 
-def is_hosts_file(path: str) -> bool:
+def load(path: str) -> HostCluster | None:
+    """The hosts topology in the JSON file ``path``; None when it is not one (a GPU topology, a
+    preset's name, another file); ValueError naming the field and the rule when it is one that
+    does not hold."""
     p = Path(path)
     if p.suffix != ".json" or not p.is_file():
-        return False
-    try:
-        return json.loads(p.read_text()).get("kind") == "hosts"
-    except (ValueError, AttributeError):
-        return False
-
-
-def load(path: str) -> HostCluster:
-    p = Path(path)
+        return None
     try:
         data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{p.name}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    except ValueError:  # not JSON: the GPU topology loader names the error
+        return None
+    if not isinstance(data, dict) or data.get("kind") != "hosts":
+        return None
     return validate(data, p.name)
