@@ -24,11 +24,19 @@ from commbench.wire.volume import split_sizes
 class CorruptingComm(Comm):
     """Member 0 adds one to the first element of every message it sends."""
 
-    def isend(self, x, group, peer, *, tag=0):
+    @staticmethod
+    def _corrupt(x, group):
         if group.index == 0 and x.numel():
             x = x.clone()
             x.view(-1)[0] += 1
-        return super().isend(x, group, peer, tag=tag)
+        return x
+
+    def isend(self, x, group, peer, *, tag=0):
+        return super().isend(self._corrupt(x, group), group, peer, tag=tag)
+
+    def exchange(self, sends, recvs, group, *, tag=0):
+        sends = [(self._corrupt(x, group), peer) for x, peer in sends]
+        return super().exchange(sends, recvs, group, tag=tag)
 
 
 class ShiftedRootComm(Comm):
@@ -60,7 +68,7 @@ def _comm(ctx, transport: str, mutant: str | None) -> Comm:
     base = ctx.comm(transport)
     cls = {"corrupt": CorruptingComm, "wrong_root": ShiftedRootComm,
            "wrong_permutation": ReversedSplitsComm}.get(mutant or "")
-    return cls(base.backend, base.ledger, base.tracker) if cls else base
+    return cls(base.backend, base.ledger, base.tracker, device=base.device) if cls else base
 
 
 def _skip_last_rs_step(comm, buf, group, counts, op):

@@ -314,3 +314,23 @@ def test_the_default_suite_runs_every_collective_and_algorithm(tmp_path):
     assert ops == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
                    "reduce", "gather", "scatter", "sendrecv", "pingpong"}
     assert all(r[15] == "0" and r[16] == r[17] for r in rows)  # #wrong, sent = predicted
+
+
+@pytest.mark.local  # assumes no launcher around pytest
+@pytest.mark.skipif(not __import__("commbench.runtime.local.spawn", fromlist=["x"]).mpi_usable(),
+                    reason="needs mpiexec")
+def test_a_refusal_of_one_rank_under_a_launcher_ends_every_rank(tmp_path):
+    """Rank 0 alone takes the results folder's lock; held by someone else, only rank 0 can
+    refuse. The ranks agree first: both exit 2, one line from rank 0, nobody waits."""
+    from commbench.results.lock import folder_lock
+    from commbench.runtime.local import find_mpiexec
+
+    with folder_lock(str(tmp_path)):
+        out = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "commbench", "run",
+                              "all_reduce", "-b", "8", "-e", "8", "-n", "1", "-w", "0",
+                              "--out", str(tmp_path)], capture_output=True, text=True,
+                             timeout=120)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("commbench: error: rank 0: ")
+    assert "another commbench run" in lines[0]

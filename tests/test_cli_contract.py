@@ -162,3 +162,24 @@ def test_help_and_version_answer_without_importing_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
 
+
+
+@pytest.mark.parametrize(("launcher_env", "refused"), [
+    ({"RANK": "0", "WORLD_SIZE": "8", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "8"}, False),
+    ({"PMI_RANK": "0", "PMI_SIZE": "8", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "8"}, True),
+])
+def test_bfloat16_is_refused_only_where_mpi_is_in_the_world(monkeypatch, launcher_env, refused):
+    """torchrun's world has no MPI: a bfloat16 all-reduce runs there on gloo or NCCL; under
+    mpiexec MPI is in the world and has no bfloat16 reduction."""
+    from commbench.cli.common import UsageError
+    from commbench.cli.run_args import check_run_args
+
+    for k, v in launcher_env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("COMMBENCH_BACKEND", "gloo")
+    a = _parser().parse_args(["run", "all_reduce", "-d", "bfloat16", "-b", "8", "-e", "8"])
+    if refused:
+        with pytest.raises(UsageError, match="over mpi"):
+            check_run_args(a)
+    else:
+        check_run_args(a)

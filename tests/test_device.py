@@ -46,5 +46,35 @@ def test_a_tensor_named_on_another_device_fails():
 
 
 def test_code_outside_the_roots_is_not_judged():
-    with device_guard(torch.device("cpu")):  # roots: the patterns; this file is not one of them
+    with device_guard(torch.device("cpu")):  # roots: the library; this file is not in it
         _lost_device(torch.ones(3))
+
+
+# -- the rest of the library: the debug fingerprint ---------------------------------------------
+def _fingerprint_as_first_written(fp: list[int]) -> torch.Tensor:
+    return torch.tensor(fp, dtype=torch.int64)  # the bug: a CPU tensor for any group's transport
+
+
+def test_the_library_guard_catches_a_fingerprint_made_off_the_device():
+    """Debug mode once all-gathered ``torch.tensor(fp)`` over the benchmark's group: on NCCL,
+    "No backend type associated with device type cpu". The library guard catches it on a CPU."""
+    with pytest.raises(DeviceError, match="without device="):
+        with device_guard(torch.device("cpu"), HERE):
+            _fingerprint_as_first_written([1, 2, 3])
+
+
+def _debug_all_reduce(ctx):
+    from commbench.patterns.device import LIBRARY
+
+    comm = ctx.comm()
+    comm.debug = True
+    try:
+        with device_guard(ctx.device, (LIBRARY,)):
+            return comm.all_reduce(torch.ones(4, device=ctx.device), ctx.world).tolist()
+    finally:
+        comm.debug = ctx.debug
+
+
+@pytest.mark.world(sizes=[1, 2])
+def test_debug_mode_makes_its_fingerprint_on_the_transports_device(world):
+    assert world.run(_debug_all_reduce) == [[float(world.size)] * 4] * world.size

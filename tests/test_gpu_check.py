@@ -26,3 +26,15 @@ def test_gpu_check_runs_every_pattern_on_a_cpu_world_of_one(world):
 
     lines: list[str] = []
     assert check_every_pattern(world, lines.append, study=False) == 0, "\n".join(lines)
+
+
+@pytest.mark.world(sizes=[1])
+def test_gpu_check_runs_every_collective_and_algorithm_on_a_cpu_world_of_one(world):
+    from commbench.cli.gpu_check import check_big_all_reduce, check_every_collective
+
+    lines: list[str] = []
+    assert check_every_collective(world, lines.append, sizes=(8, 4096)) == 0, "\n".join(lines)
+    assert any("ring_compiled" in line for line in lines) and len(lines) > 20
+    assert check_big_all_reduce(world, lines.append, 1 << 20, device="cpu") == 0, lines[-1]
+    # negative: a result on the wrong device fails the big check
+    assert check_big_all_reduce(world, lines.append, 1 << 10, device="cuda") == 1

@@ -87,6 +87,7 @@ def test_a_launcher_worlds_call_leaves_no_thread_holding_the_world(monkeypatch):
     ctx = types.SimpleNamespace(
         rank=0, size=1, transports=("gloo",), launcher="mpich", world=types.SimpleNamespace(ranks=(0,)),
         ledger=types.SimpleNamespace(clear=nothing), mpi=types.SimpleNamespace(allgather=lambda o: [o]),
+        gather_objects=lambda o: [o],
         tracker=types.SimpleNamespace(start_task=nothing, end_task=nothing, enter=nothing, leave=nothing))
     before = threading.active_count()
     world = LauncherWorld(ctx, timeout_s=60)
@@ -95,3 +96,56 @@ def test_a_launcher_worlds_call_leaves_no_thread_holding_the_world(monkeypatch):
     ref = weakref.ref(world)
     del world
     assert ref() is None
+
+
+# -- every rank of a 2-node x 4-rank job under each launcher ------------------------------------
+from launcher_envs import LAUNCHERS, PER_NODE, SIZE, env_of  # noqa: E402
+
+
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+@pytest.mark.parametrize("gpus", [4, 8])
+def test_every_rank_of_every_launcher_finds_its_place_and_device(launcher, gpus):
+    devices: dict[int, set[int]] = {}
+    for r in range(SIZE):
+        info = detect(env_of(launcher, r))
+        got = (info.launcher, info.rank, info.size, info.local_rank, info.local_size, info.node)
+        assert got == (LAUNCHERS[launcher], r, SIZE, r % PER_NODE, PER_NODE, r // PER_NODE), \
+            (launcher, r, info.source)
+        devices.setdefault(info.node, set()).add(info.device(gpus))
+    assert all(len(d) == PER_NODE for d in devices.values())  # no two ranks of a host share one
+
+
+def test_slurms_tasks_per_node_read_in_its_compressed_form():
+    from commbench.runtime.launch import tasks_per_node
+
+    assert tasks_per_node("4(x2)") == [4, 4]
+    assert tasks_per_node("3,2(x2)") == [3, 2, 2]
+    with pytest.raises(LaunchError, match="cannot read"):
+        tasks_per_node("4(2)")
+
+
+def test_a_slurm_local_rank_past_its_nodes_tasks_is_refused():
+    env = {**env_of("srun", 3), "SLURM_STEP_TASKS_PER_NODE": "3(x2)"}
+    with pytest.raises(LaunchError, match="SLURM_LOCALID=3 is not below this node's 3 tasks"):
+        detect(env)
+
+
+def test_every_rank_of_an_uneven_slurm_job_has_its_nodes_local_size():
+    """``3,2``: node 0 runs ranks 0-2, node 1 ranks 3-4; every rank of a node agrees."""
+    for r, (local, size, node) in enumerate([(0, 3, 0), (1, 3, 0), (2, 3, 0), (0, 2, 1),
+                                              (1, 2, 1)]):
+        env = {"SLURM_PROCID": str(r), "SLURM_NTASKS": "5", "SLURM_STEP_ID": "0",
+               "SLURM_LOCALID": str(local), "SLURM_NODEID": str(node),
+               "SLURM_STEP_TASKS_PER_NODE": "3,2"}
+        info = detect(env)
+        assert (info.local_rank, info.local_size, info.node) == (local, size, node)
+
+
+def test_info_names_ranks_of_one_host_that_would_share_a_gpu():
+    from commbench.cli.info import shared_devices
+
+    rows = [(0, 1, "a", "cuda:0", 0), (1, 2, "a", "cuda:1", 1), (2, 3, "b", "cuda:0", 0),
+            (3, 4, "b", "cuda:0", 0)]
+    assert shared_devices(rows) == ["ranks 2, 3 of b share cuda:0: give each rank its own GPU "
+                                    "(one rank per GPU, local ranks 0..n-1 per host)"]
+    assert shared_devices(rows[:3]) == [] and shared_devices([(0, 1, "a", "cpu", 0)] * 2) == []

@@ -234,7 +234,8 @@ def _joint_root(n: int, steps: list[Step]) -> tuple[torch.Tensor, _Landed]:
     pg = _Landed(dict(enumerate(xs)))
     group = types.SimpleNamespace(size=n, index=0, torch_pg=pg)
     buf = xs[0].clone()
-    Compiled(types.SimpleNamespace(transport="gloo"), buf, group, steps, "sum", "naive").run()
+    Compiled(types.SimpleNamespace(transport="gloo", posts=None), buf, group, steps, "sum",
+             "naive").run()
     return buf - sum(xs), pg
 
 

@@ -143,22 +143,17 @@ def test_a_launcher_with_another_mpis_library_is_named_before_init():
 
 
 def _count_cross_node(ctx, transport: str, algo: str, count: int) -> dict[int, int]:
-    """Bytes this rank sends to each other rank in one all-reduce of ``count`` floats."""
+    """Bytes this rank sends to each other rank in one all-reduce of ``count`` floats, read off
+    the record of its posts (commbench.wire.posts)."""
+    from commbench.wire.posts import recording
+
     comm = ctx.comm(transport)
+    with recording(ctx) as posts:
+        ALGORITHMS[("all_reduce", algo)].bind(ctx, comm, torch.ones(count))()
     sent: dict[int, int] = {}
-    real = comm.isend
-
-    def isend(x, group, peer, *, tag=0):
-        dst = group.ranks[peer]
-        sent[dst] = sent.get(dst, 0) + x.numel() * x.element_size()
-        return real(x, group, peer, tag=tag)
-
-    comm.isend = isend
-    try:
-        x = torch.ones(count)
-        ALGORITHMS[("all_reduce", algo)].bind(ctx, comm, x)()
-    finally:
-        del comm.isend
+    for p in posts.items:
+        if p.kind == "send":
+            sent[p.peer] = sent.get(p.peer, 0) + p.nbytes
     return sent
 
 

@@ -16,7 +16,10 @@ def add_parser(sub) -> None:
                        "per module")
     a.add_argument("script", help="a Python script, run as __main__ on every rank")
     a.add_argument("args", nargs="*", help="its arguments (put them after --)")
-    checks.world_options(a, np=2, timeout=300.0)
+    checks.world_options(a, np=2, timeout=None)
+    a.add_argument("--timeout", type=float, default=None,
+                   help="seconds before the script's run counts as a hang (default: none, a "
+                        "training script may run for hours)")
     a.add_argument("--trace", default="", metavar="FILE", help="also write every rank's calls "
                    "as a Chrome trace (open it in Perfetto or chrome://tracing)")
     a.add_argument("--layout", default="", metavar="SPEC",
@@ -28,6 +31,8 @@ def command(a) -> int:
     if not os.path.isfile(a.script):
         raise UsageError(f"{a.script}: no such script")
     checks.check_world(a)
+    if getattr(a, "host_refusal", ""):  # not yet agreed across ranks here, as run's is
+        raise UsageError(a.host_refusal)
     size, launcher = a.world_size, a.launcher
     if a.trace:
         checks.check_file(a.trace, "--trace")
@@ -51,12 +56,15 @@ def command(a) -> int:
         from commbench.runtime.launch import detect
         from commbench.runtime.spmd import LauncherWorld
 
-        world = LauncherWorld(Context.from_launcher(), timeout_s=a.timeout)
+        world = LauncherWorld(Context.from_launcher(**({"timeout_s": a.timeout + 30.0}
+                                                       if a.timeout else {})),
+                              timeout_s=a.timeout)
         printer = detect().rank == 0
     else:
         from commbench.runtime.local import LocalWorld
 
-        world, printer = LocalWorld(a.np, launch=a.launch, timeout_s=a.timeout), True
+        limit = a.timeout if a.timeout is not None else float("inf")
+        world, printer = LocalWorld(a.np, launch=a.launch, timeout_s=limit), True
     path = os.path.abspath(a.script)
     try:
         world.start()

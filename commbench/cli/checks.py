@@ -8,8 +8,28 @@ import os
 
 from commbench.cli.common import UsageError
 
-__all__ = ["RANK_MB", "RANKS_PER_CORE", "available_bytes", "check_memory", "check_np",
-           "check_out", "check_world", "world_options", "world_size"]
+__all__ = ["RANK_MB", "RANKS_PER_CORE", "HostRefusal", "available_bytes", "check_memory",
+           "check_np", "check_out", "check_world", "on_host", "world_options", "world_size"]
+
+
+class HostRefusal(UsageError):
+    """A refusal read off this host or rank (its memory, its file system), which another rank
+    of a launched world may not make: the ranks agree on it before anyone exits
+    (:func:`commbench.cli.run.command`). Refusals of the arguments alone are the same on every
+    rank and end each at once."""
+
+
+def on_host(a, check, *args) -> None:
+    """Run a host check; under a launcher of more than one rank keep its refusal in
+    ``a.host_refusal`` (the first one) instead of raising, so that every rank goes on to the
+    same later checks and then to the agreement."""
+    try:
+        check(*args)
+    except HostRefusal as exc:
+        if not (getattr(a, "launcher", "") and getattr(a, "world_size", 1) > 1):
+            raise
+        if not getattr(a, "host_refusal", ""):
+            a.host_refusal = str(exc)
 
 # A local world's rank holds torch and its transports: about 250 MB resident, measured (ps) on
 # a 4-rank world; 300 MB leaves room. Start-up costs each rank ~1.5 s of CPU (torch's import):
@@ -38,7 +58,7 @@ def check_world(a) -> None:
     ``world_size``, ``ranks_here`` and ``launcher`` ('' without one)."""
     from commbench.results.machine import machine_class
 
-    if not getattr(a, "timeout", 1.0) > 0:
+    if getattr(a, "timeout", None) is not None and not a.timeout > 0:
         raise UsageError(f"--timeout {a.timeout}: must be > 0")
     try:
         machine_class(a.label)
@@ -53,7 +73,7 @@ def check_world(a) -> None:
     if not a.launcher:
         check_np(a.np)
     if not a.no_write:
-        check_out(a.out)
+        on_host(a, check_out, a.out)
 
 
 def available_bytes() -> int | None:
@@ -76,24 +96,24 @@ def check_out(path: str, flag: str = "--out") -> None:
     """``path`` is a folder this process can write, or one it can create."""
     if os.path.exists(path):
         if not os.path.isdir(path):
-            raise UsageError(f"{flag} {path}: exists and is not a folder; give a folder")
+            raise HostRefusal(f"{flag} {path}: exists and is not a folder; give a folder")
         if not os.access(path, os.W_OK | os.X_OK):
-            raise UsageError(f"{flag} {path}: this user cannot write there; give another folder")
+            raise HostRefusal(f"{flag} {path}: this user cannot write there; give another folder")
         return
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {path}: cannot be created (its nearest existing parent is not "
+        raise HostRefusal(f"{flag} {path}: cannot be created (its nearest existing parent is not "
                          "a writable folder); give another folder")
 
 
 def check_file(path: str, flag: str) -> None:
     """``path`` is a file this process can write (its folder exists or can be created)."""
     if os.path.isdir(path):
-        raise UsageError(f"{flag} {path}: is a folder; give a file name")
+        raise HostRefusal(f"{flag} {path}: is a folder; give a file name")
     if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise UsageError(f"{flag} {path}: this user cannot write it")
+        raise HostRefusal(f"{flag} {path}: this user cannot write it")
     check_out(os.path.dirname(os.path.abspath(path)), flag)
 
 
@@ -125,23 +145,45 @@ def check_np(np: int, flag: str = "--np") -> None:
                          "available (MemAvailable)")
 
 
+def device_free_bytes() -> int | None:
+    """Free memory of the GPU this rank binds (``torch.cuda.mem_get_info``), or None without
+    CUDA (then the buffers live in host memory)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    from commbench.runtime.launch import detect
+
+    return int(torch.cuda.mem_get_info(detect().device(torch.cuda.device_count()))[0])
+
+
 def check_memory(largest: int, itemsize: int, ranks_here: int, ranks: int, check: bool,
                  flag: str = "-e") -> None:
-    """The largest size's buffers, on every rank of this host, fit in the memory available.
+    """The largest size's buffers fit where they will live: on this rank's GPU when there is one
+    (one rank per GPU), else in this host's memory for every rank of the host.
 
     Per rank: the input, the output, a copy for in-place resets and the timed buffer (4 x size);
     the input pattern is built from int64 indices (3 temporaries of 8 bytes per element); with
-    ``-c 1`` the check reduces every rank's input in float64 (``ranks`` x 8 bytes per element).
+    ``-c 1`` the expected result is folded rank by rank in int64 (one more), whatever ``ranks``.
     """
+    wide = 8 / itemsize  # bytes of an int64 element per byte of the dtype
+    factor = 4 + wide * (3 + (1 if check else 0))
+    what = f"4 buffers, {4 if check else 3} int64 temporaries"
+    free = device_free_bytes()
+    if free is not None:
+        need = largest * factor
+        if need > free:
+            raise HostRefusal(f"{flag}: {largest} B x {factor:g} ({what}) = {_gib(need)}; this "
+                              f"rank's GPU has {_gib(free)} free (torch.cuda.mem_get_info); "
+                              "lower -e")
+        return
     avail = available_bytes()
     if avail is None:
         return
-    wide = 8 / itemsize  # bytes of an int64 or float64 element per byte of the dtype
-    factor = 4 + wide * (3 + (ranks if check else 0))
     need = ranks_here * largest * factor
     if need > avail:
-        raise UsageError(f"{flag}: {ranks_here} rank(s) on this host x {largest} B x "
-                         f"{factor:g} (4 buffers, 3 index temporaries"
-                         f"{f', {ranks} float64 inputs the check reduces' if check else ''}) = "
-                         f"{_gib(need)}; this host has {_gib(avail)} available (MemAvailable); "
-                         "lower -e" + (" or give -c 0" if check else ""))
+        raise HostRefusal(f"{flag}: {ranks_here} rank(s) on this host x {largest} B x "
+                          f"{factor:g} ({what}) = {_gib(need)}; this host has {_gib(avail)} "
+                          "available (MemAvailable); lower -e" + (" or give -c 0" if check else ""))

@@ -26,6 +26,8 @@ def command(a) -> int:
     if a.np < 2:
         raise UsageError(f"--np {a.np}: the claims need at least 2 ranks")
     checks.check_world(a)
+    if getattr(a, "host_refusal", ""):  # not yet agreed across ranks here, as run's is
+        raise UsageError(a.host_refusal)
     with LocalWorld(a.np, launch=a.launch) as world:
         rows = [measure_claim(world, c) for c in CLAIMS if a.np >= c.min_ranks]
         launch = f"local-{world.launch}"

@@ -1,6 +1,10 @@
-"""``commbench gpu-check`` (``make gpu-check``): every registered pattern on one GPU, over NCCL.
+"""``commbench gpu-check`` (``make gpu-check``): every collective, algorithm and pattern on one
+GPU, over NCCL, a line per check.
 
-A world of one rank with the NCCL backend and CUDA tensors runs each pattern's variants: at the
+A world of one rank with the NCCL backend and CUDA tensors runs every collective and every
+algorithm that runs at one rank (8 B and 1 MiB, results checked on the device: ``#wrong`` 0),
+a 1 GiB all-reduce made, run and checked on the device within :data:`BIG_LIMIT_S`, and each
+pattern's variants: at the
 simplest config its strategy draws (hypothesis' ``find``, derandomized), judged against the oracle and the
 prediction under the device guard, and at its first study config, where every booked call must
 equal the prediction. A world of one cannot test NCCL across ranks; it does run every pattern's
@@ -14,7 +18,10 @@ import sys
 from collections import Counter
 from dataclasses import astuple
 
-__all__ = ["check_every_pattern", "gpu_check"]
+__all__ = ["BIG", "BIG_LIMIT_S", "check_every_collective", "check_every_pattern", "gpu_check"]
+
+BIG = 1 << 30  # bytes of the large all-reduce
+BIG_LIMIT_S = 60.0  # its input, its call and its check on the device, a stated bound
 
 
 def _smallest(pattern, variant: str):
@@ -35,15 +42,79 @@ def gpu_check(emit=print) -> int:
         return 3
     from commbench.runtime.local import LocalWorld
 
-
     emit(f"# commbench gpu-check: {torch.cuda.get_device_name()}, one rank, NCCL")
     with LocalWorld(1, backend="nccl") as world:
         if world.transports[0] != "nccl":
             print(f"commbench gpu-check: the world started {world.transports}, not NCCL",
                   file=sys.stderr)
             return 3
-        failed = check_every_pattern(world, emit)
+        failed = check_every_collective(world, emit)
+        failed += check_big_all_reduce(world, emit)
+        failed += check_every_pattern(world, emit)
+    emit(f"# gpu-check: {failed} failed")
     return 1 if failed else 0
+
+
+def _case(ctx, op: str, algo: str, nbytes: int) -> dict:
+    from commbench.timing.measure import Case, measure
+
+    out = measure(ctx, Case(op, transport=ctx.transports[0], algo=algo, iters=3, warmup=1),
+                  nbytes)
+    return {"wrong": out["wrong"], "sent": out["sent"], "pred": out["pred_sent"],
+            "us": sorted(out["times"])[len(out["times"]) // 2] * 1e6}
+
+
+def check_every_collective(world, emit=print, sizes=(8, 1 << 20)) -> int:
+    """Every (collective, algorithm) that runs at this world's size, at ``sizes``: #wrong 0 and
+    the bytes booked equal to the formula; the number that failed."""
+    from commbench.collectives import ALGORITHMS
+
+    failed = 0
+    emit(f"#{'collective':>16} {'algo':>26} {'bytes':>9} {'#wrong':>7} {'time (us)':>10}  check")
+    for (op, algo), rec in ALGORITHMS.items():
+        if rec.needs(world.size, **({"local": None} if rec.per_node else {})):
+            continue
+        for nbytes in sizes:
+            try:
+                out = world.run(_case, op, algo, nbytes)[0]
+                ok = out["wrong"] == 0 and out["sent"] == out["pred"]
+                line = f"{out['wrong']:>7} {out['us']:>10.1f}  {'ok' if ok else 'FAILED'}"
+            except Exception as exc:  # noqa: BLE001 - a line per check, the run goes on
+                ok, line = False, f"{'-':>7} {'-':>10}  FAILED: {str(exc).splitlines()[0][:120]}"
+            failed += not ok
+            emit(f" {op:>16} {algo:>26} {nbytes:>9} {line}")
+    return failed
+
+
+def _big(ctx, nbytes: int) -> dict:
+    import time
+
+    import torch
+
+    from commbench.timing import verify
+
+    sync = torch.cuda.synchronize if ctx.device.type == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    count = nbytes // 4
+    x = verify.pattern(0, ctx.rank, count, torch.float32, "sum", ctx.device)
+    y = ctx.comm().all_reduce(x, ctx.world)
+    want = verify.expected("all_reduce", 0, ctx.rank, ctx.size, count, torch.float32, "sum", 0,
+                           ctx.device)
+    wrong = verify.wrong(y, want)
+    sync()
+    return {"wrong": wrong, "seconds": time.perf_counter() - t0, "device": str(y.device)}
+
+
+def check_big_all_reduce(world, emit=print, nbytes: int = BIG, device: str = "cuda") -> int:
+    """A 1 GiB float32 all-reduce: input, call and check on the ``device``, #wrong 0 within
+    :data:`BIG_LIMIT_S`; 1 when it fails."""
+    out = world.run(_big, nbytes)[0]
+    ok = out["wrong"] == 0 and out["seconds"] <= BIG_LIMIT_S and out["device"].startswith(device)
+    emit(f"# all_reduce {nbytes} B on {out['device']}: #wrong {out['wrong']}, "
+         f"{out['seconds']:.2f} s made, run and checked (bound {BIG_LIMIT_S:.0f} s): "
+         f"{'ok' if ok else 'FAILED'}")
+    return int(not ok)
 
 
 def check_every_pattern(world, emit=print, study: bool = True) -> int:
@@ -69,7 +140,7 @@ def check_every_pattern(world, emit=print, study: bool = True) -> int:
                  f"{'ok' if calls else 'FAILED':>13}")
             for line in small:
                 emit(f"#   {line}")
-    emit(f"# {failed} failed")
+    emit(f"# patterns: {failed} failed")
     return failed
 
 

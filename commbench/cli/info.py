@@ -49,7 +49,8 @@ def info() -> int:
                   f"({launch.source}) but MPI.COMM_WORLD has {comm.Get_size()}: mpi4py uses "
                   f"{mpi_text}, not the MPI of this launcher", file=sys.stderr)
             return 1
-        rows = comm.gather((launch.rank, os.getpid(), socket.gethostname(), _device(launch)), 0)
+        rows = comm.gather((launch.rank, os.getpid(), socket.gethostname(), _device(launch),
+                            launch.local_rank), 0)
     if launch.rank != 0:
         return 0
     nccl = "unavailable"
@@ -68,20 +69,35 @@ def info() -> int:
         f"devices    : {_devices()}",
     ]
     print("\n".join(f"# {line}" for line in lines))
-    rows = rows or [(0, os.getpid(), socket.gethostname(), _device(launch))]
+    rows = rows or [(0, os.getpid(), socket.gethostname(), _device(launch), launch.local_rank)]
     if len(rows) == size:
         from commbench.collectives.hierarchical import LOCAL
         from commbench.runtime.nodes import NodeLayout
 
-        layout = NodeLayout(tuple(host for _, _, host, _ in sorted(rows)))
+        layout = NodeLayout(tuple(row[2] for row in sorted(rows)))
         own = layout.node_size()
         why = "one host" if len(layout.nodes) == 1 else "nodes not of adjacent ranks, as many each"
         print(f"# nodes      : {layout.describe()}; the hierarchical all-reduce runs on "
               + (f"these nodes ({own} ranks each)" if own else
                  f"nodes of {LOCAL} adjacent ranks ({why})"))
-    for rank, pid, host, dev in rows:
-        print(f"#  Rank {rank:2d} Pid {pid:7d} on {host:>12} device {dev}")
+    for rank, pid, host, dev, local in rows:
+        print(f"#  Rank {rank:2d} Pid {pid:7d} on {host:>12} local rank {local:2d} device {dev}")
+    for line in shared_devices(rows):
+        print(f"# warning    : {line}")
     return 0
+
+
+def shared_devices(rows) -> list[str]:
+    """A line for each GPU that two or more ranks of one host would bind (rows: rank, pid,
+    host, device, local rank): they would share one device's memory and NCCL refuses two ranks
+    of one communicator on one GPU."""
+    users: dict[tuple[str, str], list[int]] = {}
+    for rank, _, host, dev, _ in rows:
+        if dev != "cpu":
+            users.setdefault((host, dev), []).append(rank)
+    return [f"ranks {', '.join(map(str, ranks))} of {host} share {dev}: give each rank its own "
+            "GPU (one rank per GPU, local ranks 0..n-1 per host)"
+            for (host, dev), ranks in sorted(users.items()) if len(ranks) > 1]
 
 
 def _devices() -> str:
@@ -101,7 +117,7 @@ def _device(launch) -> str:
     return "cpu"
 
 
-__all__ = ["LaunchError", "info"]
+__all__ = ["LaunchError", "info", "shared_devices"]
 
 
 def add_parser(sub) -> None:

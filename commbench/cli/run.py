@@ -8,11 +8,14 @@ rewritten after every row (atomically), the markdown and the plot when a transpo
 from __future__ import annotations
 
 import os
+import sys
 
 from commbench.cli.common import UsageError
 from commbench.cli.run_args import add_parser, check_run_args
 
-__all__ = ["STUDIES", "add_parser", "command", "run"]
+__all__ = ["PG_GRACE_S", "STUDIES", "add_parser", "command", "run"]
+
+PG_GRACE_S = 30.0  # seconds the process group's timeout runs past --timeout
 
 
 def _world(a):
@@ -23,7 +26,10 @@ def _world(a):
         from commbench.runtime.context import Context
         from commbench.runtime.spmd import LauncherWorld
 
-        return LauncherWorld(Context.from_launcher(), timeout_s=a.timeout), info.rank == 0
+        # the process group's own timeout a little past commbench's per-call one, so that the
+        # watchdog names a hang (the op, the ranks) before NCCL's or gloo's own timeout ends it
+        ctx = Context.from_launcher(timeout_s=a.timeout + PG_GRACE_S)
+        return LauncherWorld(ctx, timeout_s=a.timeout), info.rank == 0
     from commbench.runtime.local import LocalWorld
 
     return LocalWorld(a.np, launch=a.launch, timeout_s=a.timeout), True
@@ -40,21 +46,45 @@ def _check_algos(wanted: list[str], ops: list[str]) -> None:
 
 
 def command(a) -> int:
-    from contextlib import nullcontext
+    """Check, lock the results folder, run. Under a launcher a refusal that one rank makes alone
+    (this host's memory, rank 0's results folder) is agreed first: every rank starts the world,
+    all learn every rank's refusal over the harness's own channel, rank 0 prints the first and
+    all exit 2 (one rank quitting alone would leave the others waiting in the rendezvous)."""
+    from contextlib import ExitStack
 
     from commbench.results.lock import FolderBusy, folder_lock
     from commbench.runtime.launch import detect
 
-    ops, sizes = check_run_args(a)
-    writes = not a.no_write and detect().rank == 0 and not (a.targets == ["model"] and a.refit)
-    try:
-        with folder_lock(a.out) if writes else nullcontext():
+    info = detect()
+    together = info.launched and info.size > 1
+    ops, sizes = check_run_args(a)  # host refusals under a launcher: kept in a.host_refusal
+    refusal = getattr(a, "host_refusal", "")
+    writes = not a.no_write and info.rank == 0 and not (a.targets == ["model"] and a.refit)
+    with ExitStack() as stack:
+        try:
+            if writes and not refusal:
+                stack.enter_context(folder_lock(a.out))
+        except FolderBusy as exc:
+            if not together:
+                raise UsageError(str(exc)) from None
+            refusal = str(exc)
+        if not together:
             return run(a, ops, sizes)
-    except FolderBusy as exc:
-        raise UsageError(str(exc)) from None
+        world, printer = _world(a)
+        try:
+            reasons = world.agree(refusal)
+            first = next(((r, why) for r, why in enumerate(reasons) if why), None)
+            if first is not None:
+                if printer:
+                    print(f"commbench: error: rank {first[0]}: {first[1]}", file=sys.stderr)
+                return 2
+            return run(a, ops, sizes, (world, printer))
+        finally:
+            world.close()
 
 
-def run(a, ops: list[str], sizes: list[int]) -> int:
+def run(a, ops: list[str], sizes: list[int], made=None) -> int:
+    """Run the checked command; ``made``: the (world, printer) already started, or None."""
     from commbench.cli.sweep import sweep
 
     wanted = [w for w in a.algo.split(",") if w]
@@ -63,7 +93,7 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
         from commbench.studies.model import refit_stored
 
         return refit_stored(a, print)
-    world, printer = _world(a)
+    world, printer = made or _world(a)
     emit = print if printer else (lambda s: None)
     try:
         world.start()
@@ -80,7 +110,8 @@ def run(a, ops: list[str], sizes: list[int]) -> int:
             return study(a, world, transports, sizes, launch, printer, emit)
         return sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit)
     finally:
-        world.close()
+        if made is None:
+            world.close()
 
 
 def _overhead(a, world, transports, sizes, launch, printer, emit) -> int:

@@ -90,7 +90,7 @@ def _common(a) -> None:
     checks.check_world(a)
     for flag, path in (("-J", a.json), ("--csv", a.csv), ("--trace", a.trace)):
         if path:
-            checks.check_file(path, flag)
+            checks.on_host(a, checks.check_file, path, flag)
 
 
 def _check_pattern_args(a) -> None:
@@ -171,8 +171,8 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
                          f"world, 0..{a.world_size - 1}")
     if not rooted and a.root != 0:
         raise UsageError(f"-r {a.root}: none of {', '.join(ops) or a.targets[0]} has a root")
-    checks.check_memory(sizes[-1], ITEMSIZE[a.datatype], a.ranks_here, a.world_size,
-                        bool(a.check), f"-e {a.maxbytes}")
+    checks.on_host(a, checks.check_memory, sizes[-1], ITEMSIZE[a.datatype], a.ranks_here,
+                   a.world_size, bool(a.check), f"-e {a.maxbytes}")
     _check_transports(a, ops)
     return ops, sizes
 
@@ -181,8 +181,14 @@ def _check_transports(a, ops: list[str]) -> None:
     """--transport names transports this world will have; no dtype/op pair one cannot do."""
     from commbench.runtime.local.spawn import mpi_usable
 
-    have = ["gloo", "nccl", "mpi"] if a.launcher else \
-        ["gloo", *(["mpi"] if a.launch != "plain" and mpi_usable() else [])]
+    if a.launcher:  # what Context.from_launcher will make: the torch backend, MPI if launched so
+        from commbench.runtime.context import default_backend
+        from commbench.runtime.launch import detect
+
+        torch_side = default_backend()
+        have = list(dict.fromkeys([torch_side, *(["mpi"] if detect().is_mpi else [])]))
+    else:
+        have = ["gloo", *(["mpi"] if a.launch != "plain" and mpi_usable() else [])]
     wanted = [t for t in a.transport.split(",") if t] or have
     bad = [t for t in wanted if t not in have]
     if bad:
@@ -196,4 +202,12 @@ def _check_transports(a, ops: list[str]) -> None:
         if why:
             raise UsageError(f"-d {a.datatype} -o {a.op} over mpi ({', '.join(reducing)}): "
                              f"{why}; choose another dtype or --transport")
+    if "nccl" in wanted and reducing:
+        from commbench.wire.dtypes import DTYPES
+        from commbench.wire.transport.torch_backend import TorchBackend
+
+        why = TorchBackend("nccl").unsupported(a.op, DTYPES[a.datatype])
+        if why:
+            raise UsageError(f"-d {a.datatype} -o {a.op} over nccl ({', '.join(reducing)}): "
+                             f"{why}; choose another dtype")
 

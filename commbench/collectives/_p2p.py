@@ -16,19 +16,15 @@ def exchange(comm: Comm, send: torch.Tensor | None, dst: int | None, recv_like: 
              src: int | None, group: Group) -> torch.Tensor | None:
     """Send ``send`` to ``dst`` while receiving a tensor shaped like ``recv_like`` from ``src``.
 
-    Both sides are posted before either waits, so a ring or a pairwise exchange cannot deadlock.
-    Either half may be None. Empty tensors are not sent (both ends know the sizes).
+    Both halves are one group call (:meth:`Comm.exchange`: NCCL's ``batch_isend_irecv``), so a
+    ring or a pairwise exchange cannot deadlock on any transport. Either half may be None.
+    Empty tensors are not sent (both ends know the sizes).
     """
-    rx = None
-    if recv_like is not None and src is not None and recv_like.numel():
-        rx = comm.irecv(recv_like, group, src, tag=TAG)
-    tx = None
-    if send is not None and dst is not None and send.numel():
-        tx = comm.isend(send, group, dst, tag=TAG)
-    if tx is not None:
-        tx.wait()
-    if rx is not None:
-        return rx.wait()
+    sends = [(send, dst)] if send is not None and dst is not None else []
+    recvs = [(recv_like, src)] if recv_like is not None and src is not None else []
+    got = comm.exchange(sends, recvs, group, tag=TAG)
+    if recvs:
+        return got[0]
     return None if recv_like is None else recv_like.new_empty(recv_like.shape)
 
 

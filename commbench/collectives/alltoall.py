@@ -40,7 +40,7 @@ def pairwise_all_to_all(comm: Comm, x: torch.Tensor, group: Group,
     x = x.contiguous()
     with comm.ledger.scope("pairwise_all_to_all"):
         if out_splits is None:
-            counts = torch.tensor(in_splits, dtype=torch.int64)
+            counts = torch.tensor(in_splits, dtype=torch.int64, device=x.device)
             got = [int(in_splits[i])] * n
             for k in range(1, n):
                 dst, src = (i + k) % n, (i - k) % n

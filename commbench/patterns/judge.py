@@ -4,7 +4,9 @@ prediction, for any pattern.
 Values: :class:`~commbench.patterns.base.Tolerance` (float64 runs to a fixed rtol/atol; lower
 precision within ``factor`` times the spread of equally right unsharded answers). Integer and
 boolean outputs (routing masks) must be equal. Calls: the ledger's booked calls, as (op, axis,
-size, sent, recv), must equal the prediction as a multiset, to the byte.
+size, sent, recv), must equal the prediction as a multiset, to the byte. Posts: every rank's
+record of the first step, replayed under NCCL's rules (:mod:`commbench.wire.nccl_rules`), must
+neither deadlock nor issue collectives out of order.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from commbench.patterns.base import Pattern, Tolerance
 from commbench.runtime.errors import SPMDError
+from commbench.wire import nccl_rules
 
 __all__ = ["check", "close", "judge", "nudger", "reference_nudges"]
 
@@ -91,6 +94,8 @@ def judge(pattern: Pattern, cfg, variant: str, seed: int, outs: list[dict],
                      for c in pattern.predicted(cfg, variant, r, seed)]
         if Counter(booked) != Counter(predicted):
             problems.append(f"rank {r}: ledger != prediction: {_diff(booked, predicted)}")
+    if all("posts" in out for out in outs) and not pattern.nccl_open(cfg, variant):
+        problems += nccl_rules.check([out["posts"] for out in outs])  # NCCL, the same posts
     return problems
 
 

@@ -17,6 +17,7 @@ import torch
 from commbench.patterns.base import Call
 from commbench.patterns.device import device_guard
 from commbench.timing.loop import timed
+from commbench.wire.posts import recording
 
 __all__ = ["booked_calls", "run_pattern"]
 
@@ -58,7 +59,7 @@ def run_pattern(ctx, name: str, cfg, variant: str, seed: int, broken: str | None
         return pattern.step(ctx, cfg, local, variant, groups, parts)
 
     checked = device_guard(ctx.device) if guard else contextlib.nullcontext()
-    with checked:
+    with checked, recording(ctx) as posts:
         out, entries, span = _traced(ctx, step)
     stats: list = []
     times: list[float] = []
@@ -74,6 +75,7 @@ def run_pattern(ctx, name: str, cfg, variant: str, seed: int, broken: str | None
     else:
         trace_entries = entries
     return {"outputs": _cpu(out), "ledger": booked_calls(entries), "times": times,
+            "posts": posts.export(),  # the first step's, for commbench.wire.nccl_rules
             "timeline": [tuple(e) for e in trace_entries],  # the traced step's calls, timed
             "span": span, "span_stats": first,  # its start and end here, its own stats
             "stats": stats[warmup:], "groups": {k: g.ranks for k, g in groups.items()}}

@@ -7,6 +7,10 @@ slice holds that rank's calls, and :func:`idle_fraction` reads the step's idle s
 trace: the time in blocking calls over the slowest rank's step (the pipeline's bubble). Times
 are microseconds from the first event of the trace; the ranks of one host share its monotonic
 clock (``time.perf_counter``), so their tracks line up.
+
+On NCCL a call returns once its kernel is queued on the GPU: the host time of a slice is then
+its enqueue time, not its run time (``args.host_time``: "enqueue"), and the GPU's own duration
+is ``device_us`` where NCCL reported it (``TORCH_NCCL_ENABLE_TIMING``).
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ def chrome_trace(runs: list[tuple]) -> dict:
                 "args": {"run": label, "group": list(e.group), "axis": e.axis, "dtype": e.dtype,
                          "elements": e.count, "sent_bytes": e.sent, "tensor_bytes": e.nbytes or None,
                          "redop": e.redop, "phase": e.phase, "module": e.module,
-                         "device_us": e.device_seconds * 1e6 or None}}
+                         "device_us": e.device_seconds * 1e6 or None,
+                         "host_time": "enqueue" if e.transport == "nccl" else "call"}}
                for label, rank, e in entries]
     events += [{"name": "step", "cat": "step", "ph": "X", "pid": rank, "tid": 0,
                 "ts": (sp[0] - t0) * 1e6, "dur": (sp[1] - sp[0]) * 1e6, "args": {"run": label}}

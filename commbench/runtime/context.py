@@ -17,6 +17,7 @@ import datetime
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
@@ -97,8 +98,9 @@ class Context:
             self.device = torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
         self._groups: dict[tuple[int, ...], Group] = {}
         self._comms: dict[str, Comm] = {}
+        side = dist.new_group(backend="gloo") if self.backend == "nccl" else None
         self.world = Group(tuple(range(size)), rank, "world",
-                           dist.group.WORLD if self.backend else None, mpi_comm)
+                           dist.group.WORLD if self.backend else None, mpi_comm, side)
         self._groups[self.world.ranks] = self.world
 
     # -- construction from a launcher ---------------------------------------------------------
@@ -147,12 +149,20 @@ class Context:
 
         from commbench.runtime.nodes import NodeLayout
 
-        host = socket.gethostname()
+        return NodeLayout(tuple(self.gather_objects(socket.gethostname())))
+
+    def gather_objects(self, obj) -> list:
+        """Every rank's picklable ``obj`` in rank order, over the harness's channel: MPI when
+        the world has it, else the world's side gloo group on NCCL, else the gloo world; never
+        the benchmark's NCCL communicator (a harness call there would sit in its stream's order
+        and, after one rank failed alone, mismatch the collectives of the others)."""
         if self.mpi is not None:
-            return NodeLayout(tuple(self.mpi.allgather(host)))
-        hosts: list = [None] * self.size
-        dist.all_gather_object(hosts, host)
-        return NodeLayout(tuple(hosts))
+            return self.mpi.allgather(obj)
+        if not self.backend:
+            return [obj]
+        out: list = [None] * self.size
+        dist.all_gather_object(out, obj, group=self.world.side_pg)  # None: the gloo world
+        return out
 
     # -- transports ---------------------------------------------------------------------------
     @property
@@ -173,7 +183,9 @@ class Context:
                 from commbench.wire.transport.torch_backend import TorchBackend
 
                 backend = TorchBackend(transport)
-            self._comms[transport] = Comm(backend, self.ledger, self.tracker, debug=self.debug)
+            device = None if transport == "mpi" else self.device  # MPI stages CUDA tensors
+            self._comms[transport] = Comm(backend, self.ledger, self.tracker, debug=self.debug,
+                                          device=device)
         return self._comms[transport]
 
     # -- groups -------------------------------------------------------------------------------
@@ -183,8 +195,7 @@ class Context:
         if key not in self._groups:
             self._make_groups([key], {key: name})
         g = self._groups[key]
-        return g if not name or g.name == name else Group(g.ranks, g.rank, name, g.torch_pg,
-                                                          g.mpi_comm)
+        return g if not name or g.name == name else replace(g, name=name)
 
     def grid(self, spec: str | dict[str, int], combos: tuple[tuple[str, ...], ...] = ()) -> Grid:
         """Groups along every axis of ``spec`` (and along each tuple of axes in ``combos``)."""
@@ -200,7 +211,7 @@ class Context:
             self._make_groups(groups, {g: "_".join(axes) for g in groups})
             mine = next(g for g in groups if self.rank in g)
             g = self._groups[mine]
-            built[axes] = Group(g.ranks, g.rank, "_".join(axes), g.torch_pg, g.mpi_comm)
+            built[axes] = replace(g, name="_".join(axes))
         return Grid(dims, self.rank, built)
 
     def _check_ranks(self, ranks) -> tuple[int, ...]:
@@ -235,11 +246,14 @@ class Context:
                     if self.rank in g:
                         mpi_sub[g] = sub
         for g in todo:
-            pg = None
+            pg = side = None
             if self.backend:
                 pg = dist.group.WORLD if g == self.world.ranks else dist.new_group(list(g))
-            self._groups[g] = Group(g, self.rank, names.get(g, ""),
-                                    pg if self.rank in g else None, mpi_sub.get(g))
+            if self.backend == "nccl":  # the harness's traffic goes beside it, over gloo
+                side = dist.new_group(list(g), backend="gloo")
+            inside = self.rank in g
+            self._groups[g] = Group(g, self.rank, names.get(g, ""), pg if inside else None,
+                                    mpi_sub.get(g), side if inside else None)
 
     def close(self, together_s: float = 0.0) -> None:
         """Destroy the process group. ``together_s`` > 0 (gloo): first wait up to that long

@@ -3,7 +3,8 @@
 Ranks that call different collectives, or one collective with different dtypes, element counts,
 reduction ops, roots or groups, would hang or compute garbage. With debug on (``Comm(debug=True)``,
 ``COMMBENCH_DEBUG=1``; the test suite turns it on), every member first all-gathers a fingerprint of
-its call over the same group and transport, and all of them raise the same error, naming the op
+its call over the same group (on the group's device), or over the group's side gloo group when
+the transport is NCCL (``Group.side_pg``), and all of them raise the same error, naming the op
 and the disagreeing ranks, before the real call starts. A member that calls nothing at all leaves
 the others in the fingerprint exchange, where the world's timeout names the pending op.
 
@@ -53,10 +54,12 @@ def _describe(fp: list[int]) -> str:
     return text
 
 
-def agree(backend, group, fp: list[int]) -> None:
-    """All-gather ``fp`` over ``group`` and raise :class:`Mismatch` unless every member's matches."""
-    mine = torch.tensor(fp, dtype=torch.int64)
-    everyone = torch.empty(group.size * len(fp), dtype=torch.int64)
+def agree(backend, group, fp: list[int], device: torch.device | None = None) -> None:
+    """All-gather ``fp`` over ``group`` (its tensors on ``device``, the transport's: NCCL takes
+    no CPU tensor) and raise :class:`Mismatch` unless every member's matches."""
+    device = device or torch.device("cpu")
+    mine = torch.tensor(fp, dtype=torch.int64, device=device)
+    everyone = torch.empty(group.size * len(fp), dtype=torch.int64, device=device)
     backend.all_gather(everyone, mine, group)
     rows = everyone.view(group.size, len(fp)).tolist()
     if all(r == rows[0] for r in rows):

@@ -26,7 +26,8 @@ class Group:
 
     ranks: global ranks, in group order. rank: this process's global rank.
     torch_pg / mpi_comm: the transport handles (None where a transport is absent, or for a rank
-    outside the group).
+    outside the group). side_pg: a gloo group of the same ranks beside an NCCL one, for the
+    harness's own traffic (agreements, outcomes), which stays off the benchmark's communicator.
     """
 
     ranks: tuple[int, ...]
@@ -34,6 +35,7 @@ class Group:
     name: str = ""
     torch_pg: Any = field(default=None, repr=False)
     mpi_comm: Any = field(default=None, repr=False)
+    side_pg: Any = field(default=None, repr=False)
 
     @property
     def size(self) -> int:

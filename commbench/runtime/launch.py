@@ -1,7 +1,9 @@
 """Which launcher started this process, and what it says about the world.
 
 One function, :func:`detect`, reads the environment of torchrun, Open MPI (``mpirun``), MPICH's
-Hydra (``mpiexec``), PMIx and Slurm (``srun``) and returns a :class:`LaunchInfo`. It is pure: it
+Hydra (``mpiexec``, Intel MPI's too), MVAPICH, PMIx and Slurm (``srun``: plain, ``--mpi=pmi2``,
+``--mpi=pmix``; under the last two the PMI names the rank and Slurm the local rank and size)
+and returns a :class:`LaunchInfo`. It is pure: it
 reads a mapping and touches no network, so every launcher is tested from a dictionary.
 
 When the launcher gives no rendezvous address (``mpirun``, ``srun``), :func:`rendezvous` picks one:
@@ -17,7 +19,8 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["LaunchError", "LaunchInfo", "detect", "first_slurm_host", "rendezvous"]
+__all__ = ["LaunchError", "LaunchInfo", "detect", "first_slurm_host", "rendezvous",
+           "tasks_per_node"]
 
 
 class LaunchError(RuntimeError):
@@ -28,9 +31,11 @@ class LaunchError(RuntimeError):
 class LaunchInfo:
     """What the launcher told this process.
 
-    launcher: ``torchrun``, ``openmpi``, ``mpich``, ``pmix``, ``slurm`` or ``none``.
+    launcher: ``torchrun``, ``openmpi``, ``mpich``, ``mvapich``, ``pmix``, ``slurm`` or ``none``.
     rank/size: this process's rank in the world and the world size.
     local_rank/local_size: the same within this host (used to bind a GPU).
+    node: this host's index among the job's hosts (the launcher's, or rank // local_size where
+    the launcher gives none and fills hosts rank by rank).
     master_addr/master_port: rendezvous for torch.distributed, when the launcher gives one.
     source: the variables the values came from, for error messages.
     """
@@ -43,6 +48,11 @@ class LaunchInfo:
     master_addr: str | None = None
     master_port: int | None = None
     source: str = ""
+    node: int = 0
+
+    def device(self, count: int) -> int:
+        """The CUDA device this rank binds among ``count`` on its host."""
+        return self.local_rank % count if count > 0 else 0
 
     @property
     def launched(self) -> bool:
@@ -50,7 +60,7 @@ class LaunchInfo:
 
     @property
     def is_mpi(self) -> bool:
-        return self.launcher in ("openmpi", "mpich", "pmix")
+        return self.launcher in ("openmpi", "mpich", "mvapich", "pmix")
 
 
 def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
@@ -77,17 +87,59 @@ def _port(env: Mapping[str, str]) -> int | None:
     return port
 
 
-def _make(launcher: str, env: Mapping[str, str], rank: str, size: str, lrank: str,
-          lsize: str | None, source: str) -> LaunchInfo:
+def tasks_per_node(text: str) -> list[int]:
+    """Slurm's compressed count per node: ``4(x2)`` is [4, 4], ``3,2(x2)`` is [3, 2, 2]."""
+    out: list[int] = []
+    for part in filter(None, text.split(",")):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not m:
+            raise LaunchError(f"SLURM_STEP_TASKS_PER_NODE={text!r}: cannot read {part!r}")
+        out += [int(m.group(1))] * int(m.group(2) or 1)
+    return out
+
+
+def _slurm_local(env: Mapping[str, str]) -> tuple[int, int, int] | None:
+    """(local rank, local size, node) from Slurm's step variables, or None outside a step."""
+    if "SLURM_LOCALID" not in env or not env.get("SLURM_STEP_ID", "").isdigit():
+        return None
+    node = _int(env, "SLURM_NODEID", 0)
+    per = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    counts = tasks_per_node(per) if per else []
+    local = _int(env, "SLURM_LOCALID")
+    if counts and node >= len(counts):
+        raise LaunchError(f"SLURM_NODEID={node} but SLURM_STEP_TASKS_PER_NODE={per!r} lists "
+                          f"{len(counts)} nodes")
+    size = counts[node] if counts else 0
+    if size and local >= size:
+        raise LaunchError(f"SLURM_LOCALID={local} is not below this node's {size} tasks ({per})")
+    return local, size, node
+
+
+def _make(launcher: str, env: Mapping[str, str], rank: str, size: str, lrank: str | None,
+          lsize: str | None, source: str, node: str | None = None) -> LaunchInfo:
     r, n = _int(env, rank), _int(env, size)
     if n < 1:
         raise LaunchError(f"{size}={n}: the world must have at least one rank")
     if r >= n:
         raise LaunchError(f"{rank}={r} is not below {size}={n}")
-    lr = _int(env, lrank, 0)
-    ln = _int(env, lsize, 0) if lsize else 0
+    slurm = _slurm_local(env)
+    if lrank and lrank in env:
+        lr = _int(env, lrank)
+        ln = _int(env, lsize, 0) if lsize else 0
+        nd = _int(env, node, -1) if node else -1
+    elif slurm is not None:  # srun --mpi=pmi2/pmix: the PMI gives no local rank, Slurm does
+        lr, ln, nd = slurm
+        source += " + SLURM_LOCALID"
+    else:
+        lr, ln, nd = 0, 0, -1
+    if not ln and slurm is not None:
+        ln = slurm[1]
+    if nd < 0:
+        nd = slurm[2] if slurm is not None else (r // ln if ln else 0)
+    if ln and lr >= ln:
+        raise LaunchError(f"local rank {lr} is not below the local size {ln} ({source})")
     return LaunchInfo(launcher, r, n, lr, ln or max(lr + 1, 1), env.get("MASTER_ADDR") or None,
-                      _port(env), source)
+                      _port(env), source, nd)
 
 
 def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
@@ -100,21 +152,26 @@ def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
     env = os.environ if env is None else env
     if "RANK" in env and "WORLD_SIZE" in env:
         return _make("torchrun", env, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                     "RANK/WORLD_SIZE")
+                     "RANK/WORLD_SIZE", "GROUP_RANK")
     if "OMPI_COMM_WORLD_RANK" in env:
         return _make("openmpi", env, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
                      "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE")
+    if "MV2_COMM_WORLD_RANK" in env:
+        return _make("mvapich", env, "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE",
+                     "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE",
+                     "MV2_COMM_WORLD_RANK/MV2_COMM_WORLD_SIZE")
     if "PMI_RANK" in env:
         return _make("mpich", env, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
                      "PMI_RANK/PMI_SIZE")
-    if "PMIX_RANK" in env and "PMIX_SIZE" in env:
-        return _make("pmix", env, "PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE",
-                     "PMIX_RANK/PMIX_SIZE")
-    if "SLURM_PROCID" in env and env.get("SLURM_STEP_ID", "").isdigit():
-        size_var = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"
+    slurm_step = "SLURM_PROCID" in env and env.get("SLURM_STEP_ID", "").isdigit()
+    size_var = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"
+    if "PMIX_RANK" in env and ("PMIX_SIZE" in env or slurm_step):
+        return _make("pmix", env, "PMIX_RANK", "PMIX_SIZE" if "PMIX_SIZE" in env else size_var,
+                     "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE", "PMIX_RANK")
+    if slurm_step:
         return _make("slurm", env, "SLURM_PROCID", size_var, "SLURM_LOCALID", None,
-                     f"SLURM_PROCID/{size_var}")
+                     f"SLURM_PROCID/{size_var}", "SLURM_NODEID")
     return LaunchInfo("none", 0, 1, 0, 1, env.get("MASTER_ADDR") or None, _port(env), "")
 
 

@@ -14,6 +14,7 @@ exit code 124) so the launcher takes every rank down instead of hanging.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import pickle
 import sys
@@ -26,7 +27,7 @@ __all__ = ["LauncherWorld"]
 
 
 class LauncherWorld:
-    def __init__(self, ctx: Context, timeout_s: float = 300.0) -> None:
+    def __init__(self, ctx: Context, timeout_s: float | None = 300.0) -> None:
         self.ctx, self.timeout_s = ctx, timeout_s
         self.size, self.transports, self.launch = ctx.size, ctx.transports, ctx.launcher
         self._task = 0
@@ -53,7 +54,7 @@ class LauncherWorld:
         self._task += 1
         name = getattr(fn, "__qualname__", repr(fn))
         done = threading.Event()
-        limit = self.timeout_s if timeout is None else timeout
+        limit = self.timeout_s if timeout is None else timeout  # None: no watchdog
         dog = threading.Thread(target=self._watchdog, args=(done, limit, name, self._task),
                                daemon=True)
         dog.start()
@@ -78,13 +79,11 @@ class LauncherWorld:
         return everyone
 
     def _all_gather(self, obj) -> list:
-        if self.ctx.mpi is not None:
-            return self.ctx.mpi.allgather(obj)
-        import torch.distributed as dist
+        return self.ctx.gather_objects(obj)
 
-        out: list = [None] * self.size
-        dist.all_gather_object(out, obj)
-        return out
+    def agree(self, obj) -> list:
+        """Every rank's ``obj``, on every rank, over the harness's channel (refusals, checks)."""
+        return self.ctx.gather_objects(obj)
 
     def _watchdog(self, done: threading.Event, limit: float, name: str, task: int) -> None:
         if done.wait(limit):
@@ -96,19 +95,44 @@ class LauncherWorld:
             import torch.distributed as dist
 
             store = dist.distributed_c10d._get_default_store()
-            store.set(f"commbench/hang/{task}/{ctx.rank}", pickle.dumps(statuses[ctx.rank]))
+            # plain JSON, never pickle: whoever can write to a launcher's store must not be able
+            # to make a rank run code
+            store.set(f"commbench/hang/{task}/{ctx.rank}", json.dumps(statuses[ctx.rank]))
             store.set_timeout(datetime.timedelta(seconds=5))
             for r in range(ctx.size):
                 if r != ctx.rank:
                     try:
-                        statuses[r] = pickle.loads(store.get(f"commbench/hang/{task}/{r}"))
+                        statuses[r] = _status(store.get(f"commbench/hang/{task}/{r}"))
                     except Exception:
                         statuses[r] = ("unknown", -1, "did not answer (process stuck or gone)")
         except Exception:
             pass
         print(f"[rank {ctx.rank}] commbench: {name} timed out after {limit:.0f} s\n"
               + describe_hang(statuses), file=sys.stderr, flush=True)
+        abort_nccl(ctx)
         if ctx.mpi is not None:
             ctx.mpi.Abort(124)
         os._exit(124)
 
+
+def _status(raw: bytes) -> tuple:
+    """A rank's hang status as posted to the store: (state, seq, text), checked field by field."""
+    value = json.loads(raw.decode("utf-8", errors="replace"))
+    if not (isinstance(value, list) and len(value) == 3 and isinstance(value[0], str)
+            and isinstance(value[1], int) and isinstance(value[2], str)):
+        raise ValueError(f"a hang status must be [state, seq, text], got {value!r:.80}")
+    return value[0][:40], value[1], value[2][:500]
+
+
+def abort_nccl(ctx) -> None:
+    """Abort this rank's NCCL communicators before it exits on a hang: their kernels may be
+    spinning on the GPU, waiting for a peer that will never post (ncclCommAbort frees them and
+    the peers' matching calls fail instead of hanging)."""
+    if ctx.backend != "nccl":
+        return
+    try:
+        import torch.distributed as dist
+
+        dist.distributed_c10d._abort_process_group()  # every group of this rank
+    except Exception as exc:  # noqa: BLE001 - exiting anyway; say why the abort failed
+        print(f"[rank {ctx.rank}] commbench: aborting NCCL failed: {exc}", file=sys.stderr)

@@ -68,15 +68,15 @@ def draw(dist: str, seed: int, rank: int, count: int) -> torch.Tensor:
     """Rank ``rank``'s gradient-like float64 values: normal, heavy-tailed (Student t, 2 degrees
     of freedom), all positive (|normal|), or mixed magnitudes (normal x 10^U(-4, 4))."""
     g = torch.Generator().manual_seed(seed * 1009 + rank)
-    x = torch.randn(count, generator=g, dtype=torch.float64)
+    x = torch.randn(count, generator=g, dtype=torch.float64, device="cpu")
     if dist == "heavy":
-        chi2 = torch.randn(count, generator=g, dtype=torch.float64) ** 2 + \
-            torch.randn(count, generator=g, dtype=torch.float64) ** 2
+        chi2 = torch.randn(count, generator=g, dtype=torch.float64, device="cpu") ** 2 + \
+            torch.randn(count, generator=g, dtype=torch.float64, device="cpu") ** 2
         return x / torch.sqrt(chi2 / 2)
     if dist == "positive":
         return x.abs()
     if dist == "mixed":
-        return x * 10 ** (torch.rand(count, generator=g, dtype=torch.float64) * 8 - 4)
+        return x * 10 ** (torch.rand(count, generator=g, dtype=torch.float64, device="cpu") * 8 - 4)
     if dist != "normal":
         raise ValueError(f"dist={dist!r}: must be one of {', '.join(DISTRIBUTIONS)}")
     return x

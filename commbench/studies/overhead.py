@@ -78,7 +78,7 @@ def overhead(world, sizes: list[int], iters: int = 50, warmup: int = 10, rounds:
 
 def memcpy_bandwidth(ctx, nbytes: int = 64 << 20, iters: int = 10) -> float:
     """Bytes per second of ``dst.copy_(src)`` for ``nbytes``, median of ``iters`` (this rank)."""
-    src = torch.ones(nbytes // 4, dtype=torch.float32)
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device="cpu")
     dst = torch.empty_like(src)
     dst.copy_(src)
     times = []

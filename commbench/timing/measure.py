@@ -109,7 +109,7 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     comm = ctx.comm(case.transport)
     g, n, r = ctx.world, ctx.size, ctx.rank
     dtype = DTYPES[case.dtype]
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     count, size = counts_for(case.op, nbytes, n, itemsize)
     dev = ctx.device if case.transport != "mpi" else torch.device("cpu")
     src = verify.pattern(case.seed, r, count, dtype, case.redop, dev)
@@ -148,7 +148,7 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
         sent, recv = one_call.sent, one_call.recv
     wrong = 0
     if case.check and case.op != "pingpong":
-        want = verify.expected(case.op, case.seed, r, n, count, dtype, case.redop, root)
+        want = verify.expected(case.op, case.seed, r, n, count, dtype, case.redop, root, dev)
         wrong = verify.wrong(prep.result(), want)
     out = {"times": times, "wrong": wrong, "count": count, "size": size, "sent": sent,
            "recv": recv, "pred_sent": pred_sent, "pred_recv": pred_recv}

@@ -95,7 +95,7 @@ def like(src: torch.Tensor, count: int) -> torch.Tensor:
     import numpy as np
 
     raw = {torch.bfloat16: torch.int16, torch.bool: torch.uint8}.get(src.dtype, src.dtype)
-    arr = np.empty(count, dtype=torch.empty((), dtype=raw).numpy().dtype)
+    arr = np.empty(count, dtype=torch.empty((), dtype=raw, device="cpu").numpy().dtype)
     return torch.from_numpy(arr).view(src.dtype)
 
 
@@ -112,10 +112,17 @@ def restore(out: torch.Tensor, src: torch.Tensor) -> Callable[[], object]:
 
 
 def _sendrecv(be, src, out, g) -> None:
-    """Ring exchange: send to the next member, receive from the previous one."""
+    """Ring exchange: send to the next member, receive from the previous one; as one group call
+    where the transport has them (NCCL: ``batch_isend_irecv``; posted alone, every rank's receive
+    would wait for a send queued behind its peer's receive), MPI's receive-then-send otherwise."""
     n, i = g.size, g.index
     if n == 1:
         out.copy_(src)
+        return
+    batch = getattr(be, "batch", None)
+    if batch is not None:
+        for h in batch([(src, (i + 1) % n)], [(out, (i - 1) % n)], g, 7):
+            h.wait()
         return
     req = be.irecv(out, g, (i - 1) % n, 7)
     be.send(src, g, (i + 1) % n, 7)
@@ -125,9 +132,7 @@ def _sendrecv(be, src, out, g) -> None:
 def _checked_sendrecv(comm: Comm, src, g) -> None:
     n, i = g.size, g.index
     if n > 1:
-        work = comm.irecv(src, g, (i - 1) % n, tag=7)
-        comm.send(src, g, (i + 1) % n, tag=7)
-        work.wait()
+        comm.exchange([(src, (i + 1) % n)], [(src, (i - 1) % n)], g, tag=7)
 
 
 def _pingpong(be, src, out, g) -> None:

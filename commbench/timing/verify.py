@@ -6,6 +6,10 @@ element by element (the ``#wrong`` column). Values are small integers, exact in 
 (bfloat16 holds integers up to 256 exactly): for ``sum`` and ``avg`` in -4..4, for ``prod`` in
 {1, 2} (at most 2**8 on 8 ranks), for ``min``/``max`` in -8..8. Sums are then exact in any order,
 so the expected result is exact too, and a comparison with tolerance 0 is fair.
+
+Inputs and expected results are made on the rank's device and compared there; a reduction's
+expected value is folded rank by rank in place (:func:`_reduced`), a few buffers of the result's
+size whatever the world size.
 """
 
 from __future__ import annotations
@@ -15,58 +19,66 @@ import torch
 __all__ = ["expected", "pattern", "wrong"]
 
 
+def _values(seed: int, rank: int, lo: int, hi: int, dtype: torch.dtype, redop: str,
+            device) -> torch.Tensor:
+    """Rank ``rank``'s elements lo..hi-1 as int64 on ``device``."""
+    k = torch.arange(lo, hi, dtype=torch.int64, device=device)
+    h = (k * 2654435761 + (rank + 1) * 40503 + seed * 69069) % 1000003  # a cheap hash of (seed,r,k)
+    del k
+    if redop == "prod":
+        v = h.remainder_(2).add_(1)
+    elif redop in ("min", "max"):
+        v = h.remainder_(17).sub_(8)
+    else:
+        v = h.remainder_(9).sub_(4)
+    if not dtype.is_floating_point and not dtype.is_signed:
+        v = v.abs_()
+    return v
+
+
 def pattern(seed: int, rank: int, count: int, dtype: torch.dtype, redop: str = "sum",
             device: torch.device | str = "cpu") -> torch.Tensor:
-    """Rank ``rank``'s input of ``count`` elements."""
-    k = torch.arange(count, dtype=torch.int64)
-    h = (k * 2654435761 + (rank + 1) * 40503 + seed * 69069) % 1000003  # a cheap hash of (seed,r,k)
-    if redop == "prod":
-        v = 1 + h % 2
-    elif redop in ("min", "max"):
-        v = h % 17 - 8
-    else:
-        v = h % 9 - 4
-    if not dtype.is_floating_point and not dtype.is_signed:
-        v = v.abs()
-    return v.to(dtype).to(device)
+    """Rank ``rank``'s input of ``count`` elements, made on ``device``."""
+    return _values(seed, rank, 0, count, dtype, redop, device).to(dtype)
 
 
-def _reduce(parts: list[torch.Tensor], redop: str, dtype: torch.dtype) -> torch.Tensor:
-    stack = torch.stack([p.to(torch.float64) for p in parts])
-    if redop == "avg":  # the comm layer's avg: the exact sum in the dtype, divided in the dtype
-        return stack.sum(0).to(dtype).div_(len(parts))
-    if redop == "sum":
-        out = stack.sum(0)
-    elif redop == "prod":
-        out = stack.prod(0)
-    elif redop == "min":
-        out = stack.min(0).values
-    elif redop == "max":
-        out = stack.max(0).values
-    else:
+_FOLD = {"sum": torch.Tensor.add_, "avg": torch.Tensor.add_, "prod": torch.Tensor.mul_,
+         "min": lambda a, b: torch.minimum(a, b, out=a), "max": lambda a, b: torch.maximum(a, b, out=a)}
+
+
+def _reduced(seed: int, n: int, lo: int, hi: int, dtype: torch.dtype, redop: str,
+             device) -> torch.Tensor:
+    """Every rank's elements lo..hi-1 reduced, exactly: folded rank by rank in int64 on the
+    device, so memory stays at a few buffers of the block whatever the world size (as nccl-tests
+    computes its expected values on the GPU)."""
+    if redop not in _FOLD:
         raise ValueError(f"redop {redop!r}: must be sum, prod, min, max or avg")
-    if dtype.is_floating_point:
-        return out.to(dtype)
-    return out.to(torch.int64).to(dtype)  # integer overflow wraps as the transport's does
+    acc = _values(seed, 0, lo, hi, dtype, redop, device)
+    for r in range(1, n):
+        _FOLD[redop](acc, _values(seed, r, lo, hi, dtype, redop, device))
+    out = acc.to(dtype)  # exact integers; integer overflow wraps as the transport's does
+    return out.div_(n) if redop == "avg" else out  # avg: the exact sum, divided in the dtype
 
 
 def expected(op: str, seed: int, rank: int, n: int, count: int, dtype: torch.dtype,
-             redop: str = "sum", root: int = 0) -> torch.Tensor | None:
-    """What ``rank`` must hold after ``op`` when every rank's input is :func:`pattern`.
+             redop: str = "sum", root: int = 0,
+             device: torch.device | str = "cpu") -> torch.Tensor | None:
+    """What ``rank`` must hold after ``op`` when every rank's input is :func:`pattern`, made on
+    ``device``.
 
     count: elements of each rank's input (for ``scatter``, of the root's whole buffer; for
     ``all_to_all``, of each rank's whole send buffer, split evenly).
     """
-    def inp(r: int, c: int = count) -> torch.Tensor:
-        return pattern(seed, r, c, dtype, redop)
+    def inp(r: int, lo: int = 0, hi: int = count) -> torch.Tensor:
+        return _values(seed, r, lo, hi, dtype, redop, device).to(dtype)
 
+    block = count // n
     if op == "all_reduce":
-        return _reduce([inp(r) for r in range(n)], redop, dtype)
+        return _reduced(seed, n, 0, count, dtype, redop, device)
     if op == "reduce":
-        return _reduce([inp(r) for r in range(n)], redop, dtype) if rank == root else None
+        return _reduced(seed, n, 0, count, dtype, redop, device) if rank == root else None
     if op == "reduce_scatter":
-        block = count // n
-        return _reduce([inp(r)[rank * block : (rank + 1) * block] for r in range(n)], redop, dtype)
+        return _reduced(seed, n, rank * block, (rank + 1) * block, dtype, redop, device)
     if op == "all_gather":
         return torch.cat([inp(r) for r in range(n)])
     if op == "gather":
@@ -74,11 +86,9 @@ def expected(op: str, seed: int, rank: int, n: int, count: int, dtype: torch.dty
     if op == "broadcast":
         return inp(root)
     if op == "scatter":
-        block = count // n
-        return inp(root)[rank * block : (rank + 1) * block]
+        return inp(root, rank * block, (rank + 1) * block)
     if op == "all_to_all":
-        block = count // n
-        return torch.cat([inp(r)[rank * block : (rank + 1) * block] for r in range(n)])
+        return torch.cat([inp(r, rank * block, (rank + 1) * block) for r in range(n)])
     if op == "sendrecv":
         return inp((rank - 1) % n)
     raise ValueError(f"op {op!r}: no expectation")
@@ -92,7 +102,7 @@ def wrong(got: torch.Tensor | None, want: torch.Tensor | None) -> int:
         return 0 if got is None else 1
     if got is None or got.shape != want.shape:
         return max(want.numel(), 1)
-    got = got.cpu()
+    want = want.to(got.device)  # compared where the result is (the rank's device)
     differ = got != want
     if got.dtype.is_floating_point:
         differ |= torch.signbit(got) != torch.signbit(want)

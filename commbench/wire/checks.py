@@ -22,6 +22,13 @@ def check_tensor(x, op: str, name: str = "x") -> None:
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(x).__name__}")
 
 
+def check_device(x: torch.Tensor, device: torch.device | None, op: str) -> None:
+    """NCCL's rule: every tensor handed to the transport lives on the group's device."""
+    if device is not None and x.device != device:
+        raise ValueError(f"{op}: a tensor on {x.device} handed to a transport whose tensors live "
+                         f"on {device} (NCCL takes tensors on the rank's own GPU only)")
+
+
 def check_op(op: str, red: str, dtype: torch.dtype) -> None:
     """``red`` is a reduction commbench knows and can apply to ``dtype``."""
     if red not in OPS:

@@ -26,9 +26,9 @@ from commbench.runtime.group import Group
 from commbench.runtime.status import Tracker
 from commbench.wire.checks import (
     OPS,
+    check_device,
     check_group,
     check_index,
-    check_p2p,
     check_redop,
     check_tensor,
     dtype_name,
@@ -38,6 +38,8 @@ from commbench.wire.checks import (
     work_buffer,
 )
 from commbench.wire.ledger import Ledger
+from commbench.wire.p2p import PointToPoint
+from commbench.wire.posts import Posts
 from commbench.wire.transport import Work
 from commbench.wire.volume import booked
 from commbench.wire.watch import quiet
@@ -45,30 +47,41 @@ from commbench.wire.watch import quiet
 __all__ = ["OPS", "Comm", "Work"]
 
 
-class Comm:
-    """Collectives and point-to-point over one transport, each call booked in ``ledger``."""
+class Comm(PointToPoint):
+    """Collectives and point-to-point over one transport, each call booked in ``ledger``.
+
+    ``device``: where every tensor handed to this transport must live (NCCL: the rank's GPU;
+    None: anywhere the transport takes). ``posts``: the record of posts, when one is attached
+    (:mod:`commbench.wire.posts`). Debug mode's agreement runs on the group's side gloo group
+    when it has one (``Group.side_pg``, made beside every group of an NCCL world): harness
+    traffic stays off the benchmark's communicator.
+    """
 
     def __init__(self, backend, ledger: Ledger, tracker: Tracker | None = None, *,
-                 debug: bool = False) -> None:
+                 debug: bool = False, device: torch.device | None = None) -> None:
         self.backend = backend
         self.transport: str = backend.name
         self.ledger = ledger
         self.tracker = tracker or Tracker()
         self.debug = debug  # members agree on each call before it starts (commbench.runtime.debug)
+        self.device = device
+        self.posts: Posts | None = None
 
     # -- booking ------------------------------------------------------------------------------
     def _run(self, op: str, group: Group, dtype: torch.dtype, count: int, fn, redop: str = "",
-             same_count: bool = True, **vol):
+             same_count: bool = True, peer: int = -1, tag: int = 0, **vol):
         tracker = self.tracker
         tracker.enter(op, group.ranks)
         if self.debug and op in OP_CODES:
-            with quiet():  # harness traffic: neither booked nor seen by a watcher
-                agree(self.backend, group, fingerprint(op, dtype, count if same_count else -1,
-                                                       redop, vol.get("root", 0), group.ranks))
+            self._agree(group, fingerprint(op, dtype, count if same_count else -1, redop,
+                                           vol.get("root", 0), group.ranks))
+        posted = self._post(op, group, dtype, count if same_count else -1, peer, vol, tag)
         t0 = time.perf_counter()
         with quiet():
             result = fn()
         seconds = time.perf_counter() - t0
+        if posted >= 0:
+            self.posts.wait(posted)
         tracker.leave(op)
         itemsize = dtype.itemsize
         sent, recv = booked(op, group.size, group.index, count, itemsize, **vol)
@@ -76,12 +89,35 @@ class Comm:
                            seconds, axis=group.name, start=t0)
         return result
 
+    def _agree(self, group: Group, fp: list[int]) -> None:
+        """Debug mode's agreement, on the harness's side group when there is one."""
+        with quiet():  # harness traffic: neither booked nor seen by a watcher
+            if group.side_pg is not None and self.transport == "nccl":
+                from commbench.wire.transport.torch_backend import TorchBackend
+
+                side = Group(group.ranks, group.rank, group.name, group.side_pg)
+                agree(TorchBackend("gloo"), side, fp, torch.device("cpu"))
+            else:
+                agree(self.backend, group, fp, self.device)
+
+    def _post(self, op: str, group: Group, dtype: torch.dtype, count: int, peer: int,
+              vol: dict, tag: int = 0) -> int:
+        if self.posts is None:
+            return -1
+        if op in ("send", "recv"):
+            return self.posts.post(op, op, group.ranks, peer=group.ranks[peer],
+                                   nbytes=count * dtype.itemsize, dtype=dtype_name(dtype),
+                                   count=count, tag=tag)
+        name = f"{op}@{vol['root']}" if "root" in vol else op
+        return self.posts.post("coll", name, group.ranks, dtype=dtype_name(dtype), count=count)
+
     # -- collectives --------------------------------------------------------------------------
     def all_reduce(self, x: torch.Tensor, group: Group, *, op: str = "sum",
                    inplace: bool = False) -> torch.Tensor:
         """Reduce ``x`` over ``group``; every member gets the result. x, out [*]."""
         check_group(group, "all_reduce")
         check_tensor(x, "all_reduce")
+        check_device(x, self.device, "all_reduce")
         check_redop(self.backend, "all_reduce", op, x.dtype)
         buf = work_buffer(x, inplace)
         self._run("all_reduce", group, x.dtype, x.numel(),
@@ -95,6 +131,7 @@ class Comm:
         offered: divide after the wait)."""
         check_group(group, "all_reduce")
         check_tensor(x, "all_reduce")
+        check_device(x, self.device, "all_reduce")
         check_redop(self.backend, "all_reduce", op, x.dtype)
         if op == "avg" or not x.is_contiguous():
             raise ValueError("all_reduce_async: x must be contiguous and op not 'avg'")
@@ -105,6 +142,7 @@ class Comm:
         """Start an all-gather of ``x`` [d, *] -> [P*d, *]; ``wait()`` returns the result."""
         check_group(group, "all_gather")
         check_tensor(x, "all_gather")
+        check_device(x, self.device, "all_gather")
         x = x.contiguous()
         out = x.new_empty((group.size * rows(x), *x.shape[1:]))
         return self._async("all_gather", group, x, out, "",
@@ -114,16 +152,17 @@ class Comm:
                start) -> Work:
         """Post a non-blocking collective; it is booked at ``wait``, its time from the post."""
         if self.debug:
-            with quiet():
-                agree(self.backend, group, fingerprint(op, x.dtype, x.numel(), redop, 0,
-                                                       group.ranks))
+            self._agree(group, fingerprint(op, x.dtype, x.numel(), redop, 0, group.ranks))
+        posted = self._post(op, group, x.dtype, x.numel(), -1, {})
         t0 = time.perf_counter()
         with quiet():
             handle = start()
         sent, recv = booked(op, group.size, group.index, x.numel(), x.element_size())
-        ledger, transport = self.ledger, self.transport
+        ledger, transport, posts = self.ledger, self.transport, self.posts
 
         def done() -> None:
+            if posted >= 0:
+                posts.wait(posted)
             ledger.record(op, group.ranks, transport, dtype_name(x.dtype), x.numel(), sent, recv,
                           time.perf_counter() - t0, axis=group.name, start=t0)
 
@@ -133,6 +172,7 @@ class Comm:
         """Concatenate every member's ``x`` along dim 0. x [d, *] -> out [P*d, *]."""
         check_group(group, "all_gather")
         check_tensor(x, "all_gather")
+        check_device(x, self.device, "all_gather")
         x = x.contiguous()
         out = x.new_empty((group.size * rows(x), *x.shape[1:]))
         self._run("all_gather", group, x.dtype, x.numel(),
@@ -143,6 +183,7 @@ class Comm:
         """Reduce ``x`` over ``group``; member i keeps block i of dim 0. x [P*d, *] -> out [d, *]."""
         check_group(group, "reduce_scatter")
         check_tensor(x, "reduce_scatter")
+        check_device(x, self.device, "reduce_scatter")
         check_redop(self.backend, "reduce_scatter", op, x.dtype)
         if x.dim() == 0 or x.shape[0] % group.size:
             raise ValueError(f"reduce_scatter: dim 0 of x ({rows(x) if x.dim() else 'scalar'}) "
@@ -166,6 +207,7 @@ class Comm:
         """
         check_group(group, "all_to_all")
         check_tensor(x, "all_to_all")
+        check_device(x, self.device, "all_to_all")
         n, nrows = group.size, rows(x)
         if in_splits is None:
             if out_splits is not None:
@@ -195,6 +237,7 @@ class Comm:
         """Every member gets the root's ``x``; other members pass a tensor of the same shape."""
         check_group(group, "broadcast")
         check_tensor(x, "broadcast")
+        check_device(x, self.device, "broadcast")
         check_index(root, group, "broadcast", "root")
         buf = work_buffer(x, inplace)
         self._run("broadcast", group, x.dtype, x.numel(),
@@ -206,6 +249,7 @@ class Comm:
         """Reduce ``x`` onto the root; the root gets the result, the others None."""
         check_group(group, "reduce")
         check_tensor(x, "reduce")
+        check_device(x, self.device, "reduce")
         check_index(root, group, "reduce", "root")
         check_redop(self.backend, "reduce", op, x.dtype)
         buf = x.detach().clone().contiguous()
@@ -220,6 +264,7 @@ class Comm:
         """The root gets every member's ``x`` along dim 0. x [d, *] -> out [P*d, *] on the root."""
         check_group(group, "gather")
         check_tensor(x, "gather")
+        check_device(x, self.device, "gather")
         check_index(root, group, "gather", "root")
         x = x.contiguous()
         out = x.new_empty((group.size * rows(x), *x.shape[1:])) if group.index == root else None
@@ -231,6 +276,7 @@ class Comm:
         """Member i gets block i of the root's ``x`` [P*d, *]; the others pass a [d, *] template."""
         check_group(group, "scatter")
         check_tensor(x, "scatter")
+        check_device(x, self.device, "scatter")
         check_index(root, group, "scatter", "root")
         n = group.size
         if group.index == root:
@@ -248,45 +294,3 @@ class Comm:
     def barrier(self, group: Group) -> None:
         check_group(group, "barrier")
         self._run("barrier", group, torch.uint8, 0, lambda: self.backend.barrier(group))
-
-    # -- point to point -----------------------------------------------------------------------
-    def send(self, x: torch.Tensor, group: Group, peer: int, *, tag: int = 0) -> None:
-        check_p2p("send", x, group, peer)
-        x = x.contiguous()
-        self._run("send", group, x.dtype, x.numel(),
-                  lambda: self.backend.send(x, group, peer, tag))
-
-    def recv(self, x: torch.Tensor, group: Group, peer: int, *, tag: int = 0) -> torch.Tensor:
-        """Receive into a new tensor shaped like ``x`` (x is only a template)."""
-        check_p2p("recv", x, group, peer)
-        out = torch.empty_like(x, memory_format=torch.contiguous_format)
-        self._run("recv", group, x.dtype, x.numel(),
-                  lambda: self.backend.recv(out, group, peer, tag))
-        return out
-
-    def isend(self, x: torch.Tensor, group: Group, peer: int, *, tag: int = 0) -> Work:
-        check_p2p("isend", x, group, peer)
-        return self._start("isend", x.contiguous(), group, peer, tag)
-
-    def irecv(self, x: torch.Tensor, group: Group, peer: int, *, tag: int = 0) -> Work:
-        check_p2p("irecv", x, group, peer)
-        return self._start("irecv", torch.empty_like(x, memory_format=torch.contiguous_format),
-                           group, peer, tag)
-
-    def _start(self, op: str, buf: torch.Tensor, group: Group, peer: int, tag: int) -> Work:
-        """Post a non-blocking op; it is booked at ``wait``, its time runs from the post."""
-        t0 = time.perf_counter()
-        with quiet():
-            handle = getattr(self.backend, op)(buf, group, peer, tag)
-        nbytes = buf.numel() * buf.element_size()
-        sent, recv = (nbytes, 0) if op == "isend" else (0, nbytes)  # volume.booked's p2p rule
-        ledger, transport = self.ledger, self.transport
-
-        def done() -> None:
-            ledger.record(op, group.ranks, transport, dtype_name(buf.dtype), buf.numel(), sent,
-                          recv, time.perf_counter() - t0, axis=group.name, start=t0)
-
-        return Work(handle, buf, done)
-
-
-

@@ -123,6 +123,7 @@ class Compiled:
         self.wait = checked(wait, f"{name}: wait") if wait is not None else (
             wait_mode() if self._mpi else "spin")
         self._messages = _messages(steps, self._seg)  # booked per call: computed once
+        self._runs: list[tuple[list, list]] = []  # per group call: (recvs, sends) [(t, peer)]
         self._ops = self._bind(op)
 
     # -- binding --------------------------------------------------------------------------------
@@ -196,6 +197,11 @@ class Compiled:
                 sends += [c.Send_init(_np(send[a:b]), dest=step.dst, tag=TAG)
                           for a, b in pieces(0, send.numel(), self._seg)]
             after.append(red)
+        self._runs.append((
+            [(recv[a:b], step.src) for step, _, recv, _ in self._parts(run, op)
+             if recv is not None for a, b in pieces(0, recv.numel(), self._seg)],
+            [(send[a:b], step.dst) for step, send, _, _ in self._parts(run, op)
+             if send is not None for a, b in pieces(0, send.numel(), self._seg)]))
         self._reqs += [r for rs in recvs for r in rs] + sends
         ops = [r.Start for rs in recvs for r in rs] + [r.Start for r in sends]
         done = partial(waiter, mode=self.wait)
@@ -212,6 +218,7 @@ class Compiled:
         after = [red for _, _, r, red in parts if r is not None]
         if not recvs and not sends:
             return []
+        self._runs.append((recvs, sends))
         if self.comm.transport == "nccl":
             return [partial(pg_batched, self.group.torch_pg, recvs, sends)] + after
         return [partial(pg_run, self.group.torch_pg, recvs, sends, after)]
@@ -219,6 +226,8 @@ class Compiled:
     # -- use ------------------------------------------------------------------------------------
     def run(self) -> None:
         """Replay the schedule once on ``buf`` (nothing booked, nothing allocated)."""
+        if self.comm.posts is not None:
+            self._record(self.comm.posts)
         if self._mpi:
             for f in self._ops:
                 f()
@@ -226,6 +235,18 @@ class Compiled:
             with quiet():  # booked by :meth:`book`, not by a watcher
                 for f in self._ops:
                     f()
+
+    def _record(self, posts) -> None:
+        """One call's posts (:mod:`commbench.wire.posts`): each run of steps one group call, as
+        both transports post it (one ``batch_isend_irecv`` on NCCL), waited before the next."""
+        ranks = self.group.ranks
+        for recvs, sends in self._runs:
+            with posts.group():
+                ids = [posts.post(kind, kind, ranks, peer=ranks[p], count=t.numel(),
+                                  nbytes=t.numel() * t.element_size(), dtype=dtype_name(t.dtype))
+                       for kind, pairs in (("recv", recvs), ("send", sends)) for t, p in pairs]
+            for i in ids:
+                posts.wait(i)
 
     def messages(self) -> list[tuple[str, int]]:
         """("isend" | "irecv", elements) for every message of one call, in order."""

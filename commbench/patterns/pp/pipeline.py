@@ -2,7 +2,8 @@
 
 Each rank runs its schedule (:mod:`commbench.patterns.pp.schedule`). A forward of chunk c on
 micro-batch j receives the activation [b/m, h] from chunk c-1's rank (or takes the input), runs
-the chunk's layers and sends the result on (isend: sends never block the schedule); the last chunk
+the chunk's layers and sends the result on (sends never block the schedule: a send goes with
+the next step's receive as one group call, or alone when that step receives nothing); the last chunk
 computes the loss 1/2 * ||y - t||^2. A backward receives dy from chunk c+1's rank (or takes
 y - t), runs backward and sends dx back. Gradients of a chunk's layers add up over micro-batches.
 
@@ -174,15 +175,37 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
     def _send(t: torch.Tensor, dst: int, tag: int) -> None:
         if dst == r:  # chunk boundaries inside this rank (p = 1) need no wire
             local[tag] = t.detach().clone()
-        else:
-            sends.append(comm.isend(t, g, dst, tag=tag))
+        else:  # posted with the next step's receive, if it has one (below)
+            held.append((t.contiguous(), dst))
+
+    def _flush() -> None:
+        if held:
+            sends.append(comm.start_exchange(list(held), [], g, tag=TAG))
+            held.clear()
 
     def _recv(src: int, tag: int) -> torch.Tensor:
-        return local.pop(tag) if src == r else comm.recv(probe, g, src, tag=tag)
+        if src == r:
+            return local.pop(tag)
+        posted = comm.start_exchange(list(held), [(probe, src)], g, tag=TAG, recv_op="recv")
+        held.clear()
+        sends.append(posted)  # its sends are waited at the end, as a lone send's are
+        return posted.received()[0]
 
+    # Sends are held and posted with a receive as one group call (Megatron's
+    # send_forward_recv_backward): NCCL ignores tags and runs a stream's calls in order, so two
+    # stages that each post a send alone to the other first would both wait. GPipe and 1F1B send
+    # only downstream in the forwards and upstream in the backwards: a held send goes with the
+    # next step's receive, or alone when that step receives nothing (the peer is waiting for it).
+    # Interleaved stages send both ways at once: a send waits for this rank's next receive.
+    held: list = []
+    alone = v == 1
     for kind, c, j in schedule(name, p, r, m, v):
         def tag(boundary: int, backward: bool = False, j: int = j) -> int:  # chunks b, b+1
             return TAG + 2 * (boundary * m + j) + int(backward)
+        src = (c - 1) % p if kind == "F" and c > 0 else (
+            (c + 1) % p if kind == "B" and c < n_chunks - 1 else r)
+        if src == r and alone:  # this step takes nothing from the wire: the held send goes now
+            _flush()
         if kind == "F":
             x = x_all[j * bm:(j + 1) * bm] if c == 0 else _recv((c - 1) % p, tag(c - 1))
             x = x.requires_grad_() if c > 0 else x
@@ -220,6 +243,7 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
             busy += time.perf_counter() - s
             if c > 0:
                 _send(x.grad, (c - 1) % p, tag(c - 1, True))
+    _flush()
     for w in sends:
         w.wait()
     return {"loss": loss_total,

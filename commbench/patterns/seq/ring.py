@@ -87,17 +87,21 @@ def _backward_block(q, k, v, idx, pos_q, pos_k, causal, dout, lse, delta, dq, dk
             2, idx, torch.einsum("bhqk,bqhd->bkhd", ds, q[:, qs]) * scale)
 
 
-def _hop(comm: Comm, group: Group, t: torch.Tensor, tag: int):
-    """Post: send ``t`` to the next rank, receive the previous rank's into a new tensor."""
-    P, r = group.size, group.index
-    return comm.isend(t, group, (r + 1) % P, tag=tag), comm.irecv(t, group, (r - 1) % P, tag=tag)
+class _Hop:
+    """A posted hop (one group call: the send to the next rank, the receive from the previous);
+    ``wait()`` returns the previous rank's tensor."""
+
+    def __init__(self, comm: Comm, group: Group, t: torch.Tensor, tag: int) -> None:
+        P, r = group.size, group.index
+        self._ex = comm.start_exchange([(t, (r + 1) % P)], [(t, (r - 1) % P)], group, tag=tag)
+
+    def wait(self) -> torch.Tensor:
+        return self._ex.wait()[0]
 
 
 def return_home(comm: Comm, group: Group, acc: torch.Tensor) -> torch.Tensor:
     """The last hop: each dK/dV accumulator goes to the rank whose block it is."""
-    sent, got = _hop(comm, group, acc, 3)
-    sent.wait()
-    return got.wait()
+    return _Hop(comm, group, acc, 3).wait()
 
 
 class _RingAttention(torch.autograd.Function):
@@ -111,12 +115,11 @@ class _RingAttention(torch.autograd.Function):
         lse = q.new_full((b, H, n), float("-inf"))
         kv = torch.stack([k, v])
         for hop in range(P):
-            pending = _hop(comm, group, kv, 1) if hop < P - 1 else None
+            pending = _Hop(comm, group, kv, 1) if hop < P - 1 else None
             parts.forward_block(q, kv[0], kv[1], idx, pos_q, positions(cfg, (r - hop) % P, q.device),
                                 cfg.causal, out, lse, parts.merge, hop, P)
             if pending:
-                pending[0].wait()
-                kv = pending[1].wait()
+                kv = pending.wait()
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.cfg, ctx.comm, ctx.group, ctx.idx, ctx.parts = cfg, comm, group, idx, parts
         return out
@@ -133,16 +136,11 @@ class _RingAttention(torch.autograd.Function):
         _backward_block(q, k, v, idx, pos_q, pos_q, cfg.causal, dout, lse, delta, dq, own[0], own[1])
         kv, acc = torch.stack([k, v]), None
         for hop in range(1, P):
-            kv_posts = _hop(comm, group, kv, 2)
+            kv_hop = _Hop(comm, group, kv, 2)
             # the accumulator of the block just done follows it one hop behind
-            acc_posts = _hop(comm, group, acc, 3) if acc is not None else None
-            kv_posts[0].wait()
-            kv = kv_posts[1].wait()
-            if acc_posts:
-                acc_posts[0].wait()
-                acc = acc_posts[1].wait()
-            else:
-                acc = torch.zeros_like(kv)
+            acc_hop = _Hop(comm, group, acc, 3) if acc is not None else None
+            kv = kv_hop.wait()
+            acc = acc_hop.wait() if acc_hop else torch.zeros_like(kv)
             _backward_block(q, kv[0], kv[1], idx, pos_q, positions(cfg, (r - hop) % P, q.device),
                             cfg.causal, dout, lse, delta, dq, acc[0], acc[1])
         if P > 1:

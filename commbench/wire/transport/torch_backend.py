@@ -26,8 +26,8 @@ class TorchBackend:
     def unsupported(self, op: str, dtype: torch.dtype) -> str | None:
         if dtype == torch.bool or dtype.is_complex:
             return "reductions take real numeric dtypes"
-        if self.name == "gloo" and dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-            return "gloo has no float8 reductions"
+        if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            return f"{self.name} has no float8 reductions (torch 2.13 moves float8 as bytes only)"
         return None
 
     def bind(self, op: str, out, x, group: Group, redop: str = "sum", root: int = 0):
@@ -92,6 +92,18 @@ class TorchBackend:
 
     def irecv(self, out, group: Group, peer: int, tag: int):
         return dist.irecv(out, group=group.torch_pg, group_src=peer, tag=tag)
+
+    def batch(self, sends, recvs, group: Group, tag: int) -> list:
+        """Post ``recvs`` [(tensor, peer)] and ``sends`` [(tensor, peer)] together; their
+        handles. NCCL: one ``batch_isend_irecv`` (a group call: the only deadlock-free way to send
+        and receive at once); gloo: non-blocking calls side by side."""
+        pg = group.torch_pg
+        if self.name == "nccl":
+            ops = [dist.P2POp(dist.irecv, t, group=pg, group_peer=p, tag=tag) for t, p in recvs]
+            ops += [dist.P2POp(dist.isend, t, group=pg, group_peer=p, tag=tag) for t, p in sends]
+            return dist.batch_isend_irecv(ops) if ops else []
+        return ([dist.irecv(t, group=pg, group_src=p, tag=tag) for t, p in recvs]
+                + [dist.isend(t, group=pg, group_dst=p, tag=tag) for t, p in sends])
 
     def barrier(self, group: Group) -> None:
         dist.barrier(group=group.torch_pg)
