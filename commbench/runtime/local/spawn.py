@@ -24,6 +24,18 @@ def find_mpiexec() -> str | None:
     return shutil.which("mpiexec")
 
 
+def local_mpiexec() -> str | None:
+    """The launcher of a local world's MPI ranks: MPICH's ``mpiexec.gforker`` where it is there
+    (it forks the ranks of one host and listens on no network address; hydra's ``mpiexec``
+    keeps a control socket open on every interface), else :func:`find_mpiexec`."""
+    mpiexec = find_mpiexec()
+    if mpiexec:
+        gforker = os.path.join(os.path.dirname(os.path.realpath(mpiexec)), "mpiexec.gforker")
+        if os.access(gforker, os.X_OK):
+            return gforker
+    return mpiexec
+
+
 def mpi_usable() -> bool:
     import importlib.util
 
@@ -50,7 +62,11 @@ def worker_env(key: bytes) -> dict[str, str]:
 
     env = dict(os.environ, COMMBENCH_AUTHKEY=key.hex(), PYTHONUNBUFFERED="1", COMMBENCH_WORKER="1",
                COMMBENCH_SYS_PATH=json.dumps([p for p in sys.path if p]),
-               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+               # every socket of a rank on the loopback interface: nobody off this host can
+               # reach it (gloo binds the address the host name resolves to by default, MPICH's
+               # UCX and libfabric transports every interface)
+               GLOO_SOCKET_IFNAME="lo", UCX_NET_DEVICES="lo", FI_TCP_IFACE="lo")
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
     if main_file and main_file.endswith(".py"):
         env["COMMBENCH_MAIN_FILE"] = os.path.abspath(main_file)

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
 
     p = argparse.ArgumentParser()
     p.add_argument("--address", required=True)
-    p.add_argument("--store-port", type=int, required=True)
+    p.add_argument("--store", required=True, help="the rendezvous FileStore's path")
     p.add_argument("--rank", type=int, default=-1)
     p.add_argument("--size", type=int, required=True)
     p.add_argument("--status-dir", required=True)
@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--mpi", action="store_true")
     a = p.parse_args(argv)
     _die_with_parent()
+    if a.mpi and "PMI_RANK" in os.environ and "MPI_LOCALRANKID" not in os.environ:
+        # a local world's ranks share one host; gforker, which starts them, says only the rank
+        os.environ["MPI_LOCALRANKID"] = os.environ["PMI_RANK"]
+        os.environ["MPI_LOCALNRANKS"] = os.environ.get("PMI_SIZE", str(a.size))
     for entry in reversed(json.loads(os.environ.get("COMMBENCH_SYS_PATH", "[]"))):
         if entry not in sys.path:
             sys.path.insert(0, entry)
@@ -131,8 +135,8 @@ def _join(a, rank: int, mpi_comm):
     from commbench.runtime.context import Context
     from commbench.runtime.status import SlotSink, Tracker
 
-    store = dist.TCPStore(a.address.rsplit(":", 1)[0], a.store_port, is_master=False,
-                          timeout=datetime.timedelta(seconds=60))
+    os.environ["COMMBENCH_STORE_PATH"] = a.store
+    store = dist.FileStore(a.store, a.size)
     if a.backend != "mpi":
         kwargs = {}
         if a.backend == "nccl":

@@ -35,7 +35,7 @@ from multiprocessing.connection import Listener, wait
 
 from commbench.runtime.errors import CallTimeout, Outcome, RankDied, SPMDError, WorldError, describe_hang
 from commbench.runtime.local import spawn
-from commbench.runtime.local.spawn import find_mpiexec, mpi_usable
+from commbench.runtime.local.spawn import find_mpiexec, local_mpiexec, mpi_usable
 from commbench.runtime.status import read_slot
 
 __all__ = ["LocalWorld", "find_mpiexec"]
@@ -80,25 +80,25 @@ class LocalWorld:
                              "whose functions run on the ranks needs an `if __name__ == "
                              "'__main__':` guard, as with multiprocessing)")
         self.close()
-        import torch.distributed as dist
-
         key = secrets.token_bytes(16)
         self._dir = tempfile.mkdtemp(prefix="commbench-world-")
         # every rank connects at once: with the default backlog of 1, a connection that found
         # the queue full stayed open on the rank's side only, its rank waiting for ever
         listener = Listener(("127.0.0.1", 0), authkey=key, backlog=max(128, self.size))
-        # kept for the world's life: ranks create process groups through it after start-up
-        self._store = store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        # the ranks' rendezvous store: a file in the world's own folder (mkdtemp: mode 0700), so
+        # no other user and no other host can read or write it (a TCPStore listens on every
+        # interface, unauthenticated, and ranks create their process groups through it)
+        store_path = os.path.join(self._dir, "store")
         address = f"127.0.0.1:{listener.address[1]}"
         env = spawn.worker_env(key)
         cmd = [sys.executable, "-m", "commbench.runtime.local.worker", "--address", address,
-               "--store-port", str(store.port), "--size", str(self.size),
+               "--store", store_path, "--size", str(self.size),
                "--status-dir", self._dir, "--backend", self.backend]
         main_thread = threading.current_thread() is threading.main_thread()
         pre = spawn.parent_death_signal if main_thread else None
         if self.launch == "mpi":
             log = open(os.path.join(self._dir, "ranks.log"), "wb")
-            self._procs = [subprocess.Popen([find_mpiexec(), "-n", str(self.size), *cmd, "--mpi"],
+            self._procs = [subprocess.Popen([local_mpiexec(), "-n", str(self.size), *cmd, "--mpi"],
                                             env=env, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True,
                                             preexec_fn=pre)]
