@@ -87,13 +87,21 @@ def pytest_configure(config: pytest.Config) -> None:
     if launched:
         from commbench.runtime.launch import detect
 
-        if detect().rank != 0:  # one rank reports; the others keep quiet unless they fail
+        if detect().rank != 0 and os.environ.get("COMMBENCH_ALL_RANKS") != "1":
+            # one report, rank 0's: every rank reaches the same verdicts (each sees every
+            # rank's outcome), so the others' stdout goes to /dev/null; their stderr stays
             config.option.verbose = -1
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.close(devnull)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
     seed = getattr(config, "_commbench_seed", None)
     if seed is None:
+        if getattr(config, "_commbench_pool", None) is not None and config._commbench_pool.launched:
+            return ("commbench: hypothesis derandomized under the launcher (every rank draws "
+                    "the same examples; --hypothesis-seed=N picks others)")
         return None
     return (f"commbench: hypothesis seed {seed}, hashed with each test's node id (a failure "
             "prints the command that replays it)")

@@ -183,3 +183,15 @@ def test_bfloat16_is_refused_only_where_mpi_is_in_the_world(monkeypatch, launche
             check_run_args(a)
     else:
         check_run_args(a)
+
+
+def test_every_predict_flag_says_what_it_means_and_each_command_gives_an_example():
+    from commbench.cli.common import Parser
+
+    top = _parser()
+    predict = top._subparsers._group_actions[0].choices["predict"]
+    for name, sub in predict._subparsers._group_actions[0].choices.items():
+        assert isinstance(sub, Parser) and "Example: commbench predict " + name in sub.description
+        for action in sub._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help and len(action.help) > 8, (name, action.option_strings)

@@ -4,6 +4,7 @@ print (and write) every collective it issued, per group and per module (studies/
 from __future__ import annotations
 
 import os
+import sys
 
 from commbench.cli import checks
 from commbench.cli.common import UsageError
@@ -31,8 +32,6 @@ def command(a) -> int:
     if not os.path.isfile(a.script):
         raise UsageError(f"{a.script}: no such script")
     checks.check_world(a)
-    if getattr(a, "host_refusal", ""):  # not yet agreed across ranks here, as run's is
-        raise UsageError(a.host_refusal)
     size, launcher = a.world_size, a.launcher
     if a.trace:
         checks.check_file(a.trace, "--trace")
@@ -52,14 +51,26 @@ def command(a) -> int:
     # NCCL records each collective's start and end on the GPU (the device time of the tables)
     os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
     if launcher:
+        import torch
+
         from commbench.runtime.context import Context
         from commbench.runtime.launch import detect
         from commbench.runtime.spmd import LauncherWorld
 
-        world = LauncherWorld(Context.from_launcher(**({"timeout_s": a.timeout + 30.0}
-                                                       if a.timeout else {})),
-                              timeout_s=a.timeout)
+        # the script's own collectives may be on CPU tensors beside CUDA ones (its backend
+        # string "cpu:gloo,cuda:nccl"): the world gives both a backend
+        kw = {"pg_backend": "cpu:gloo,cuda:nccl"} if torch.cuda.is_available() else {}
+        if a.timeout:
+            kw["timeout_s"] = a.timeout + 30.0
+        world = LauncherWorld(Context.from_launcher(**kw), timeout_s=a.timeout)
         printer = detect().rank == 0
+        reasons = world.agree(getattr(a, "host_refusal", ""))  # one rank's refusal: every rank's
+        first = next(((r, why) for r, why in enumerate(reasons) if why), None)
+        if first is not None:
+            world.close()
+            if printer:
+                print(f"commbench: error: rank {first[0]}: {first[1]}", file=sys.stderr)
+            return 2
     else:
         from commbench.runtime.local import LocalWorld
 

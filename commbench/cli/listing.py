@@ -1,8 +1,26 @@
-"""``commbench list``: every registered pattern and every collective algorithm."""
+"""``commbench list``: every registered pattern and every collective algorithm;
+``commbench list --topologies``: the topology presets ``--topology`` takes by name."""
 
 from __future__ import annotations
 
-__all__ = ["listing"]
+__all__ = ["listing", "topologies"]
+
+
+def topologies(emit=print) -> int:
+    from tabulate import tabulate
+
+    from commbench.costmodel.topology import load, presets
+
+    rows = []
+    for name in sorted(presets()):
+        t = load(name)
+        nic = f"{t.nics_per_node} x {t.nic_GBps:g} GB/s" if t.nics_per_node else "-"
+        rows.append([name, t.arch, t.gpus_per_node, t.intra, nic, t.description])
+    emit(tabulate(rows, headers=["preset (--topology NAME)", "arch", "GPUs/node", "in the node",
+                                 "NICs per node", "what it is"], tablefmt="github"))
+    emit("")
+    emit("A file works too: --topology FILE (JSON as these presets, or NCCL_TOPO_DUMP_FILE's XML).")
+    return 0
 
 
 def listing(emit=print) -> int:
@@ -27,8 +45,10 @@ def listing(emit=print) -> int:
 
 
 def add_parser(sub) -> None:
-    sub.add_parser("list", help="every registered pattern and collective algorithm")
+    p = sub.add_parser("list", help="every registered pattern and collective algorithm")
+    p.add_argument("--topologies", action="store_true",
+                   help="list the topology presets --topology takes by name instead")
 
 
 def command(a) -> int:
-    return listing()
+    return topologies() if a.topologies else listing()

@@ -19,40 +19,84 @@ from tabulate import tabulate
 __all__ = ["add_parser", "command", "on_ranks"]
 
 
+# what each layout flag means, with its unit (the defaults come from Layout's fields)
+LAYOUT_HELP = {
+    "layers": "transformer layers of the model", "hidden": "hidden size (elements)",
+    "ffn": "MLP inner size (elements; 0: 4 x hidden)", "heads": "attention heads",
+    "kv_heads": "key/value heads (0: as many as heads; fewer: grouped-query attention)",
+    "vocab": "vocabulary size (tokens)", "seq": "sequence length (tokens)",
+    "micro_batch": "sequences per micro-batch", "micro_batches": "micro-batches per step",
+    "tp": "tensor-parallel group size (ranks)",
+    "sp": "Megatron sequence parallelism over the TP group",
+    "regather": "SP: re-gather the column inputs in the backward (Megatron's default)",
+    "loss": "vocab-parallel cross-entropy: megatron (3 all-reduces), fused (2), naive "
+            "(all-gathered logits), none (embedding and head not priced)",
+    "cp": "context-parallel group size (ranks)", "cp_kind": "context parallelism: ring | ulysses",
+    "ep": "expert-parallel group size (ranks)", "experts": "experts per MoE layer (0: dense)",
+    "top_k": "experts each token is routed to",
+    "capacity_factor": "expert capacity as a multiple of the even share of tokens",
+    "dp": "data-parallel group size (ranks)", "pp": "pipeline stages",
+    "zero": "ZeRO stage: 0 (DDP), 1, 2 or 3", "act_bytes": "bytes per activation element",
+    "grad_bytes": "bytes per gradient element (the all-reduce's dtype)",
+}
+EXAMPLES = {
+    "collective": "commbench predict collective all_reduce 1G --topology dgx-h100,pcie-8gpu",
+    "published": "commbench predict published --nccl-version 2.30.7",
+    "layout": "commbench predict layout --topology cluster-h100-ndr --nodes 64 --tp 8 --sp "
+              "--pp 4 --dp 16",
+}
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("predict", help="bytes and time from the cost models (no ranks started)")
+    p = sub.add_parser("predict", help="bytes and time from the cost models (no ranks started)",
+                       description="Bytes and time from the cost models, no ranks started. "
+                                   f"Example: {EXAMPLES['layout']}\nTopology presets: "
+                                   "commbench list --topologies")
     what = p.add_subparsers(dest="what", required=True, parser_class=type(p))
-    c = what.add_parser("collective", help="one collective on one or more topologies")
+    c = what.add_parser("collective", help="one collective on one or more topologies",
+                        description=f"Example: {EXAMPLES['collective']}")
     c.add_argument("op", help="all_reduce, all_gather, reduce_scatter, broadcast, reduce")
     c.add_argument("size", help="bytes (whole buffer; all-gather: the gathered size), e.g. 1G")
     _common(c)
     c.add_argument("--ranks", type=int, default=None,
                    help="GPUs taking part (default: every GPU of the topology); filled node by node")
-    c.add_argument("--algo", default=None)
-    c.add_argument("--proto", default=None)
+    c.add_argument("--algo", default=None,
+                   help="NCCL's algorithm to price (tree, ring, collnet_direct, collnet_chain, nvls, "
+                        "nvls_tree, pat; "
+                        "default: the one NCCL's tuner would pick)")
+    c.add_argument("--proto", default=None,
+                   help="NCCL's protocol (LL, LL128, Simple; default: the tuner's pick)")
     c.add_argument("--link-gbit", type=float, default=None,
                    help="a hosts topology (\"kind\": \"hosts\"): its link at this rate instead")
-    pub = what.add_parser("published", help="the presets against published nccl-tests figures")
-    pub.add_argument("--nccl-version", default="2.30.7")
-    pub.add_argument("--out", default="results")
-    pub.add_argument("--no-write", action="store_true")
-    lay = what.add_parser("layout", help="a training layout on one or more topologies")
+    pub = what.add_parser("published", help="the presets against published nccl-tests figures",
+                          description=f"Example: {EXAMPLES['published']}")
+    pub.add_argument("--nccl-version", default="2.30.7",
+                     help="the NCCL version whose cost model (tuning constants) is used")
+    pub.add_argument("--out", default="results", help="folder for the JSON and markdown tables")
+    pub.add_argument("--no-write", action="store_true", help="write no results files")
+    lay = what.add_parser("layout", help="a training layout on one or more topologies",
+                          description=f"Example: {EXAMPLES['layout']}")
     _common(lay)
     from commbench.costmodel.layout_config import Layout
 
     for name, f in Layout.__dataclass_fields__.items():
         kind = type(f.default)
+        flag, text = f"--{name.replace('_', '-')}", LAYOUT_HELP[name]
         if kind is bool:
-            lay.add_argument(f"--{name.replace('_', '-')}", action="store_true", default=f.default)
+            lay.add_argument(flag, action="store_true", default=f.default, help=f"{text} "
+                             f"(default: {'on' if f.default else 'off'})")
         else:
-            lay.add_argument(f"--{name.replace('_', '-')}", type=kind, default=f.default)
+            lay.add_argument(flag, type=kind, default=f.default, help=text)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", default="dgx-h100",
-                   help="comma-separated presets, JSON files or NCCL_TOPO_DUMP_FILE XML files")
-    p.add_argument("--nodes", type=int, default=None, help="override the topology's node count")
-    p.add_argument("--nccl-version", default="2.30.7")
+                   help="comma-separated presets (commbench list --topologies), JSON files or "
+                        "NCCL_TOPO_DUMP_FILE XML files")
+    p.add_argument("--nodes", type=int, default=None,
+                   help="nodes of the topology (default: the topology's own count)")
+    p.add_argument("--nccl-version", default="2.30.7",
+                   help="the NCCL version whose cost model (tuning constants) is used")
 
 
 def _topologies(a):

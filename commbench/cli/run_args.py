@@ -59,6 +59,22 @@ def add_parser(sub) -> None:
                    help="continue an interrupted run: keep the rows its results file holds")
 
 
+def _unknown(target: str) -> str:
+    """What a target that names nothing gets told: the nearest known names first, then every
+    suite, collective and pattern."""
+    import difflib
+
+    from commbench.patterns.registry import PATTERNS
+
+    markers = {m for p in PATTERNS.values() for m in p.markers}
+    known = [*SUITES, *COLLECTIVES, *PATTERNS, *sorted(markers - set(PATTERNS))]
+    near = difflib.get_close_matches(target, known, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(near)}? " if near else ""
+    return (f"unknown suite, collective or pattern {target!r}; {hint}suites and studies: "
+            f"{', '.join(SUITES)}; collectives: {', '.join(COLLECTIVES)}; patterns: "
+            f"{', '.join(PATTERNS)} (and their markers)")
+
+
 def _patterns(targets: list[str]) -> list[str]:
     """The patterns ``targets`` name (pattern names or markers); [] for collective targets."""
     from commbench.patterns.registry import PATTERNS, select
@@ -141,8 +157,7 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
         elif t in COLLECTIVES:
             ops.append(t) if t not in ops else None
         else:
-            raise UsageError(f"unknown suite or collective {t!r}; known: "
-                             f"{', '.join([*SUITES, *COLLECTIVES])}")
+            raise UsageError(_unknown(t))
     try:
         sizes = sizes_between(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor)
     except ValueError as exc:

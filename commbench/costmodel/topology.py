@@ -10,7 +10,6 @@ give ``graphs`` explicitly (from an ``NCCL_GRAPH_DUMP_FILE``), which then wins.
 
 from __future__ import annotations
 
-import json
 import math
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
@@ -124,13 +123,12 @@ def load(name_or_path: str, nodes: int | None = None) -> Topology:
     if not path.exists():
         raise ValueError(f"topology {name_or_path!r}: no such preset or file; presets: "
                          f"{', '.join(sorted(known))}")
+    from commbench.results.files import TOPOLOGY_LIMIT, read_json, read_text
+
     if path.suffix == ".xml":
-        topo = from_nccl_xml(path.read_text(), path.name)
+        topo = from_nccl_xml(read_text(str(path), "topology", TOPOLOGY_LIMIT), path.name)
     else:
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path.name}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        data = read_json(str(path), "topology", TOPOLOGY_LIMIT)
         if not isinstance(data, dict):
             raise ValueError(f"{path.name}: must hold a JSON object")
         topo = validate(data, path.name)

@@ -28,7 +28,6 @@ constants; ``commbench predict collective all_reduce 16M --topology FILE`` reads
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -186,13 +185,17 @@ def load(path: str) -> HostCluster | None:
     """The hosts topology in the JSON file ``path``; None when it is not one (a GPU topology, a
     preset's name, another file); ValueError naming the field and the rule when it is one that
     does not hold."""
+    from commbench.results.files import TOPOLOGY_LIMIT, FileRefused, read_json
+
     p = Path(path)
-    if p.suffix != ".json" or not p.is_file():
+    if p.suffix != ".json" or not p.exists():
         return None
     try:
-        data = json.loads(p.read_text())
-    except ValueError:  # not JSON: the GPU topology loader names the error
-        return None
+        data = read_json(path, "topology", TOPOLOGY_LIMIT)
+    except FileRefused as exc:  # not JSON: the GPU topology loader names the error
+        if "not valid JSON" in str(exc):
+            return None
+        raise
     if not isinstance(data, dict) or data.get("kind") != "hosts":
         return None
     return validate(data, p.name)

@@ -20,7 +20,6 @@ Exit status: 0 no regression, 1 regression, 2 unreadable, unsound or incomparabl
 
 from __future__ import annotations
 
-import json
 import math
 
 from commbench.results.records import SCHEMA
@@ -30,6 +29,7 @@ __all__ = ["CompareError", "compare", "load"]
 KEY = ("op", "algo", "transport", "type", "redop", "root", "size")
 RUN = 3  # consecutive sizes of a series that must regress together
 NEEDED = (*KEY, "time_us", "min_us", "busbw")
+MAX_SIZE = 1 << 50  # bytes: a PiB per call is past any sweep; larger is a corrupt file
 
 
 class CompareError(ValueError):
@@ -37,16 +37,12 @@ class CompareError(ValueError):
 
 
 def load(path: str) -> dict:
+    from commbench.results.files import RESULTS_LIMIT, FileRefused, read_json
+
     try:
-        with open(path) as f:
-            record = json.load(f)
-    except FileNotFoundError:
-        raise CompareError(f"{path}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise CompareError(f"{path}: not valid JSON (truncated or corrupt?): {exc.msg} at line "
-                           f"{exc.lineno}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CompareError(f"{path}: cannot read: {exc}") from None
+        record = read_json(path, "results", RESULTS_LIMIT)
+    except FileRefused as exc:
+        raise CompareError(str(exc)) from None
     if not isinstance(record, dict) or "schema" not in record:
         raise CompareError(f"{path}: not a commbench results file (no 'schema' field)")
     if record["schema"] != SCHEMA:
@@ -54,10 +50,17 @@ def load(path: str) -> dict:
     rows = record.get("rows")
     if not isinstance(rows, list):
         raise CompareError(f"{path}: 'rows' must be a list")
+    seen: dict[tuple, int] = {}
     for k, row in enumerate(rows):
         missing = [f for f in NEEDED if not isinstance(row, dict) or f not in row]
         if missing:
             raise CompareError(f"{path}: row {k} lacks {', '.join(missing)}")
+        key = (*(str(row[f]) for f in KEY), str(row.get("requested")))  # sizes that round alike
+        if key in seen:
+            raise CompareError(f"{path}: row {k} ({row['op']} {row['algo']} {row['transport']} "
+                               f"size {row['size']!r}) repeats row {seen[key]}: a results file "
+                               "holds each configuration once")
+        seen[key] = k
         why = _unsound(row, record.get("world_size"))
         if why:
             raise CompareError(f"{path}: row {k} ({row['op']} {row['algo']} {row['transport']}"
@@ -75,8 +78,8 @@ def _unsound(row: dict, ranks) -> str:
     """Why ``row`` cannot be compared ('' when it can). A world of one moves nothing: its busbw
     is 0 at every size."""
     size = row["size"]
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        return f"size = {size!r}: must be a whole number of bytes >= 0"
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_SIZE:
+        return f"size = {size!r:.40}: must be a whole number of bytes in 0..2**50"
     for field in ("time_us", "min_us"):
         if not _number(row[field]) or row[field] <= 0:
             return f"{field} = {row[field]!r}: must be a finite number > 0"

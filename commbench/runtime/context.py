@@ -106,8 +106,11 @@ class Context:
     # -- construction from a launcher ---------------------------------------------------------
     @classmethod
     def from_launcher(cls, backend: str | None = None, *, use_mpi: bool | None = None,
-                      timeout_s: float = 600.0, info: LaunchInfo | None = None) -> Context:
-        """Join the world that torchrun, mpirun/mpiexec or srun started."""
+                      timeout_s: float = 600.0, info: LaunchInfo | None = None,
+                      pg_backend: str | None = None) -> Context:
+        """Join the world that torchrun, mpirun/mpiexec or srun started. ``pg_backend``: the
+        string given to ``init_process_group`` when it differs from ``backend`` (the audit's
+        ``cpu:gloo,cuda:nccl``, so that a script's CPU collectives find gloo beside NCCL)."""
         info = info or detect()
         MPI = None
         if use_mpi or (use_mpi is None and info.is_mpi):
@@ -130,7 +133,8 @@ class Context:
             if backend == "nccl":
                 torch.cuda.set_device(info.local_rank % torch.cuda.device_count())
                 kwargs["device_id"] = torch.device("cuda", torch.cuda.current_device())
-            dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=info.rank,
+            dist.init_process_group(pg_backend or backend, init_method=f"tcp://{addr}:{port}",
+                                    rank=info.rank,
                                     world_size=info.size,
                                     timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
         if torch_ready and dist.get_world_size() != info.size:

@@ -220,7 +220,7 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
 
 def refit_stored(a, emit) -> int:
     """``commbench run model --refit``: each stored study of this world size judged again."""
-    import json
+    from commbench.results.files import RESULTS_LIMIT, read_json
 
     found = 0
     for transport in [t for t in a.transport.split(",") if t] or ["gloo", "mpi"]:
@@ -228,8 +228,7 @@ def refit_stored(a, emit) -> int:
         if not os.path.exists(stem + ".json"):
             emit(f"# {stem}.json: none stored")
             continue
-        with open(stem + ".json") as f:
-            record = refit(json.load(f))
+        record = refit(read_json(stem + ".json", "results", RESULTS_LIMIT))
         found += 1
         _report(record, None if a.no_write else stem, emit, f"{transport} ")
     return 0 if found else 1
@@ -238,15 +237,13 @@ def refit_stored(a, emit) -> int:
 def stored_fit(out_dir: str, transport: str, n: int, label: str = ""):
     """The fit a ``commbench run model`` left in ``out_dir`` for this transport, world size and
     machine class."""
-    import json
-
     from commbench.costmodel.alphabeta import Fit
+    from commbench.results.files import RESULTS_LIMIT, read_json
 
     path = _stem(out_dir, transport, n, label) + ".json"
     if not os.path.exists(path):
         return None, path
-    with open(path) as f:
-        return Fit.from_dict(json.load(f)["model"]), path
+    return Fit.from_dict(read_json(path, "results", RESULTS_LIMIT)["model"]), path
 
 
 def annotate(rows: list[dict], model, n: int, topo=None, version: str = "2.30.7") -> None:

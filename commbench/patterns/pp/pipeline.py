@@ -149,6 +149,37 @@ class _ActivationMeter:
         self.now -= n
 
 
+class _Busy:
+    """The compute time of a rank's steps: the host clock on a CPU; on a GPU CUDA events on the
+    current stream (the host only queues the kernels, so its clock would time the enqueue)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.seconds, self.events = 0.0, []
+
+    def start(self):
+        if not self.cuda:
+            return time.perf_counter()
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def stop(self, mark) -> None:
+        if not self.cuda:
+            self.seconds += time.perf_counter() - mark
+            return
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        self.events.append((mark, ev))
+
+    def total(self) -> float:
+        if self.events:
+            self.events[-1][1].synchronize()
+            self.seconds += sum(a.elapsed_time(b) for a, b in self.events) / 1e3
+            self.events = []
+        return self.seconds
+
+
 def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPParts) -> dict:
     """Run this rank's schedule; its loss share, its layers' gradients, its compute time and
     activation peak."""
@@ -163,7 +194,7 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
     bm = cfg.batch // m
     meter, saved, sends, local = _ActivationMeter(), {}, [], {}
     loss_total = x_all.new_zeros(())
-    busy, sleep = 0.0, cfg.compute_s / m
+    clock, sleep = _Busy(x_all.device), cfg.compute_s / m
     probe = x_all.new_empty((bm, cfg.hidden))
     forwards = 0  # layer forwards run, re-materialisations included
 
@@ -209,7 +240,7 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
         if kind == "F":
             x = x_all[j * bm:(j + 1) * bm] if c == 0 else _recv((c - 1) % p, tag(c - 1))
             x = x.requires_grad_() if c > 0 else x
-            s = time.perf_counter()
+            s = clock.start()
             if cfg.checkpoint:  # keep only the input
                 with torch.no_grad():
                     y = _forward(x, c)
@@ -220,7 +251,7 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
                 with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
                     y = _forward(x, c)
                 saved[c, j] = (x, y, meter.now - before)
-            busy += time.perf_counter() - s
+            clock.stop(s)
             if c < n_chunks - 1:
                 _send(y.detach(), (c + 1) % p, tag(c))
             else:
@@ -228,7 +259,7 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
         else:
             x, y, nbytes = saved.pop((c, j))
             grad_in = None if c == n_chunks - 1 else _recv((c + 1) % p, tag(c, True))
-            s = time.perf_counter()
+            s = clock.start()
             if cfg.checkpoint:  # re-materialise the chunk's activations, then backward
                 with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
                     before = meter.now
@@ -240,7 +271,7 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
             parts.before_backward(mine[c])
             y.backward(dy)
             meter.free(nbytes)
-            busy += time.perf_counter() - s
+            clock.stop(s)
             if c > 0:
                 _send(x.grad, (c - 1) % p, tag(c - 1, True))
     _flush()
@@ -248,5 +279,5 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
         w.wait()
     return {"loss": loss_total,
             **{f"dw{c * per + k}": w.grad for c, ws in mine.items() for k, w in enumerate(ws)},
-            "stats": {"busy_s": busy, "peak_activation_bytes": meter.peak,
+            "stats": {"busy_s": clock.total(), "peak_activation_bytes": meter.peak,
                       "layer_forwards": forwards}}
