@@ -13,6 +13,7 @@ from collections import Counter
 
 import pytest
 import torch
+from said import said
 
 from commbench.studies.audit import _process_group_kept, run_script, tables
 
@@ -94,7 +95,7 @@ def test_a_missing_script_is_refused(capsys):
     from commbench.cli.main import main
 
     assert main(["audit", "no/such/script.py"]) == 2
-    assert "no/such/script.py: no such script" in capsys.readouterr().err
+    assert "no/such/script.py: no such script" in said(capsys)
 
 
 @pytest.mark.world(sizes=[2])

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from said import said
 
 from commbench.cli.main import main
 from commbench.results.compare import CompareError, compare, load
@@ -48,7 +49,7 @@ def _cli(*args: str, env=None, timeout=300) -> subprocess.CompletedProcess:
 ])
 def test_bad_run_arguments_fail_before_any_rank_starts(args, message, capsys):
     assert main(args) == 2
-    err = capsys.readouterr().err
+    err = said(capsys)
     assert err.startswith("commbench: error: ") and message in err
     assert err.count("\n") == 1 and "Traceback" not in err
 
@@ -228,7 +229,7 @@ def test_compare_refuses_bad_files(tmp_path, content, message, capsys):
     good = tmp_path / "good.json"
     good.write_text(json.dumps(_record([_row(1 << 20, 1.0, 1.0, 1.0)])))
     assert main(["compare", str(good), str(bad)]) == 2
-    err = capsys.readouterr().err
+    err = said(capsys)
     assert message in err and "Traceback" not in err
 
 

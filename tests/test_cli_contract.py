@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from said import said
 
 from commbench.cli.main import _parser, main
 from commbench.names import ALIASES, COLLECTIVES, canonical
@@ -19,7 +20,7 @@ pytestmark = [pytest.mark.faults]
 
 
 def _one_line_error(capsys, *fragments: str) -> str:
-    err = capsys.readouterr().err
+    err = said(capsys)
     assert err.count("\n") == 1 and "Traceback" not in err, err
     for f in fragments:
         assert f in err, err

@@ -8,6 +8,7 @@ import json
 import math
 
 import pytest
+from said import said
 
 from commbench.collectives import ALGORITHMS
 from commbench.costmodel.alphabeta import Params, terms
@@ -219,7 +220,7 @@ def test_predict_prints_the_table_and_refuses_bad_input_in_one_line(capsys):
                           (["predict", "collective", "all_to_all", "1G"], "op='all_to_all'"),
                           (["predict", "layout", "--tp", "3"], "must split over tp=3")):
         assert main(argv) == 2
-        err = capsys.readouterr().err
+        err = said(capsys)
         assert message in err and err.count("\n") == 1
 
 

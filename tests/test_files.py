@@ -8,6 +8,7 @@ import json
 import os
 
 import pytest
+from said import said
 
 from commbench.cli.main import main
 from commbench.results.files import FileRefused, read_json
@@ -18,7 +19,7 @@ GOOD = os.path.join(RESULTS, "collectives_intel-xeon-2c-gloo-x4.json")
 
 
 def _one_line(capsys, code: int, *fragments: str) -> None:
-    err = capsys.readouterr().err
+    err = said(capsys)
     assert code == 2 and err.startswith("commbench: error: ") and err.count("\n") == 1, err
     assert all(f in err for f in fragments), err
 

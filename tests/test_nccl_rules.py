@@ -210,14 +210,22 @@ def _pattern_posts(ctx, name: str, cfg, variant: str):
     return ctx.posts.export()
 
 
-def test_the_open_nccl_entries_are_still_reported():
-    """A pattern's ``nccl_open`` is a known fault, not a waiver: once its posts pass, this fails
-    and the entry must go."""
+@pytest.mark.parametrize(("p", "v", "m"), [(2, 2, 4), (2, 3, 6), (3, 2, 6), (4, 2, 8)])
+def test_the_interleaved_pipeline_keeps_nccls_rules_past_as_many_micro_batches_as_stages(p, v, m):
     from commbench.patterns.pp.pipeline import PPConfig
-    from commbench.patterns.registry import get
 
-    cfg = PPConfig(stages=2, layers=4, hidden=2, batch=8, micro=4, virtual=2)
-    assert get("pp").nccl_open(cfg, "interleaved")
+    cfg = PPConfig(stages=p, layers=2 * p * v, hidden=2, batch=2 * m, micro=m, virtual=v)
+    assert check(run_threads(p, _pattern_posts, "pp", cfg, "interleaved")) == []
+
+
+def test_the_interleaved_pipeline_needs_its_units(monkeypatch):
+    """Negative: with GPipe's policy (a send with the next step's receive, else alone) the
+    interleaved stages, which send both ways at once, deadlock without buffering."""
+    from commbench.patterns.pp import pipeline
+    from commbench.patterns.pp.pipeline import PPConfig
+
+    monkeypatch.setattr(pipeline, "units", lambda kinds, warm: None)
+    cfg = PPConfig(stages=2, layers=8, hidden=2, batch=8, micro=4, virtual=2)
     problems = check(run_threads(2, _pattern_posts, "pp", cfg, "interleaved"))
     assert problems and "deadlock" in problems[0]
 

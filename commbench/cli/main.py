@@ -78,10 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _module(args.cmd).command(args)
     except UsageError as exc:
-        print(f"commbench: error: {exc}", file=sys.stderr)
+        _refuse(f"commbench: error: {exc}")
         return 2
     except ValueError as exc:  # a bad value found by a library check (a config, a topology)
-        print(f"commbench: error: {_one_line(exc)}", file=sys.stderr)
+        _refuse(f"commbench: error: {_one_line(exc)}")
         return 2
     except Terminated:
         print("commbench: terminated (SIGTERM); finished rows are saved", file=sys.stderr)
@@ -95,6 +95,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except Exception as exc:  # noqa: BLE001 - every failure of a run ends in one line
         return _failed(exc, args.cmd, debug)
+
+
+def _refuse(line: str) -> None:
+    """A refusal's one line, from rank 0 alone under a launcher: every rank makes the same one
+    (refusals one rank alone could make are agreed first, commbench.cli.run.command)."""
+    from commbench.runtime.launch import LaunchError, detect
+
+    try:
+        quiet = detect().launched and detect().rank != 0 and not os.environ.get("COMMBENCH_WORKER")
+    except LaunchError:
+        quiet = False
+    if not quiet:
+        print(line, file=sys.stderr)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -116,13 +116,6 @@ class Pattern:
         draw reaches only sometimes (a layer smaller than the world, an empty split)."""
         return []
 
-    def nccl_open(self, cfg, variant: str) -> str:
-        """Why this config's posts are known to break NCCL's rules, not yet fixed ('' when they
-        keep them). The contract test then does not fail on the replay's report, and
-        tests/test_nccl_rules.py holds that the report is still there (so a fix must remove the
-        entry). Empty by default: a new pattern keeps every rule."""
-        return ""
-
     def check(self, cfg, world_size: int, variant: str) -> None:
         """The one place a run checks its config: variant, then the config's own rules."""
         if variant not in self.variants:

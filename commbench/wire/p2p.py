@@ -33,11 +33,12 @@ class Exchange:
         self._book_recvs, self._book_sends = book_recvs, book_sends
 
     def received(self) -> list[torch.Tensor]:
+        waited = time.perf_counter()
         for h in self._recvs:
             if h is not None:
                 h.wait()
         for done in self._book_recvs:
-            done()
+            done(waited)
         self._recvs, self._book_recvs = [], []
         return self._outs
 
@@ -151,10 +152,13 @@ class PointToPoint:
         sent, recv = (nbytes, 0) if op == "isend" else (0, nbytes)  # volume.booked's p2p rule
         ledger, transport, posts = self.ledger, self.transport, self.posts
 
-        def done() -> None:
+        def done(waited: float | None = None) -> None:
             if posts is not None and posted >= 0:
                 posts.wait(posted)
+            # a blocking receive ("recv") is booked from its wait: the time between the post and
+            # the wait may be computation (a prefetched receive)
+            start = waited if op == "recv" and waited is not None else t0
             ledger.record(op, group.ranks, transport, dtype_name(buf.dtype), buf.numel(), sent,
-                          recv, time.perf_counter() - t0, axis=group.name, start=t0)
+                          recv, time.perf_counter() - start, axis=group.name, start=start)
 
         return done

@@ -86,13 +86,6 @@ class Pipeline(Pattern):
     def step(self, ctx, cfg: PPConfig, local: dict, variant: str, groups: dict, parts) -> dict:
         return pipeline(ctx, cfg, variant, local, groups["pp"], parts)
 
-    def nccl_open(self, cfg: PPConfig, variant: str) -> str:
-        if variant == "interleaved" and cfg.micro > cfg.stages and cfg.stages > 1:
-            return ("interleaved with more micro-batches than stages: each rank sends both ways "
-                    "at once and the schedule leans on gloo's buffered sends; without buffering "
-                    "(messages above NCCL_BUFFSIZE) two stages' sends wait for each other")
-        return ""
-
     def predicted(self, cfg: PPConfig, variant: str, rank: int, seed=None) -> list[Call]:
         p, v = cfg.stages, cfg.chunks(variant)
         if p == 1:

@@ -2,8 +2,8 @@
 
 Each rank runs its schedule (:mod:`commbench.patterns.pp.schedule`). A forward of chunk c on
 micro-batch j receives the activation [b/m, h] from chunk c-1's rank (or takes the input), runs
-the chunk's layers and sends the result on (sends never block the schedule: a send goes with
-the next step's receive as one group call, or alone when that step receives nothing); the last chunk
+the chunk's layers and sends the result on (sends never block the schedule; when each goes, and
+with which receive, is :mod:`commbench.patterns.pp.comms`); the last chunk
 computes the loss 1/2 * ||y - t||^2. A backward receives dy from chunk c+1's rank (or takes
 y - t), runs backward and sends dx back. Gradients of a chunk's layers add up over micro-batches.
 
@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from commbench.patterns.pp.schedule import SCHEDULES, schedule
+from commbench.patterns.pp.comms import StageLink, units
+from commbench.patterns.pp.schedule import SCHEDULES, interleaved_warmup, schedule
 from commbench.runtime.group import Group
 from commbench.wire.dtypes import check_dtype
 
@@ -192,7 +193,7 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
             for c in range(r, n_chunks, p)}
     x_all, t_all = data["x"], data["t"]
     bm = cfg.batch // m
-    meter, saved, sends, local = _ActivationMeter(), {}, [], {}
+    meter, saved, local = _ActivationMeter(), {}, {}
     loss_total = x_all.new_zeros(())
     clock, sleep = _Busy(x_all.device), cfg.compute_s / m
     probe = x_all.new_empty((bm, cfg.hidden))
@@ -206,39 +207,24 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
     def _send(t: torch.Tensor, dst: int, tag: int) -> None:
         if dst == r:  # chunk boundaries inside this rank (p = 1) need no wire
             local[tag] = t.detach().clone()
-        else:  # posted with the next step's receive, if it has one (below)
-            held.append((t.contiguous(), dst))
+        else:
+            link.send(t, dst)
 
-    def _flush() -> None:
-        if held:
-            sends.append(comm.start_exchange(list(held), [], g, tag=TAG))
-            held.clear()
+    def _recv(k: int, src: int, tag: int) -> torch.Tensor:
+        return local.pop(tag) if src == r else link.recv(k)
 
-    def _recv(src: int, tag: int) -> torch.Tensor:
-        if src == r:
-            return local.pop(tag)
-        posted = comm.start_exchange(list(held), [(probe, src)], g, tag=TAG, recv_op="recv")
-        held.clear()
-        sends.append(posted)  # its sends are waited at the end, as a lone send's are
-        return posted.received()[0]
-
-    # Sends are held and posted with a receive as one group call (Megatron's
-    # send_forward_recv_backward): NCCL ignores tags and runs a stream's calls in order, so two
-    # stages that each post a send alone to the other first would both wait. GPipe and 1F1B send
-    # only downstream in the forwards and upstream in the backwards: a held send goes with the
-    # next step's receive, or alone when that step receives nothing (the peer is waiting for it).
-    # Interleaved stages send both ways at once: a send waits for this rank's next receive.
-    held: list = []
-    alone = v == 1
-    for kind, c, j in schedule(name, p, r, m, v):
+    steps = schedule(name, p, r, m, v)
+    sources = [(c - 1) % p if kind == "F" and c > 0 else
+               (c + 1) % p if kind == "B" and c < n_chunks - 1 else r for kind, c, _ in steps]
+    grouped = units([kind for kind, _, _ in steps], interleaved_warmup(p, r, m, v)) \
+        if name == "interleaved" else None
+    link = StageLink(comm, g, probe, TAG, sources, grouped)  # when each message goes: comms.py
+    for k, (kind, c, j) in enumerate(steps):
         def tag(boundary: int, backward: bool = False, j: int = j) -> int:  # chunks b, b+1
             return TAG + 2 * (boundary * m + j) + int(backward)
-        src = (c - 1) % p if kind == "F" and c > 0 else (
-            (c + 1) % p if kind == "B" and c < n_chunks - 1 else r)
-        if src == r and alone:  # this step takes nothing from the wire: the held send goes now
-            _flush()
+        link.before(k)
         if kind == "F":
-            x = x_all[j * bm:(j + 1) * bm] if c == 0 else _recv((c - 1) % p, tag(c - 1))
+            x = x_all[j * bm:(j + 1) * bm] if c == 0 else _recv(k, (c - 1) % p, tag(c - 1))
             x = x.requires_grad_() if c > 0 else x
             s = clock.start()
             if cfg.checkpoint:  # keep only the input
@@ -258,7 +244,7 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
                 loss_total = loss_total + 0.5 * ((y.detach() - t_all[j * bm:(j + 1) * bm]) ** 2).sum()
         else:
             x, y, nbytes = saved.pop((c, j))
-            grad_in = None if c == n_chunks - 1 else _recv((c + 1) % p, tag(c, True))
+            grad_in = None if c == n_chunks - 1 else _recv(k, (c + 1) % p, tag(c, True))
             s = clock.start()
             if cfg.checkpoint:  # re-materialise the chunk's activations, then backward
                 with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
@@ -274,9 +260,8 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
             clock.stop(s)
             if c > 0:
                 _send(x.grad, (c - 1) % p, tag(c - 1, True))
-    _flush()
-    for w in sends:
-        w.wait()
+        link.after(k)
+    link.finish()
     return {"loss": loss_total,
             **{f"dw{c * per + k}": w.grad for c, ws in mine.items() for k, w in enumerate(ws)},
             "stats": {"busy_s": clock.total(), "peak_activation_bytes": meter.peak,

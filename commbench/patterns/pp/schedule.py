@@ -17,7 +17,7 @@ and 1F1B; (p-1)/(v*m + p-1) interleaved.
 
 from __future__ import annotations
 
-__all__ = ["SCHEDULES", "bubble_fraction", "schedule"]
+__all__ = ["SCHEDULES", "bubble_fraction", "interleaved_warmup", "schedule"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
@@ -27,6 +27,11 @@ def _interleaved_chunk(k: int, p: int, v: int, forward: bool) -> tuple[int, int]
     group, within = divmod(k, p * v)
     local = within // p
     return (local if forward else v - 1 - local), group * p + within % p
+
+
+def interleaved_warmup(p: int, rank: int, m: int, v: int) -> int:
+    """Forwards rank ``rank`` runs before its first backward in the interleaved schedule."""
+    return min((p - rank - 1) * 2 + (v - 1) * p, m * v)
 
 
 def schedule(name: str, p: int, rank: int, m: int, v: int = 1) -> list[tuple[str, int, int]]:
@@ -41,7 +46,7 @@ def schedule(name: str, p: int, rank: int, m: int, v: int = 1) -> list[tuple[str
         return out + [("B", rank, j) for j in range(m - warm, m)]
     if name == "interleaved":
         total = m * v
-        warm = min((p - rank - 1) * 2 + (v - 1) * p, total)
+        warm = interleaved_warmup(p, rank, m, v)
 
         def fwd(k):
             local, mb = _interleaved_chunk(k, p, v, True)
