@@ -88,12 +88,20 @@ def pytest_configure(config: pytest.Config) -> None:
         from commbench.runtime.launch import detect
 
         if detect().rank != 0 and os.environ.get("COMMBENCH_ALL_RANKS") != "1":
-            # one report, rank 0's: every rank reaches the same verdicts (each sees every
-            # rank's outcome), so the others' stdout goes to /dev/null; their stderr stays
             config.option.verbose = -1
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.close(devnull)
+            config._commbench_quiet = True  # see pytest_configure below (trylast)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under a launcher one report, rank 0's: every rank reaches the same verdicts (each sees
+    every rank's outcome), so the others run without a terminal reporter (their stderr stays;
+    COMMBENCH_ALL_RANKS=1 keeps every rank's report)."""
+    config = session.config
+    if getattr(config, "_commbench_quiet", False):
+        reporter = config.pluginmanager.getplugin("terminalreporter")
+        if reporter is not None:
+            config.pluginmanager.unregister(reporter)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
