@@ -8,6 +8,7 @@ import torch
 from collective_cases import _miscombine_on_member_0
 
 from commbench.collectives import ALGORITHMS
+from commbench.collectives.compiled import reduce as reduce_mod
 from commbench.collectives.compiled import schedule as schedule_mod
 from commbench.collectives.compiled import steps as steps_mod
 from commbench.collectives.compiled.schedule import Compiled
@@ -21,7 +22,7 @@ def _short_pieces(lo, hi, seg):
 
 
 _PIECES = schedule_mod.pieces
-_TINY = schedule_mod.tiny_reducer
+_TINY = reduce_mod.tiny_reducer
 _LIKE = schedule_mod.like
 
 
@@ -54,7 +55,7 @@ def compiled_vs_reference(ctx, transport, algo, count, dtype, redop, seed, mutan
     if mutant == "short_pieces":
         patch = mock.patch.multiple(schedule_mod, pieces=_short_pieces, like=_poisoned_like)
     if mutant == "tiny_first_only":
-        patch = mock.patch.object(schedule_mod, "tiny_reducer", tiny_first_only)
+        patch = mock.patch.object(reduce_mod, "tiny_reducer", tiny_first_only)
     with patch:
         got = ALGORITHMS[("all_reduce", f"{algo}_compiled")].fn(comm, x, g, op=redop, segment=segment,
                                                               wait=wait)

@@ -167,8 +167,7 @@ def _algorithm_posts(ctx, op: str, algo: str, count: int, lone: bool):
 
 
 def _problems(n: int, op: str, algo: str, count: int, lone: bool = False) -> list[str]:
-    if ALGORITHMS[(op, algo)].needs(n, **({"local": None} if ALGORITHMS[(op, algo)].per_node
-                                          else {})):
+    if ALGORITHMS[(op, algo)].needs(n):
         pytest.skip(f"{op}/{algo} does not run at {n} ranks")
     return check(run_threads(n, _algorithm_posts, op, algo, count, lone))
 

@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from schedule_cases import compiled_vs_reference, messages, refusal, replay, tiny_first_only
 
-from commbench.collectives.compiled.schedule import SPLIT, TINY, pieces, tiny_reducer
+from commbench.collectives.compiled.reduce import TINY, tiny_reducer
+from commbench.collectives.compiled.schedule import SPLIT, pieces
 from commbench.collectives.compiled.steps import SCHEDULES, Step, schedule
 
 pytestmark = [pytest.mark.collectives, pytest.mark.ring]

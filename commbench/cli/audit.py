@@ -4,7 +4,6 @@ print (and write) every collective it issued, per group and per module (studies/
 from __future__ import annotations
 
 import os
-import sys
 
 from commbench.cli import checks
 from commbench.cli.common import UsageError
@@ -61,15 +60,11 @@ def command(a) -> int:
         # string "cpu:gloo,cuda:nccl"): the world gives both a backend
         kw = {"pg_backend": "cpu:gloo,cuda:nccl"} if torch.cuda.is_available() else {}
         if a.timeout:
-            kw["timeout_s"] = a.timeout + 30.0
+            kw["timeout_s"] = a.timeout + checks.PG_GRACE_S
         world = LauncherWorld(Context.from_launcher(**kw), timeout_s=a.timeout)
         printer = detect().rank == 0
-        reasons = world.agree(getattr(a, "host_refusal", ""))  # one rank's refusal: every rank's
-        first = next(((r, why) for r, why in enumerate(reasons) if why), None)
-        if first is not None:
+        if checks.refused_together(world, getattr(a, "host_refusal", ""), printer):
             world.close()
-            if printer:
-                print(f"commbench: error: rank {first[0]}: {first[1]}", file=sys.stderr)
             return 2
     else:
         from commbench.runtime.local import LocalWorld

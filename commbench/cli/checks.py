@@ -9,7 +9,8 @@ import os
 from commbench.cli.common import UsageError
 
 __all__ = ["RANK_MB", "RANKS_PER_CORE", "HostRefusal", "available_bytes", "check_memory",
-           "check_np", "check_out", "check_world", "on_host", "world_options", "world_size"]
+           "check_np", "check_out", "check_world", "on_host", "PG_GRACE_S", "refused_together",
+           "world_options", "world_size"]
 
 
 class HostRefusal(UsageError):
@@ -17,6 +18,22 @@ class HostRefusal(UsageError):
     of a launched world may not make: the ranks agree on it before anyone exits
     (:func:`commbench.cli.run.command`). Refusals of the arguments alone are the same on every
     rank and end each at once."""
+
+
+PG_GRACE_S = 30.0  # seconds a launched world's process-group timeout runs past --timeout, so
+# that commbench's watchdog names a hang (the op, the ranks) before torch's own timeout ends it
+
+
+def refused_together(world, refusal: str, printer: bool) -> bool:
+    """Every rank's host refusal ('' for none) learnt by every rank of a launched ``world``;
+    when any refused, the printing rank names the first and all return True (then exit 2)."""
+    import sys
+
+    reasons = world.agree(refusal)
+    first = next(((r, why) for r, why in enumerate(reasons) if why), None)
+    if first is not None and printer:
+        print(f"commbench: error: rank {first[0]}: {first[1]}", file=sys.stderr)
+    return first is not None
 
 
 def on_host(a, check, *args) -> None:

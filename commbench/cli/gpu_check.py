@@ -72,7 +72,7 @@ def check_every_collective(world, emit=print, sizes=(8, 1 << 20)) -> int:
     failed = 0
     emit(f"#{'collective':>16} {'algo':>26} {'bytes':>9} {'#wrong':>7} {'time (us)':>10}  check")
     for (op, algo), rec in ALGORITHMS.items():
-        if rec.needs(world.size, **({"local": None} if rec.per_node else {})):
+        if rec.needs(world.size):
             continue
         for nbytes in sizes:
             try:

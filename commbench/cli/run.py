@@ -8,14 +8,12 @@ rewritten after every row (atomically), the markdown and the plot when a transpo
 from __future__ import annotations
 
 import os
-import sys
 
+from commbench.cli.checks import PG_GRACE_S, refused_together
 from commbench.cli.common import UsageError
 from commbench.cli.run_args import add_parser, check_run_args
 
-__all__ = ["PG_GRACE_S", "STUDIES", "add_parser", "command", "run"]
-
-PG_GRACE_S = 30.0  # seconds the process group's timeout runs past --timeout
+__all__ = ["STUDIES", "add_parser", "command", "run"]
 
 
 def _world(a):
@@ -26,8 +24,6 @@ def _world(a):
         from commbench.runtime.context import Context
         from commbench.runtime.spmd import LauncherWorld
 
-        # the process group's own timeout a little past commbench's per-call one, so that the
-        # watchdog names a hang (the op, the ranks) before NCCL's or gloo's own timeout ends it
         ctx = Context.from_launcher(timeout_s=a.timeout + PG_GRACE_S)
         return LauncherWorld(ctx, timeout_s=a.timeout), info.rank == 0
     from commbench.runtime.local import LocalWorld
@@ -72,11 +68,7 @@ def command(a) -> int:
             return run(a, ops, sizes)
         world, printer = _world(a)
         try:
-            reasons = world.agree(refusal)
-            first = next(((r, why) for r, why in enumerate(reasons) if why), None)
-            if first is not None:
-                if printer:
-                    print(f"commbench: error: rank {first[0]}: {first[1]}", file=sys.stderr)
+            if refused_together(world, refusal, printer):
                 return 2
             return run(a, ops, sizes, (world, printer))
         finally:

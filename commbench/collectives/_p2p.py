@@ -7,7 +7,7 @@ import torch
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 
-__all__ = ["combine", "exchange", "finish_avg", "flat", "offsets", "pg_batched", "pg_run"]
+__all__ = ["combine", "exchange", "finish_avg", "flat", "offsets", "pg_run"]
 
 TAG = 7001  # algorithms use their own tag, apart from user point-to-point traffic
 
@@ -73,13 +73,3 @@ def pg_run(pg, recvs: list, sends: list, after: list) -> None:
                 t.wait()
         if after[k] is not None:
             after[k]()
-
-
-def pg_batched(pg, recvs: list, sends: list) -> None:
-    """The same messages as one ``batch_isend_irecv`` (NCCL needs them grouped), all waited."""
-    import torch.distributed as dist
-
-    ops = [dist.P2POp(dist.irecv, t, group=pg, group_peer=src, tag=TAG) for t, src in recvs]
-    ops += [dist.P2POp(dist.isend, t, group=pg, group_peer=dst, tag=TAG) for t, dst in sends]
-    for w in dist.batch_isend_irecv(ops) if ops else []:
-        w.wait()

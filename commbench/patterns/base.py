@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-__all__ = ["Broken", "Call", "Pattern", "Tolerance"]
+__all__ = ["DRAWS", "Broken", "Call", "Pattern", "Tolerance", "nudger", "reference_nudges"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,3 +181,31 @@ class Pattern:
                 return b
         known = ", ".join(b.name for b in self.broken) or "none"
         raise ValueError(f"broken={name!r}: {self.name} declares {known}")
+
+
+# -- equally right references: the scale a lower-precision run is held to --------------------
+DRAWS = 3  # one-ulp nudged reference runs besides the plain one
+
+
+def nudger(draw: int):
+    """A function moving each element of a tensor one ulp up, down or not at all, seeded.
+
+    One float32 reference run's error can be small by luck of cancellation; runs whose inputs
+    are each moved by one ulp are equally right answers, and the largest of their errors is the
+    scale a sharded run, whose sums go in another order, is held to."""
+    import torch  # here: the pattern records themselves import no torch
+
+    g = torch.Generator().manual_seed(draw)
+
+    def nudge(t: torch.Tensor) -> torch.Tensor:
+        u = torch.randint(-1, 2, t.shape, generator=g)
+        inf = torch.full_like(t, float("inf"))
+        return torch.where(u > 0, torch.nextafter(t, inf),
+                           torch.where(u < 0, torch.nextafter(t, -inf), t))
+
+    return nudge
+
+
+def reference_nudges() -> list:
+    """None (as is), then :data:`DRAWS` seeded nudges."""
+    return [None] + [nudger(k) for k in range(DRAWS)]

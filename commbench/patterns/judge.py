@@ -19,32 +19,7 @@ from commbench.patterns.base import Pattern, Tolerance
 from commbench.runtime.errors import SPMDError
 from commbench.wire import nccl_rules
 
-__all__ = ["check", "close", "judge", "nudger", "reference_nudges"]
-
-DRAWS = 3  # one-ulp nudged reference runs besides the plain one
-
-
-def nudger(draw: int):
-    """A function moving each element of a tensor one ulp up, down or not at all, seeded.
-
-    One float32 reference run's error can be small by luck of cancellation; runs whose inputs
-    are each moved by one ulp are equally right answers, and the largest of their errors is the
-    scale a sharded run, whose sums go in another order, is held to."""
-    g = torch.Generator().manual_seed(draw)
-
-    def nudge(t: torch.Tensor) -> torch.Tensor:
-        u = torch.randint(-1, 2, t.shape, generator=g)
-        inf = torch.full_like(t, float("inf"))
-        return torch.where(u > 0, torch.nextafter(t, inf),
-                           torch.where(u < 0, torch.nextafter(t, -inf), t))
-
-    return nudge
-
-
-def reference_nudges() -> list:
-    """None (as is), then :data:`DRAWS` seeded nudges."""
-    return [None] + [nudger(k) for k in range(DRAWS)]
-
+__all__ = ["check", "close", "judge"]
 
 def close(got: torch.Tensor, want: torch.Tensor, refs: list[torch.Tensor], tol: Tolerance) -> str:
     """'' when ``got`` is as close to ``want`` as ``tol`` asks, else what is wrong."""

@@ -67,7 +67,7 @@ class LauncherWorld:
             mine = Outcome(ctx.rank, False, None, remote_error(ctx.rank, exc))
         ctx.tracker.end_task()
         ctx.tracker.enter("gather of the task's results", ctx.world.ranks)
-        everyone = self._all_gather(mine)
+        everyone = self.agree(mine)
         ctx.tracker.leave("gather of the task's results")
         done.set()
         # Wait for the watchdog to end: its thread holds this world (a bound method) until then.
@@ -77,9 +77,6 @@ class LauncherWorld:
         # without an active exception"), now and then, under mpiexec on a loaded machine.
         dog.join()
         return everyone
-
-    def _all_gather(self, obj) -> list:
-        return self.ctx.gather_objects(obj)
 
     def agree(self, obj) -> list:
         """Every rank's ``obj``, on every rank, over the harness's channel (refusals, checks)."""

@@ -105,9 +105,7 @@ class Comm(PointToPoint):
         if self.posts is None:
             return -1
         if op in ("send", "recv"):
-            return self.posts.post(op, op, group.ranks, peer=group.ranks[peer],
-                                   nbytes=count * dtype.itemsize, dtype=dtype_name(dtype),
-                                   count=count, tag=tag)
+            return self._post_p2p(op, group, peer, count, dtype, tag)
         name = f"{op}@{vol['root']}" if "root" in vol else op
         return self.posts.post("coll", name, group.ranks, dtype=dtype_name(dtype), count=count)
 

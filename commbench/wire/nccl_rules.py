@@ -58,8 +58,9 @@ def check(records: Sequence) -> list[str]:
     """What NCCL would do wrong with these posts: ``records[r]`` is rank r's (Posts.items or
     Posts.export()); the list is empty when the run would complete."""
     recs = _records(records)
-    problems = _pair_creation(recs) + _collective_order(recs) + _matching(recs)
-    return problems or _streams(recs)
+    keys, per_post = _match_keys(recs)
+    problems = _pair_creation(recs) + _collective_order(recs) + _matching(recs, keys)
+    return problems or _streams(recs, keys, per_post)
 
 
 def _pair_creation(recs: list[list[Post]]) -> list[str]:
@@ -158,8 +159,7 @@ def _partner(keys, key: tuple) -> tuple[int, int] | None:
     return keys.get(("recv" if key[0] == "send" else "send", *key[1:]))
 
 
-def _matching(recs: list[list[Post]]) -> list[str]:
-    keys, _ = _match_keys(recs)
+def _matching(recs: list[list[Post]], keys: dict) -> list[str]:
     problems = []
     for key, (r, i) in keys.items():
         p = recs[r][i]
@@ -180,8 +180,7 @@ def _matching(recs: list[list[Post]]) -> list[str]:
     return problems[:_MAX_LINES]
 
 
-def _streams(recs: list[list[Post]]) -> list[str]:
-    keys, per_post = _match_keys(recs)
+def _streams(recs: list[list[Post]], keys: dict, per_post: list) -> list[str]:
     # items: a collective, a group call, or a message posted alone; (rank, first, end) posts
     queues: dict[tuple, deque] = defaultdict(deque)  # (rank, stream) -> items in order
     item_of: list[list[tuple]] = []

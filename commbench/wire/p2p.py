@@ -87,7 +87,7 @@ class PointToPoint:
     def _start(self, op: str, buf: torch.Tensor, group: Group, peer: int, tag: int) -> Work:
         """Post a non-blocking op; it is booked at ``wait``, its time runs from the post."""
         t0 = time.perf_counter()
-        posted = self._post_p2p(op, group, peer, buf, tag)
+        posted = self._post_p2p(op, group, peer, buf.numel(), buf.dtype, tag)
         with quiet():
             handle = getattr(self.backend, op)(buf, group, peer, tag)
         return Work(handle, buf, self._booker(op, group, buf, t0, posted))
@@ -120,8 +120,8 @@ class PointToPoint:
             return Exchange([], [], outs, [], [])
         t0 = time.perf_counter()
         with self._grouped():
-            posted = [self._post_p2p("irecv", group, p, o, tag) for o, p in rx]
-            posted += [self._post_p2p("isend", group, p, t, tag) for t, p in tx]
+            posted = [self._post_p2p("irecv", group, p, o.numel(), o.dtype, tag) for o, p in rx]
+            posted += [self._post_p2p("isend", group, p, t.numel(), t.dtype, tag) for t, p in tx]
         batch = getattr(self.backend, "batch", None)
         with quiet():
             if batch is not None:
@@ -140,12 +140,14 @@ class PointToPoint:
 
         return self.posts.group() if self.posts is not None else contextlib.nullcontext()
 
-    def _post_p2p(self, op: str, group: Group, peer: int, buf: torch.Tensor, tag: int) -> int:
+    def _post_p2p(self, op: str, group: Group, peer: int, count: int, dtype: torch.dtype,
+                  tag: int) -> int:
+        """Record one message (:mod:`commbench.wire.posts`); -1 when no record is attached."""
         if self.posts is None:
             return -1
         return self.posts.post("send" if op in ("send", "isend") else "recv", op, group.ranks,
-                               peer=group.ranks[peer], nbytes=buf.numel() * buf.element_size(),
-                               dtype=dtype_name(buf.dtype), count=buf.numel(), tag=tag)
+                               peer=group.ranks[peer], nbytes=count * dtype.itemsize,
+                               dtype=dtype_name(dtype), count=count, tag=tag)
 
     def _booker(self, op: str, group: Group, buf: torch.Tensor, t0: float, posted: int):
         nbytes = buf.numel() * buf.element_size()

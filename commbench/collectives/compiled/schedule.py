@@ -9,10 +9,8 @@ block:
 
 * MPI: one persistent send and receive request per step (``Send_init`` / ``Recv_init`` on NumPy
   views made once), replayed by each request's ``Start`` then its wait (``Wait``, or, with more
-  ranks than cores on the host, ``Test`` and yield the core: :mod:`waiting`); reductions by NumPy
-  ufuncs in place (torch ops for float16 and bfloat16, whose NumPy forms round differently or do
-  not exist; a float sum or product of at most :data:`TINY` elements as Python float operations,
-  :func:`tiny_reducer`, the same bits at a fifth of the cost).
+  ranks than cores on the host, ``Test`` and yield the core: :mod:`waiting`); reductions in place
+  (:mod:`reduce`: NumPy ufuncs, Python floats for 2 elements, torch for float16 and bfloat16).
 * torch.distributed: the process group's own ``send`` / ``recv`` on fixed tensor views (gloo), or
   one ``batch_isend_irecv`` per step (NCCL, which needs the pair grouped); reductions in place.
   A run of joint steps (:class:`Step`) is posted together.
@@ -35,10 +33,10 @@ from __future__ import annotations
 
 from functools import partial
 
-import numpy as np
 import torch
 
-from commbench.collectives._p2p import TAG, flat, pg_batched, pg_run
+from commbench.collectives._p2p import TAG, flat, pg_run
+from commbench.collectives.compiled.reduce import reducer
 from commbench.collectives.compiled.steps import Step, schedule
 from commbench.collectives.compiled.waiting import checked, wait_mode, waiter
 from commbench.runtime.group import Group
@@ -57,45 +55,6 @@ def pieces(lo: int, hi: int, seg: int) -> list[tuple[int, int]]:
     if seg <= 0 or hi - lo <= seg or hi - lo > SPLIT * seg:
         return [(lo, hi)]
     return [(a, min(a + seg, hi)) for a in range(lo, hi, seg)]
-
-
-_NP_OPS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum,
-           "max": np.maximum}
-_TORCH_OPS = {"sum": torch.add, "avg": torch.add, "prod": torch.mul, "min": torch.minimum,
-              "max": torch.maximum}
-_NP_EXACT = (torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16, torch.int32,
-             torch.int64)
-TINY = 2  # elements: a sum or product this short is combined by :func:`tiny_reducer`
-
-
-def tiny_reducer(op: str, a: np.ndarray, b: np.ndarray):
-    """``a op= b`` for float32 / float64 vectors of at most :data:`TINY` elements (op sum, avg or
-    prod), as Python float operations on memoryviews, unrolled; None for anything else.
-
-    Right after an MPI exchange a NumPy ufunc call costs several times what this does, which at
-    8 B is the difference between losing and winning against MPI's own (docs/decisions.md).
-    The same bits as NumPy: a float32 sum or product of two float32 values computed in double
-    and rounded once to float32 (the memoryview's store is a C cast) is the correctly rounded
-    float32 result, as double carries more than 2 x 24 + 2 bits; out of range it is +-inf."""
-    if op not in ("sum", "avg", "prod") or a.dtype not in (np.float32, np.float64) or not (
-            0 < a.size <= TINY) or a.shape != b.shape:
-        return None
-    x, y = memoryview(a), memoryview(b)
-    if a.size == 1:
-        def add() -> None:
-            x[0] += y[0]
-
-        def mul() -> None:
-            x[0] *= y[0]
-    else:
-        def add() -> None:
-            x[0] += y[0]
-            x[1] += y[1]
-
-        def mul() -> None:
-            x[0] *= y[0]
-            x[1] *= y[1]
-    return mul if op == "prod" else add
 
 
 class Compiled:
@@ -138,15 +97,6 @@ class Compiled:
             recv = self.scratch[lo:lo + target.numel()] if step.reduce else target
         return send, recv, (target if step.reduce else None)
 
-    def _reducer(self, op: str, target: torch.Tensor, got: torch.Tensor):
-        if target.device.type == "cpu" and target.dtype in _NP_EXACT:
-            a, b = target.numpy(), got.numpy()
-            # out positional: a keyword costs ~0.15 us (NumPy deprecates it for min and max)
-            return tiny_reducer(op, a, b) or (partial(_NP_OPS[op], a, b, out=a)
-                                               if op in ("min", "max") else
-                                               partial(_NP_OPS[op], a, b, a))
-        return partial(_TORCH_OPS[op], target, got, out=target)
-
     def _averager(self, lo: int, hi: int, op: str):
         view, n = self.buf[lo:hi], self.group.size
         return partial(view.div_, n) if op == "avg" and hi > lo else None
@@ -175,7 +125,7 @@ class Compiled:
         for step in run:
             send, recv, target = self._views(step)
             out.append((step, send, recv,
-                        None if target is None else self._reducer(op, target, recv)))
+                        None if target is None else reducer(op, target, recv)))
         return out
 
     def _mpi_run(self, run: list[Step], op: str) -> list:
@@ -188,20 +138,18 @@ class Compiled:
         inside any wait or test. ``self.wait`` picks the wait (:func:`waiting.waiter`)."""
         from commbench.wire.transport.mpi_backend import _np
 
-        c, recvs, sends, after = self.group.mpi_comm, [], [], []
+        c, recvs, sends, after, posted = self.group.mpi_comm, [], [], [], ([], [])
         for step, send, recv, red in self._parts(run, op):
-            recvs.append([c.Recv_init(_np(recv[a:b]), source=step.src, tag=TAG)
-                          for a, b in pieces(0, recv.numel(), self._seg)] if recv is not None
-                         else [])
-            if send is not None:
-                sends += [c.Send_init(_np(send[a:b]), dest=step.dst, tag=TAG)
-                          for a, b in pieces(0, send.numel(), self._seg)]
+            rp = [(recv[a:b], step.src) for a, b in pieces(0, recv.numel(), self._seg)] \
+                if recv is not None else []
+            sp = [(send[a:b], step.dst) for a, b in pieces(0, send.numel(), self._seg)] \
+                if send is not None else []
+            recvs.append([c.Recv_init(_np(t), source=src, tag=TAG) for t, src in rp])
+            sends += [c.Send_init(_np(t), dest=dst, tag=TAG) for t, dst in sp]
+            posted[0].extend(rp)
+            posted[1].extend(sp)
             after.append(red)
-        self._runs.append((
-            [(recv[a:b], step.src) for step, _, recv, _ in self._parts(run, op)
-             if recv is not None for a, b in pieces(0, recv.numel(), self._seg)],
-            [(send[a:b], step.dst) for step, send, _, _ in self._parts(run, op)
-             if send is not None for a, b in pieces(0, send.numel(), self._seg)]))
+        self._runs.append(posted)
         self._reqs += [r for rs in recvs for r in rs] + sends
         ops = [r.Start for rs in recvs for r in rs] + [r.Start for r in sends]
         done = partial(waiter, mode=self.wait)
@@ -220,7 +168,7 @@ class Compiled:
             return []
         self._runs.append((recvs, sends))
         if self.comm.transport == "nccl":
-            return [partial(pg_batched, self.group.torch_pg, recvs, sends)] + after
+            return [partial(_batched, self.comm.backend, self.group, recvs, sends)] + after
         return [partial(pg_run, self.group.torch_pg, recvs, sends, after)]
 
     # -- use ------------------------------------------------------------------------------------
@@ -274,6 +222,12 @@ class Compiled:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _batched(backend, group: Group, recvs: list, sends: list) -> None:
+    """One group call of the run's messages (the backend's ``batch_isend_irecv``), all waited."""
+    for w in backend.batch(sends, recvs, group, TAG):
+        w.wait()
 
 
 def _messages(steps: list[Step], seg: int = 0) -> list[tuple[str, int]]:

@@ -60,23 +60,28 @@ class StageLink:
     def _wire(self, steps: list[int]) -> list[int]:
         return [k for k in steps if self.sources[k] != self.me]
 
-    def _post(self, u: int) -> None:
-        """The held sends and unit ``u``'s receives (none past the last unit) as one call."""
-        steps = self._wire(self.units[u]) if u < len(self.units) else []
+    def _exchange(self, steps: list[int]):
+        """The held sends and ``steps``' receives as one group call (none at all: nothing)."""
         if not steps and not self.held:
-            return
+            return None
         ex = self.comm.start_exchange(list(self.held), [(self.probe, self.sources[k])
                                                         for k in steps], self.group,
                                       tag=self.tag, recv_op="recv")
         self.held.clear()
         self.posted.append(ex)
+        return ex
+
+    def _post(self, u: int) -> None:
+        """The held sends with unit ``u``'s receives (none past the last unit)."""
+        steps = self._wire(self.units[u]) if u < len(self.units) else []
+        ex = self._exchange(steps)
         if steps:
             self.pending[u] = (ex, steps)
 
     def before(self, k: int) -> None:
         """Step ``k`` starts: GPipe/1F1B send what is held when it receives nothing."""
         if self.units is None and self.sources[k] == self.me:
-            self._post_alone()
+            self._exchange([])
 
     def after(self, k: int) -> None:
         """Step ``k`` ended: interleaved, at a unit's last step, post with the next unit."""
@@ -88,24 +93,14 @@ class StageLink:
     def recv(self, k: int) -> torch.Tensor:
         """Step ``k``'s input from the wire."""
         if self.units is None:
-            ex = self.comm.start_exchange(list(self.held), [(self.probe, self.sources[k])],
-                                          self.group, tag=self.tag, recv_op="recv")
-            self.held.clear()
-            self.posted.append(ex)
-            return ex.received()[0]
+            return self._exchange([k]).received()[0]
         u = self.unit_of[k]
         if u in self.pending:
             ex, steps = self.pending.pop(u)
             self.got.update(zip(steps, ex.received()))
         return self.got.pop(k)
 
-    def _post_alone(self) -> None:
-        if self.held:
-            self.posted.append(self.comm.start_exchange(list(self.held), [], self.group,
-                                                        tag=self.tag))
-            self.held.clear()
-
     def finish(self) -> None:
-        self._post_alone()
+        self._exchange([])
         for ex in self.posted:
             ex.wait()

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
-from commbench.patterns.base import Broken, Call, Pattern, Tolerance
-from commbench.patterns.judge import reference_nudges
+from commbench.patterns.base import Broken, Call, Pattern, Tolerance, reference_nudges
 from commbench.patterns.seq import broken
 from commbench.patterns.seq.attention import (
     AttnConfig,

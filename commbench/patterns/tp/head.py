@@ -20,8 +20,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from commbench.patterns.base import Broken, Call, Pattern
-from commbench.patterns.judge import reference_nudges
+from commbench.patterns.base import Broken, Call, Pattern, reference_nudges
 from commbench.patterns.tp import broken
 from commbench.patterns.tp.pattern import TOLERANCE
 from commbench.patterns.tp.vocab import (

@@ -19,9 +19,8 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from commbench.patterns.base import Broken, Call, Pattern, Tolerance
+from commbench.patterns.base import Broken, Call, Pattern, Tolerance, reference_nudges
 from commbench.patterns.dp.ddp import buckets_of, naive_sync
-from commbench.patterns.judge import reference_nudges
 from commbench.patterns.tp import broken
 from commbench.patterns.tp.layers import TPParts, replicated, shard_weights, tp_layer
 from commbench.patterns.tp.model import (
