@@ -112,7 +112,11 @@ def accept_ranks(listener, procs: list, size: int, timeout_s: float, folder: str
                                  f"{p.returncode} during start-up{log_tail(folder)}")
         for c in [c for c in silent if c.poll(0)]:
             silent.remove(c)
-            kind, rank, detail = c.recv()
+            try:
+                kind, rank, detail = c.recv()
+            except EOFError:  # a rank died between connecting and saying hello: say why
+                raise WorldError(f"local world of {size}: a rank closed its connection before "
+                                 f"saying hello{log_tail(folder)}") from None
             if kind == "fatal":
                 raise WorldError(f"rank {rank} could not join: {detail}")
             if kind != "hello":
