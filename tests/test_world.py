@@ -221,3 +221,71 @@ def test_start_up_keeps_its_deadline_with_a_rank_that_connects_and_never_speaks(
     listener.close()
     assert not starter.is_alive(), "start-up waited past its deadline"
     assert "only ranks [] were ready after 1 s (0 said hello, 1 connected silent)" in str(failed[0])
+
+
+def _accept_from_a_rank_that_dies(folder, log_text: str):
+    """accept_ranks against one rank that connects and closes without a hello, its log saying
+    ``log_text``: the exception it raises."""
+    import threading
+    from multiprocessing.connection import Client, Listener
+
+    from commbench.runtime.errors import WorldError
+    from commbench.runtime.local.spawn import accept_ranks
+
+    (folder / "ranks.log").write_text(log_text)
+    key = b"k" * 16
+    listener = Listener(("127.0.0.1", 0), authkey=key)
+    # the handshake needs the listener accepting, which accept_ranks does
+    threading.Thread(target=lambda: Client(listener.address, authkey=key).close(),
+                     daemon=True).start()
+    try:
+        accept_ranks(listener, [], 2, 20.0, str(folder), {})
+    except WorldError as exc:
+        return exc
+    finally:
+        listener.close()
+    raise AssertionError("accept_ranks returned with a rank that closed its connection")
+
+
+@local
+def test_a_failed_mpi_init_is_told_apart_from_any_other_dead_rank(tmp_path):
+    from commbench.runtime.local.spawn import InitFailed
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    mpich = ("Abort(609895822) on node 0: Fatal error in internal_Init_thread: Message "
+             "truncated, error stack:\nMPIDIG_recv_type_init(74): Message from rank 1 truncated")
+    init = _accept_from_a_rank_that_dies(tmp_path / "a", mpich)
+    other = _accept_from_a_rank_that_dies(tmp_path / "b", "Segmentation fault")
+    assert isinstance(init, InitFailed) and "Message truncated" in str(init)
+    assert not isinstance(other, InitFailed) and "Segmentation fault" in str(other)
+
+
+def test_a_start_whose_mpi_init_failed_is_tried_once_more_and_only_once(monkeypatch, capsys):
+    from commbench.runtime.local.spawn import InitFailed
+
+    tries: list[int] = []
+
+    def fails(times: int):
+        def _start(self):
+            tries.append(1)
+            if len(tries) <= times:
+                raise InitFailed("local world of 2: ...\nMessage from rank 1 truncated")
+            return self
+        return _start
+
+    world = LocalWorld(2, launch="plain")
+    world.launch = "mpi"  # the retry is for MPICH's start-up only
+    monkeypatch.setattr(LocalWorld, "_start", fails(1))
+    assert world.start() is world and len(tries) == 2
+    assert "MPI_Init failed inside MPICH (Message from rank 1 truncated)" in capsys.readouterr().err
+    tries.clear()
+    monkeypatch.setattr(LocalWorld, "_start", fails(2))
+    with pytest.raises(InitFailed):
+        world.start()
+    assert len(tries) == 2
+    tries.clear()
+    world.launch = "plain"
+    with pytest.raises(InitFailed):
+        world.start()
+    assert len(tries) == 1

@@ -75,6 +75,15 @@ def worker_env(key: bytes) -> dict[str, str]:
     return env
 
 
+MPI_INIT_FAILED = "Fatal error in internal_Init_thread"  # MPICH's words when MPI_Init fails
+
+
+class InitFailed(WorldError):
+    """A rank's ``MPI_Init`` failed inside MPICH: before any task ran, so nothing is lost by
+    starting the world again (MPICH 5's UCX start-up fails now and then with "Message
+    truncated" in its first all-gather; docs/decisions.md)."""
+
+
 def accept_ranks(listener, procs: list, size: int, timeout_s: float, folder: str | None,
                  pids: dict[int, int]) -> tuple[dict[int, object], tuple[str, ...]]:
     """Each rank's connection, by rank, once all ``size`` ranks said hello and then ready, and
@@ -108,15 +117,19 @@ def accept_ranks(listener, procs: list, size: int, timeout_s: float, folder: str
             if p.poll() is not None:
                 time.sleep(0.2)  # let a last message arrive before blaming the process
                 drain_fatal(silent + pending)
-                raise WorldError(f"local world of {size}: a rank process exited with code "
-                                 f"{p.returncode} during start-up{log_tail(folder)}")
+                tail = log_tail(folder)
+                kind = InitFailed if MPI_INIT_FAILED in tail else WorldError
+                raise kind(f"local world of {size}: a rank process exited with code "
+                           f"{p.returncode} during start-up{tail}")
         for c in [c for c in silent if c.poll(0)]:
             silent.remove(c)
             try:
                 kind, rank, detail = c.recv()
             except EOFError:  # a rank died between connecting and saying hello: say why
-                raise WorldError(f"local world of {size}: a rank closed its connection before "
-                                 f"saying hello{log_tail(folder)}") from None
+                tail = log_tail(folder)
+                kind = InitFailed if MPI_INIT_FAILED in tail else WorldError
+                raise kind(f"local world of {size}: a rank closed its connection before "
+                           f"saying hello{tail}") from None
             if kind == "fatal":
                 raise WorldError(f"rank {rank} could not join: {detail}")
             if kind != "hello":

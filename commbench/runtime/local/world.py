@@ -73,8 +73,21 @@ class LocalWorld:
         return bool(self._conns) and all(p.poll() is None for p in self._procs)
 
     def start(self) -> LocalWorld:
+        """Start the ranks (a no-op while they are alive). Under ``mpiexec`` a start whose
+        ``MPI_Init`` failed inside MPICH is tried once more, saying so on stderr."""
         if self.alive:
             return self
+        try:
+            return self._start()
+        except spawn.InitFailed as exc:
+            if self.launch != "mpi":
+                raise
+            first = str(exc).splitlines()[-1] if str(exc) else ""
+            print(f"commbench: local world of {self.size}: MPI_Init failed inside MPICH "
+                  f"({first.strip()[:160]}); starting the world once more", file=sys.stderr)
+            return self._start()
+
+    def _start(self) -> LocalWorld:
         if os.environ.get("COMMBENCH_WORKER"):
             raise WorldError("a rank of a local world cannot start another local world (a script "
                              "whose functions run on the ranks needs an `if __name__ == "
