@@ -63,6 +63,10 @@ def _terminate(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from commbench.runtime import supervise
+
+    if supervise.wanted(argv):  # under a launcher: the work in a child, so a dead rank says so
+        return supervise.supervise(argv)
     script_args: list[str] = []
     if argv[:1] == ["audit"] and "--" in argv:  # the audited script's own arguments
         cut = argv.index("--")

@@ -93,6 +93,8 @@ class Context:
         # ranks per node when the world spans hosts of as many adjacent ranks each (else None:
         # one host, where algorithms that follow nodes take nodes of 2 ranks)
         self.node_size: int | None = None
+        # the launcher world's TCP store, (host, port): a dead rank's notice is read there
+        self.store_address: tuple[str, int] | None = None
         self.device = torch.device("cpu")
         if self.backend == "nccl":
             self.device = torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
@@ -127,8 +129,13 @@ class Context:
                 "the matching mpiexec.")
         backend = backend or default_backend()
         torch_ready = backend != "mpi"
+        store_address = None
         if torch_ready and not dist.is_initialized():
             addr, port = rendezvous(info, mpi_comm=mpi_comm)
+            from commbench.runtime import supervise
+
+            supervise.tell_store(addr, port)  # where a dead rank's supervisor posts its death
+            store_address = (addr, port)
             kwargs = {}
             if backend == "nccl":
                 torch.cuda.set_device(info.local_rank % torch.cuda.device_count())
@@ -144,6 +151,7 @@ class Context:
                   launcher=info.launcher, backend=backend if torch_ready else None,
                   mpi_comm=mpi_comm, torch_ready=torch_ready)
         ctx.node_size = ctx.nodes().node_size() if info.size > 1 else None
+        ctx.store_address = store_address
         return ctx
 
     def nodes(self):

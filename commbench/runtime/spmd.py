@@ -19,7 +19,10 @@ import os
 import pickle
 import sys
 import threading
+import time
+from typing import NoReturn
 
+from commbench.runtime import supervise
 from commbench.runtime.context import Context
 from commbench.runtime.errors import Outcome, SPMDError, describe_hang, remote_error
 
@@ -31,6 +34,7 @@ class LauncherWorld:
         self.ctx, self.timeout_s = ctx, timeout_s
         self.size, self.transports, self.launch = ctx.size, ctx.transports, ctx.launcher
         self._task = 0
+        self._store = None  # a client of the world's store, for dead ranks' notices
 
     def start(self) -> LauncherWorld:
         return self
@@ -64,6 +68,12 @@ class LauncherWorld:
             mine = Outcome(ctx.rank, True, fn(ctx, *args, **kwargs))
             pickle.dumps(mine)
         except BaseException as exc:  # reported to every rank, re-raised by run()
+            if _peer_lost(exc):  # a dead rank's supervisor posts its notice in a few seconds
+                until = time.monotonic() + 3 * supervise.POLL_S
+                while time.monotonic() < until:
+                    if self._dead_rank():
+                        self._leave()
+                    time.sleep(0.5)
             mine = Outcome(ctx.rank, False, None, remote_error(ctx.rank, exc))
         ctx.tracker.end_task()
         ctx.tracker.enter("gather of the task's results", ctx.world.ranks)
@@ -82,8 +92,8 @@ class LauncherWorld:
         """Every rank's ``obj``, on every rank, over the harness's channel (refusals, checks)."""
         return self.ctx.gather_objects(obj)
 
-    def _watchdog(self, done: threading.Event, limit: float, name: str, task: int) -> None:
-        if done.wait(limit):
+    def _watchdog(self, done: threading.Event, limit: float | None, name: str, task: int) -> None:
+        if self._wait(done, limit, name):
             return
         ctx = self.ctx
         sink = ctx.tracker.sink
@@ -110,6 +120,59 @@ class LauncherWorld:
         if ctx.mpi is not None:
             ctx.mpi.Abort(124)
         os._exit(124)
+
+
+    def _wait(self, done: threading.Event, limit: float | None, name: str) -> bool:
+        """Wait for the task to end (True) or ``limit`` seconds to pass (False), looking every
+        :data:`~commbench.runtime.supervise.POLL_S` seconds for a dead rank's notice in the
+        world's store: one there ends this rank at once with exit code 3 (the dead rank's
+        supervisor said the line; a collective here would wait for it until its timeout)."""
+        deadline = None if limit is None else time.monotonic() + limit
+        unreachable = 0
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            if done.wait(supervise.POLL_S if left is None else min(left, supervise.POLL_S)):
+                return True
+            seen = self._dead_rank()
+            if seen:
+                self._leave()
+            # unreachable twice in a row, a poll apart (once may be rank 0 leaving as this task
+            # ends here): rank 0, the store's host, is gone, and rank 1 says so
+            unreachable = unreachable + 1 if seen is None else 0
+            if unreachable >= 2:
+                self._leave(f"[rank {self.ctx.rank}] commbench: {name} stopped: rank 0, the "
+                            "host of the world's store, is gone" if self.ctx.rank == 1 else "")
+
+    def _dead_rank(self) -> bool | None:
+        """Whether the world's store holds a dead rank's notice; None: the store is out of
+        reach."""
+        try:
+            if self._store is None:
+                if self.ctx.store_address is None:
+                    return False
+                self._store = supervise.store_client(self.ctx.store_address)
+            return supervise.death_notice(self._store) is not None
+        except Exception:  # noqa: BLE001 - whatever the store raises, it is out of reach
+            self._store = None
+            return None
+
+    def _leave(self, line: str = "") -> NoReturn:
+        """End this rank with exit code 3 after a rank died (its supervisor said the line)."""
+        if line:
+            print(line, file=sys.stderr, flush=True)
+        abort_nccl(self.ctx)
+        if not supervise.leave_hydra(self.ctx.launcher) and self.ctx.mpi is not None:
+            self.ctx.mpi.Abort(3)  # the launcher takes every rank down
+        os._exit(3)
+
+
+def _peer_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` reads as a transport's word for a peer that went away."""
+    text = str(exc)
+    return any(w in text for w in ("Connection reset by peer", "Connection closed by peer",
+                                   "remote process exited", "Broken pipe"))
 
 
 def _status(raw: bytes) -> tuple:
