@@ -62,11 +62,12 @@ def _terminate(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
     from commbench.runtime import supervise
 
-    if supervise.wanted(argv):  # under a launcher: the work in a child, so a dead rank says so
-        return supervise.supervise(argv)
+    if argv is None and supervise.wanted(sys.argv[1:]):
+        # the command line under a launcher: the work in a child, so a dead rank says so
+        return supervise.supervise(sys.argv[1:])
+    argv = list(sys.argv[1:] if argv is None else argv)
     script_args: list[str] = []
     if argv[:1] == ["audit"] and "--" in argv:  # the audited script's own arguments
         cut = argv.index("--")

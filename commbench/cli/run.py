@@ -137,7 +137,14 @@ def _patterns(a, world, launch, printer, emit) -> int:
     emit(f"# commbench run {' '.join(a.targets)}: {', '.join(a.patterns)}; {world.size} ranks "
          f"({launch}), transport {world.transports[0]}")
     timeline: list | None = [] if a.trace else None
-    rows = pattern_study(world, a.patterns, a.iters, a.warmup_iters, emit, timeline=timeline)
+    from commbench.results.pieces import study_pieces
+    from commbench.studies.sweep import hardware
+
+    pieces = study_pieces(a, world, printer, f"patterns_{hardware(a.label)}-"
+                          f"{world.transports[0]}-x{world.size}", emit, patterns=a.patterns,
+                          iters=a.iters, warmup=a.warmup_iters)
+    rows = pattern_study(world, a.patterns, a.iters, a.warmup_iters, emit, timeline=timeline,
+                         pieces=pieces)
     if a.trace and printer:
         from commbench.results import records as res
         from commbench.results.trace import chrome_trace
@@ -149,6 +156,7 @@ def _patterns(a, world, launch, printer, emit) -> int:
     for name in a.patterns:
         _write_study(a, printer, world, launch, name, measurement,
                      [r for r in rows if r["pattern"] == name], pattern_markdown, emit)
+    pieces.finish()
     return 1 if bad else 0
 
 

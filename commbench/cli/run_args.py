@@ -56,7 +56,8 @@ def add_parser(sub) -> None:
     r.add_argument("--refit", action="store_true", help="model study: judge the stored "
                    "results/model_* again with the current model, measuring nothing")
     r.add_argument("--resume", action="store_true",
-                   help="continue an interrupted run: keep the rows its results file holds")
+                   help="continue an interrupted run: keep the rows its results file holds (a "
+                   "model, versus or pattern study: the pieces in its .partial.json)")
 
 
 def _unknown(target: str) -> str:
@@ -94,7 +95,7 @@ _SWEEP_ONLY = {"-b": ("minbytes", "8"), "-e": ("maxbytes", "1M"), "-f": ("stepfa
                "-d": ("datatype", "float32"), "-o": ("op", "sum"), "-r": ("root", 0),
                "-c": ("check", 1), "--algo": ("algo", ""), "--transport": ("transport", ""),
                "--batch": ("batch", 1), "--repeat": ("repeat", 1), "--topology": ("topology", ""),
-               "--resume": ("resume", False), "--rounds": ("rounds", None),
+               "--rounds": ("rounds", None),
                "-J": ("json", ""), "--csv": ("csv", "")}
 
 
@@ -111,6 +112,8 @@ def _common(a) -> None:
 
 def _check_pattern_args(a) -> None:
     given = [flag for flag, (attr, default) in _SWEEP_ONLY.items() if getattr(a, attr) != default]
+    if a.targets == ["numerics"] and a.resume:
+        given.append("--resume")
     if given:
         raise UsageError(f"{' '.join(given)}: flags of the collective sweeps; " + (
             "the numerics study runs its own grid (algorithms x float32, bfloat16, float16 x "

@@ -15,7 +15,9 @@ under a launcher run their work in a child process with the same arguments and e
   its address), on which every other rank's watchdog ends its run with exit code 3 within
   :data:`POLL_S` seconds instead of waiting in a collective for its timeout, and exit code 3.
 
-The waiting process imports neither torch nor MPI. ``COMMBENCH_SUPERVISE=0`` turns it off.
+The waiting process imports neither torch nor MPI. Only the command line is supervised
+(``commbench ...``, ``python -m commbench ...``; ``main(argv)`` called from Python is not).
+``COMMBENCH_SUPERVISE=0`` turns it off.
 """
 
 from __future__ import annotations

@@ -85,8 +85,8 @@ def _row(world, transport, case, iters, warmup, size: int, check: bool, batch: i
 
 
 def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: int,
-            separate: bool, batch: int = 1, passes: int = 1, cal_samples: int = 1
-            ) -> tuple[list[dict], list[dict]]:
+            separate: bool, batch: int = 1, passes: int = 1, cal_samples: int = 1,
+            pieces=None, emit=print) -> tuple[list[dict], list[dict]]:
     """(calibration rows, evaluation rows); ``repeat`` rounds, best round per row; or
     ``passes`` over the whole job list, each row's iterations split among them and pooled
     (:func:`commbench.studies.sweep.pool_passes`). Calibration rows take ``cal_samples`` times the
@@ -120,14 +120,25 @@ def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: in
         raise ValueError(f"repeat={repeat}, passes={passes}: choose one (best round or pooled "
                          "passes)")
     rounds: list[list[list[dict]]] = [[] for _ in jobs]
+    total, finished = len(jobs) * max(repeat, passes), 0
     for group in groups:
-        for _ in range(max(repeat, passes)):
+        for p in range(max(repeat, passes)):
             for k in group:
                 case, size, check = jobs[k]
-                first = len(rounds[k]) == 0  # results checked once (#wrong), not every pass
-                n_it = iters if check else iters * cal_samples
-                rounds[k].append(_row(world, transport, case, n_it, warmup, size,
-                                      check and (first or repeat > 1), batch, passes))
+                key = f"{case[0]}/{case[1]}/{size}/{'eval' if check else 'cal'}/{p}"
+                rows = pieces.get(key) if pieces is not None else None
+                if rows is None:
+                    first = len(rounds[k]) == 0  # results checked once (#wrong), not every pass
+                    n_it = iters if check else iters * cal_samples
+                    rows = _row(world, transport, case, n_it, warmup, size,
+                                check and (first or repeat > 1), batch, passes)
+                    if pieces is not None:
+                        pieces.put(key, rows)
+                rounds[k].append(rows)
+                finished += 1
+                what = (f"# [{finished}/{total}] {case[0]}/{case[1]} {size} B "
+                        f"{'evaluation' if check else 'calibration'}, pass {p + 1}")
+                emit(f"{what}: {rows[0]['time_us']:.1f} us" if rows else what)
     if passes > 1:
         merged = [[pool_passes(list(p), world.size) for p in zip(*r, strict=True)]
                   for r in rounds]
@@ -141,7 +152,7 @@ def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: in
 def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int, warmup: int,
                 emit=print, lo: int = 4 * KiB, hi: int = 64 * MiB, repeat: int = 1,
                 separate: bool = False, batch: int = 1, passes: int = 1,
-                cal_samples: int = 1) -> dict:
+                cal_samples: int = 1, pieces=None) -> dict:
     """Both sweeps, and the model fitted and judged twice from them: on each row's median
     iteration (``model``, ``accuracy``) and on its lower decile (``model_low``,
     ``accuracy_low``)."""
@@ -150,7 +161,7 @@ def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int,
          f"{len(cases)} cases, {repeat} round(s), {passes} pass(es), "
          f"{'separate' if separate else 'interleaved'}")
     cal, ev = _sweeps(world, transport, cases, iters, warmup, lo, hi, repeat, separate, batch,
-                      passes, cal_samples)
+                      passes, cal_samples, pieces, emit)
     out = judge(cal, low(cal), ev, n, last_level_cache())
     for cls, p in out["model"]["classes"].items():
         emit(f"# {cls}: alpha {p['alpha'] * 1e6:.2f} us, beta {p['beta'] * 1e9:.4f} ns/B, gamma "
@@ -190,6 +201,7 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
     """The ``commbench run model`` study, per transport; writes results/model_*."""
     from commbench.collectives import ALGORITHMS, algorithms_of
     from commbench.collectives.compiled.waiting import recorded
+    from commbench.results.pieces import study_pieces
     from commbench.studies.sweep import parse_size
 
     n = world.size
@@ -211,10 +223,16 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
                           f"{SMALL // MiB} MiB / size) below")
         if transport == "mpi":
             record["measurement"].update(compiled_wait=recorded(world), binding=placement(world))
+        stem = _stem(a.out, transport, n, a.label)
+        pieces = study_pieces(a, world, printer, os.path.basename(stem), emit, lo=lo, hi=hi,
+                              cases=[list(c) for c in cases], **{
+                                  k: v for k, v in record["measurement"].items()
+                                  if k != "binding"})
         record.update(model_study(world, transport, cases, a.iters, a.warmup_iters, emit, lo, hi,
-                                  a.repeat, a.separate_sweeps, a.batch, a.rounds, a.cal_samples))
-        _report(record, None if a.no_write or not printer else _stem(a.out, transport, n, a.label),
-                emit)
+                                  a.repeat, a.separate_sweeps, a.batch, a.rounds, a.cal_samples,
+                                  pieces))
+        _report(record, None if a.no_write or not printer else stem, emit)
+        pieces.finish()
     return 0
 
 

@@ -35,10 +35,11 @@ def _row_line(r: dict) -> str:
 
 
 def pattern_study(world, names: list[str], iters: int = 10, warmup: int = 3, emit=print,
-                  seed: int = 0, timeline: list | None = None) -> list[dict]:
+                  seed: int = 0, timeline: list | None = None, pieces=None) -> list[dict]:
     """Rows of the study of ``names`` on ``world`` (module docstring). ``timeline``: a list that
     gains, per run, (label, every rank's booked calls of a warm step, every rank's (start, end)
-    of that step) for a trace."""
+    of that step) for a trace. ``pieces``: a :class:`~commbench.results.pieces.Pieces` that
+    keeps each finished row (saved at once) and gives back those of an interrupted run."""
     rows = []
     emit(HEADER)
     for name in names:
@@ -51,6 +52,13 @@ def pattern_study(world, names: list[str], iters: int = 10, warmup: int = 3, emi
                     pattern.check(cfg, world.size, variant)
                 except ValueError as exc:
                     emit(f"# {name}/{variant} at {pattern.label(cfg)}: skipped: {exc}")
+                    continue
+                key = f"{name}|{variant}|{pattern.label(cfg)}"
+                kept = pieces.get(key) if pieces is not None else None
+                if kept is not None:  # measured by the interrupted run
+                    base = kept["time_us"] if variant == pattern.optimized else base
+                    rows.append(kept)
+                    emit(_row_line(kept) + "  (kept)")
                     continue
                 outs = world.run(run_pattern, name, cfg, variant, seed, None, iters, warmup)
                 if timeline is not None:
@@ -71,6 +79,8 @@ def pattern_study(world, names: list[str], iters: int = 10, warmup: int = 3, emi
                        "vs_optimized": t / base if base else None,
                        "metrics": pattern.metrics(cfg, variant, outs)}
                 rows.append(row)
+                if pieces is not None:
+                    pieces.put(key, row)
                 emit(_row_line(row))
     return rows
 

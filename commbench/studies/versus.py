@@ -55,9 +55,11 @@ def _time(world, transport: str, algo: str, nbytes: int, iters: int, warmup: int
 
 
 def versus(world, transport: str, sizes: list[int], iters: int = 20, warmup: int = 5,
-           rounds: int = 4, emit=print, algos: list[str] | None = None) -> list[dict]:
+           rounds: int = 4, emit=print, algos: list[str] | None = None,
+           pieces=None) -> list[dict]:
     """One row per size: every algorithm's median and lower decile, the best, native/best and
-    its round-by-round range."""
+    its round-by-round range. ``pieces``: a :class:`~commbench.results.pieces.Pieces` keeping
+    each finished size's row (and giving back an interrupted run's)."""
     algos = list(algos or ALGOS)
     if algos[0] != "native" or len(algos) < 2:
         raise ValueError(f"algos={algos}: must start with 'native' and name at least one other")
@@ -67,13 +69,17 @@ def versus(world, transport: str, sizes: list[int], iters: int = 20, warmup: int
          f"{'range':>12} {'wins':>6}")
     rows = []
     for nbytes in sizes:
-        n_it = iters_for(nbytes, iters)
-        per_round: dict[str, list[list[float]]] = {a: [] for a in algos}
-        for k in range(rounds):
-            for algo in order(algos, k):
-                per_round[algo].append(_time(world, transport, algo, nbytes, n_it, warmup))
-        rows.append(_row(nbytes, n_it, per_round))
-        r = rows[-1]
+        r = pieces.get(str(nbytes)) if pieces is not None else None
+        if r is None:
+            n_it = iters_for(nbytes, iters)
+            per_round: dict[str, list[list[float]]] = {a: [] for a in algos}
+            for k in range(rounds):
+                for algo in order(algos, k):
+                    per_round[algo].append(_time(world, transport, algo, nbytes, n_it, warmup))
+            r = _row(nbytes, n_it, per_round)
+            if pieces is not None:
+                pieces.put(str(nbytes), r)
+        rows.append(r)
         emit(f" {nbytes:>11} {r['native_us']:>11.1f} {r['best_algo']:>28} {r['best_us']:>10.1f} "
              f"{r['native_over_best']:>12.2f} {r['ratio_lo']:>5.2f}..{r['ratio_hi']:<5.2f} "
              f"{r['wins']:>3}/{rounds}")
@@ -118,6 +124,7 @@ def run_versus(a, world, transports: list[str], sizes: list[int], launch: str, p
     """The ``commbench run versus`` study, per transport; writes results/versus_*."""
     import os
 
+    from commbench.results.pieces import study_pieces
     from commbench.studies.model import SMALL
     from commbench.studies.sweep import hardware
     from commbench.timing.measure import cadence
@@ -133,7 +140,12 @@ def run_versus(a, world, transports: list[str], sizes: list[int], launch: str, p
                                          f"min(10, {SMALL >> 20} MiB / size) below")
         if transport == "mpi":
             measurement.update(compiled_wait=recorded(world), binding=placement(world))
-        rows = versus(world, transport, sizes, a.iters, a.warmup_iters, a.rounds, emit)
+        stem = os.path.join(a.out, f"versus_{hardware(a.label)}-{transport}-x{n}")
+        pieces = study_pieces(a, world, printer, os.path.basename(stem), emit,
+                              sizes=sizes, **{k: v for k, v in measurement.items()
+                                              if k != "binding"})
+        rows = versus(world, transport, sizes, a.iters, a.warmup_iters, a.rounds, emit,
+                      pieces=pieces)
         met = sum(r["native_over_best"] >= 1 for r in rows)
         emit(f"# best algorithm at least as fast as {transport}'s own at {met} of {len(rows)} "
              "sizes")
@@ -141,8 +153,8 @@ def run_versus(a, world, transports: list[str], sizes: list[int], launch: str, p
             continue
         record = res.header("versus", n, launch, hardware(a.label), measurement)
         record.update(transport=transport, rows=rows)
-        stem = os.path.join(a.out, f"versus_{hardware(a.label)}-{transport}-x{n}")
         res.write_json(stem + ".json", record)
         res.write_atomic(stem + ".md", versus_markdown(record))
+        pieces.finish()
         emit(f"# wrote {stem}.json and {stem}.md")
     return 0

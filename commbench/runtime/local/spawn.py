@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -126,6 +127,11 @@ def accept_ranks(listener, procs: list, size: int, timeout_s: float, folder: str
             try:
                 kind, rank, detail = c.recv()
             except EOFError:  # a rank died between connecting and saying hello: say why
+                for p in procs:  # its last words reach the log through mpiexec: let them
+                    try:
+                        p.wait(timeout=2.0)
+                    except subprocess.TimeoutExpired:
+                        pass
                 tail = log_tail(folder)
                 kind = InitFailed if MPI_INIT_FAILED in tail else WorldError
                 raise kind(f"local world of {size}: a rank closed its connection before "

@@ -1,0 +1,95 @@
+"""A long study's finished pieces, saved after each one, so that an interruption keeps them.
+
+The model, versus and pattern studies measure for minutes and write their table at the end.
+Each measures in pieces (a row of a config, a size, a job of a pass): ``Pieces`` keeps every
+finished piece in ``<stem>.partial.json`` (written atomically after each), and a run given
+``--resume`` takes the pieces from that file, if it was measured with the same settings, instead
+of measuring them again. The complete table written, the partial file is removed.
+
+    pieces = Pieces(stem + ".partial.json", settings, resume=a.resume, emit=emit, world=world)
+    row = pieces.get(key)
+    if row is None:
+        row = measure()
+        pieces.put(key, row)
+    ...
+    pieces.finish()
+
+Under a launcher rank 0 reads the file and every rank takes its pieces (so every rank skips the
+same ones); rank 0 alone writes (``path=None`` elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from commbench.results import records as res
+
+__all__ = ["Pieces", "study_pieces"]
+
+SCHEMA = "commbench.pieces/1"
+
+
+class Pieces:
+    def __init__(self, path: str | None, settings: dict, *, resume: bool = False, emit=print,
+                 world=None, read_path: str | None = None) -> None:
+        """``path``: where to write (None: on a rank that does not write, or with --no-write);
+        ``read_path``: where --resume reads (default ``path``); ``settings``: what must match
+        for pieces to be taken (JSON values)."""
+        self.path, self.settings = path, settings
+        self.done: dict[str, object] = {}
+        read_path = read_path or path
+        found = _read(read_path, settings) if resume and read_path else {}
+        agree = getattr(world, "agree", None)
+        if agree is not None:  # a launched world: rank 0's file for every rank
+            found = agree(found)[0]
+        if isinstance(found, str):  # the refusal, made the same on every rank
+            raise ValueError(found)
+        self.done = dict(found)
+        if self.done:
+            emit(f"# resuming {read_path}: {len(self.done)} finished pieces kept")
+
+    def get(self, key: str):
+        return self.done.get(key)
+
+    def put(self, key: str, value) -> None:
+        self.done[key] = value
+        if self.path:  # compact: rewritten after every piece
+            res.write_atomic(self.path, json.dumps({"schema": SCHEMA, "settings": self.settings,
+                                                    "pieces": self.done}) + "\n")
+
+    def finish(self) -> None:
+        """The study's table is written: its partial file goes."""
+        if self.path and os.path.exists(self.path):
+            os.remove(self.path)
+
+
+def _read(path: str, settings: dict) -> dict | str:
+    """The pieces in ``path`` ({} when there is none), or the refusal's text when it was
+    measured with other settings or is not a pieces file."""
+    from commbench.results.files import RESULTS_LIMIT, FileRefused, read_json
+
+    if not os.path.exists(path):
+        return {}
+    try:
+        data = read_json(path, "partial results", RESULTS_LIMIT)
+    except FileRefused as exc:
+        return f"--resume: {exc}"
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        return f"--resume: {path} is not a file of finished pieces ({SCHEMA})"
+    old = data.get("settings") or {}
+    diff = [f"{k} {old.get(k)!r} -> {settings.get(k)!r}" for k in sorted(set(old) | set(settings))
+            if old.get(k) != settings.get(k)]
+    if diff:
+        return f"--resume: {path} was measured otherwise: {'; '.join(diff)}"
+    pieces = data.get("pieces")
+    return pieces if isinstance(pieces, dict) else {}
+
+
+def study_pieces(a, world, printer: bool, name: str, emit, **settings) -> Pieces:
+    """The pieces of the study whose tables are named ``name`` (``versus_<hw>-gloo-x4``):
+    ``<a.out>/<name>.partial.json``, written by the printing rank unless ``a.no_write``, taken
+    back when ``a.resume``; ``settings`` (with the world's size) must match to be taken."""
+    path = os.path.join(a.out, name + ".partial.json")
+    return Pieces(None if a.no_write or not printer else path, {"ranks": world.size, **settings},
+                  resume=a.resume, emit=emit, world=world, read_path=path if printer else None)
