@@ -196,3 +196,24 @@ def test_every_predict_flag_says_what_it_means_and_each_command_gives_an_example
         for action in sub._actions:
             if action.option_strings and action.dest != "help":
                 assert action.help and len(action.help) > 8, (name, action.option_strings)
+
+
+def test_every_command_s_help_gives_every_flag_a_meaning_and_an_example():
+    import argparse
+
+    from commbench.cli.main import _parser
+
+    def parsers(name, parser):
+        yield name, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, p in action.choices.items():
+                    yield from parsers(f"{name} {sub}", p)
+
+    for name, parser in list(parsers("commbench", _parser()))[1:]:
+        text = parser.format_help()
+        blank = [a.dest for a in parser._actions if a.help in (None, "") and a.dest != "help"
+                 and not isinstance(a, argparse._SubParsersAction)]
+        assert not blank, f"{name}: flags without a meaning: {blank}"
+        subs = any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+        assert subs or "Example" in text, f"{name} --help gives no example"

@@ -158,3 +158,35 @@ def test_the_gate_at_exact_limits_and_windows():
     roots_new = _rec([dict(_row(s, 300.0 if k < 2 else 100.0), op="broadcast", root=r)
                       for r in (0, 1) for k, s in enumerate(sizes[:3])])
     assert compare(roots_old, roots_new, 0.10, 1 << 16)[1] == []
+
+
+def _with_requested(rows):
+    return [{**r, "requested": r["size"]} for r in rows]
+
+
+def test_the_sweep_counts_a_regression_only_when_measuring_it_again_confirms_it():
+    """A slow spell slows a series once; the code slows it every time. The sweep measures the
+    regressed rows again at once and reports only those slow twice."""
+    from commbench.cli.sweep import _against
+
+    sizes = [1 << 16, 1 << 17, 1 << 18]
+    old = _rec([_row(s, 100.0) for s in sizes] + [_row(s, 100.0, algo="naive") for s in sizes])
+    new = _rec(_with_requested([_row(s, 150.0) for s in sizes]
+                               + [_row(s, 150.0, algo="naive") for s in sizes]))
+    asked: list[tuple] = []
+
+    def again(key, wanted):  # ring is slow again, naive was a spell
+        asked.append((key[1], wanted))
+        return _with_requested([_row(s, 150.0 if key[1] == "ring" else 101.0, algo=key[1])
+                                for s in wanted])
+
+    said: list[str] = []
+    _against(old, new, "old.json", said.append, again)
+    assert sorted(asked) == [("naive", sizes), ("ring", sizes)]
+    assert "6 rows regressed against old.json; measured again at once, 3 regressed again" in said[0]
+    assert "3 of 6 rows regressed" in said[-1]
+    tables = "\n".join(said)
+    assert tables.count("REGRESSED") == 3 and "| naive" not in tables
+    said.clear()
+    _against(old, new, "old.json", said.append)  # nobody to measure again: all six stand
+    assert "6 of 6 rows regressed" in said[-1]

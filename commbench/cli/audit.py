@@ -13,7 +13,10 @@ __all__ = ["add_parser", "command"]
 
 def add_parser(sub) -> None:
     a = sub.add_parser("audit", help="every collective a script of yours issues, per group and "
-                       "per module")
+                       "per module",
+                       description="Runs your script on every rank and books every collective "
+                       "it issues. Example: commbench audit examples/torch_tp_sp.py --np 2 (the "
+                       "script's own arguments after --)")
     a.add_argument("script", help="a Python script, run as __main__ on every rank")
     a.add_argument("args", nargs="*", help="its arguments (put them after --)")
     checks.world_options(a, np=2, timeout=None)

@@ -12,7 +12,9 @@ __all__ = ["add_parser", "command"]
 
 
 def add_parser(sub) -> None:
-    k = sub.add_parser("claims", help="measure the notes' claims; write the claims table")
+    k = sub.add_parser("claims", help="measure the notes' claims; write the claims table",
+                       description="Measures each claim of the study notes and says whether it "
+                       "holds. Example: commbench claims --np 4")
     checks.world_options(k, np=4, timeout=None)
 
 

@@ -15,11 +15,14 @@ def add_parser(sub) -> None:
         ">= --min-size, at 3 consecutive sizes of its series (a shorter series: at every size). "
         "Exit 0: no regression; 1: a regression; 2: a file unreadable or unsound (a size not a "
         "whole number, a time not finite and > 0, a busbw not finite and >= 0), or no rows in "
-        "common.")
+        "common. Example: commbench compare results/collectives_a-gloo-x4.json "
+        "new/collectives_a-gloo-x4.json --threshold 0.1")
     c.add_argument("old", help="the baseline results file (JSON)")
     c.add_argument("new", help="the results file to judge")
-    c.add_argument("--threshold", type=float, default=0.10, help="busbw drop that counts")
-    c.add_argument("--min-size", default="64K", help="smallest size the gate judges")
+    c.add_argument("--threshold", type=float, default=0.10,
+                   help="busbw drop that counts, a fraction (0.1: 10%%)")
+    c.add_argument("--min-size", default="64K",
+                   help="smallest size the gate judges, bytes (K, M, G: powers of 2)")
 
 
 def command(a) -> int:
@@ -28,10 +31,14 @@ def command(a) -> int:
 
     try:
         min_size = parse_size(a.min_size)
-        rows, bad = compare(load(a.old), load(a.new), a.threshold, min_size)
+        old, new = load(a.old), load(a.new)
+        rows, bad = compare(old, new, a.threshold, min_size)
     except (CompareError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     if not rows:
         raise UsageError(f"{a.old} and {a.new} have no rows in common")
     print(report(rows, bad, a.threshold, min_size))
+    if old.get("hardware") != new.get("hardware"):
+        print(f"# the machine classes differ ({old.get('hardware')} against "
+              f"{new.get('hardware')}): the ratios measure the machines as much as the code")
     return 1 if bad else 0

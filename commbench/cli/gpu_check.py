@@ -145,7 +145,8 @@ def check_every_pattern(world, emit=print, study: bool = True) -> int:
 
 
 def add_parser(sub) -> None:
-    sub.add_parser("gpu-check", help="every pattern on one GPU over NCCL; exit 3 without CUDA")
+    sub.add_parser("gpu-check", help="every pattern on one GPU over NCCL; exit 3 without CUDA",
+                   description="Example: commbench gpu-check (on a machine with a CUDA GPU)")
 
 
 def command(a) -> int:

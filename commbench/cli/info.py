@@ -121,7 +121,9 @@ __all__ = ["LaunchError", "info", "shared_devices"]
 
 
 def add_parser(sub) -> None:
-    sub.add_parser("info", help="launcher, world, transports, versions, devices")
+    sub.add_parser("info", help="launcher, world, transports, versions, devices",
+                   description="Example: commbench info; under a launcher: mpiexec -n 2 "
+                   "commbench info")
 
 
 def command(a) -> int:

@@ -45,7 +45,8 @@ def listing(emit=print) -> int:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("list", help="every registered pattern and collective algorithm")
+    p = sub.add_parser("list", help="every registered pattern and collective algorithm",
+                       description="Example: commbench list; commbench list --topologies")
     p.add_argument("--topologies", action="store_true",
                    help="list the topology presets --topology takes by name instead")
 

@@ -15,7 +15,9 @@ STUDIES = ("overhead", "model", "versus", "numerics")
 
 
 def add_parser(sub) -> None:
-    r = sub.add_parser("run", help="time collectives (nccl-tests flags) or study patterns")
+    r = sub.add_parser("run", help="time collectives (nccl-tests flags) or study patterns",
+                       description="Examples: commbench run all_reduce -b 8 -e 64M -f 2; "
+                       "commbench run ulysses --np 4; commbench run model --np 4 --resume")
     r.add_argument("targets", nargs="*", help=f"suites ({', '.join(SUITES)}), collectives "
                    f"({', '.join(COLLECTIVES)}; nccl-tests' and OSU's names too: all_reduce_perf, "
                    "osu_allreduce), or patterns and markers (commbench list); default: collectives")
