@@ -3,7 +3,8 @@ and the other tools' names for the same collectives (nccl-tests' binaries, OSU's
 
 from __future__ import annotations
 
-__all__ = ["ALIASES", "COLLECTIVES", "DTYPE_NAMES", "ITEMSIZE", "REDOPS", "ROOTED", "canonical"]
+__all__ = ["ALIASES", "COLLECTIVES", "DTYPE_NAMES", "ITEMSIZE", "REDOPS", "ROOTED", "UNITS", "canonical",
+           "parse_size", "sizes_between"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                "gather", "scatter", "sendrecv", "pingpong")
@@ -32,3 +33,34 @@ ALIASES = _aliases()
 def canonical(name: str) -> str:
     """The collective ``name`` stands for, or ``name`` itself when it is not an alias of one."""
     return ALIASES.get(name, name)
+
+# size suffixes, powers of two as nccl-tests reads them
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``"8"``, ``"64K"``, ``"16M"``, ``"1G"`` (powers of two, as nccl-tests reads them)."""
+    t = str(text).strip().upper().removesuffix("B")
+    unit = t[-1] if t and t[-1] in UNITS else ""
+    num = t[: -1] if unit else t
+    try:
+        value = int(num) * UNITS[unit]
+    except ValueError:
+        raise ValueError(f"size {text!r}: write a whole number with an optional K, M or G") from None
+    if value <= 0:
+        raise ValueError(f"size {text!r}: must be > 0")
+    return value
+
+
+def sizes_between(begin: int, end: int, factor: int) -> list[int]:
+    if begin <= 0:
+        raise ValueError(f"-b {begin}: must be > 0")
+    if end < begin:
+        raise ValueError(f"-e {end} is below -b {begin}: the sweep would be empty")
+    if factor < 2:
+        raise ValueError(f"-f {factor}: must be >= 2")
+    out, s = [], begin
+    while s <= end:
+        out.append(s)
+        s *= factor
+    return out

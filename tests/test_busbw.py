@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from commbench.names import parse_size, sizes_between
 from commbench.results.busbw import busbw, factor
-from commbench.studies.sweep import parse_size, sizes_between
 from commbench.timing.clock import SampleClock
 from commbench.timing.measure import counts_for
 

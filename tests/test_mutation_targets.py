@@ -99,7 +99,7 @@ def test_busbw_edges_and_errors():
 
 
 def test_sizes_and_their_rules():
-    from commbench.studies.sweep import parse_size, sizes_between
+    from commbench.names import parse_size, sizes_between
 
     assert [parse_size(t) for t in ("8", "8B", "64k", "2M", "1G", " 4 ")] == \
         [8, 8, 65536, 2 << 20, 1 << 30, 4]
@@ -117,7 +117,8 @@ def test_sizes_and_their_rules():
 def test_defaults_and_edges_of_the_small_helpers():
     import torch
 
-    from commbench.studies.sweep import merge_rounds, parse_size, sizes_between
+    from commbench.names import parse_size, sizes_between
+    from commbench.studies.sweep import merge_rounds
     from commbench.timing.verify import expected, wrong
 
     assert parse_size("1") == 1 and sizes_between(1, 4, 2) == [1, 2, 4]

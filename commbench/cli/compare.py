@@ -26,8 +26,8 @@ def add_parser(sub) -> None:
 
 
 def command(a) -> int:
+    from commbench.names import parse_size
     from commbench.results.compare import CompareError, compare, load, report
-    from commbench.studies.sweep import parse_size
 
     try:
         min_size = parse_size(a.min_size)

@@ -119,8 +119,8 @@ def command(a) -> int:
 
 def _collective(a) -> None:
     from commbench.costmodel.nccl import hierarchical_all_reduce, nccl_predict, nccl_table
+    from commbench.names import parse_size
     from commbench.results.busbw import factor as bus_factor
-    from commbench.studies.sweep import parse_size
 
     size = parse_size(a.size)
     from commbench.costmodel.twolevel import load

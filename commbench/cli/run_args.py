@@ -128,7 +128,7 @@ def _check_pattern_args(a) -> None:
 def check_run_args(a) -> tuple[list[str], list[int]]:
     """(collectives, sizes) of a sweep ([] and [] for a pattern study); ``a`` gains
     ``patterns``, ``world_size``, ``ranks_here``. Every refusal is a :class:`UsageError`."""
-    from commbench.studies.sweep import parse_size, sizes_between
+    from commbench.names import parse_size, sizes_between
 
     a.targets = [canonical(t) for t in a.targets]
     ops: list[str] = []

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 
+from commbench.names import sizes_between
 from commbench.results import records as res
 from commbench.studies.model_judge import (
     TARGET,
@@ -47,7 +48,7 @@ from commbench.studies.model_judge import (
     pairs_met,
     refit,
 )
-from commbench.studies.sweep import hardware, merge_rounds, pool_passes, run_series, sizes_between
+from commbench.studies.sweep import hardware, merge_rounds, pool_passes, run_series
 from commbench.timing.measure import Case, cadence, placement
 
 __all__ = ["model_study", "run_model", "refit_stored", "stored_fit"]
@@ -201,8 +202,8 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
     """The ``commbench run model`` study, per transport; writes results/model_*."""
     from commbench.collectives import ALGORITHMS, algorithms_of
     from commbench.collectives.compiled.waiting import recorded
+    from commbench.names import parse_size
     from commbench.results.pieces import study_pieces
-    from commbench.studies.sweep import parse_size
 
     n = world.size
     ops = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",

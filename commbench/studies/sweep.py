@@ -14,8 +14,7 @@ from commbench.results import records as res
 from commbench.results.busbw import algbw, busbw
 from commbench.timing.measure import Case, measure
 
-__all__ = ["HEADER", "format_row", "merge_rounds", "parse_size", "pool_passes", "run_series",
-           "sizes_between"]
+__all__ = ["HEADER", "format_row", "merge_rounds", "pool_passes", "run_series"]
 
 ALGO_WIDTH = 27  # the longest algorithm name (recursive_doubling_compiled): columns stay aligned
 # column name, unit, width
@@ -27,35 +26,7 @@ _COLUMNS = [("op", "", 14), ("size", "(B)", 11), ("count", "(elems)", 10), ("typ
 # nccl-tests' two header lines: the names, then the units; '#' starts both
 HEADER = "\n".join("#" + " ".join(f"{text:>{w}}" for text, w in line)[1:]
                    for line in ([(c, w) for c, _, w in _COLUMNS], [(u, w) for _, u, w in _COLUMNS]))
-UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
-
-def parse_size(text: str) -> int:
-    """``"8"``, ``"64K"``, ``"16M"``, ``"1G"`` (powers of two, as nccl-tests reads them)."""
-    t = str(text).strip().upper().removesuffix("B")
-    unit = t[-1] if t and t[-1] in UNITS else ""
-    num = t[: -1] if unit else t
-    try:
-        value = int(num) * UNITS[unit]
-    except ValueError:
-        raise ValueError(f"size {text!r}: write a whole number with an optional K, M or G") from None
-    if value <= 0:
-        raise ValueError(f"size {text!r}: must be > 0")
-    return value
-
-
-def sizes_between(begin: int, end: int, factor: int) -> list[int]:
-    if begin <= 0:
-        raise ValueError(f"-b {begin}: must be > 0")
-    if end < begin:
-        raise ValueError(f"-e {end} is below -b {begin}: the sweep would be empty")
-    if factor < 2:
-        raise ValueError(f"-f {factor}: must be >= 2")
-    out, s = [], begin
-    while s <= end:
-        out.append(s)
-        s *= factor
-    return out
 
 
 def format_row(row: dict) -> str:

@@ -22,9 +22,9 @@ from pathlib import Path
 from tabulate import tabulate
 
 from commbench.costmodel.twolevel import HostCluster, fit_host, link_bytes, predict_us
+from commbench.names import parse_size
 from commbench.results import records as res
 from commbench.results.busbw import factor
-from commbench.studies.sweep import parse_size
 
 BIG = 1 << 20  # from here the link decides; the model's target is judged on these rows
 TARGET = 0.25
