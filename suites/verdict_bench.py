@@ -50,6 +50,7 @@ def _slowed(record: dict, factor: float) -> dict:
 
 
 def main() -> None:
+    from commbench.results import records as res
     from commbench.results.compare import compare, load
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -77,7 +78,10 @@ def main() -> None:
             judged = [r for r in rows if r["size"] >= 64 << 10]
             planted = sum(len(compare(old, _slowed(t, a.factor))[1])
                           for old, t in zip(firsts, tables, strict=True))
-            lines.append((k + 1, len(rows), len(judged), flagged, confirmed, planted))
+            ratios = sorted(r["new_us"] / r["old_us"] for old, t in zip(firsts, tables, strict=True)
+                            for r in compare(old, t)[0] if r["size"] >= 64 << 10)
+            spread = tuple(res.percentile(ratios, q) for q in (5, 50, 95))
+            lines.append((k + 1, len(rows), len(judged), flagged, confirmed, planted, spread))
             print(lines[-1], flush=True)
     minutes = (time.monotonic() - t0) / 60
     from commbench.studies.sweep import hardware
@@ -93,9 +97,13 @@ def main() -> None:
             f"reports); `planted {a.factor}x`: judged rows the file rule flags between the first "
             f"table and the second with its times multiplied by {a.factor} (busbw down "
             f"{1 - 1 / a.factor:.0%}).", "",
-            "| pair | rows | judged (>= 64 KiB) | file rule | confirmed | planted flagged |",
-            "|---:|---:|---:|---:|---:|---:|"]
-    text += [f"| {k} | {n} | {j} | {f} | {c} | {pl} of {j} |" for k, n, j, f, c, pl in lines]
+            "`second/first`: the judged rows' ratio of medians between the two runs, its 5th, "
+            "50th and 95th percentiles: the machine's run-to-run noise.", "",
+            "| pair | rows | judged (>= 64 KiB) | file rule | confirmed | planted flagged | "
+            "second/first p5 / p50 / p95 |",
+            "|---:|---:|---:|---:|---:|---:|---|"]
+    text += [f"| {k} | {n} | {j} | {f} | {c} | {pl} of {j} | "
+             f"{sp[0]:.2f} / {sp[1]:.2f} / {sp[2]:.2f} |" for k, n, j, f, c, pl, sp in lines]
     out = os.path.join(os.path.dirname(HERE), "results", f"verdict_{hw}.md")
     with open(out, "w") as f:
         f.write("\n".join(text) + "\n")

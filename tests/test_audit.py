@@ -155,3 +155,25 @@ def test_device_time_comes_from_each_call_s_work_and_shows_as_a_column():
     assert "device time(us)" in audit_markdown(record)
     plain = dict(record, rows=tables([[tuple(Entry(*t[:-1], 0.0)) for t in timed]]))
     assert "device time(us)" not in audit_markdown(plain)
+
+
+def test_a_long_audit_says_it_is_still_running_and_stops_saying_it_when_done(capsys):
+    import time
+
+    from commbench.cli import audit as audit_cli
+
+    with audit_cli._still_running("train.py", True, first_s=0.01, every_s=0.01) as note:
+        deadline = time.monotonic() + 60
+        while not note.done.is_set() and time.monotonic() < deadline:
+            if "still running" in capsys.readouterr().err:
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("no line while the script ran")
+    assert not note.thread.is_alive()
+    capsys.readouterr()
+    time.sleep(0.05)
+    assert capsys.readouterr().err == ""  # quiet once the script is done
+    with audit_cli._still_running("train.py", False, first_s=0.0) as quiet:
+        pass
+    assert quiet.thread.ident is None  # not the printing rank: never started

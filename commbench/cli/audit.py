@@ -77,7 +77,8 @@ def command(a) -> int:
     path = os.path.abspath(a.script)
     try:
         world.start()
-        per_rank = world.run(run_script, path, list(a.args))
+        with _still_running(os.path.basename(a.script), printer):
+            per_rank = world.run(run_script, path, list(a.args))
     finally:
         world.close()
     record = res.header("audit", size, f"local-{world.launch}" if not launcher else launcher,
@@ -105,3 +106,37 @@ def command(a) -> int:
     if printer and flags:
         print(f"# {len(flags)} difference(s) from the layout:", *flags, sep="\n#   ")
     return 1 if flags else 0
+
+
+class _still_running:
+    """A line on stderr when the script is still running after 10 s, then every 60 s: its
+    imports and set-up (DeepSpeed builds its ops on a first run) can take minutes."""
+
+    def __init__(self, script: str, printer: bool, first_s: float = 10.0,
+                 every_s: float = 60.0) -> None:
+        import threading
+
+        self.script, self.printer, self.first_s, self.every_s = script, printer, first_s, every_s
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._say, daemon=True)
+
+    def _say(self) -> None:
+        import sys
+        import time
+
+        t0, wait = time.monotonic(), self.first_s
+        while not self.done.wait(wait):
+            print(f"# audit: {self.script} still running after {time.monotonic() - t0:.0f} s "
+                  "(imports, set-up or a library building its ops on a first run)",
+                  file=sys.stderr, flush=True)
+            wait = self.every_s
+
+    def __enter__(self):
+        if self.printer:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        if self.thread.is_alive():
+            self.thread.join()

@@ -1,0 +1,101 @@
+"""Each algorithm's peak memory per rank, against the memory pre-check's arithmetic.
+
+    .venv/bin/python suites/memory_bench.py [--np 4] [--sizes 16M,64M] [--iters 3]
+
+On a local world of ``--np`` ranks, per collective x algorithm x transport x size: every rank
+resets its peak resident size (``/proc/self/clear_refs``), notes its resident size, runs the
+measurement a sweep runs at that size (``-c 1``: results checked), and reports its peak minus
+what it held before. Writes ``results/memory_<machine class>-x<np>.json`` and ``.md``: per row,
+the largest rank's extra peak in bytes and as a multiple of the size, beside the factor the
+pre-check charges (``commbench.cli.checks.memory_factor``). tests/test_memory_table.py holds the
+arithmetic to this table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _peak(ctx, case, nbytes: int) -> int:
+    """Run ``case`` at ``nbytes`` as a sweep does; this rank's peak resident bytes above its
+    resident bytes before."""
+    from commbench.timing.measure import measure
+
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak resident size starts again from the current one
+    before = _status("VmRSS")
+    measure(ctx, case, nbytes)
+    return _status("VmHWM") - before
+
+
+def main() -> None:
+    from commbench.cli.checks import memory_factor
+    from commbench.collectives import ALGORITHMS, algorithms_of
+    from commbench.names import COLLECTIVES, parse_size
+    from commbench.results import records as res
+    from commbench.runtime.local import LocalWorld
+    from commbench.studies.sweep import hardware
+    from commbench.timing.measure import Case
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--np", type=int, default=4)
+    p.add_argument("--sizes", default="16M,64M")
+    p.add_argument("--iters", type=int, default=3)
+    a = p.parse_args()
+    sizes = [parse_size(s) for s in a.sizes.split(",")]
+    rows = []
+    with LocalWorld(a.np) as world:
+        for op in COLLECTIVES:
+            if op == "pingpong":
+                continue
+            for algo in algorithms_of(op):
+                if ALGORITHMS[(op, algo)].needs(a.np):
+                    continue
+                for transport in world.transports if algo == "native" else (world.transports[0],):
+                    case = Case(op, transport, algo, iters=a.iters, warmup=1, check=True)
+                    for nbytes in sizes:
+                        peaks = world.run(_peak, case, nbytes)
+                        rows.append({"op": op, "algo": algo, "transport": transport,
+                                     "size": nbytes, "peak_bytes": max(peaks),
+                                     "peak_factor": max(peaks) / nbytes,
+                                     "charged_factor": memory_factor(4, True, op, algo)})
+                        print(f"{op:>15} {algo:>28} {transport:>5} {nbytes:>10} "
+                              f"{max(peaks) / nbytes:6.2f} x size (charged "
+                              f"{rows[-1]['charged_factor']:.2f})", flush=True)
+    record = res.header("memory", a.np, "local", hardware(""),
+                        {"iters": a.iters, "warmup": 1, "check": True,
+                         "what": "per rank, peak resident bytes above those before the series"})
+    record["rows"] = rows
+    stem = os.path.join(os.path.dirname(HERE), "results", f"memory_{hardware('')}-x{a.np}")
+    res.write_json(stem + ".json", record)
+    cells = [[r["op"], r["algo"], r["transport"], r["size"], r["peak_bytes"],
+              f"{r['peak_factor']:.2f}", f"{r['charged_factor']:.2f}",
+              "yes" if r["charged_factor"] >= r["peak_factor"] else "NO"] for r in rows]
+    res.write_atomic(stem + ".md", res.study_markdown(
+        record, ["op", "algo", "transport", "size(B)", "peak(B)", "peak / size",
+                 "charged / size", "charged >= peak"], cells,
+        "Per rank: the largest rank's peak resident bytes above its resident bytes before the "
+        "series (a sweep's measurement at that size, results checked), as a multiple of the "
+        "size, beside the factor the memory pre-check charges per rank for that algorithm."))
+    print(f"wrote {stem}.json and {stem}.md")
+
+
+if __name__ == "__main__":
+    main()
