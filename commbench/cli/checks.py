@@ -8,7 +8,8 @@ import os
 
 from commbench.cli.common import UsageError
 
-__all__ = ["RANK_MB", "RANKS_PER_CORE", "HostRefusal", "available_bytes", "check_memory",
+__all__ = ["ALGORITHM_EXTRA", "RANK_MB", "RANKS_PER_CORE", "HostRefusal", "available_bytes",
+           "check_memory", "memory_factor",
            "check_np", "check_out", "check_world", "on_host", "PG_GRACE_S", "refused_together",
            "world_options", "world_size"]
 
@@ -176,18 +177,31 @@ def device_free_bytes() -> int | None:
     return int(torch.cuda.mem_get_info(detect().device(torch.cuda.device_count()))[0])
 
 
-def check_memory(largest: int, itemsize: int, ranks_here: int, ranks: int, check: bool,
-                 flag: str = "-e") -> None:
-    """The largest size's buffers fit where they will live: on this rank's GPU when there is one
-    (one rank per GPU), else in this host's memory for every rank of the host.
+# each algorithm's own working memory beyond the sweep's buffers, in multiples of the size,
+# from its measured peak (results/memory_*: suites/memory_bench.py; tests/test_memory_table.py)
+ALGORITHM_EXTRA: dict[tuple[str, str], float] = {}
 
-    Per rank: the input, the output, a copy for in-place resets and the timed buffer (4 x size);
-    the input pattern is built from int64 indices (3 temporaries of 8 bytes per element); with
-    ``-c 1`` the expected result is folded rank by rank in int64 (one more), whatever ``ranks``.
-    """
+
+def memory_factor(itemsize: int, check: bool, op: str = "", algo: str = "") -> float:
+    """Bytes a rank holds per byte of the size: the sweep's 4 buffers (input, output, a copy
+    for in-place resets, the timed buffer), the input pattern's 3 int64 temporaries, with
+    ``check`` the expected result folded in int64 (one more), and ``(op, algo)``'s own working
+    memory (:data:`ALGORITHM_EXTRA`)."""
     wide = 8 / itemsize  # bytes of an int64 element per byte of the dtype
-    factor = 4 + wide * (3 + (1 if check else 0))
-    what = f"4 buffers, {4 if check else 3} int64 temporaries"
+    return 4 + wide * (3 + (1 if check else 0)) + ALGORITHM_EXTRA.get((op, algo), 0.0)
+
+
+def check_memory(largest: int, itemsize: int, ranks_here: int, ranks: int, check: bool,
+                 flag: str = "-e", cases: list[tuple[str, str]] | None = None) -> None:
+    """The largest size's buffers fit where they will live: on this rank's GPU when there is one
+    (one rank per GPU), else in this host's memory for every rank of the host, at the
+    :func:`memory_factor` of the hungriest of ``cases`` ((op, algo) pairs the run measures).
+    """
+    worst = max(cases or [("", "")], key=lambda c: memory_factor(itemsize, check, *c))
+    factor = memory_factor(itemsize, check, *worst)
+    what = f"4 buffers, {4 if check else 3} int64 temporaries" + (
+        f", {worst[0]}/{worst[1]}'s own {ALGORITHM_EXTRA[worst]:g} x size"
+        if worst in ALGORITHM_EXTRA else "")
     free = device_free_bytes()
     if free is not None:
         need = largest * factor
