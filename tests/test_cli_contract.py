@@ -217,3 +217,14 @@ def test_every_command_s_help_gives_every_flag_a_meaning_and_an_example():
         assert not blank, f"{name}: flags without a meaning: {blank}"
         subs = any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
         assert subs or "Example" in text, f"{name} --help gives no example"
+
+
+def test_the_readme_stays_a_manual_of_at_most_14_kb_and_its_doc_links_exist():
+    import re
+
+    root = os.path.join(os.path.dirname(__file__), "..")
+    with open(os.path.join(root, "README.md"), "rb") as f:
+        text = f.read()
+    assert len(text) <= 14 * 1024, f"README.md is {len(text)} bytes: detail goes to docs/"
+    links = re.findall(r"\]\((docs/[\w.-]+\.md)\)", text.decode())
+    assert links and all(os.path.exists(os.path.join(root, p)) for p in links), links
