@@ -6,9 +6,9 @@ On a local world of ``--np`` ranks, per collective x algorithm x transport x siz
 resets its peak resident size (``/proc/self/clear_refs``), notes its resident size, runs the
 measurement a sweep runs at that size (``-c 1``: results checked), and reports its peak minus
 what it held before. Writes ``results/memory_<machine class>-x<np>.json`` and ``.md``: per row,
-the largest rank's extra peak in bytes and as a multiple of the size, beside the factor the
-pre-check charges (``commbench.cli.checks.memory_factor``). tests/test_memory_table.py holds the
-arithmetic to this table.
+the largest rank's extra peak in bytes and as a multiple of the size, beside what the
+pre-check charges per rank (``commbench.cli.checks.memory_need``) in the same unit.
+tests/test_memory_table.py holds the arithmetic to this table.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ def _peak(ctx, case, nbytes: int) -> int:
 
 
 def main() -> None:
-    from commbench.cli.checks import memory_factor
     from commbench.collectives import ALGORITHMS, algorithms_of
     from commbench.names import COLLECTIVES, parse_size
     from commbench.results import records as res
@@ -58,7 +57,14 @@ def main() -> None:
     p.add_argument("--np", type=int, default=4)
     p.add_argument("--sizes", default="16M,64M")
     p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--markdown", metavar="JSON", help="only write JSON's markdown table again")
     a = p.parse_args()
+    if a.markdown:
+        import json
+
+        with open(a.markdown) as f:
+            write_markdown(json.load(f), a.markdown.removesuffix(".json") + ".md")
+        return
     sizes = [parse_size(s) for s in a.sizes.split(",")]
     rows = []
     with LocalWorld(a.np) as world:
@@ -74,27 +80,36 @@ def main() -> None:
                         peaks = world.run(_peak, case, nbytes)
                         rows.append({"op": op, "algo": algo, "transport": transport,
                                      "size": nbytes, "peak_bytes": max(peaks),
-                                     "peak_factor": max(peaks) / nbytes,
-                                     "charged_factor": memory_factor(4, True, op, algo)})
+                                     "peak_factor": max(peaks) / nbytes})
                         print(f"{op:>15} {algo:>28} {transport:>5} {nbytes:>10} "
-                              f"{max(peaks) / nbytes:6.2f} x size (charged "
-                              f"{rows[-1]['charged_factor']:.2f})", flush=True)
+                              f"{max(peaks) / nbytes:6.2f} x size", flush=True)
     record = res.header("memory", a.np, "local", hardware(""),
                         {"iters": a.iters, "warmup": 1, "check": True,
                          "what": "per rank, peak resident bytes above those before the series"})
     record["rows"] = rows
     stem = os.path.join(os.path.dirname(HERE), "results", f"memory_{hardware('')}-x{a.np}")
     res.write_json(stem + ".json", record)
+    write_markdown(record, stem + ".md")
+    print(f"wrote {stem}.json and {stem}.md")
+
+
+def write_markdown(record: dict, path: str) -> None:
+    """The table beside what the pre-check charges now (``--markdown JSON`` redoes it)."""
+    from commbench.cli.checks import memory_need
+    from commbench.results import records as res
+
+    rows = record["rows"]
+    for r in rows:
+        r["charged_factor"] = memory_need(r["size"], 4, True) / r["size"]
     cells = [[r["op"], r["algo"], r["transport"], r["size"], r["peak_bytes"],
               f"{r['peak_factor']:.2f}", f"{r['charged_factor']:.2f}",
               "yes" if r["charged_factor"] >= r["peak_factor"] else "NO"] for r in rows]
-    res.write_atomic(stem + ".md", res.study_markdown(
+    res.write_atomic(path, res.study_markdown(
         record, ["op", "algo", "transport", "size(B)", "peak(B)", "peak / size",
                  "charged / size", "charged >= peak"], cells,
         "Per rank: the largest rank's peak resident bytes above its resident bytes before the "
         "series (a sweep's measurement at that size, results checked), as a multiple of the "
-        "size, beside the factor the memory pre-check charges per rank for that algorithm."))
-    print(f"wrote {stem}.json and {stem}.md")
+        "size, beside what the memory pre-check charges per rank (results checked, float32)."))
 
 
 if __name__ == "__main__":

@@ -60,7 +60,14 @@ def test_an_out_that_is_a_file_or_unwritable_is_refused(tmp_path, capsys):
         ro.mkdir()
         ro.chmod(0o500)
         assert main(["run", "all_reduce", "--np", "2", "--out", str(ro / "sub")]) == 2
-        _one_line_error(capsys, "cannot be created")
+        _one_line_error(capsys, "cannot be written")
+    # what root cannot write either: a folder under /proc, a name too long for the file system
+    assert main(["run", "all_reduce", "--np", "2", "--out", "/proc/commbench-x"]) == 2
+    _one_line_error(capsys, "--out /proc/commbench-x: cannot be written")
+    assert main(["run", "all_reduce", "--np", "2", "--out", str(tmp_path / ("z" * 300))]) == 2
+    _one_line_error(capsys, "cannot be written (File name too long)")
+    assert main(["run", "ddp", "--np", "2", "--label", "x" * 65]) == 2
+    _one_line_error(capsys, "--label of 65 characters: at most 64")
 
 
 @pytest.mark.local

@@ -8,8 +8,8 @@ import os
 
 from commbench.cli.common import UsageError
 
-__all__ = ["ALGORITHM_EXTRA", "RANK_MB", "RANKS_PER_CORE", "HostRefusal", "available_bytes",
-           "check_memory", "memory_factor",
+__all__ = ["RANK_MB", "RANKS_PER_CORE", "WORKING_BYTES", "HostRefusal", "available_bytes",
+           "check_memory", "memory_factor", "memory_need",
            "check_np", "check_out", "check_world", "on_host", "PG_GRACE_S", "refused_together",
            "world_options", "world_size"]
 
@@ -111,19 +111,19 @@ def _gib(n: float) -> str:
 
 
 def check_out(path: str, flag: str = "--out") -> None:
-    """``path`` is a folder this process can write, or one it can create."""
-    if os.path.exists(path):
-        if not os.path.isdir(path):
-            raise HostRefusal(f"{flag} {path}: exists and is not a folder; give a folder")
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise HostRefusal(f"{flag} {path}: this user cannot write there; give another folder")
-        return
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise HostRefusal(f"{flag} {path}: cannot be created (its nearest existing parent is not "
-                         "a writable folder); give another folder")
+    """``path`` is a folder this process can write: made if missing, and a file written and
+    removed there (a permission bit says nothing of /proc, a read-only mount or a full disk)."""
+    import tempfile
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise HostRefusal(f"{flag} {path}: exists and is not a folder; give a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".commbench-check-"):
+            pass
+    except OSError as exc:
+        raise HostRefusal(f"{flag} {path}: cannot be written ({exc.strerror or exc}); give "
+                          "another folder") from None
 
 
 def check_file(path: str, flag: str) -> None:
@@ -177,31 +177,33 @@ def device_free_bytes() -> int | None:
     return int(torch.cuda.mem_get_info(detect().device(torch.cuda.device_count()))[0])
 
 
-# each algorithm's own working memory beyond the sweep's buffers, in multiples of the size,
-# from its measured peak (results/memory_*: suites/memory_bench.py; tests/test_memory_table.py)
-ALGORITHM_EXTRA: dict[tuple[str, str], float] = {}
+# what a rank's series holds on the host beyond its buffers, whatever the size: the largest
+# intercept of the measured peaks (277 MiB, all_reduce/hierarchical; results/memory_*,
+# suites/memory_bench.py), rounded up; tests/test_memory_table.py holds the check to the table
+WORKING_BYTES = 288 << 20
 
 
-def memory_factor(itemsize: int, check: bool, op: str = "", algo: str = "") -> float:
+def memory_factor(itemsize: int, check: bool) -> float:
     """Bytes a rank holds per byte of the size: the sweep's 4 buffers (input, output, a copy
-    for in-place resets, the timed buffer), the input pattern's 3 int64 temporaries, with
-    ``check`` the expected result folded in int64 (one more), and ``(op, algo)``'s own working
-    memory (:data:`ALGORITHM_EXTRA`)."""
+    for in-place resets, the timed buffer), the input pattern's 3 int64 temporaries, and with
+    ``check`` the expected result folded in int64 (one more). The measured peaks grow by at
+    most 12.6 x the size between 16 and 64 MiB (float32: this factor is 12)."""
     wide = 8 / itemsize  # bytes of an int64 element per byte of the dtype
-    return 4 + wide * (3 + (1 if check else 0)) + ALGORITHM_EXTRA.get((op, algo), 0.0)
+    return 4 + wide * (3 + (1 if check else 0))
+
+
+def memory_need(largest: int, itemsize: int, check: bool) -> int:
+    """Host bytes one rank needs for a sweep up to ``largest`` (the check's arithmetic)."""
+    return int(WORKING_BYTES + largest * memory_factor(itemsize, check))
 
 
 def check_memory(largest: int, itemsize: int, ranks_here: int, ranks: int, check: bool,
-                 flag: str = "-e", cases: list[tuple[str, str]] | None = None) -> None:
+                 flag: str = "-e") -> None:
     """The largest size's buffers fit where they will live: on this rank's GPU when there is one
-    (one rank per GPU), else in this host's memory for every rank of the host, at the
-    :func:`memory_factor` of the hungriest of ``cases`` ((op, algo) pairs the run measures).
-    """
-    worst = max(cases or [("", "")], key=lambda c: memory_factor(itemsize, check, *c))
-    factor = memory_factor(itemsize, check, *worst)
-    what = f"4 buffers, {4 if check else 3} int64 temporaries" + (
-        f", {worst[0]}/{worst[1]}'s own {ALGORITHM_EXTRA[worst]:g} x size"
-        if worst in ALGORITHM_EXTRA else "")
+    (one rank per GPU: :func:`memory_factor` x the size), else in this host's memory for every
+    rank of the host (:func:`memory_need` each)."""
+    factor = memory_factor(itemsize, check)
+    what = f"4 buffers, {4 if check else 3} int64 temporaries"
     free = device_free_bytes()
     if free is not None:
         need = largest * factor
@@ -213,8 +215,9 @@ def check_memory(largest: int, itemsize: int, ranks_here: int, ranks: int, check
     avail = available_bytes()
     if avail is None:
         return
-    need = ranks_here * largest * factor
+    need = ranks_here * memory_need(largest, itemsize, check)
     if need > avail:
-        raise HostRefusal(f"{flag}: {ranks_here} rank(s) on this host x {largest} B x "
-                          f"{factor:g} ({what}) = {_gib(need)}; this host has {_gib(avail)} "
+        raise HostRefusal(f"{flag}: {ranks_here} rank(s) on this host x ({largest} B x "
+                          f"{factor:g} ({what}) + {WORKING_BYTES >> 20} MiB working) = "
+                          f"{_gib(need)}; this host has {_gib(avail)} "
                           "available (MemAvailable); lower -e" + (" or give -c 0" if check else ""))

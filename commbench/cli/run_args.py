@@ -191,13 +191,8 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
                          f"world, 0..{a.world_size - 1}")
     if not rooted and a.root != 0:
         raise UsageError(f"-r {a.root}: none of {', '.join(ops) or a.targets[0]} has a root")
-    from commbench.collectives import ALGORITHMS, algorithms_of
-
-    wanted = [x for x in a.algo.split(",") if x] if a.algo else []
-    cases = [(op, algo) for op in ops for algo in (wanted or algorithms_of(op))
-             if (op, algo) in ALGORITHMS]
     checks.on_host(a, checks.check_memory, sizes[-1], ITEMSIZE[a.datatype], a.ranks_here,
-                   a.world_size, bool(a.check), f"-e {a.maxbytes}", cases)
+                   a.world_size, bool(a.check), f"-e {a.maxbytes}")
     _check_transports(a, ops)
     return ops, sizes
 

@@ -40,10 +40,16 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+LABEL_MAX = 64  # characters of a machine class: results' file names stay far below 255 bytes
+
+
 def machine_class(label: str = "") -> str:
     """``label`` (or ``COMMBENCH_HARDWARE``) when given, else this machine's class."""
     label = label or os.environ.get("COMMBENCH_HARDWARE", "")
     if label:
+        if len(label) > LABEL_MAX:
+            raise ValueError(f"--label of {len(label)} characters: at most {LABEL_MAX} (it names "
+                             "the results files)")
         if slug(label) != label:
             raise ValueError(f"--label {label!r}: use lower-case letters, digits and '-' "
                              f"(e.g. {slug(label)!r})")
