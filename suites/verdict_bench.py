@@ -29,7 +29,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 def _run(folder: str, a) -> str:
     out = subprocess.run([sys.executable, "-m", "commbench", "run", "--np", str(a.np), "-b", a.b,
-                          "-e", a.e, "--out", folder, "--label", "verdict"],
+                          "-e", a.e, "--repeat", str(a.repeat), "--out", folder, "--label",
+                          "verdict"],
                          capture_output=True, text=True, timeout=3600)
     if out.returncode not in (0, 1):
         raise SystemExit(f"commbench run failed ({out.returncode}): {out.stderr[-800:]}")
@@ -59,6 +60,8 @@ def main() -> None:
     p.add_argument("-b", default="64K")
     p.add_argument("-e", default="1M")
     p.add_argument("--factor", type=float, default=1.25)
+    p.add_argument("--repeat", type=int, default=1, help="commbench run --repeat: rounds of the "
+                   "whole sweep, each row its best round")
     a = p.parse_args()
     lines = []
     t0 = time.monotonic()
@@ -87,12 +90,14 @@ def main() -> None:
     from commbench.studies.sweep import hardware
 
     hw = hardware("")
-    text = [f"# The regression verdict: {a.pairs} back-to-back pairs, {hw}", "",
+    text = [f"# The regression verdict: {a.pairs} back-to-back pairs, {hw}, --repeat {a.repeat}",
+            "",
             f"`.venv/bin/python suites/verdict_bench.py --pairs {a.pairs} --np {a.np} -b {a.b} "
-            f"-e {a.e}` ({minutes:.0f} min). Each pair: `commbench run --np {a.np} -b {a.b} -e "
-            f"{a.e}` twice on one commit into one folder; the second run judged against the "
-            "first by the sweep (rows that regress measured again at once; only rows slow twice "
-            "count). `file rule`: rows `commbench compare`'s rule flags between the two tables; "
+            f"-e {a.e} --repeat {a.repeat}` ({minutes:.0f} min). Each pair: `commbench run --np "
+            f"{a.np} -b {a.b} -e {a.e} --repeat {a.repeat}` twice on one commit into one folder; "
+            "the second run judged against the first by the sweep (rows that regress measured "
+            "again at once; only rows slow twice count). `file rule`: rows `commbench compare`'s "
+            "rule flags between the two tables; "
             "`confirmed`: of those, rows slow again when measured again (what the sweep "
             f"reports); `planted {a.factor}x`: judged rows the file rule flags between the first "
             f"table and the second with its times multiplied by {a.factor} (busbw down "
@@ -104,7 +109,7 @@ def main() -> None:
             "|---:|---:|---:|---:|---:|---:|---|"]
     text += [f"| {k} | {n} | {j} | {f} | {c} | {pl} of {j} | "
              f"{sp[0]:.2f} / {sp[1]:.2f} / {sp[2]:.2f} |" for k, n, j, f, c, pl, sp in lines]
-    out = os.path.join(os.path.dirname(HERE), "results", f"verdict_{hw}.md")
+    out = os.path.join(os.path.dirname(HERE), "results", f"verdict_{hw}-repeat{a.repeat}.md")
     with open(out, "w") as f:
         f.write("\n".join(text) + "\n")
     print(f"wrote {out}")

@@ -146,3 +146,51 @@ def test_a_death_notice_is_read_as_checked_json_never_unpickled():
     import pickle
 
     assert "could not be read" in supervise.death_notice(_Store(pickle.dumps({"rank": 3})))
+
+
+@pytest.mark.parametrize("where", ["task", "gather"])
+def test_a_lost_peer_with_a_death_notice_ends_the_rank_quietly_wherever_it_surfaces(
+        monkeypatch, where):
+    """The transport's error ("Connection reset by peer") may come in the task or in the gather
+    of its results; with a dead rank's notice in the store the rank leaves (exit 3, no line of
+    its own), without one the error stands."""
+    import types
+
+    from commbench.runtime import spmd
+    from commbench.runtime.status import Tracker
+
+    lost = RuntimeError("[gloo] Read error [127.0.0.1]:1: Connection reset by peer")
+
+    def gather(obj):
+        if where == "gather":
+            raise lost
+        return [obj]
+
+    ctx = types.SimpleNamespace(rank=0, size=1, world=types.SimpleNamespace(ranks=(0,)),
+                                ledger=types.SimpleNamespace(clear=lambda: None),
+                                tracker=Tracker(), gather_objects=gather, store_address=None,
+                                transports=("gloo",), launcher="torchrun")
+    world = spmd.LauncherWorld(ctx, timeout_s=None)
+
+    def task(ctx):
+        if where == "task":
+            raise lost
+        return 1
+
+    class Left(Exception):
+        pass
+
+    def leave(self, line=""):
+        raise Left(line)
+
+    monkeypatch.setattr(spmd.LauncherWorld, "_leave", leave)
+    monkeypatch.setattr(spmd.LauncherWorld, "_dead_rank", lambda self: True)
+    with pytest.raises(Left, match="^$"):
+        world.outcomes(task)
+    monkeypatch.setattr(spmd.LauncherWorld, "_dead_rank", lambda self: False)
+    monkeypatch.setattr(supervise, "POLL_S", 0.1)
+    if where == "gather":
+        with pytest.raises(RuntimeError, match="Connection reset"):
+            world.outcomes(task)
+    else:
+        assert not world.outcomes(task)[0].ok

@@ -68,16 +68,15 @@ class LauncherWorld:
             mine = Outcome(ctx.rank, True, fn(ctx, *args, **kwargs))
             pickle.dumps(mine)
         except BaseException as exc:  # reported to every rank, re-raised by run()
-            if _peer_lost(exc):  # a dead rank's supervisor posts its notice in a few seconds
-                until = time.monotonic() + 3 * supervise.POLL_S
-                while time.monotonic() < until:
-                    if self._dead_rank():
-                        self._leave()
-                    time.sleep(0.5)
+            self._if_a_rank_died(exc)
             mine = Outcome(ctx.rank, False, None, remote_error(ctx.rank, exc))
         ctx.tracker.end_task()
         ctx.tracker.enter("gather of the task's results", ctx.world.ranks)
-        everyone = self.agree(mine)
+        try:
+            everyone = self.agree(mine)
+        except Exception as exc:  # noqa: BLE001 - a peer lost here too: see _if_a_rank_died
+            self._if_a_rank_died(exc)
+            raise
         ctx.tracker.leave("gather of the task's results")
         done.set()
         # Wait for the watchdog to end: its thread holds this world (a bound method) until then.
@@ -144,6 +143,17 @@ class LauncherWorld:
             if unreachable >= 2:
                 self._leave(f"[rank {self.ctx.rank}] commbench: {name} stopped: rank 0, the "
                             "host of the world's store, is gone" if self.ctx.rank == 1 else "")
+
+    def _if_a_rank_died(self, exc: BaseException) -> None:
+        """After ``exc``, a transport's word for a lost peer: if a dead rank's notice comes
+        within a few seconds (its supervisor posts it), leave quietly as :meth:`_leave` does."""
+        if not _peer_lost(exc):
+            return
+        until = time.monotonic() + 3 * supervise.POLL_S
+        while time.monotonic() < until:
+            if self._dead_rank():
+                self._leave()
+            time.sleep(0.5)
 
     def _dead_rank(self) -> bool | None:
         """Whether the world's store holds a dead rank's notice; None: the store is out of
