@@ -148,7 +148,7 @@ def test_a_death_notice_is_read_as_checked_json_never_unpickled():
     assert "could not be read" in supervise.death_notice(_Store(pickle.dumps({"rank": 3})))
 
 
-@pytest.mark.parametrize("where", ["task", "gather"])
+@pytest.mark.parametrize("where", ["task", "gather", "sigterm"])
 def test_a_lost_peer_with_a_death_notice_ends_the_rank_quietly_wherever_it_surfaces(
         monkeypatch, where):
     """The transport's error ("Connection reset by peer") may come in the task or in the gather
@@ -175,6 +175,8 @@ def test_a_lost_peer_with_a_death_notice_ends_the_rank_quietly_wherever_it_surfa
     def task(ctx):
         if where == "task":
             raise lost
+        if where == "sigterm":  # commbench.cli.main.Terminated is a KeyboardInterrupt
+            raise KeyboardInterrupt
         return 1
 
     class Left(Exception):
@@ -192,5 +194,5 @@ def test_a_lost_peer_with_a_death_notice_ends_the_rank_quietly_wherever_it_surfa
     if where == "gather":
         with pytest.raises(RuntimeError, match="Connection reset"):
             world.outcomes(task)
-    else:
+    else:  # no notice: the error or the interruption is the rank's own
         assert not world.outcomes(task)[0].ok

@@ -146,7 +146,13 @@ class LauncherWorld:
 
     def _if_a_rank_died(self, exc: BaseException) -> None:
         """After ``exc``, a transport's word for a lost peer: if a dead rank's notice comes
-        within a few seconds (its supervisor posts it), leave quietly as :meth:`_leave` does."""
+        within a few seconds (its supervisor posts it), leave quietly as :meth:`_leave` does.
+        After an interruption (torchrun signals every rank once one has left) only a notice
+        already there counts."""
+        if isinstance(exc, KeyboardInterrupt):  # the launcher's SIGTERM after the dead rank left
+            if self._dead_rank():
+                self._leave()
+            return
         if not _peer_lost(exc):
             return
         until = time.monotonic() + 3 * supervise.POLL_S
