@@ -120,7 +120,6 @@ class LauncherWorld:
             ctx.mpi.Abort(124)
         os._exit(124)
 
-
     def _wait(self, done: threading.Event, limit: float | None, name: str) -> bool:
         """Wait for the task to end (True) or ``limit`` seconds to pass (False), looking every
         :data:`~commbench.runtime.supervise.POLL_S` seconds for a dead rank's notice in the

@@ -65,8 +65,13 @@ def supervise(argv: list[str]) -> int:
     read_end, write_end = os.pipe()
     os.set_blocking(read_end, False)
     os.set_inheritable(write_end, True)  # pipes are close-on-exec by default (PEP 446)
+    from commbench.runtime.local.spawn import parent_death_signal
+
+    # the child dies with this process: a launcher that kills it (torchrun's SIGKILL after its
+    # grace) leaves no orphan working on
     child = subprocess.Popen([sys.executable, "-m", "commbench", *argv], close_fds=False,
-                             env=dict(os.environ, **{SUPERVISED: "1", _ADDRESS_FD: str(write_end)}))
+                             env=dict(os.environ, **{SUPERVISED: "1", _ADDRESS_FD: str(write_end)}),
+                             preexec_fn=parent_death_signal)
     os.close(write_end)
     passed: list[int] = []
 
