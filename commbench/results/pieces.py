@@ -25,7 +25,7 @@ import os
 
 from commbench.results import records as res
 
-__all__ = ["Pieces", "study_pieces"]
+__all__ = ["Pieces", "or_none", "study_pieces"]
 
 SCHEMA = "commbench.pieces/1"
 
@@ -64,6 +64,11 @@ class Pieces:
             os.remove(self.path)
 
 
+def or_none(pieces: Pieces | None) -> Pieces:
+    """``pieces``, or pieces kept nowhere (a study called without any)."""
+    return pieces if pieces is not None else Pieces(None, {})
+
+
 def _read(path: str, settings: dict) -> dict | str:
     """The pieces in ``path`` ({} when there is none), or the refusal's text when it was
     measured with other settings or is not a pieces file."""
@@ -89,7 +94,9 @@ def _read(path: str, settings: dict) -> dict | str:
 def study_pieces(a, world, printer: bool, name: str, emit, **settings) -> Pieces:
     """The pieces of the study whose tables are named ``name`` (``versus_<hw>-gloo-x4``):
     ``<a.out>/<name>.partial.json``, written by the printing rank unless ``a.no_write``, taken
-    back when ``a.resume``; ``settings`` (with the world's size) must match to be taken."""
+    back when ``a.resume``; ``settings`` (with the world's size) must match to be taken, the
+    ranks' ``binding`` aside (where threads ran is recorded, not chosen)."""
     path = os.path.join(a.out, name + ".partial.json")
-    return Pieces(None if a.no_write or not printer else path, {"ranks": world.size, **settings},
+    settings = {"ranks": world.size, **{k: v for k, v in settings.items() if k != "binding"}}
+    return Pieces(None if a.no_write or not printer else path, settings,
                   resume=a.resume, emit=emit, world=world, read_path=path if printer else None)

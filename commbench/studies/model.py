@@ -37,6 +37,7 @@ import os
 
 from commbench.names import sizes_between
 from commbench.results import records as res
+from commbench.results.pieces import or_none
 from commbench.studies.model_judge import (
     TARGET,
     KiB,
@@ -99,7 +100,7 @@ def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: in
     minute, or one series, to the next. Separate: the whole calibration sweep, then the whole
     evaluation sweep (minutes apart on a long list).
     """
-    eval_sizes = sizes_between(lo, hi, 2)
+    eval_sizes, pieces = sizes_between(lo, hi, 2), or_none(pieces)
 
     def cal_sizes(case) -> list[int]:
         return curve_sizes(lo, hi) if case[0] == "pingpong" else sizes_between(lo, hi, 4)
@@ -127,14 +128,13 @@ def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: in
             for k in group:
                 case, size, check = jobs[k]
                 key = f"{case[0]}/{case[1]}/{size}/{'eval' if check else 'cal'}/{p}"
-                rows = pieces.get(key) if pieces is not None else None
+                rows = pieces.get(key)
                 if rows is None:
                     first = len(rounds[k]) == 0  # results checked once (#wrong), not every pass
                     n_it = iters if check else iters * cal_samples
                     rows = _row(world, transport, case, n_it, warmup, size,
                                 check and (first or repeat > 1), batch, passes)
-                    if pieces is not None:
-                        pieces.put(key, rows)
+                    pieces.put(key, rows)
                 rounds[k].append(rows)
                 finished += 1
                 what = (f"# [{finished}/{total}] {case[0]}/{case[1]} {size} B "
@@ -226,9 +226,7 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
             record["measurement"].update(compiled_wait=recorded(world), binding=placement(world))
         stem = _stem(a.out, transport, n, a.label)
         pieces = study_pieces(a, world, printer, os.path.basename(stem), emit, lo=lo, hi=hi,
-                              cases=[list(c) for c in cases], **{
-                                  k: v for k, v in record["measurement"].items()
-                                  if k != "binding"})
+                              cases=[list(c) for c in cases], **record["measurement"])
         record.update(model_study(world, transport, cases, a.iters, a.warmup_iters, emit, lo, hi,
                                   a.repeat, a.separate_sweeps, a.batch, a.rounds, a.cal_samples,
                                   pieces))

@@ -18,6 +18,7 @@ from dataclasses import astuple
 from commbench.patterns.registry import get
 from commbench.patterns.run import run_pattern
 from commbench.results import records as res
+from commbench.results.pieces import or_none
 from commbench.timing.loop import slowest
 
 __all__ = ["HEADER", "pattern_markdown", "pattern_study"]
@@ -41,6 +42,7 @@ def pattern_study(world, names: list[str], iters: int = 10, warmup: int = 3, emi
     of that step) for a trace. ``pieces``: a :class:`~commbench.results.pieces.Pieces` that
     keeps each finished row (saved at once) and gives back those of an interrupted run."""
     rows = []
+    pieces = or_none(pieces)
     emit(HEADER)
     for name in names:
         pattern = get(name)
@@ -54,7 +56,7 @@ def pattern_study(world, names: list[str], iters: int = 10, warmup: int = 3, emi
                     emit(f"# {name}/{variant} at {pattern.label(cfg)}: skipped: {exc}")
                     continue
                 key = f"{name}|{variant}|{pattern.label(cfg)}"
-                kept = pieces.get(key) if pieces is not None else None
+                kept = pieces.get(key)
                 if kept is not None:  # measured by the interrupted run
                     base = kept["time_us"] if variant == pattern.optimized else base
                     rows.append(kept)
@@ -79,8 +81,7 @@ def pattern_study(world, names: list[str], iters: int = 10, warmup: int = 3, emi
                        "vs_optimized": t / base if base else None,
                        "metrics": pattern.metrics(cfg, variant, outs)}
                 rows.append(row)
-                if pieces is not None:
-                    pieces.put(key, row)
+                pieces.put(key, row)
                 emit(_row_line(row))
     return rows
 

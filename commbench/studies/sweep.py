@@ -28,7 +28,6 @@ HEADER = "\n".join("#" + " ".join(f"{text:>{w}}" for text, w in line)[1:]
                    for line in ([(c, w) for c, _, w in _COLUMNS], [(u, w) for _, u, w in _COLUMNS]))
 
 
-
 def format_row(row: dict) -> str:
     """One row under :data:`HEADER` (time: the median; avg: the mean of the same samples)."""
     return (f"{row['op']:>14} {row['size']:>11} {row['count']:>10} {row['type']:>8} "

@@ -29,6 +29,7 @@ import statistics
 from commbench.collectives.compiled.steps import SCHEDULES
 from commbench.collectives.compiled.waiting import recorded
 from commbench.results import records as res
+from commbench.results.pieces import or_none
 from commbench.studies.model import iters_for
 from commbench.timing.measure import Case, measure, placement
 
@@ -67,9 +68,9 @@ def versus(world, transport: str, sizes: list[int], iters: int = 20, warmup: int
         raise ValueError(f"rounds={rounds}: must be >= 1")
     emit(f"#{'size':>11} {'native(us)':>11} {'best':>28} {'best(us)':>10} {'native/best':>12} "
          f"{'range':>12} {'wins':>6}")
-    rows = []
+    rows, pieces = [], or_none(pieces)
     for nbytes in sizes:
-        r = pieces.get(str(nbytes)) if pieces is not None else None
+        r = pieces.get(str(nbytes))
         if r is None:
             n_it = iters_for(nbytes, iters)
             per_round: dict[str, list[list[float]]] = {a: [] for a in algos}
@@ -77,8 +78,7 @@ def versus(world, transport: str, sizes: list[int], iters: int = 20, warmup: int
                 for algo in order(algos, k):
                     per_round[algo].append(_time(world, transport, algo, nbytes, n_it, warmup))
             r = _row(nbytes, n_it, per_round)
-            if pieces is not None:
-                pieces.put(str(nbytes), r)
+            pieces.put(str(nbytes), r)
         rows.append(r)
         emit(f" {nbytes:>11} {r['native_us']:>11.1f} {r['best_algo']:>28} {r['best_us']:>10.1f} "
              f"{r['native_over_best']:>12.2f} {r['ratio_lo']:>5.2f}..{r['ratio_hi']:<5.2f} "
@@ -142,8 +142,7 @@ def run_versus(a, world, transports: list[str], sizes: list[int], launch: str, p
             measurement.update(compiled_wait=recorded(world), binding=placement(world))
         stem = os.path.join(a.out, f"versus_{hardware(a.label)}-{transport}-x{n}")
         pieces = study_pieces(a, world, printer, os.path.basename(stem), emit,
-                              sizes=sizes, **{k: v for k, v in measurement.items()
-                                              if k != "binding"})
+                              sizes=sizes, **measurement)
         rows = versus(world, transport, sizes, a.iters, a.warmup_iters, a.rounds, emit,
                       pieces=pieces)
         met = sum(r["native_over_best"] >= 1 for r in rows)

@@ -85,6 +85,12 @@ class InitFailed(WorldError):
     truncated" in its first all-gather; docs/decisions.md)."""
 
 
+def _start_failed(what: str, folder: str | None) -> WorldError:
+    """``what`` with the ranks' log tail: an :class:`InitFailed` when MPICH's MPI_Init failed."""
+    tail = log_tail(folder)
+    return (InitFailed if MPI_INIT_FAILED in tail else WorldError)(what + tail)
+
+
 def accept_ranks(listener, procs: list, size: int, timeout_s: float, folder: str | None,
                  pids: dict[int, int]) -> tuple[dict[int, object], tuple[str, ...]]:
     """Each rank's connection, by rank, once all ``size`` ranks said hello and then ready, and
@@ -118,10 +124,8 @@ def accept_ranks(listener, procs: list, size: int, timeout_s: float, folder: str
             if p.poll() is not None:
                 time.sleep(0.2)  # let a last message arrive before blaming the process
                 drain_fatal(silent + pending)
-                tail = log_tail(folder)
-                kind = InitFailed if MPI_INIT_FAILED in tail else WorldError
-                raise kind(f"local world of {size}: a rank process exited with code "
-                           f"{p.returncode} during start-up{tail}")
+                raise _start_failed(f"local world of {size}: a rank process exited with code "
+                                    f"{p.returncode} during start-up", folder)
         for c in [c for c in silent if c.poll(0)]:
             silent.remove(c)
             try:
@@ -132,10 +136,8 @@ def accept_ranks(listener, procs: list, size: int, timeout_s: float, folder: str
                         p.wait(timeout=2.0)
                     except subprocess.TimeoutExpired:
                         pass
-                tail = log_tail(folder)
-                kind = InitFailed if MPI_INIT_FAILED in tail else WorldError
-                raise kind(f"local world of {size}: a rank closed its connection before "
-                           f"saying hello{tail}") from None
+                raise _start_failed(f"local world of {size}: a rank closed its connection "
+                                    "before saying hello", folder) from None
             if kind == "fatal":
                 raise WorldError(f"rank {rank} could not join: {detail}")
             if kind != "hello":
