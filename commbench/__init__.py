@@ -5,7 +5,8 @@
 use, so that ``import commbench`` (and ``commbench --help``) stays light.
 """
 
-__version__ = "0.1.0"
+from commbench.version import __version__
+
 __all__ = ["__version__", "audit", "watch"]
 
 

@@ -239,13 +239,13 @@ class _Pool:
     def get(self, size: int):
         if self.launched:
             if self._launcher_world is None:
-                from commbench.runtime.context import Context
-                from commbench.runtime.spmd import LauncherWorld
+                from commbench.world.context import Context
+                from commbench.world.spmd import LauncherWorld
 
                 self._launcher_world = LauncherWorld(
                     Context.from_launcher(), timeout_s=self.config.getoption("world_timeout"))
             return self._launcher_world
-        from commbench.runtime.local import LocalWorld
+        from commbench.world.local import LocalWorld
 
         w = self._worlds.get(size)
         if w is None:

@@ -4,9 +4,9 @@
     pytest suites -m bench --benchmark-enable --benchmark-compare --benchmark-compare-fail=median:10%
 
 Each series is one collective with one algorithm on one transport, at each size, on worlds of 2
-and 4 ranks. The ranks time themselves (commbench.timing.measure); pytest-benchmark gets the per-iteration
-maximum over ranks (commbench.timing.clock). Every sample set is checked: #wrong must be 0 and the
-bytes counted must equal the bytes predicted.
+and 4 ranks. The ranks time themselves (commbench.collectives.measure); pytest-benchmark gets the
+per-iteration maximum over ranks (commbench.timing.clock). Every sample set is checked: #wrong
+must be 0 and the bytes counted must equal the bytes predicted.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from commbench.collectives.measure import Case, measure
 from commbench.results.busbw import busbw
 from commbench.timing.clock import CLOCK, feed
-from commbench.timing.measure import Case, measure
 
 pytestmark = [pytest.mark.bench, pytest.mark.collectives]
 

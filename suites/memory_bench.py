@@ -34,7 +34,7 @@ def _status(field: str) -> int:
 def _peak(ctx, case, nbytes: int) -> int:
     """Run ``case`` at ``nbytes`` as a sweep does; this rank's peak resident bytes above its
     resident bytes before."""
-    from commbench.timing.measure import measure
+    from commbench.collectives.measure import measure
 
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -47,11 +47,11 @@ def _peak(ctx, case, nbytes: int) -> int:
 
 def main() -> None:
     from commbench.collectives import ALGORITHMS, algorithms_of
+    from commbench.collectives.measure import Case
     from commbench.names import COLLECTIVES, parse_size
     from commbench.results import records as res
-    from commbench.runtime.local import LocalWorld
     from commbench.studies.sweep import hardware
-    from commbench.timing.measure import Case
+    from commbench.world.local import LocalWorld
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--np", type=int, default=4)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from commbench.collectives.measure import counts_for
 from commbench.names import parse_size, sizes_between
 from commbench.results.busbw import busbw, factor
 from commbench.timing.clock import SampleClock
-from commbench.timing.measure import counts_for
 
 pytestmark = pytest.mark.collectives
 

@@ -113,10 +113,10 @@ def test_info_without_a_launcher():
 
 
 @pytest.mark.local  # assumes no launcher around pytest
-@pytest.mark.skipif(not __import__("commbench.runtime.local.spawn", fromlist=["x"]).mpi_usable(),
+@pytest.mark.skipif(not __import__("commbench.world.local.spawn", fromlist=["x"]).mpi_usable(),
                     reason="needs mpiexec")
 def test_info_under_mpiexec_and_the_wrong_mpi_trap():
-    from commbench.runtime.local import find_mpiexec
+    from commbench.world.local import find_mpiexec
 
     out = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "commbench", "info"],
                          capture_output=True, text=True, timeout=120)
@@ -132,12 +132,12 @@ def test_info_under_mpiexec_and_the_wrong_mpi_trap():
 
 
 
-@pytest.mark.skipif(not __import__("commbench.runtime.local.spawn", fromlist=["x"]).mpi_usable(),
+@pytest.mark.skipif(not __import__("commbench.world.local.spawn", fromlist=["x"]).mpi_usable(),
                     reason="needs mpiexec")
 def test_a_gloo_run_under_mpiexec_exits_cleanly():
     """Without leaving together, about every second run had a rank abort at exit (gloo's
     teardown while its peer had already gone): three clean runs in a row."""
-    from commbench.runtime.local import find_mpiexec
+    from commbench.world.local import find_mpiexec
 
     for _ in range(3):
         out = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "commbench", "run",
@@ -150,7 +150,7 @@ def test_a_gloo_run_under_mpiexec_exits_cleanly():
 def test_close_waits_for_every_rank_then_destroys_and_names_a_missing_one(monkeypatch, capsys):
     import types
 
-    from commbench.runtime import context as context_mod
+    from commbench.world import context as context_mod
 
     calls = []
 
@@ -320,13 +320,13 @@ def test_the_default_suite_runs_every_collective_and_algorithm(tmp_path):
 
 
 @pytest.mark.local  # assumes no launcher around pytest
-@pytest.mark.skipif(not __import__("commbench.runtime.local.spawn", fromlist=["x"]).mpi_usable(),
+@pytest.mark.skipif(not __import__("commbench.world.local.spawn", fromlist=["x"]).mpi_usable(),
                     reason="needs mpiexec")
 def test_a_refusal_of_one_rank_under_a_launcher_ends_every_rank(tmp_path):
     """Rank 0 alone takes the results folder's lock; held by someone else, only rank 0 can
     refuse. The ranks agree first: both exit 2, one line from rank 0, nobody waits."""
     from commbench.results.lock import folder_lock
-    from commbench.runtime.local import find_mpiexec
+    from commbench.world.local import find_mpiexec
 
     with folder_lock(str(tmp_path)):
         out = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "commbench", "run",

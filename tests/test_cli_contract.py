@@ -131,7 +131,7 @@ def test_resume_refuses_another_configuration_in_one_short_line(tmp_path, capsys
 
 
 def _transports() -> list[str]:
-    from commbench.runtime.local.spawn import mpi_usable
+    from commbench.world.local.spawn import mpi_usable
 
     return ["gloo", "mpi"] if mpi_usable() else ["gloo"]
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from commbench.results.compare import CompareError, load
 from commbench.runtime.errors import CallTimeout, SPMDError
-from commbench.runtime.local import LocalWorld
+from commbench.world.local import LocalWorld
 
 pytestmark = pytest.mark.faults
 
@@ -108,7 +108,7 @@ def _wait_rows(path, n, proc, limit=120.0):
 
 
 def _workers_of(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "commbench.runtime.local.worker"], capture_output=True, text=True)
+    out = subprocess.run(["pgrep", "-f", "commbench.world.local.worker"], capture_output=True, text=True)
     kids = []
     for p in map(int, out.stdout.split()):
         try:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from commbench.collectives.measure import Case, measure
 from commbench.timing import verify
-from commbench.timing.measure import Case, measure
 
 pytestmark = [pytest.mark.gpu, pytest.mark.local, pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device; this machine has none")]
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.local, pytest.mark.skipif(
 def gpu_world():
     import os
 
-    from commbench.runtime.local import LocalWorld
+    from commbench.world.local import LocalWorld
 
     os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")  # the audit's device time
     with LocalWorld(1, backend="nccl") as w:

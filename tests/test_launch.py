@@ -76,7 +76,7 @@ def test_a_launcher_worlds_call_leaves_no_thread_holding_the_world(monkeypatch):
     import types
     import weakref
 
-    from commbench.runtime.spmd import LauncherWorld
+    from commbench.world.spmd import LauncherWorld
 
     def slow_watchdog(self, done, limit, name, task):
         done.wait(limit)

@@ -69,3 +69,16 @@ def test_every_pattern_declares_the_whole_interface():
         assert p.tolerance.reason, f"{name}: a tolerance without its reason"
         assert all(b.variant in p.variants for b in p.broken), name
         assert p.bench_configs(4), f"{name}: nothing for its study to sweep"
+
+
+def test_calls_match_takes_any_order_and_names_what_differs():
+    from commbench.patterns.base import Call, calls_diff, calls_match
+
+    want = [Call("all_reduce", "tp", 64, 48, 48), Call("all_gather", "sp", 16, 48, 48)]
+    booked = [["all_gather", "sp", 16, 48, 48], ["all_reduce", "tp", 64, 48, 48]]
+    assert calls_match(booked, want) and calls_diff(booked, want) == ""
+    # negative: one call booked twice, one with other bytes, one missing
+    assert not calls_match(booked + [booked[0]], want)
+    assert not calls_match([["all_gather", "sp", 16, 48, 40], booked[1]], want)
+    assert calls_diff(booked[:1], want) == ("booked but not predicted []; predicted but not booked "
+                                            "[('all_reduce', 'tp', 64, 48, 48)]")

@@ -47,8 +47,8 @@ def _sockets_and_store(ctx):
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux's /proc/net")
 @pytest.mark.parametrize("launch", ["plain", "mpi"])
 def test_a_local_world_listens_on_loopback_only(launch):
-    from commbench.runtime.local import LocalWorld
-    from commbench.runtime.local.spawn import mpi_usable
+    from commbench.world.local import LocalWorld
+    from commbench.world.local.spawn import mpi_usable
 
     if launch == "mpi" and not mpi_usable():
         pytest.skip("needs mpiexec")
@@ -74,7 +74,7 @@ def test_the_loopback_check_sees_a_socket_on_every_interface():
 
 
 def test_a_hang_status_read_from_a_store_is_never_unpickled():
-    from commbench.runtime.spmd import _status
+    from commbench.world.spmd import _status
 
     assert _status(b'["in op", 3, "all_reduce on world"]') == ("in op", 3, "all_reduce on world")
 

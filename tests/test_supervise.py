@@ -18,7 +18,7 @@ import time
 import pytest
 
 from commbench.runtime import supervise
-from commbench.runtime.local.spawn import find_mpiexec, mpi_usable
+from commbench.world.local.spawn import find_mpiexec, mpi_usable
 
 needs_mpiexec = pytest.mark.skipif(not mpi_usable(), reason="needs mpi4py and mpiexec")
 SWEEP = ["run", "all_reduce", "-b", "8", "-e", "1M", "-f", "2", "--algo", "native,ring"]
@@ -156,8 +156,8 @@ def test_a_lost_peer_with_a_death_notice_ends_the_rank_quietly_wherever_it_surfa
     its own), without one the error stands."""
     import types
 
-    from commbench.runtime import spmd
     from commbench.runtime.status import Tracker
+    from commbench.world import spmd
 
     lost = RuntimeError("[gloo] Read error [127.0.0.1]:1: Connection reset by peer")
 

@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
+from commbench.collectives.measure import Case
 from commbench.results.trace import chrome_trace
 from commbench.studies.sweep import run_series
-from commbench.timing.measure import Case
 
 pytestmark = pytest.mark.foundation
 

@@ -21,8 +21,8 @@ from commbench.costmodel.twolevel import (
     predict_us,
     validate,
 )
-from commbench.runtime.context import mpi_mismatch
 from commbench.runtime.nodes import NodeLayout
+from commbench.world.context import mpi_mismatch
 
 pytestmark = pytest.mark.foundation
 
@@ -211,7 +211,7 @@ def test_predict_on_a_hosts_topology(tmp_path, capsys):
 
 
 def _hierarchical_on_nodes_of(ctx, local: int, nbytes: int) -> dict:
-    from commbench.timing.measure import Case, measure
+    from commbench.collectives.measure import Case, measure
 
     saved, ctx.node_size = ctx.node_size, local  # as Context.from_launcher finds it on hosts
     try:

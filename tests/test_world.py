@@ -15,10 +15,10 @@ import time
 
 import pytest
 
+from commbench.collectives.measure import placement
 from commbench.runtime.errors import CallTimeout, RankDied, SPMDError
-from commbench.runtime.local import LocalWorld
-from commbench.runtime.local.spawn import mpi_usable
-from commbench.timing.measure import placement
+from commbench.world.local import LocalWorld
+from commbench.world.local.spawn import mpi_usable
 
 pytestmark = pytest.mark.foundation
 local = pytest.mark.local
@@ -153,7 +153,7 @@ def test_a_raise_does_not_leave_the_others_waiting_forever():
 
 DRIVER = textwrap.dedent("""
     import os, sys
-    from commbench.runtime.local import LocalWorld
+    from commbench.world.local import LocalWorld
     w = LocalWorld(2, launch=sys.argv[1]).start()
     print(" ".join(str(p) for p in w.pids.values()), flush=True)
     os._exit(0)  # no atexit, no close: the ranks must notice on their own
@@ -200,7 +200,7 @@ def test_start_up_keeps_its_deadline_with_a_rank_that_connects_and_never_speaks(
     from multiprocessing.connection import Client, Listener
 
     from commbench.runtime.errors import WorldError
-    from commbench.runtime.local.spawn import accept_ranks
+    from commbench.world.local.spawn import accept_ranks
 
     key = b"k" * 16
     listener = Listener(("127.0.0.1", 0), authkey=key)
@@ -230,7 +230,7 @@ def _accept_from_a_rank_that_dies(folder, log_text: str):
     from multiprocessing.connection import Client, Listener
 
     from commbench.runtime.errors import WorldError
-    from commbench.runtime.local.spawn import accept_ranks
+    from commbench.world.local.spawn import accept_ranks
 
     (folder / "ranks.log").write_text(log_text)
     key = b"k" * 16
@@ -249,7 +249,7 @@ def _accept_from_a_rank_that_dies(folder, log_text: str):
 
 @local
 def test_a_failed_mpi_init_is_told_apart_from_any_other_dead_rank(tmp_path):
-    from commbench.runtime.local.spawn import InitFailed
+    from commbench.world.local.spawn import InitFailed
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -262,7 +262,7 @@ def test_a_failed_mpi_init_is_told_apart_from_any_other_dead_rank(tmp_path):
 
 
 def test_a_start_whose_mpi_init_failed_is_tried_once_more_and_only_once(monkeypatch, capsys):
-    from commbench.runtime.local.spawn import InitFailed
+    from commbench.world.local.spawn import InitFailed
 
     tries: list[int] = []
 

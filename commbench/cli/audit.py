@@ -55,9 +55,9 @@ def command(a) -> int:
     if launcher:
         import torch
 
-        from commbench.runtime.context import Context
         from commbench.runtime.launch import detect
-        from commbench.runtime.spmd import LauncherWorld
+        from commbench.world.context import Context
+        from commbench.world.spmd import LauncherWorld
 
         # the script's own collectives may be on CPU tensors beside CUDA ones (its backend
         # string "cpu:gloo,cuda:nccl"): the world gives both a backend
@@ -70,7 +70,7 @@ def command(a) -> int:
             world.close()
             return 2
     else:
-        from commbench.runtime.local import LocalWorld
+        from commbench.world.local import LocalWorld
 
         limit = a.timeout if a.timeout is not None else float("inf")
         world, printer = LocalWorld(a.np, launch=a.launch, timeout_s=limit), True

@@ -20,10 +20,10 @@ def add_parser(sub) -> None:
 
 def command(a) -> int:
     from commbench.results import records as res
-    from commbench.runtime.local import LocalWorld
     from commbench.studies.claims import claims_markdown, measure_claim
     from commbench.studies.claims_list import CLAIMS
     from commbench.studies.sweep import hardware
+    from commbench.world.local import LocalWorld
 
     if a.np < 2:
         raise UsageError(f"--np {a.np}: the claims need at least 2 ranks")

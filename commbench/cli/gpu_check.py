@@ -15,8 +15,6 @@ unchecked.
 from __future__ import annotations
 
 import sys
-from collections import Counter
-from dataclasses import astuple
 
 __all__ = ["BIG", "BIG_LIMIT_S", "check_every_collective", "check_every_pattern", "gpu_check"]
 
@@ -40,7 +38,7 @@ def gpu_check(emit=print) -> int:
         print(f"commbench gpu-check: no CUDA device here (torch {torch.__version__}, CUDA "
               f"{torch.version.cuda or 'not built in'}): nothing was checked", file=sys.stderr)
         return 3
-    from commbench.runtime.local import LocalWorld
+    from commbench.world.local import LocalWorld
 
     emit(f"# commbench gpu-check: {torch.cuda.get_device_name()}, one rank, NCCL")
     with LocalWorld(1, backend="nccl") as world:
@@ -56,7 +54,7 @@ def gpu_check(emit=print) -> int:
 
 
 def _case(ctx, op: str, algo: str, nbytes: int) -> dict:
-    from commbench.timing.measure import Case, measure
+    from commbench.collectives.measure import Case, measure
 
     out = measure(ctx, Case(op, transport=ctx.transports[0], algo=algo, iters=3, warmup=1),
                   nbytes)
@@ -120,6 +118,7 @@ def check_big_all_reduce(world, emit=print, nbytes: int = BIG, device: str = "cu
 def check_every_pattern(world, emit=print, study: bool = True) -> int:
     """Run every pattern's variants on ``world`` (module docstring; ``study``: its first study
     config too); the number that failed."""
+    from commbench.patterns.base import calls_match
     from commbench.patterns.judge import check
     from commbench.patterns.registry import PATTERNS
     from commbench.patterns.run import run_pattern
@@ -133,8 +132,7 @@ def check_every_pattern(world, emit=print, study: bool = True) -> int:
             if study:
                 cfg = pattern.bench_configs(world.size)[0]
                 out = world.run(run_pattern, name, cfg, variant, 0, None, 0, 0, True)[0]
-                calls = Counter(map(tuple, out["ledger"])) == \
-                    Counter(astuple(c) for c in pattern.predicted(cfg, variant, 0, 0))
+                calls = calls_match(out["ledger"], pattern.predicted(cfg, variant, 0, 0))
             failed += bool(small) + (not calls)
             emit(f" {name:>14} {variant:>12} {'ok' if not small else 'FAILED':>16} "
                  f"{'ok' if calls else 'FAILED':>13}")

@@ -16,7 +16,7 @@ from commbench.runtime.launch import LaunchError, detect
 
 
 def _mpi_line(launcher: str | None) -> tuple[str, object]:
-    from commbench.runtime.context import import_mpi
+    from commbench.world.context import import_mpi
 
     MPI = import_mpi(launcher)  # LaunchError: the launcher's MPI is not mpi4py's
     if MPI is None:
@@ -24,7 +24,7 @@ def _mpi_line(launcher: str | None) -> tuple[str, object]:
     lib = " ".join(MPI.Get_library_version().splitlines()[0].split())
     import mpi4py
 
-    from commbench.runtime.local import find_mpiexec
+    from commbench.world.local import find_mpiexec
 
     return f"{lib} (mpi4py {mpi4py.__version__}, mpiexec {find_mpiexec() or 'not found'})", MPI
 

@@ -45,7 +45,7 @@ def _module(cmd: str):
 
 
 def _parser() -> Parser:
-    from commbench import __version__
+    from commbench.version import __version__
 
     p = Parser(prog="commbench", description=__doc__.split("\n\n", 1)[1])
     p.add_argument("--version", action="version", version=f"commbench {__version__}")

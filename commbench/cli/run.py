@@ -21,12 +21,12 @@ def _world(a):
 
     info = detect()
     if info.launched:
-        from commbench.runtime.context import Context
-        from commbench.runtime.spmd import LauncherWorld
+        from commbench.world.context import Context
+        from commbench.world.spmd import LauncherWorld
 
         ctx = Context.from_launcher(timeout_s=a.timeout + PG_GRACE_S)
         return LauncherWorld(ctx, timeout_s=a.timeout), info.rank == 0
-    from commbench.runtime.local import LocalWorld
+    from commbench.world.local import LocalWorld
 
     return LocalWorld(a.np, launch=a.launch, timeout_s=a.timeout), True
 
@@ -107,10 +107,10 @@ def run(a, ops: list[str], sizes: list[int], made=None) -> int:
 
 
 def _overhead(a, world, transports, sizes, launch, printer, emit) -> int:
+    from commbench.collectives.measure import MEASUREMENT
     from commbench.results import records as res
     from commbench.studies.overhead import overhead
     from commbench.studies.sweep import hardware
-    from commbench.timing.measure import MEASUREMENT
 
     measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters, rounds=a.rounds,
                        order="ABBA: raw then commbench, then commbench then raw, ...")
@@ -130,8 +130,8 @@ def _overhead(a, world, transports, sizes, launch, printer, emit) -> int:
 
 
 def _patterns(a, world, launch, printer, emit) -> int:
+    from commbench.collectives.measure import MEASUREMENT
     from commbench.studies.patterns import pattern_markdown, pattern_study
-    from commbench.timing.measure import MEASUREMENT
 
     measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters)
     emit(f"# commbench run {' '.join(a.targets)}: {', '.join(a.patterns)}; {world.size} ranks "

@@ -199,11 +199,11 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
 
 def _check_transports(a, ops: list[str]) -> None:
     """--transport names transports this world will have; no dtype/op pair one cannot do."""
-    from commbench.runtime.local.spawn import mpi_usable
+    from commbench.world.local.spawn import mpi_usable
 
     if a.launcher:  # what Context.from_launcher will make: the torch backend, MPI if launched so
-        from commbench.runtime.context import default_backend
         from commbench.runtime.launch import detect
+        from commbench.world.context import default_backend
 
         torch_side = default_backend()
         have = list(dict.fromkeys([torch_side, *(["mpi"] if detect().is_mpi else [])]))

@@ -8,9 +8,9 @@ import os
 import statistics
 
 from commbench.collectives import ALGORITHMS, algorithms_of
+from commbench.collectives.measure import Case, cadence, placement
 from commbench.results import records as res
 from commbench.studies.sweep import HEADER, hardware, merge_rounds, run_series
-from commbench.timing.measure import Case, cadence, placement
 
 __all__ = ["sweep"]
 

@@ -37,7 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-__all__ = ["DRAWS", "Broken", "Call", "Pattern", "Tolerance", "nudger", "reference_nudges"]
+__all__ = ["DRAWS", "Broken", "Call", "Pattern", "Tolerance", "calls_diff", "calls_match", "nudger",
+           "reference_nudges"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,27 @@ class Call:
     size: int
     sent: int
     recv: int
+
+
+def _row(call) -> tuple:
+    return dataclasses.astuple(call) if isinstance(call, Call) else tuple(call)
+
+
+def calls_diff(booked, predicted) -> str:
+    """'' when a rank's booked calls (ledger rows or :class:`Call`) are the predicted ones, in
+    any order; else what was booked but not predicted and predicted but not booked."""
+    from collections import Counter
+
+    got, want = Counter(map(_row, booked)), Counter(map(_row, predicted))
+    if got == want:
+        return ""
+    return (f"booked but not predicted {sorted((got - want).elements())}; predicted but not "
+            f"booked {sorted((want - got).elements())}")
+
+
+def calls_match(booked, predicted) -> bool:
+    """Whether a rank's booked calls are the predicted ones (:func:`calls_diff`)."""
+    return not calls_diff(booked, predicted)
 
 
 @dataclass(frozen=True)

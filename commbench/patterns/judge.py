@@ -11,11 +11,9 @@ neither deadlock nor issue collectives out of order.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import torch
 
-from commbench.patterns.base import Pattern, Tolerance
+from commbench.patterns.base import Pattern, Tolerance, calls_diff
 from commbench.runtime.errors import SPMDError
 from commbench.wire import nccl_rules
 
@@ -43,13 +41,6 @@ def close(got: torch.Tensor, want: torch.Tensor, refs: list[torch.Tensor], tol: 
     return f"differs by {float(err.max()):.3g} (bound {bound:.3g})" if err.max() > bound else ""
 
 
-def _diff(got: list[tuple], want: list[tuple]) -> str:
-    extra = Counter(got) - Counter(want)
-    missing = Counter(want) - Counter(got)
-    return (f"booked but not predicted {sorted(extra.elements())}; predicted but not booked "
-            f"{sorted(missing.elements())}")
-
-
 def judge(pattern: Pattern, cfg, variant: str, seed: int, outs: list[dict],
           oracle: dict | None = None, refs: list[dict] | None = None) -> list[str]:
     """Every problem of a run, one line each; [] when every rank is right."""
@@ -64,11 +55,9 @@ def judge(pattern: Pattern, cfg, variant: str, seed: int, outs: list[dict],
                                                          pattern.tolerance)
             if why:
                 problems.append(f"rank {r}: {name} {why}")
-        booked = [tuple(c) for c in out["ledger"]]
-        predicted = [(c.op, c.axis, c.size, c.sent, c.recv)
-                     for c in pattern.predicted(cfg, variant, r, seed)]
-        if Counter(booked) != Counter(predicted):
-            problems.append(f"rank {r}: ledger != prediction: {_diff(booked, predicted)}")
+        diff = calls_diff(out["ledger"], pattern.predicted(cfg, variant, r, seed))
+        if diff:
+            problems.append(f"rank {r}: ledger != prediction: {diff}")
     if all("posts" in out for out in outs):  # what NCCL would do with the same posts
         problems += nccl_rules.check([out["posts"] for out in outs])
     return problems

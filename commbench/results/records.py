@@ -11,10 +11,11 @@ A results file (schema ``commbench.results.records/1``) is one JSON object::
     launch       how the ranks were started: "local-mpi", "local-plain", or the launcher's name
     versions     python, torch, mpi4py, the MPI library, NCCL, commbench
     commit       git commit of the tree that ran, when known
-    measurement  cadence, rank aggregation, statistic, iterations, warm-up (see commbench.timing.measure);
+    measurement  cadence, rank aggregation, statistic, iterations, warm-up (see
+                 commbench.collectives.measure);
                  a study adds its own (versus: rounds, order; versus and model over MPI:
                  compiled_wait, how the compiled schedules waited); over MPI: binding, where
-                 the ranks of MPI series ran (commbench.timing.measure.placement)
+                 the ranks of MPI series ran (commbench.collectives.measure.placement)
     rows         one object per (series, size): op, algo, transport, dtype, redop, root, size
                  (bytes, nccl-tests' convention), count, time_us (median), min_us, p10_us
                  (lower decile), avg_us (mean), max_us, p99_us, algbw, busbw (GB/s), wrong, sent, recv (bytes
@@ -73,7 +74,7 @@ def versions() -> dict:
         out["mpi4py"] = mpi4py.__version__
     except ImportError:
         pass
-    from commbench import __version__
+    from commbench.version import __version__
 
     out["commbench"] = __version__
     return out

@@ -65,7 +65,7 @@ def supervise(argv: list[str]) -> int:
     read_end, write_end = os.pipe()
     os.set_blocking(read_end, False)
     os.set_inheritable(write_end, True)  # pipes are close-on-exec by default (PEP 446)
-    from commbench.runtime.local.spawn import parent_death_signal
+    from commbench.runtime.pdeathsig import parent_death_signal
 
     # the child dies with this process: a launcher that kills it (torchrun's SIGKILL after its
     # grace) leaves no orphan working on

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import astuple, dataclass, field
 
+from commbench.patterns.base import calls_match
 from commbench.patterns.registry import get
 from commbench.patterns.run import run_pattern
 
@@ -85,8 +86,7 @@ def measure_claim(world, claim: Claim, seed: int = 1) -> dict:
         outs = world.run(run_pattern, run.pattern, run.cfg, run.variant, seed)
         predicted = [[astuple(c) for c in pattern.predicted(run.cfg, run.variant, r, seed)]
                      for r in range(world.size)]
-        match = all(Counter(map(tuple, o["ledger"])) == Counter(p)
-                    for o, p in zip(outs, predicted, strict=True))
+        match = all(calls_match(o["ledger"], p) for o, p in zip(outs, predicted, strict=True))
         measured[key] = Measured(run, [tuple(c) for c in outs[0]["ledger"]], predicted[0], match,
                                  outs)
     text, verdict, holds = claim.verdict(measured, world.size)

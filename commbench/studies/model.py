@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 
+from commbench.collectives.measure import Case, cadence, placement
 from commbench.names import sizes_between
 from commbench.results import records as res
 from commbench.results.pieces import or_none
@@ -50,7 +51,6 @@ from commbench.studies.model_judge import (
     refit,
 )
 from commbench.studies.sweep import hardware, merge_rounds, pool_passes, run_series
-from commbench.timing.measure import Case, cadence, placement
 
 __all__ = ["model_study", "run_model", "refit_stored", "stored_fit"]
 

@@ -16,8 +16,8 @@ import time
 
 import torch
 
+from commbench.collectives.measure import Case, measure
 from commbench.results import records as res
-from commbench.timing.measure import Case, measure
 
 __all__ = ["memcpy_bandwidth", "overhead", "raw_mpi_all_reduce"]
 

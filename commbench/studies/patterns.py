@@ -12,9 +12,8 @@ pattern's own columns (bubble, memory, ...). Every pattern's results have these 
 from __future__ import annotations
 
 import statistics
-from collections import Counter
-from dataclasses import astuple
 
+from commbench.patterns.base import calls_match
 from commbench.patterns.registry import get
 from commbench.patterns.run import run_pattern
 from commbench.results import records as res
@@ -75,8 +74,7 @@ def pattern_study(world, names: list[str], iters: int = 10, warmup: int = 3, emi
                        "min_us": min(per) * 1e6, "max_us": max(per) * 1e6,
                        "sent": max(sum(c[3] for c in o["ledger"]) for o in outs),
                        "pred_sent": max(sum(c.sent for c in p) for p in predicted),
-                       "calls_match": all(Counter(map(tuple, o["ledger"])) ==
-                                          Counter(astuple(c) for c in p)
+                       "calls_match": all(calls_match(o["ledger"], p)
                                           for o, p in zip(outs, predicted, strict=True)),
                        "vs_optimized": t / base if base else None,
                        "metrics": pattern.metrics(cfg, variant, outs)}

@@ -1,6 +1,6 @@
 """Sweeps across sizes, driven from one process: one task per size, one printed line per result.
 
-The driver sends :func:`commbench.timing.measure.measure` to every rank for each size, aggregates the
+The driver sends :func:`commbench.collectives.measure.measure` to every rank for each size, aggregates the
 samples (per-iteration max over ranks), prints the row at once in nccl-tests' layout and appends
 it to the record, which is rewritten atomically after every row: an interrupted or failed sweep
 keeps every row it finished.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from commbench.collectives.measure import Case, measure
 from commbench.results import records as res
 from commbench.results.busbw import algbw, busbw
-from commbench.timing.measure import Case, measure
 
 __all__ = ["HEADER", "format_row", "merge_rounds", "pool_passes", "run_series"]
 
@@ -55,8 +55,8 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
     ranks, seconds), for :func:`pool_passes`. With ``case.trace``, ``timeline`` gains each
     row's traced call: (label, every rank's entries, every rank's (start, end)).
     """
+    from commbench.collectives.measure import counts_for
     from commbench.names import ITEMSIZE, ROOTED
-    from commbench.timing.measure import counts_for
 
     n = world.size
     rows = []

@@ -9,7 +9,7 @@ transport's own all-reduce, at each size?", with both measured in the same minut
 * per size, ``rounds`` rounds; each round times the transport's own all-reduce and every compiled
   schedule (:mod:`commbench.collectives.compiled.schedule`) once each, in an order rotated by one every
   round, so that neither always runs first after a size change;
-* each timing is the collectives sweep's (:func:`commbench.timing.measure.measure`: barrier before every
+* each timing is the collectives sweep's (:func:`commbench.collectives.measure.measure`: barrier before every
   call, per-iteration maximum over ranks, the result checked), with ``iters_for(size, iters)``
   iterations (more below 4 MiB, OSU's practice);
 * per algorithm, the median of all rounds' samples; the best algorithm is the one with the
@@ -28,10 +28,10 @@ import statistics
 
 from commbench.collectives.compiled.steps import SCHEDULES
 from commbench.collectives.compiled.waiting import recorded
+from commbench.collectives.measure import Case, measure, placement
 from commbench.results import records as res
 from commbench.results.pieces import or_none
 from commbench.studies.model import iters_for
-from commbench.timing.measure import Case, measure, placement
 
 __all__ = ["ALGOS", "order", "versus", "versus_markdown"]
 
@@ -124,10 +124,10 @@ def run_versus(a, world, transports: list[str], sizes: list[int], launch: str, p
     """The ``commbench run versus`` study, per transport; writes results/versus_*."""
     import os
 
+    from commbench.collectives.measure import cadence
     from commbench.results.pieces import study_pieces
     from commbench.studies.model import SMALL
     from commbench.studies.sweep import hardware
-    from commbench.timing.measure import cadence
 
     n = world.size
     for transport in transports:

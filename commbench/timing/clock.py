@@ -2,7 +2,7 @@
 
 pytest-benchmark times a function in the process that runs the test, which for a local world is
 the driver: its numbers would include sending the task to the ranks. Instead, a suite runs the
-timing loop on the ranks (:func:`commbench.timing.measure.measure`), takes the per-iteration maximum over
+timing loop on the ranks (:func:`commbench.collectives.measure.measure`), takes the per-iteration maximum over
 ranks, and hands those samples to :func:`feed`. ``feed`` runs ``benchmark.pedantic`` with one round
 per sample on a clock that advances by exactly that sample, so pytest-benchmark's statistics,
 storage (``--benchmark-autosave``) and comparison (``--benchmark-compare``) are those of the

@@ -1,4 +1,4 @@
-"""The transports' own collectives, prepared for the timing loop of :mod:`commbench.timing.measure`.
+"""The transports' own collectives, prepared for the timing loop of :mod:`commbench.collectives.measure`.
 
 Each preparation allocates the buffers once and returns the bare transport call to time, a reset
 that restores in-place inputs (run outside the timer), the first call through the checked comm
@@ -14,6 +14,7 @@ from functools import partial
 import torch
 
 from commbench.runtime.group import Group
+from commbench.wire.buffers import like
 from commbench.wire.comm import Comm
 
 __all__ = ["Prepared", "like", "prepare_native", "restore"]
@@ -83,20 +84,6 @@ def prepare_native(comm: Comm, g: Group, op: str, redop: str, root: int, src: to
         return Prepared(lambda: _pingpong(be, src, out, g), none,
                         lambda: _pingpong(be, src, out, g), lambda: out)
     raise ValueError(f"op {op!r}: not a collective commbench times")
-
-
-def like(src: torch.Tensor, count: int) -> torch.Tensor:
-    """An empty 1-D buffer of ``count`` elements like ``src``. On CPU its memory comes from NumPy,
-    which advises the kernel to back large arrays with huge pages, as it does for a bare mpi4py
-    loop's arrays; torch's allocator does not, which costs TLB misses from a few MiB on and would
-    show up as harness overhead."""
-    if src.is_cuda:
-        return src.new_empty(count)
-    import numpy as np
-
-    raw = {torch.bfloat16: torch.int16, torch.bool: torch.uint8}.get(src.dtype, src.dtype)
-    arr = np.empty(count, dtype=torch.empty((), dtype=raw, device="cpu").numpy().dtype)
-    return torch.from_numpy(arr).view(src.dtype)
 
 
 def restore(out: torch.Tensor, src: torch.Tensor) -> Callable[[], object]:

@@ -89,7 +89,7 @@ def launch(args: list[str], per_node: int = 2, env: dict[str, str] | None = None
     """The command that runs ``args`` on every rank of the emulated cluster: ``mpiexec`` started
     on node0, reaching node1 through ``nsexec``. Inter-node MPI traffic over TCP (libfabric's
     tcp provider), so that it crosses the shaped link."""
-    from commbench.runtime.local import find_mpiexec
+    from commbench.world.local import find_mpiexec
 
     mpiexec = find_mpiexec()
     if mpiexec is None:

@@ -40,7 +40,7 @@ from commbench.collectives.compiled.reduce import reducer
 from commbench.collectives.compiled.steps import Step, schedule
 from commbench.collectives.compiled.waiting import checked, wait_mode, waiter
 from commbench.runtime.group import Group
-from commbench.timing.native import like
+from commbench.wire.buffers import like
 from commbench.wire.checks import check_op, dtype_name
 from commbench.wire.watch import quiet
 

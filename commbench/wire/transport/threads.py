@@ -105,7 +105,7 @@ class _PG:
 
 
 class ThreadContext:
-    """The parts of :class:`~commbench.runtime.context.Context` an algorithm uses, on a thread."""
+    """The parts of :class:`~commbench.world.context.Context` an algorithm uses, on a thread."""
 
     def __init__(self, rank: int, size: int, box: _Box) -> None:
         self.rank, self.size = rank, size

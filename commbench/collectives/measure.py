@@ -30,7 +30,8 @@ from commbench.collectives.compiled.steps import schedule
 from commbench.names import COLLECTIVES
 from commbench.timing import verify
 from commbench.timing.loop import timed
-from commbench.timing.native import Prepared, like, prepare_native, restore
+from commbench.timing.native import Prepared, prepare_native, restore
+from commbench.wire.buffers import like
 from commbench.wire.dtypes import DTYPES
 from commbench.wire.ledger import Entry
 
@@ -113,7 +114,7 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     count, size = counts_for(case.op, nbytes, n, itemsize)
     dev = ctx.device if case.transport != "mpi" else torch.device("cpu")
     src = verify.pattern(case.seed, r, count, dtype, case.redop, dev)
-    if dev.type == "cpu":  # the input too lives in NumPy-allocated memory (see bench_native.like)
+    if dev.type == "cpu":  # the input too lives in NumPy-allocated memory (see wire.buffers.like)
         src = like(src, count).copy_(src)
     root = case.root % n
     if case.algo == "native":

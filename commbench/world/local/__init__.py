@@ -1,5 +1,5 @@
 """The local world: ranks spawned and kept by this process when no launcher started it."""
 
-from commbench.runtime.local.world import LocalWorld, find_mpiexec
+from commbench.world.local.world import LocalWorld, find_mpiexec
 
 __all__ = ["LocalWorld", "find_mpiexec"]

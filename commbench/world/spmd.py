@@ -23,8 +23,8 @@ import time
 from typing import NoReturn
 
 from commbench.runtime import supervise
-from commbench.runtime.context import Context
 from commbench.runtime.errors import Outcome, SPMDError, describe_hang, remote_error
+from commbench.world.context import Context
 
 __all__ = ["LauncherWorld"]
 

@@ -2,7 +2,7 @@
 
 A :class:`Context` is made once per process, either from a launcher's environment
 (:meth:`Context.from_launcher`, under torchrun, mpirun, mpiexec or srun) or by a worker of the
-local world (:mod:`commbench.runtime.local.worker`). SPMD functions receive it as their first argument;
+local world (:mod:`commbench.world.local.worker`). SPMD functions receive it as their first argument;
 nothing about groups or ledgers lives in a global.
 
 Transports: the torch.distributed backend (``"gloo"`` on CPU, ``"nccl"`` when CUDA is present, or

@@ -1,6 +1,6 @@
 """A rank of the local world: joins the world once, then runs the driver's SPMD tasks.
 
-Started by :class:`commbench.runtime.local.world.LocalWorld` as ``python -m commbench.runtime.local.worker``,
+Started by :class:`commbench.world.local.world.LocalWorld` as ``python -m commbench.world.local.worker``,
 directly (gloo only) or under ``mpiexec`` (gloo and MPI). Two threads:
 
 * the control thread reads the driver's connection and queues tasks; when the connection closes
@@ -125,15 +125,15 @@ def _bind(rank: int, size: int):
             except OSError:  # a thread that ended meanwhile
                 pass
 
-    affinity.core = core  # type: ignore[attr-defined]  # for commbench.timing.measure.placement
+    affinity.core = core  # type: ignore[attr-defined]  # for commbench.collectives.measure.placement
     return affinity
 
 
 def _join(a, rank: int, mpi_comm):
     import torch.distributed as dist
 
-    from commbench.runtime.context import Context
     from commbench.runtime.status import SlotSink, Tracker
+    from commbench.world.context import Context
 
     os.environ["COMMBENCH_STORE_PATH"] = a.store
     store = dist.FileStore(a.store, a.size)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -13,8 +12,7 @@ import time
 
 from commbench.runtime.errors import WorldError
 
-__all__ = ["accept_ranks", "drain_fatal", "find_mpiexec", "log_tail", "mpi_usable", "parent_death_signal",
-           "worker_env"]
+__all__ = ["accept_ranks", "drain_fatal", "find_mpiexec", "log_tail", "mpi_usable", "worker_env"]
 
 
 def find_mpiexec() -> str | None:
@@ -41,19 +39,6 @@ def mpi_usable() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("mpi4py") is not None and find_mpiexec() is not None
-
-
-try:  # resolved here, in the parent: preexec_fn runs between fork and exec and must stay tiny
-    import ctypes
-
-    _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-except (OSError, AttributeError):
-    _PRCTL = None
-
-
-def parent_death_signal() -> None:
-    if _PRCTL is not None:
-        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the driver
 
 
 def worker_env(key: bytes) -> dict[str, str]:

@@ -34,9 +34,10 @@ import weakref
 from multiprocessing.connection import Listener, wait
 
 from commbench.runtime.errors import CallTimeout, Outcome, RankDied, SPMDError, WorldError, describe_hang
-from commbench.runtime.local import spawn
-from commbench.runtime.local.spawn import find_mpiexec, local_mpiexec, mpi_usable
+from commbench.runtime.pdeathsig import parent_death_signal
 from commbench.runtime.status import read_slot
+from commbench.world.local import spawn
+from commbench.world.local.spawn import find_mpiexec, local_mpiexec, mpi_usable
 
 __all__ = ["LocalWorld", "find_mpiexec"]
 
@@ -104,11 +105,11 @@ class LocalWorld:
         store_path = os.path.join(self._dir, "store")
         address = f"127.0.0.1:{listener.address[1]}"
         env = spawn.worker_env(key)
-        cmd = [sys.executable, "-m", "commbench.runtime.local.worker", "--address", address,
+        cmd = [sys.executable, "-m", "commbench.world.local.worker", "--address", address,
                "--store", store_path, "--size", str(self.size),
                "--status-dir", self._dir, "--backend", self.backend]
         main_thread = threading.current_thread() is threading.main_thread()
-        pre = spawn.parent_death_signal if main_thread else None
+        pre = parent_death_signal if main_thread else None
         if self.launch == "mpi":
             log = open(os.path.join(self._dir, "ranks.log"), "wb")
             self._procs = [subprocess.Popen([local_mpiexec(), "-n", str(self.size), *cmd, "--mpi"],

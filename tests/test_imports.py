@@ -1,0 +1,137 @@
+"""The package's import graph: no module imports itself back through others (lazy imports in
+function bodies included), and no module imports from a floor above its own.
+
+Floors, lowest first: the names every layer shares; the runtime (launchers, groups, errors,
+the supervisor); the wire (comms, ledger, transports, NCCL's rules); the world a rank is given
+(context, local and launched worlds), the timing loop and the result records; the collective
+algorithms; the patterns; the cost model; the studies; the command line and the pytest plugin.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+pytestmark = pytest.mark.foundation
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "commbench")
+FLOORS = {"names": 0, "version": 0, "runtime": 1, "wire": 2, "world": 3, "timing": 3,
+          "results": 3, "collectives": 4, "patterns": 5, "costmodel": 6, "studies": 7,
+          "cli": 8, "pytest_plugin": 8, "__main__": 8, "": 8}
+
+
+def modules(root: str = ROOT) -> dict[str, str]:
+    """Dotted module name -> file, for every module of the package under ``root``."""
+    out = {}
+    base = os.path.dirname(os.path.abspath(root))
+    for folder, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                name = os.path.relpath(path, base)[:-3].replace(os.sep, ".")
+                out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def imports(name: str, path: str, known: dict[str, str]) -> set[str]:
+    """The package's modules that ``name`` imports anywhere in its file."""
+    tree = ast.parse(open(path).read())
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                module = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for a in node.names:  # `from pkg import module` imports the module
+                found.add(f"{module}.{a.name}" if f"{module}.{a.name}" in known else module)
+    return {m for m in found if m in known and m != name}
+
+
+def graph(root: str = ROOT) -> dict[str, set[str]]:
+    known = modules(root)
+    return {m: imports(m, p, known) for m, p in known.items()}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out = []
+    for start in sorted(g):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(g[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(g[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                part = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    part.append(w)
+                    if w == v:
+                        break
+                if len(part) > 1:
+                    out.append(sorted(part))
+    return out
+
+
+def floor(module: str) -> int:
+    part = module.split(".")[1] if "." in module else ""
+    return FLOORS[part]
+
+
+def upward(g: dict[str, set[str]]) -> list[str]:
+    return [f"{m} (floor {floor(m)}) imports {d} (floor {floor(d)})"
+            for m in sorted(g) for d in sorted(g[m]) if floor(d) > floor(m)]
+
+
+def test_no_import_cycle():
+    assert cycles(graph()) == []
+
+
+def test_no_import_from_a_higher_floor():
+    assert upward(graph()) == []
+
+
+def test_every_top_level_part_has_a_floor():
+    assert {m.split(".")[1] if "." in m else "" for m in graph()} <= set(FLOORS)
+
+
+def test_the_checks_catch_a_cycle_and_an_upward_import(tmp_path):
+    """Negative: a package whose runtime imports a pattern lazily, and the pattern the runtime."""
+    pkg = tmp_path / "commbench"
+    for sub in ("runtime", "patterns"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "runtime" / "a.py").write_text("def f():\n    from commbench.patterns import b\n")
+    (pkg / "patterns" / "b.py").write_text("from ..runtime import a\n")
+    g = graph(str(pkg))
+    assert cycles(g) == [["commbench.patterns.b", "commbench.runtime.a"]]
+    assert upward(g) == ["commbench.runtime.a (floor 1) imports commbench.patterns.b (floor 5)"]
