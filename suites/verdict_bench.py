@@ -9,8 +9,9 @@ only rows slow twice count). Counted per pair: the rows the gate judges (>= 64 K
 measuring them again, and, of the second run's table slowed by a planted 1.25x (a 20% busbw
 drop; suites/plant_regression.py's arithmetic), the judged rows the file rule flags.
 
-Writes ``results/verdict_<machine class>.md``. Only sizes the gate judges are swept (64 KiB up),
-as the default suite at those sizes.
+Writes ``results/verdict_<machine class>-x<ranks>-<b>-<e>-repeat<r>.md``. Only sizes the gate
+judges are swept (64 KiB up), as the default suite at those sizes (``-b 128K -e 512K``: the
+rows of ``make bench`` that the gate judges).
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def main() -> None:
     from commbench.studies.sweep import hardware
 
     hw = hardware("")
-    text = [f"# The regression verdict: {a.pairs} back-to-back pairs, {hw}, --repeat {a.repeat}",
+    text = [f"# The regression verdict: {a.pairs} back-to-back pairs, {hw}, {a.np} ranks, "
+            f"--repeat {a.repeat}",
             "",
             f"`.venv/bin/python suites/verdict_bench.py --pairs {a.pairs} --np {a.np} -b {a.b} "
             f"-e {a.e} --repeat {a.repeat}` ({minutes:.0f} min). Each pair: `commbench run --np "
@@ -109,7 +111,8 @@ def main() -> None:
             "|---:|---:|---:|---:|---:|---:|---|"]
     text += [f"| {k} | {n} | {j} | {f} | {c} | {pl} of {j} | "
              f"{sp[0]:.2f} / {sp[1]:.2f} / {sp[2]:.2f} |" for k, n, j, f, c, pl, sp in lines]
-    out = os.path.join(os.path.dirname(HERE), "results", f"verdict_{hw}-repeat{a.repeat}.md")
+    name = f"verdict_{hw}-x{a.np}-{a.b}-{a.e}-repeat{a.repeat}.md"
+    out = os.path.join(os.path.dirname(HERE), "results", name)
     with open(out, "w") as f:
         f.write("\n".join(text) + "\n")
     print(f"wrote {out}")
