@@ -52,7 +52,7 @@ mutate: $(VENV)/.installed  ## mutation testing of the pure modules; writes resu
 	$(BIN)/python -m pip install -q "mutmut==3.8.1"
 	rm -rf mutants
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run > /dev/null
-	$(BIN)/python tests/mutation_report.py > results/.mutation.md && mv results/.mutation.md results/mutation.md
+	$(BIN)/python suites/mutation_report.py > results/.mutation.md && mv results/.mutation.md results/mutation.md
 	@head -8 results/mutation.md | tail -2
 
 lint: $(VENV)/.installed

@@ -41,7 +41,7 @@ def test_pattern(world, benchmark, name, variant, k):
         pytest.skip(f"{variant} does not run at this config: {exc}")
     outs = world.run(run_pattern, name, cfg, variant, 0, None, ITERS, WARMUP)
     feed(benchmark, slowest([o["times"] for o in outs]), pattern=name, variant=variant,
-         config=pattern.label(cfg), ranks=world.size,
+         config=cfg.label(), ranks=world.size,
          sent=max(sum(c[3] for c in o["ledger"]) for o in outs),
          **pattern.metrics(cfg, variant, outs))
     for r, out in enumerate(outs):

@@ -53,9 +53,9 @@ def main() -> None:
             seconds = time.monotonic() - t0
         rows.append((" ".join(["commbench", *argv]), seconds, out.returncode))
         print(f"{rows[-1][0]}: {seconds:.0f} s, exit {out.returncode}", flush=True)
-    from commbench.studies.sweep import hardware
+    from commbench.results.machine import machine_class
 
-    hw = hardware("")
+    hw = machine_class("")
     text = [f"# How long the README's commands take: {hw}", "",
             "`.venv/bin/python suites/durations.py`: each command once at its default settings, "
             "one after another, into a temporary folder; wall time from start to exit, ranks' "

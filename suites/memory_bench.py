@@ -50,7 +50,7 @@ def main() -> None:
     from commbench.collectives.measure import Case
     from commbench.names import COLLECTIVES, parse_size
     from commbench.results import records as res
-    from commbench.studies.sweep import hardware
+    from commbench.results.machine import machine_class
     from commbench.world.local import LocalWorld
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -83,11 +83,11 @@ def main() -> None:
                                      "peak_factor": max(peaks) / nbytes})
                         print(f"{op:>15} {algo:>28} {transport:>5} {nbytes:>10} "
                               f"{max(peaks) / nbytes:6.2f} x size", flush=True)
-    record = res.header("memory", a.np, "local", hardware(""),
+    record = res.header("memory", a.np, "local", machine_class(""),
                         {"iters": a.iters, "warmup": 1, "check": True,
                          "what": "per rank, peak resident bytes above those before the series"})
     record["rows"] = rows
-    stem = os.path.join(os.path.dirname(HERE), "results", f"memory_{hardware('')}-x{a.np}")
+    stem = os.path.join(os.path.dirname(HERE), "results", f"memory_{machine_class('')}-x{a.np}")
     res.write_json(stem + ".json", record)
     write_markdown(record, stem + ".md")
     print(f"wrote {stem}.json and {stem}.md")

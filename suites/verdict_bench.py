@@ -88,9 +88,9 @@ def main() -> None:
             lines.append((k + 1, len(rows), len(judged), flagged, confirmed, planted, spread))
             print(lines[-1], flush=True)
     minutes = (time.monotonic() - t0) / 60
-    from commbench.studies.sweep import hardware
+    from commbench.results.machine import machine_class
 
-    hw = hardware("")
+    hw = machine_class("")
     text = [f"# The regression verdict: {a.pairs} back-to-back pairs, {hw}, {a.np} ranks, "
             f"--repeat {a.repeat}",
             "",

@@ -27,7 +27,7 @@ def _stacked(seed: int, n: int, count: int, dtype):
 
     from commbench.timing import verify
 
-    parts = [verify.pattern(seed, r, count, dtype) for r in range(n)]
+    parts = [verify.seeded(seed, r, count, dtype) for r in range(n)]
     return torch.stack([q.to(torch.float64) for q in parts]).sum(0).to(dtype)
 
 
@@ -75,13 +75,13 @@ def main() -> None:
     digests = {r["digest"] for rs in runs.values() for r in rs}
     if len(digests) != 1:
         sys.exit(f"the two ways disagree: digests {sorted(digests)}")
-    from commbench.studies.sweep import hardware
+    from commbench.results.machine import machine_class
 
     lines = [f"# Building the expected all-reduce result: {a.count} float32 elements, "
              f"{a.ranks} ranks",
              "",
              f"`python suites/verify_bench.py --count {a.count} --ranks {a.ranks} --reps "
-             f"{a.reps}` on `{hardware('')}`, one thread, each run a fresh process (ways "
+             f"{a.reps}` on `{machine_class('')}`, one thread, each run a fresh process (ways "
              "interleaved). Both ways give the same tensor on every run.",
              "",
              "| way | median (s) | min (s) | max (s) | peak resident (GiB) |",
@@ -95,7 +95,7 @@ def main() -> None:
     lines += ["", f"Stacked over folded, medians: {ratio:.2f}x the time. `stacked`: every "
               "rank's input in float64, stacked and summed (the first way); `folded`: "
               "`commbench.timing.verify.expected` (int64, rank by rank, in place)."]
-    path = os.path.join(a.out, f"verify_{hardware('')}.md")
+    path = os.path.join(a.out, f"verify_{machine_class('')}.md")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"# wrote {path}")

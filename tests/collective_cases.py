@@ -18,7 +18,7 @@ from commbench.collectives.compiled import steps as steps_mod
 from commbench.timing import verify
 from commbench.wire.comm import Comm
 from commbench.wire.dtypes import DTYPES
-from commbench.wire.volume import split_sizes
+from commbench.wire.ops import split_sizes
 
 
 class CorruptingComm(Comm):
@@ -128,7 +128,7 @@ def native_case(ctx, transport, op, count, dtype, redop, root, inplace, seed, mu
     comm, g, n, r = _comm(ctx, transport, mutant), ctx.world, ctx.size, ctx.rank
     dt = DTYPES[dtype]
     root %= n
-    x = verify.pattern(seed, r, count * (n if op in ("reduce_scatter", "all_to_all") else 1), dt,
+    x = verify.seeded(seed, r, count * (n if op in ("reduce_scatter", "all_to_all") else 1), dt,
                        redop)
     try:
         if op == "all_reduce":
@@ -148,7 +148,7 @@ def native_case(ctx, transport, op, count, dtype, redop, root, inplace, seed, mu
         elif op == "gather":
             y = comm.gather(x, g, root=root)
         elif op == "scatter":
-            src = verify.pattern(seed, r, count * n, dt, redop) if r == root else x
+            src = verify.seeded(seed, r, count * n, dt, redop) if r == root else x
             y = comm.scatter(src, g, root=root)
         else:
             raise ValueError(op)
@@ -161,7 +161,7 @@ def alltoallv_case(ctx, transport, splits, row, seed, mutant=None):
     """Uneven all-to-all: member i sends ``splits[i][j]`` rows of width ``row`` to member j."""
     comm, g, r = _comm(ctx, transport, mutant), ctx.world, ctx.rank
     mine = splits[r]
-    x = verify.pattern(seed, r, sum(mine) * row, torch.int32).reshape(sum(mine), row)
+    x = verify.seeded(seed, r, sum(mine) * row, torch.int32).reshape(sum(mine), row)
     return comm.all_to_all(x, g, mine)  # counts exchanged first
 
 
@@ -175,7 +175,7 @@ def algorithm_case(ctx, transport, op, algo, count, dtype, redop, root, seed, mu
         gen = torch.Generator().manual_seed(seed * 1000 + r)
         x = torch.randn(total, generator=gen, dtype=torch.float64).to(dt)
     else:
-        x = verify.pattern(seed, r, total, dt, redop)
+        x = verify.seeded(seed, r, total, dt, redop)
     record = ALGORITHMS[(op, algo)]
     splits = [count] * n if op == "all_to_all" else None
     run = record.bind(ctx, comm, x, root=root % n, redop=redop, splits=splits)

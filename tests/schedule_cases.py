@@ -12,7 +12,7 @@ from commbench.collectives.compiled import reduce as reduce_mod
 from commbench.collectives.compiled import schedule as schedule_mod
 from commbench.collectives.compiled import steps as steps_mod
 from commbench.collectives.compiled.schedule import Compiled
-from commbench.collectives.compiled.steps import schedule
+from commbench.collectives.compiled.steps import step_list
 
 
 def _short_pieces(lo, hi, seg):
@@ -68,7 +68,7 @@ def messages(ctx, transport, algo, count, segment):
     out = []
     for seg in (segment, 0):
         buf = torch.zeros(count)
-        with Compiled(comm, buf, g, schedule(algo, g.size, g.index, count), "sum", algo,
+        with Compiled(comm, buf, g, step_list(algo, g.size, g.index, count), "sum", algo,
                       seg) as c:
             out.append(c.messages())
     return out
@@ -81,7 +81,7 @@ def replay(ctx, transport, algo, count, times):
     buf = x.clone()
     outs = []
     with ctx.ledger.capture() as cap, \
-            Compiled(comm, buf, g, schedule(algo, g.size, g.index, count), "sum", algo) as c:
+            Compiled(comm, buf, g, step_list(algo, g.size, g.index, count), "sum", algo) as c:
         for _ in range(times):
             buf.copy_(x)
             c.run()

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from commbench.collectives import ALGORITHMS
 from commbench.timing import verify
-from commbench.wire.volume import split_sizes
+from commbench.wire.ops import split_sizes
 
 pytestmark = [pytest.mark.collectives, pytest.mark.ring]
 

@@ -235,3 +235,20 @@ def test_the_readme_stays_a_manual_of_at_most_14_kb_and_its_doc_links_exist():
     assert len(text) <= 14 * 1024, f"README.md is {len(text)} bytes: detail goes to docs/"
     links = re.findall(r"\]\((docs/[\w.-]+\.md)\)", text.decode())
     assert links and all(os.path.exists(os.path.join(root, p)) for p in links), links
+
+
+def test_every_study_target_runs_a_study_and_gets_its_settings_not_the_namespace():
+    import argparse
+
+    from commbench.cli import run, run_args
+    from commbench.studies.settings import StudySettings
+
+    assert set(run.STUDIES) == set(run_args.STUDY_TARGETS)
+    p = argparse.ArgumentParser()
+    run_args.add_parser(p.add_subparsers(dest="cmd"))
+    a = p.parse_args(["run", "model", "-b", "4K", "-n", "3", "--no-write", "--transport", "mpi"])
+    a.rounds = 3
+    s = run_args.study_settings(a)
+    assert isinstance(s, StudySettings)
+    assert (s.lo, s.hi, s.iters, s.write, s.transports) == (4096, None, 3, False, ("mpi",))
+    assert s.stem("model", "mpi", 4).endswith(f"model_{s.machine}-mpi-x4")

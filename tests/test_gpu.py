@@ -31,7 +31,7 @@ def gpu_world():
 
 def _every_op_on_cuda(ctx, transport):
     comm, g = ctx.comm(transport), ctx.world
-    x = verify.pattern(0, 0, 1000, torch.float32, device="cuda")
+    x = verify.seeded(0, 0, 1000, torch.float32, device="cuda")
     out = {
         "device": str(ctx.device),
         "all_reduce": comm.all_reduce(x, g),
@@ -55,7 +55,7 @@ def test_every_op_with_cuda_tensors(gpu_world, transport):
     if transport not in gpu_world.transports:
         pytest.skip(f"{transport} is not in this world ({gpu_world.transports})")
     (values, entries), = gpu_world.run(_every_op_on_cuda, transport)
-    want = verify.pattern(0, 0, 1000, torch.float32)
+    want = verify.seeded(0, 0, 1000, torch.float32)
     assert values["device"] == "cuda:0"
     for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce"):
         assert torch.equal(values[op], want), op

@@ -159,7 +159,7 @@ def _algorithm_posts(ctx, op: str, algo: str, count: int, lone: bool):
         comm.posts = ctx.posts
     n = ctx.size
     total = count * n if op in ("reduce_scatter", "all_to_all") else count
-    x = verify.pattern(7, ctx.rank, total, torch.float32)
+    x = verify.seeded(7, ctx.rank, total, torch.float32)
     splits = [count] * n if op == "all_to_all" else None
     with device_guard(ctx.device):  # every tensor the library makes names its device
         ALGORITHMS[(op, algo)].bind(ctx, comm, x, root=n - 1, splits=splits)()

@@ -9,7 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from commbench.collectives import ALGORITHMS
-from commbench.studies.numerics import ALGOS, DISTRIBUTIONS, NumericsCase, bound, depth, judge, numerics_case
+from commbench.studies.numerics import (
+    ALGOS,
+    DISTRIBUTIONS,
+    NumericsCase,
+    bound,
+    depth,
+    judge_numerics,
+    numerics_case,
+)
 
 pytestmark = [pytest.mark.collectives, pytest.mark.ring]
 
@@ -26,7 +34,7 @@ def test_rounding_error_stays_under_the_summation_depth_bound(world, pair, dtype
     if algo != "native" and ALGORITHMS[(op, algo)].needs(world.size):
         return
     case = NumericsCase(op, algo, dtype, dist, count=840, seed=seed, accumulate=accumulate)
-    row = judge(case, world.run(numerics_case, case))
+    row = judge_numerics(case, world.run(numerics_case, case))
     assert row["max_err"] <= row["bound"], row
     assert row["ranks_bitwise_same"] and row["repeat_bitwise_same"], row
 
@@ -35,7 +43,7 @@ def test_rounding_error_stays_under_the_summation_depth_bound(world, pair, dtype
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_the_bound_catches_a_schedule_adding_in_lower_precision(world, dtype):
     case = NumericsCase("all_reduce", "ring", dtype, "normal", count=840, seed=1)
-    row = judge(case, world.run(numerics_case, case, True))
+    row = judge_numerics(case, world.run(numerics_case, case, True))
     assert row["max_err"] > row["bound"], row
 
 

@@ -16,7 +16,7 @@ from schedule_cases import compiled_vs_reference, messages, refusal, replay, tin
 
 from commbench.collectives.compiled.reduce import TINY, tiny_reducer
 from commbench.collectives.compiled.schedule import SPLIT, pieces
-from commbench.collectives.compiled.steps import SCHEDULES, Step, schedule
+from commbench.collectives.compiled.steps import SCHEDULES, Step, step_list
 
 pytestmark = [pytest.mark.collectives, pytest.mark.ring]
 
@@ -174,7 +174,7 @@ def test_schedules_pair_up():
     for algo in ALGOS:
         for n in range(1, 9):
             for count in (0, 1, 5, 64, 101):
-                steps = [schedule(algo, n, i, count) for i in range(n)]
+                steps = [step_list(algo, n, i, count) for i in range(n)]
                 sent = {(i, s.dst): [] for i in range(n) for s in steps[i]}
                 for i in range(n):
                     for s in steps[i]:
@@ -191,7 +191,7 @@ def test_schedules_pair_up():
 
 def test_unknown_schedule_is_named():
     with pytest.raises(ValueError, match="algo='tree': must be one of"):
-        schedule("tree", 4, 0, 10)
+        step_list("tree", 4, 0, 10)
     assert Step().avg is None
 
 
@@ -242,7 +242,7 @@ def _joint_root(n: int, steps: list[Step]) -> tuple[torch.Tensor, _Landed]:
 
 @pytest.mark.parametrize("n", [3, 4, 6])
 def test_receives_posted_together_land_in_their_own_blocks(n):
-    steps = schedule("naive", n, 0, 5)
+    steps = step_list("naive", n, 0, 5)
     assert sum(s.joint for s in steps) == 2 * (n - 2)  # receives and sends: one run each
     err, pg = _joint_root(n, steps)
     assert not err.any()
@@ -255,5 +255,5 @@ def test_receives_posted_together_into_one_block_are_caught(n):
     """Negative: the same run with every receive in scratch block 0 loses all but the last."""
     from dataclasses import replace
 
-    err, _ = _joint_root(n, [replace(s, slot=0) for s in schedule("naive", n, 0, 5)])
+    err, _ = _joint_root(n, [replace(s, slot=0) for s in step_list("naive", n, 0, 5)])
     assert err.any()

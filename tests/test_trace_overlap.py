@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from commbench.patterns.dp.pattern import DDPConfig
 from commbench.patterns.run import run_pattern
-from commbench.patterns.tp.model import TPConfig
 from commbench.results.trace import chrome_trace
 
 pytestmark = pytest.mark.foundation
@@ -28,7 +28,7 @@ def _slices(outs, op="all_reduce"):
 @pytest.mark.world(sizes=[2, 3])
 def test_ddp_s_buckets_overlap_backward_in_the_trace_and_the_naive_calls_do_not(world):
     P = world.size
-    cfg = TPConfig(batch=2 * P, seq=4, hidden=16, ffn=32, heads=2, vocab=1, dp=P, tp=1,
+    cfg = DDPConfig(batch=2 * P, seq=4, hidden=16, ffn=32, heads=2, vocab=1, dp=P, tp=1,
                    dtype="float32", bucket_bytes=1024)
     per_rank, steps = _slices(world.run(run_pattern, "ddp", cfg, "ddp", 0, None, 1, 0))
     for rank, slices in per_rank.items():

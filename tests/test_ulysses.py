@@ -16,7 +16,7 @@ from commbench.patterns.seq import broken
 from commbench.patterns.seq.attention import AttnConfig
 from commbench.patterns.seq.ulysses import head_ranges, head_to_seq, kv_ranges, s2h, seq_to_head
 from commbench.runtime.errors import SPMDError
-from commbench.wire.volume import booked, split_sizes
+from commbench.wire.ops import booked, split_sizes
 
 pytestmark = [pytest.mark.ulysses]
 

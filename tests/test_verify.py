@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from commbench.timing.verify import expected, pattern, wrong
+from commbench.timing.verify import expected, seeded, wrong
 
 pytestmark = pytest.mark.collectives
 
@@ -49,8 +49,8 @@ def test_no_exact_result_is_a_negative_zero():
         for n in (2, 3, 4):
             want = expected("all_reduce", 7, 0, n, 4096, torch.float32, redop)
             assert not bool((torch.signbit(want) & (want == 0)).any()), (redop, n)
-    assert not bool(torch.signbit(pattern(0, 0, 4096, torch.float32)[
-        pattern(0, 0, 4096, torch.float32) == 0]).any())
+    assert not bool(torch.signbit(seeded(0, 0, 4096, torch.float32)[
+        seeded(0, 0, 4096, torch.float32) == 0]).any())
 
 
 def _hand_pattern(seed, rank, count, redop="sum", signed=True):
@@ -68,10 +68,10 @@ def _hand_pattern(seed, rank, count, redop="sum", signed=True):
 def test_the_pattern_is_the_documented_hash_in_its_ranges(redop, dtype):
     signed = dtype.is_floating_point or dtype.is_signed
     for seed, rank in ((0, 0), (3, 1), (11, 6)):
-        got = pattern(seed, rank, 50, dtype, redop)
+        got = seeded(seed, rank, 50, dtype, redop)
         assert got.dtype == dtype and got.tolist() == _hand_pattern(seed, rank, 50, redop, signed)
     lo, hi = {"prod": (1, 2), "min": (-8, 8), "max": (-8, 8)}.get(redop, (-4, 4))
-    values = pattern(5, 2, 2000, torch.float64, redop)
+    values = seeded(5, 2, 2000, torch.float64, redop)
     assert values.min() == lo and values.max() == hi  # the whole range, nothing outside
 
 

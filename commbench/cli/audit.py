@@ -46,9 +46,9 @@ def command(a) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     from commbench.results import records as res
+    from commbench.results.machine import machine_class
     from commbench.results.trace import chrome_trace
     from commbench.studies.audit import audit_markdown, run_script, tables
-    from commbench.studies.sweep import hardware
 
     # NCCL records each collective's start and end on the GPU (the device time of the tables)
     os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
@@ -65,24 +65,24 @@ def command(a) -> int:
         if a.timeout:
             kw["timeout_s"] = a.timeout + checks.PG_GRACE_S
         world = LauncherWorld(Context.from_launcher(**kw), timeout_s=a.timeout)
-        printer = detect().rank == 0
-        if checks.refused_together(world, getattr(a, "host_refusal", ""), printer):
+        prints = detect().rank == 0
+        if checks.refused_together(world, getattr(a, "host_refusal", ""), prints):
             world.close()
             return 2
     else:
         from commbench.world.local import LocalWorld
 
         limit = a.timeout if a.timeout is not None else float("inf")
-        world, printer = LocalWorld(a.np, launch=a.launch, timeout_s=limit), True
+        world, prints = LocalWorld(a.np, launch=a.launch, timeout_s=limit), True
     path = os.path.abspath(a.script)
     try:
         world.start()
-        with _still_running(os.path.basename(a.script), printer):
+        with _still_running(os.path.basename(a.script), prints):
             per_rank = world.run(run_script, path, list(a.args))
     finally:
         world.close()
     record = res.header("audit", size, f"local-{world.launch}" if not launcher else launcher,
-                        hardware(a.label), {"what": "the calls a script issued, booked"})
+                        machine_class(a.label), {"what": "the calls a script issued, booked"})
     record["script"] = os.path.basename(a.script)
     record["rows"] = tables(per_rank)
     if lay is not None:
@@ -91,11 +91,11 @@ def command(a) -> int:
         record["layout"] = {"spec": a.layout, "settings": lay.as_dict(),
                             **compare(lay, per_rank[0])}
     text = audit_markdown(record)
-    if printer:
+    if prints:
         print(text)
         if not a.no_write:
             stem = os.path.join(a.out, f"audit_{os.path.splitext(record['script'])[0]}_"
-                                       f"{hardware(a.label)}-x{size}")
+                                       f"{machine_class(a.label)}-x{size}")
             res.write_json(stem + ".json", record)
             res.write_atomic(stem + ".md", text)
             print(f"# wrote {stem}.json and {stem}.md")
@@ -103,7 +103,7 @@ def command(a) -> int:
             res.write_json(a.trace, chrome_trace([(record['script'], per_rank)]))
             print(f"# wrote {a.trace}")
     flags = record.get("layout", {}).get("flags", [])
-    if printer and flags:
+    if prints and flags:
         print(f"# {len(flags)} difference(s) from the layout:", *flags, sep="\n#   ")
     return 1 if flags else 0
 
@@ -112,11 +112,11 @@ class _still_running:
     """A line on stderr when the script is still running after 10 s, then every 60 s: its
     imports and set-up (DeepSpeed builds its ops on a first run) can take minutes."""
 
-    def __init__(self, script: str, printer: bool, first_s: float = 10.0,
+    def __init__(self, script: str, prints: bool, first_s: float = 10.0,
                  every_s: float = 60.0) -> None:
         import threading
 
-        self.script, self.printer, self.first_s, self.every_s = script, printer, first_s, every_s
+        self.script, self.prints, self.first_s, self.every_s = script, prints, first_s, every_s
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._say, daemon=True)
 
@@ -132,7 +132,7 @@ class _still_running:
             wait = self.every_s
 
     def __enter__(self):
-        if self.printer:
+        if self.prints:
             self.thread.start()
         return self
 

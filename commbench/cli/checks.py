@@ -25,14 +25,14 @@ PG_GRACE_S = 30.0  # seconds a launched world's process-group timeout runs past 
 # that commbench's watchdog names a hang (the op, the ranks) before torch's own timeout ends it
 
 
-def refused_together(world, refusal: str, printer: bool) -> bool:
+def refused_together(world, refusal: str, prints: bool) -> bool:
     """Every rank's host refusal ('' for none) learnt by every rank of a launched ``world``;
     when any refused, the printing rank names the first and all return True (then exit 2)."""
     import sys
 
     reasons = world.agree(refusal)
     first = next(((r, why) for r, why in enumerate(reasons) if why), None)
-    if first is not None and printer:
+    if first is not None and prints:
         print(f"commbench: error: rank {first[0]}: {first[1]}", file=sys.stderr)
     return first is not None
 
@@ -49,9 +49,8 @@ def on_host(a, check, *args) -> None:
         if not getattr(a, "host_refusal", ""):
             a.host_refusal = str(exc)
 
-# A local world's rank holds torch and its transports: about 250 MB resident, measured (ps) on
-# a 4-rank world; 300 MB leaves room. Start-up costs each rank ~1.5 s of CPU (torch's import):
-# past RANKS_PER_CORE ranks per core a world takes minutes to start, or never does.
+# what a local world's rank holds (torch and its transports), with room, and the most ranks per
+# core that still start in bounded time (docs/decisions.md: 8 ranks per core and 300 MB per rank)
 RANK_MB = 300
 RANKS_PER_CORE = 8
 
@@ -178,16 +177,15 @@ def device_free_bytes() -> int | None:
 
 
 # what a rank's series holds on the host beyond its buffers, whatever the size: the largest
-# intercept of the measured peaks (277 MiB, all_reduce/hierarchical; results/memory_*,
-# suites/memory_bench.py), rounded up; tests/test_memory_table.py holds the check to the table
+# intercept of the peaks in results/memory_* (suites/memory_bench.py), rounded up;
+# tests/test_memory_table.py holds the check to the table (docs/decisions.md: the memory check)
 WORKING_BYTES = 288 << 20
 
 
 def memory_factor(itemsize: int, check: bool) -> float:
     """Bytes a rank holds per byte of the size: the sweep's 4 buffers (input, output, a copy
     for in-place resets, the timed buffer), the input pattern's 3 int64 temporaries, and with
-    ``check`` the expected result folded in int64 (one more). The measured peaks grow by at
-    most 12.6 x the size between 16 and 64 MiB (float32: this factor is 12)."""
+    ``check`` the expected result folded in int64 (one more); float32 with ``check``: 12."""
     wide = 8 / itemsize  # bytes of an int64 element per byte of the dtype
     return 4 + wide * (3 + (1 if check else 0))
 

@@ -20,9 +20,9 @@ def add_parser(sub) -> None:
 
 def command(a) -> int:
     from commbench.results import records as res
+    from commbench.results.machine import machine_class
     from commbench.studies.claims import claims_markdown, measure_claim
     from commbench.studies.claims_list import CLAIMS
-    from commbench.studies.sweep import hardware
     from commbench.world.local import LocalWorld
 
     if a.np < 2:
@@ -33,12 +33,12 @@ def command(a) -> int:
     with LocalWorld(a.np, launch=a.launch) as world:
         rows = [measure_claim(world, c) for c in CLAIMS if a.np >= c.min_ranks]
         launch = f"local-{world.launch}"
-    record = res.header("claims", a.np, launch, hardware(a.label), {"what": "ledger bytes, not time"})
+    record = res.header("claims", a.np, launch, machine_class(a.label), {"what": "ledger bytes, not time"})
     record["rows"] = rows
     text = claims_markdown(record)
     print(text)
     if not a.no_write:
-        stem = os.path.join(a.out, f"claims_{hardware(a.label)}-x{a.np}")
+        stem = os.path.join(a.out, f"claims_{machine_class(a.label)}-x{a.np}")
         res.write_json(stem + ".json", record)
         res.write_atomic(stem + ".md", text)
         print(f"# wrote {stem}.json and {stem}.md")

@@ -95,7 +95,7 @@ def _big(ctx, nbytes: int) -> dict:
     sync()
     t0 = time.perf_counter()
     count = nbytes // 4
-    x = verify.pattern(0, ctx.rank, count, torch.float32, "sum", ctx.device)
+    x = verify.seeded(0, ctx.rank, count, torch.float32, "sum", ctx.device)
     y = ctx.comm().all_reduce(x, ctx.world)
     want = verify.expected("all_reduce", 0, ctx.rank, ctx.size, count, torch.float32, "sum", 0,
                            ctx.device)

@@ -7,11 +7,10 @@ rewritten after every row (atomically), the markdown and the plot when a transpo
 
 from __future__ import annotations
 
-import os
-
 from commbench.cli.checks import PG_GRACE_S, refused_together
 from commbench.cli.common import UsageError
-from commbench.cli.run_args import add_parser, check_run_args
+from commbench.cli.run_args import add_parser, check_run_args, study_settings
+from commbench.studies.settings import StudySettings
 
 __all__ = ["STUDIES", "add_parser", "command", "run"]
 
@@ -66,17 +65,17 @@ def command(a) -> int:
             refusal = str(exc)
         if not together:
             return run(a, ops, sizes)
-        world, printer = _world(a)
+        world, prints = _world(a)
         try:
-            if refused_together(world, refusal, printer):
+            if refused_together(world, refusal, prints):
                 return 2
-            return run(a, ops, sizes, (world, printer))
+            return run(a, ops, sizes, (world, prints))
         finally:
             world.close()
 
 
 def run(a, ops: list[str], sizes: list[int], made=None) -> int:
-    """Run the checked command; ``made``: the (world, printer) already started, or None."""
+    """Run the checked command; ``made``: the (world, prints) already started, or None."""
     from commbench.cli.sweep import sweep
 
     wanted = [w for w in a.algo.split(",") if w]
@@ -84,9 +83,9 @@ def run(a, ops: list[str], sizes: list[int], made=None) -> int:
     if a.targets == ["model"] and a.refit:  # stored measurements only: no ranks needed
         from commbench.studies.model import refit_stored
 
-        return refit_stored(a, print)
-    world, printer = made or _world(a)
-    emit = print if printer else (lambda s: None)
+        return refit_stored(study_settings(a), a.np, print)
+    world, prints = made or _world(a)
+    emit = print if prints else (lambda s: None)
     try:
         world.start()
         transports = [t for t in a.transport.split(",") if t] or list(world.transports)
@@ -96,103 +95,87 @@ def run(a, ops: list[str], sizes: list[int], made=None) -> int:
                              f"{', '.join(world.transports)}")
         launch = f"local-{world.launch}" if world.launch in ("mpi", "plain") else world.launch
         if a.patterns:
-            return _patterns(a, world, launch, printer, emit)
+            return _patterns(study_settings(a), a.targets, a.patterns, world, launch, prints,
+                             emit)
         study = STUDIES.get(a.targets[0]) if len(a.targets) == 1 else None
         if study is not None:
-            return study(a, world, transports, sizes, launch, printer, emit)
-        return sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit)
+            return study(study_settings(a), world, transports, sizes, launch, prints, emit)
+        return sweep(a, world, ops, sizes, transports, wanted, launch, prints, emit)
     finally:
         if made is None:
             world.close()
 
 
-def _overhead(a, world, transports, sizes, launch, printer, emit) -> int:
+def _overhead(s: StudySettings, world, transports, sizes, launch, prints, emit) -> int:
     from commbench.collectives.measure import MEASUREMENT
-    from commbench.results import records as res
+    from commbench.results.records import overhead_markdown
     from commbench.studies.overhead import overhead
-    from commbench.studies.sweep import hardware
 
-    measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters, rounds=a.rounds,
+    measurement = dict(MEASUREMENT, iters=s.iters, warmup=s.warmup, rounds=s.rounds,
                        order="ABBA: raw then commbench, then commbench then raw, ...")
     emit(f"# commbench run overhead: MPI all-reduce, {world.size} ranks ({launch}); commbench's "
          "reported time against a bare mpi4py loop of the same call, interleaved")
-    rows = overhead(world, sizes, a.iters, a.warmup_iters, a.rounds, emit)
+    rows = overhead(world, sizes, s.iters, s.warmup, s.rounds, emit)
     worst = max(r["ratio"] for r in rows)
     emit(f"# worst ratio {worst:.3f} (target <= 1.10)")
-    if not a.no_write and printer:
-        record = res.header("overhead", world.size, launch, hardware(a.label), measurement)
-        record["rows"] = rows
-        stem = os.path.join(a.out, f"overhead_{hardware(a.label)}-mpi-x{world.size}")
-        res.write_json(stem + ".json", record)
-        res.write_atomic(stem + ".md", res.overhead_markdown(record))
-        emit(f"# wrote {stem}.json and {stem}.md")
+    _write_study(s, prints, world, launch, "overhead", measurement, rows,
+                 overhead_markdown, emit, transport="mpi")
     return 0
 
 
-def _patterns(a, world, launch, printer, emit) -> int:
+def _patterns(s: StudySettings, targets, patterns, world, launch, prints, emit) -> int:
     from commbench.collectives.measure import MEASUREMENT
+    from commbench.results.pieces import study_pieces
     from commbench.studies.patterns import pattern_markdown, pattern_study
 
-    measurement = dict(MEASUREMENT, iters=a.iters, warmup=a.warmup_iters)
-    emit(f"# commbench run {' '.join(a.targets)}: {', '.join(a.patterns)}; {world.size} ranks "
-         f"({launch}), transport {world.transports[0]}")
-    timeline: list | None = [] if a.trace else None
-    from commbench.results.pieces import study_pieces
-    from commbench.studies.sweep import hardware
-
-    pieces = study_pieces(a, world, printer, f"patterns_{hardware(a.label)}-"
-                          f"{world.transports[0]}-x{world.size}", emit, patterns=a.patterns,
-                          iters=a.iters, warmup=a.warmup_iters)
-    rows = pattern_study(world, a.patterns, a.iters, a.warmup_iters, emit, timeline=timeline,
+    measurement = dict(MEASUREMENT, iters=s.iters, warmup=s.warmup)
+    transport = world.transports[0]
+    emit(f"# commbench run {' '.join(targets)}: {', '.join(patterns)}; {world.size} ranks "
+         f"({launch}), transport {transport}")
+    timeline: list | None = [] if s.trace else None
+    pieces = study_pieces(world, s.stem("patterns", transport, world.size), emit, write=s.write,
+                          resume=s.resume, prints=prints, patterns=patterns, iters=s.iters,
+                          warmup=s.warmup)
+    rows = pattern_study(world, patterns, s.iters, s.warmup, emit, timeline=timeline,
                          pieces=pieces)
-    if a.trace and printer:
+    if s.trace and prints:
         from commbench.results import records as res
         from commbench.results.trace import chrome_trace
 
-        res.write_json(a.trace, chrome_trace(timeline))
-        emit(f"# wrote {a.trace}")
+        res.write_json(s.trace, chrome_trace(timeline))
+        emit(f"# wrote {s.trace}")
     bad = [r for r in rows if not r["calls_match"]]
     emit(f"# calls booked = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
-    for name in a.patterns:
-        _write_study(a, printer, world, launch, name, measurement,
+    for name in patterns:
+        _write_study(s, prints, world, launch, name, measurement,
                      [r for r in rows if r["pattern"] == name], pattern_markdown, emit)
     pieces.finish()
     return 1 if bad else 0
 
 
-def _write_study(a, printer, world, launch, suite, measurement, rows, to_markdown, emit,
-                 plot=None) -> None:
-    """results/<suite>_<hw>-<transport>-x<ranks>.{json,md} of a study (and .png, given ``plot``,
-    which returns the path it wrote or None without matplotlib)."""
+def _write_study(s: StudySettings, prints, world, launch, suite, measurement, rows, to_markdown,
+                 emit, plot=None, transport: str = "") -> None:
+    """A study's table, written by the printing rank unless ``--no-write``."""
     from commbench.results import records as res
-    from commbench.studies.sweep import hardware
 
-    if a.no_write or not printer:
+    if not (s.write and prints):
         return
-    record = res.header(suite, world.size, launch, hardware(a.label), measurement)
+    record = res.header(suite, world.size, launch, s.machine, measurement)
     record["rows"] = rows
-    stem = os.path.join(a.out, f"{suite}_{hardware(a.label)}-{world.transports[0]}-x{world.size}")
-    res.write_json(stem + ".json", record)
-    res.write_atomic(stem + ".md", to_markdown(record))
-    emit(f"# wrote {stem}.json and {stem}.md")
-    if plot is not None:
-        png = plot(record, stem + ".png")
-        emit(f"# wrote {png}" if png else "# no matplotlib: no plot")
+    res.write_study(s.stem(suite, transport or world.transports[0], world.size), record,
+                    to_markdown, emit, plot)
 
 
-def _versus(a, world, transports, sizes, launch, printer, emit) -> int:
-    from commbench.studies.versus import run_versus
+def _study(module: str, name: str):
+    """A study's function, imported when it runs (the command line stays torch-free)."""
+    def run(*args) -> int:
+        import importlib
 
-    return run_versus(a, world, transports, sizes, launch, printer, emit)
-
-
-def _model(a, world, transports, sizes, launch, printer, emit) -> int:
-    from commbench.studies.model import run_model
-
-    return run_model(a, world, transports, launch, printer, emit)
+        return getattr(importlib.import_module(module), name)(*args)
+    return run
 
 
-def _numerics(a, world, transports, sizes, launch, printer, emit) -> int:
+def _numerics(s: StudySettings, world, transports, sizes, launch, prints, emit) -> int:
     from commbench.studies.numerics import numerics_markdown, numerics_plot, run_numerics
 
     emit(f"# commbench run numerics: {world.size} ranks ({launch}), gloo; error against the "
@@ -200,10 +183,11 @@ def _numerics(a, world, transports, sizes, launch, printer, emit) -> int:
     rows = run_numerics(world, emit)
     over = [r for r in rows if r["max_err"] > r["bound"]]
     emit(f"# within the bound: {len(rows) - len(over)} of {len(rows)} rows")
-    _write_study(a, printer, world, launch, "numerics", {"what": "rounding error, not time"},
+    _write_study(s, prints, world, launch, "numerics", {"what": "rounding error, not time"},
                  rows, numerics_markdown, emit, numerics_plot)
     return 1 if over else 0
 
 
-# the studies of their own: target -> (args, world, transports, sizes, launch, printer, emit)
-STUDIES = {"overhead": _overhead, "versus": _versus, "model": _model, "numerics": _numerics}
+# the studies of their own: target -> (settings, world, transports, sizes, launch, prints, emit)
+STUDIES = {"overhead": _overhead, "versus": _study("commbench.studies.versus", "run_versus"),
+           "model": _study("commbench.studies.model", "run_model"), "numerics": _numerics}

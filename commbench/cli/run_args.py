@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from commbench.cli import checks
 from commbench.cli.common import UsageError
-from commbench.names import COLLECTIVES, DTYPE_NAMES, ITEMSIZE, REDOPS, ROOTED, canonical
+from commbench.names import (
+    COLLECTIVES,
+    DTYPE_NAMES,
+    ITEMSIZE,
+    REDOPS,
+    ROOTED,
+    canonical,
+    parse_size,
+    sizes_between,
+)
+from commbench.studies.settings import StudySettings
 
 __all__ = ["SUITES", "add_parser", "check_run_args"]
 
 SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "model": (),
           "versus": ("all_reduce",), "numerics": ()}
 # suites that are studies of their own, run alone
-STUDIES = ("overhead", "model", "versus", "numerics")
+STUDY_TARGETS = ("overhead", "model", "versus", "numerics")
 
 
 def add_parser(sub) -> None:
@@ -128,7 +138,6 @@ def _check_pattern_args(a) -> None:
 def check_run_args(a) -> tuple[list[str], list[int]]:
     """(collectives, sizes) of a sweep ([] and [] for a pattern study); ``a`` gains
     ``patterns``, ``world_size``, ``ranks_here``. Every refusal is a :class:`UsageError`."""
-    from commbench.names import parse_size, sizes_between
 
     a.targets = [canonical(t) for t in a.targets]
     ops: list[str] = []
@@ -140,7 +149,7 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
     if a.patterns or a.targets == ["numerics"]:  # studies of their own grid of configs
         _check_pattern_args(a)
         return ops, []
-    for study in STUDIES:
+    for study in STUDY_TARGETS:
         if study in a.targets and len(a.targets) > 1:
             raise UsageError(f"{study} is a study of its own; run it alone")
     if a.cal_samples < 1:
@@ -231,3 +240,14 @@ def _check_transports(a, ops: list[str]) -> None:
             raise UsageError(f"-d {a.datatype} -o {a.op} over nccl ({', '.join(reducing)}): "
                              f"{why}; choose another dtype")
 
+
+def study_settings(a) -> StudySettings:
+    """The settings a study is given, once :func:`check_run_args` has checked ``a``; a size
+    left at its default is None (the study's own range)."""
+    return StudySettings(
+        iters=a.iters, warmup=a.warmup_iters, rounds=a.rounds, repeat=a.repeat, batch=a.batch,
+        lo=None if a.minbytes == "8" else parse_size(a.minbytes),
+        hi=None if a.maxbytes == "1M" else parse_size(a.maxbytes),
+        separate_sweeps=a.separate_sweeps, cal_samples=a.cal_samples,
+        transports=tuple(t for t in a.transport.split(",") if t), out=a.out, label=a.label,
+        write=not a.no_write, resume=a.resume, trace=a.trace)

@@ -10,7 +10,8 @@ import statistics
 from commbench.collectives import ALGORITHMS, algorithms_of
 from commbench.collectives.measure import Case, cadence, placement
 from commbench.results import records as res
-from commbench.studies.sweep import HEADER, hardware, merge_rounds, run_series
+from commbench.results.machine import machine_class
+from commbench.studies.sweep import HEADER, merge_rounds, run_series
 
 __all__ = ["sweep"]
 
@@ -30,7 +31,7 @@ def _algorithms(op: str, wanted: list[str], world, emit) -> list[str]:
     return out
 
 
-def sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> int:
+def sweep(a, world, ops, sizes, transports, wanted, launch, prints, emit) -> int:
     from commbench.costmodel.topology import load
     from commbench.studies.overhead import memcpy_bandwidth
 
@@ -52,7 +53,7 @@ def sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> in
                 "warmup": a.warmup_iters, "batch": a.batch, "repeat": a.repeat}
     # float32 and sum keep the plain name; another dtype or reduction is a table of its own
     kind = "" if (a.datatype, a.op) == ("float32", "sum") else f"-{a.datatype}-{a.op}"
-    stems = {t: os.path.join(a.out, f"{suite}_{hardware(a.label)}-{t}-x{n}{kind}")
+    stems = {t: os.path.join(a.out, f"{suite}_{machine_class(a.label)}-{t}-x{n}{kind}")
              for t in transports}
     previous = {} if a.resume or a.no_write else \
         {t: _previous(stem + ".json", settings) for t, stem in stems.items()}
@@ -60,11 +61,11 @@ def sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> in
     timeline: list | None = [] if a.trace else None  # each row's traced call, for --trace
     try:
         wrong = _transports(a, world, transports, stems, previous, settings, measurement, topo,
-                            memcpy, suite, launch, printer, emit, records, sizes, ops, wanted,
+                            memcpy, suite, launch, prints, emit, records, sizes, ops, wanted,
                             timeline)
     finally:
         every = [r for record in records for r in record["rows"]]
-        if printer:
+        if prints:
             _extra_files(a, suite, every, n, launch, measurement, settings, emit)
             if timeline:
                 from commbench.results.trace import chrome_trace
@@ -79,7 +80,7 @@ def sweep(a, world, ops, sizes, transports, wanted, launch, printer, emit) -> in
 
 
 def _transports(a, world, transports, stems, previous, settings, measurement, topo, memcpy,
-                suite, launch, printer, emit, records, sizes, ops, wanted,
+                suite, launch, prints, emit, records, sizes, ops, wanted,
                 timeline: list | None = None) -> int:
     """Each transport's sweep, its record appended to ``records``; the count of wrong elements."""
     from commbench.studies.model import annotate, stored_fit
@@ -87,10 +88,10 @@ def _transports(a, world, transports, stems, previous, settings, measurement, to
     n, wrong = world.size, 0
     for transport in transports:
         stem = stems[transport]
-        path = None if a.no_write or not printer else stem + ".json"
+        path = None if a.no_write or not prints else stem + ".json"
         record = _resumed(stem + ".json", n, measurement, settings, emit) if a.resume else None
         if record is None:
-            record = res.header(suite, n, launch, hardware(a.label), measurement)
+            record = res.header(suite, n, launch, machine_class(a.label), measurement)
         record["settings"] = settings
         records.append(record)
         record["memcpy_GBps"] = memcpy / 1e9
@@ -125,9 +126,9 @@ def _transports(a, world, transports, stems, previous, settings, measurement, to
             _against(previous[transport], record, stem + ".json", emit,
                      lambda key, sizes, by=by_series: run_series(world, by[key[:3]], sizes, None,
                                                                  None, lambda line: None))
-        elif printer and not a.no_write and not a.resume:
+        elif prints and not a.no_write and not a.resume:
             emit(f"# no baseline: {stem}.json holds no earlier run of these settings on "
-                 f"{hardware(a.label)}; this run's table is the first one")
+                 f"{machine_class(a.label)}; this run's table is the first one")
         if path:
             res.write_json(path, record)
             res.write_atomic(stem + ".md", res.markdown(record))
@@ -139,7 +140,7 @@ def _transports(a, world, transports, stems, previous, settings, measurement, to
 def _extra_files(a, suite, rows, n, launch, measurement, settings, emit) -> None:
     """-J FILE (a results record of every row, all transports) and --csv FILE."""
     if a.json:
-        record = res.header(suite, n, launch, hardware(a.label), measurement)
+        record = res.header(suite, n, launch, machine_class(a.label), measurement)
         record.update(settings=settings, rows=rows)
         res.write_json(a.json, record)
         emit(f"# wrote {a.json}")

@@ -16,17 +16,13 @@ collective: everything the rest of commbench needs to run it, count it and price
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-__all__ = ["Algorithm", "any_world", "lg"]
+from commbench.wire.ops import OPS
 
-
-def lg(n: int) -> int:
-    """ceil(log2 n): rounds of a binary tree or of recursive doubling over n members."""
-    return math.ceil(math.log2(n)) if n > 1 else 0
+__all__ = ["Algorithm", "any_world"]
 
 
 def any_world(n: int) -> str:
@@ -34,14 +30,11 @@ def any_world(n: int) -> str:
 
 
 def _call(op: str, fn, comm, x, where, root: int, redop: str, splits):
-    """The uniform call of an algorithm of ``op`` built on one group."""
-    if op in ("all_reduce", "reduce_scatter"):
-        return fn(comm, x, where, op=redop)
-    if op == "broadcast":
-        return fn(comm, x, where, root=root)
-    if op == "reduce":
-        return fn(comm, x, where, root=root, op=redop)
-    return fn(comm, x, where)
+    """The uniform call of an algorithm of ``op`` built on one group: a root and a reduction
+    where its record takes them."""
+    record = OPS[op]
+    kw = {"root": root} if record.rooted else {}
+    return fn(comm, x, where, **kw, **({"op": redop} if record.reduces else {}))
 
 
 @dataclass(frozen=True)

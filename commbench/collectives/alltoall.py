@@ -17,9 +17,10 @@ from __future__ import annotations
 import torch
 
 from commbench.collectives._p2p import exchange, offsets
-from commbench.collectives.algorithm import Algorithm, lg
+from commbench.collectives.algorithm import Algorithm
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
+from commbench.wire.ops import lg
 
 __all__ = ["RECORDS", "bruck_all_to_all", "bruck_blocks_per_step", "pairwise_all_to_all"]
 

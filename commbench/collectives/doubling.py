@@ -12,7 +12,7 @@ its odd neighbour and sits out, leaving p active members numbered ``new = i // 2
   the current block range on this side of ``new``'s bit, send the other half), then recursive
   doubling all-gather back up. Each active member moves about 2(p-1)/p * S: the large-message one.
 
-Blocks are the p chunks of :func:`commbench.wire.volume.split_sizes`, so any count works.
+Blocks are the p chunks of :func:`commbench.wire.ops.split_sizes`, so any count works.
 Shapes: x [*] -> out [*], the same on every member.
 """
 
@@ -24,7 +24,7 @@ from commbench.collectives._p2p import combine, exchange, finish_avg, flat
 from commbench.collectives.algorithm import Algorithm
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
-from commbench.wire.volume import split_sizes
+from commbench.wire.ops import split_sizes
 
 __all__ = ["RECORDS", "fold_layout", "rabenseifner_all_reduce", "recursive_doubling_all_reduce"]
 

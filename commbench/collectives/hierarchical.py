@@ -20,7 +20,7 @@ from commbench.collectives.algorithm import Algorithm
 from commbench.collectives.ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
-from commbench.wire.volume import split_sizes
+from commbench.wire.ops import split_sizes
 
 __all__ = ["RECORDS", "hierarchical_all_reduce"]
 

@@ -26,7 +26,7 @@ import torch
 
 from commbench.collectives import ALGORITHMS
 from commbench.collectives.compiled.schedule import Compiled
-from commbench.collectives.compiled.steps import schedule
+from commbench.collectives.compiled.steps import step_list
 from commbench.names import COLLECTIVES
 from commbench.timing import verify
 from commbench.timing.loop import timed
@@ -34,8 +34,9 @@ from commbench.timing.native import Prepared, prepare_native, restore
 from commbench.wire.buffers import like
 from commbench.wire.dtypes import DTYPES
 from commbench.wire.ledger import Entry
+from commbench.wire.ops import OPS
 
-__all__ = ["COLLECTIVES", "MEASUREMENT", "Case", "cadence", "counts_for", "measure"]
+__all__ = ["COLLECTIVES", "MEASUREMENT", "Case", "cadence", "measure"]
 
 
 
@@ -73,22 +74,6 @@ class Case:
         return asdict(self)
 
 
-def counts_for(op: str, nbytes: int, n: int, itemsize: int) -> tuple[int, int]:
-    """(elements of each rank's input, bytes in nccl-tests' size column) for a requested size.
-
-    Split collectives round each rank's block down to a multiple of 16 bytes, as nccl-tests does.
-    """
-    elems = nbytes // itemsize
-    if op in ("all_reduce", "broadcast", "reduce", "sendrecv", "pingpong"):
-        return elems, elems * itemsize
-    align = max(16 // itemsize, 1)
-    block = (elems // n) // align * align
-    if op in ("all_gather", "gather"):
-        return block, block * n * itemsize
-    # reduce_scatter, all_to_all, scatter: the input holds one block per member
-    return block * n, block * n * itemsize
-
-
 def _core(ctx) -> int | None:
     return getattr(ctx.affinity, "core", None)
 
@@ -111,9 +96,9 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     g, n, r = ctx.world, ctx.size, ctx.rank
     dtype = DTYPES[case.dtype]
     itemsize = dtype.itemsize
-    count, size = counts_for(case.op, nbytes, n, itemsize)
+    count, size = OPS[case.op].counts(nbytes, n, itemsize)
     dev = ctx.device if case.transport != "mpi" else torch.device("cpu")
-    src = verify.pattern(case.seed, r, count, dtype, case.redop, dev)
+    src = verify.seeded(case.seed, r, count, dtype, case.redop, dev)
     if dev.type == "cpu":  # the input too lives in NumPy-allocated memory (see wire.buffers.like)
         src = like(src, count).copy_(src)
     root = case.root % n
@@ -135,7 +120,7 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     per_call = [t for t in times for _ in range(case.batch)]  # one ledger entry per timed call
     if prep.after is not None:
         prep.after(per_call)
-    if case.op == "pingpong":
+    if OPS[case.op].one_way:
         times = [t / 2 for t in times]  # one way, as OSU reports it
     record = ALGORITHMS[(case.op, case.algo)]
     pred_sent, pred_recv = record.bytes(n, g.index, count, itemsize,
@@ -148,7 +133,7 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     else:  # built from send/recv: what the ledger counted, message by message, in one call
         sent, recv = one_call.sent, one_call.recv
     wrong = 0
-    if case.check and case.op != "pingpong":
+    if case.check and OPS[case.op].expected is not None:
         want = verify.expected(case.op, case.seed, r, n, count, dtype, case.redop, root, dev)
         wrong = verify.wrong(prep.result(), want)
     out = {"times": times, "wrong": wrong, "count": count, "size": size, "sent": sent,
@@ -174,7 +159,7 @@ def _prepare_algorithm(ctx, comm, case: Case, src, count: int, root: int) -> Pre
         raise ValueError(f"no algorithm {case.algo!r} for {case.op!r}; known: {', '.join(known)}")
     if record.compiled:
         return _prepare_compiled(comm, case, src, record, ctx.world)
-    splits = [count // ctx.size] * ctx.size if case.op == "all_to_all" else None
+    splits = [count // ctx.size] * ctx.size if OPS[case.op].split else None
     vol = {"in_splits": splits, "out_splits": splits} if splits else {}
     run = record.bind(ctx, comm, src, root=root, redop=case.redop, splits=splits)
     holder: dict = {}
@@ -194,7 +179,7 @@ def _prepare_compiled(comm, case: Case, src, record, g) -> Prepared:
     own time.
     """
     buf = like(src, src.numel())
-    steps = schedule(record.compiled, g.size, g.index, buf.numel())
+    steps = step_list(record.compiled, g.size, g.index, buf.numel())
     sched = Compiled(comm, buf, g, steps, case.redop, case.algo)
 
     def after(times: list[float]) -> None:

@@ -1,7 +1,7 @@
 """Ring algorithms from send/recv: reduce-scatter, all-gather, and all-reduce as the two in turn.
 
 The ring of the notes ("Ring All-reduce = Reduce-scatter + All-gather", Patarasuk and Yuan 2009):
-the buffer is cut in P chunks (:func:`commbench.wire.volume.split_sizes`; the first ``count % P`` one
+the buffer is cut in P chunks (:func:`commbench.wire.ops.split_sizes`; the first ``count % P`` one
 element longer, so any count works). Member i sends to i+1 and receives from i-1.
 
 * reduce-scatter, step k = 0..P-2: send the running sum of chunk i-k-1, receive chunk i-k-2 and add
@@ -25,7 +25,7 @@ from commbench.collectives._p2p import combine, exchange, finish_avg, flat, offs
 from commbench.collectives.algorithm import Algorithm
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
-from commbench.wire.volume import split_sizes
+from commbench.wire.ops import split_sizes
 
 __all__ = ["RECORDS", "ring_all_gather", "ring_all_reduce", "ring_reduce_scatter"]
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 import torch
 
 from commbench.collectives._p2p import combine, exchange, finish_avg, flat
-from commbench.collectives.algorithm import Algorithm, lg
+from commbench.collectives.algorithm import Algorithm
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
+from commbench.wire.ops import lg
 
 __all__ = ["RECORDS", "binomial_broadcast", "binomial_reduce", "naive_all_reduce", "tree_children"]
 

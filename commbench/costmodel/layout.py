@@ -42,7 +42,7 @@ from commbench.patterns.seq.pattern import attention_calls
 from commbench.patterns.tp.head import VocabConfig
 from commbench.patterns.tp.model import TPConfig
 from commbench.patterns.tp.pattern import activation_calls, replicated_sync
-from commbench.wire.volume import booked
+from commbench.wire.ops import booked
 
 __all__ = ["Layout", "dp_calls", "group_span", "predict_layout", "step_bytes"]
 

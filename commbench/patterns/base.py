@@ -47,7 +47,7 @@ class Call:
 
     op: the comm layer's name (``all_reduce``, ``all_to_all``, ``isend``, ...); axis: the group
     axis it runs on; size: bytes of this rank's buffer (the ledger's count x itemsize); sent /
-    recv: bytes this rank sends and receives (:mod:`commbench.wire.volume`).
+    recv: bytes this rank sends and receives (:mod:`commbench.wire.ops`).
     """
 
     op: str
@@ -138,10 +138,20 @@ class Pattern:
         draw reaches only sometimes (a layer smaller than the world, an empty split)."""
         return []
 
+    def coords(self, cfg, rank: int) -> dict[str, int]:
+        """``rank``'s index along each axis of :meth:`grid`: the layout its groups are built
+        from, so a rank's shard and its expected share agree."""
+        from commbench.runtime.group import grid_coords, parse_grid
+
+        return grid_coords(parse_grid(self.grid(cfg)), rank)
+
     def check(self, cfg, world_size: int, variant: str) -> None:
         """The one place a run checks its config: variant, then the config's own rules."""
         if variant not in self.variants:
             raise ValueError(f"variant={variant!r}: {self.name} has {', '.join(self.variants)}")
+        if not isinstance(cfg, self.Config):
+            raise ValueError(f"config {type(cfg).__name__}: the {self.name} pattern takes a "
+                             f"{self.Config.__name__}")
         cfg.validate(world_size, variant)
 
     # -- data -----------------------------------------------------------------------------------
@@ -159,10 +169,6 @@ class Pattern:
 
     def grid(self, cfg) -> str:
         raise NotImplementedError
-
-    def label(self, cfg) -> str:
-        """A short name of ``cfg`` for the study's rows."""
-        return cfg.label()
 
     combos: ClassVar[tuple[tuple[str, ...], ...]] = ()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from commbench.patterns.base import Pattern
 from commbench.patterns.dp.pattern import DataParallel
 from commbench.patterns.dp.zero_pattern import Zero
-from commbench.patterns.moe.pattern import ExpertParallel, Gating
+from commbench.patterns.moe.pattern import ExpertParallel, MoEGating
 from commbench.patterns.pp.pattern import Pipeline
 from commbench.patterns.seq.pattern import RingAttention, Ulysses
 from commbench.patterns.seq.zero3 import UlyssesZero3
@@ -24,7 +24,7 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
     UlyssesZero3(),
     RingAttention(),
     Pipeline(),
-    Gating(),
+    MoEGating(),
     ExpertParallel(),
 )}
 

@@ -19,29 +19,20 @@ Tree on two nodes), and it counts one direction.
 
 from __future__ import annotations
 
-__all__ = ["FACTORS", "algbw", "busbw", "factor"]
+from commbench.wire.ops import OPS
 
-FACTORS = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "all_to_allv": lambda n: (n - 1) / n,
-    "gather": lambda n: (n - 1) / n,
-    "scatter": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "sendrecv": lambda n: 1.0,
-    "pingpong": lambda n: 1.0,
-}
+__all__ = ["algbw", "busbw", "factor"]
 
 
 def factor(op: str, n: int) -> float:
-    if op not in FACTORS:
-        raise ValueError(f"op {op!r}: no busbw factor; known: {', '.join(FACTORS)}")
+    """nccl-tests' bus factor of ``op`` at ``n`` ranks (:attr:`commbench.wire.ops.Op.bus`)."""
+    record = OPS.get(op)
+    if record is None or record.bus is None:
+        known = ", ".join(o.name for o in OPS.values() if o.bus is not None)
+        raise ValueError(f"op {op!r}: no busbw factor; known: {known}")
     if n < 1:
         raise ValueError(f"n={n}: must be >= 1")
-    return FACTORS[op](n)
+    return record.bus(n)
 
 
 def algbw(size_bytes: int, seconds: float) -> float:

@@ -91,12 +91,13 @@ def _read(path: str, settings: dict) -> dict | str:
     return pieces if isinstance(pieces, dict) else {}
 
 
-def study_pieces(a, world, printer: bool, name: str, emit, **settings) -> Pieces:
-    """The pieces of the study whose tables are named ``name`` (``versus_<hw>-gloo-x4``):
-    ``<a.out>/<name>.partial.json``, written by the printing rank unless ``a.no_write``, taken
-    back when ``a.resume``; ``settings`` (with the world's size) must match to be taken, the
-    ranks' ``binding`` aside (where threads ran is recorded, not chosen)."""
-    path = os.path.join(a.out, name + ".partial.json")
+def study_pieces(world, stem: str, emit, *, write: bool, resume: bool, prints: bool,
+                 **settings) -> Pieces:
+    """The pieces of the study whose table is ``stem`` (``results/versus_<hw>-gloo-x4``):
+    ``<stem>.partial.json``, written by the printing rank when ``write``, taken back when
+    ``resume``; ``settings`` (with the world's size) must match to be taken, the ranks'
+    ``binding`` aside (where threads ran is recorded, not chosen)."""
+    path = stem + ".partial.json"
     settings = {"ranks": world.size, **{k: v for k, v in settings.items() if k != "binding"}}
-    return Pieces(None if a.no_write or not printer else path, settings,
-                  resume=a.resume, emit=emit, world=world, read_path=path if printer else None)
+    return Pieces(path if write and prints else None, settings,
+                  resume=resume, emit=emit, world=world, read_path=path if prints else None)

@@ -36,8 +36,6 @@ import subprocess
 import tempfile
 
 SCHEMA = "commbench.results.records/1"
-COLUMNS = ["size", "count", "type", "redop", "root", "algo", "time_us", "algbw", "busbw",
-           "wrong", "sent", "pred_sent"]
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -118,6 +116,17 @@ def write_atomic(path: str, text: str) -> None:
 def write_json(path: str, record: dict) -> None:
     write_atomic(path, json.dumps(record, indent=1, sort_keys=False) + "\n")
 
+
+
+def write_study(stem: str, record: dict, to_markdown, emit, plot=None) -> None:
+    """A study's table: ``<stem>.json``, ``<stem>.md`` (``to_markdown(record)``) and, given
+    ``plot`` (returns the path it wrote, or None without matplotlib), ``<stem>.png``."""
+    write_json(stem + ".json", record)
+    write_atomic(stem + ".md", to_markdown(record))
+    emit(f"# wrote {stem}.json and {stem}.md")
+    if plot is not None:
+        png = plot(record, stem + ".png")
+        emit(f"# wrote {png}" if png else "# no matplotlib: no plot")
 
 def markdown(record: dict) -> str:
     from tabulate import tabulate

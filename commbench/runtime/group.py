@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Grid", "Group", "grid_groups", "parse_grid"]
+__all__ = ["Grid", "Group", "grid_coords", "grid_groups", "parse_grid"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,6 +83,14 @@ def parse_grid(spec: str | dict[str, int]) -> dict[str, int]:
     return dims
 
 
+def grid_coords(dims: dict[str, int], rank: int) -> dict[str, int]:
+    """``rank``'s index along each axis of the grid ``dims`` (the last axis fastest)."""
+    out, rest = {}, rank
+    for name in reversed(list(dims)):
+        rest, out[name] = divmod(rest, dims[name])
+    return dict(reversed(out.items()))
+
+
 def grid_groups(dims: dict[str, int], axes: tuple[str, ...]) -> list[tuple[int, ...]]:
     """All groups along ``axes`` of the grid ``dims``, each in row-major order of those axes."""
     names = list(dims)
@@ -112,10 +120,7 @@ class Grid:
 
     @property
     def coords(self) -> dict[str, int]:
-        out, rest = {}, self.rank
-        for name in reversed(list(self.dims)):
-            rest, out[name] = divmod(rest, self.dims[name])
-        return dict(reversed(out.items()))
+        return grid_coords(self.dims, self.rank)
 
     def group(self, *axes: str) -> Group:
         key = tuple(a for a in self.dims if a in axes)

@@ -6,6 +6,7 @@ every figure commbench sets beside them comes from a pattern's prediction or the
 
 from __future__ import annotations
 
+from commbench.patterns.dp.pattern import DDPConfig
 from commbench.patterns.dp.zero_model import STAGES, ZeroConfig, flat_size
 from commbench.patterns.moe.gating import MoEConfig, capacity
 from commbench.patterns.seq.attention import AttnConfig
@@ -181,9 +182,9 @@ CLAIMS = [
                                                     vocab=64 * P, tp=P, dtype="float32"))
                      for v in ("megatron", "fused", "naive")}, _ce),
     Claim("ring all-reduce costs about 2x the parameters",
-          lambda P: {"ddp": Run("ddp", "ddp", TPConfig(batch=2 * P, seq=4, hidden=16, ffn=64,
-                                                       heads=2, vocab=1, dp=P, tp=1,
-                                                       dtype="float32", bucket_bytes=1 << 30))},
+          lambda P: {"ddp": Run("ddp", "ddp", DDPConfig(batch=2 * P, seq=4, hidden=16, ffn=64,
+                                                        heads=2, vocab=1, dp=P, tp=1,
+                                                        dtype="float32", bucket_bytes=1 << 30))},
           _ring),
     Claim("ZeRO-1 and ZeRO-2 come almost free; ZeRO-3 costs 3x instead of 2x",
           lambda P: {f"{v}{m}": Run("zero", v, _zero_cfg(P, m)) for v in STAGES for m in (1, 4)},

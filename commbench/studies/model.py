@@ -43,14 +43,15 @@ from commbench.studies.model_judge import (
     TARGET,
     KiB,
     MiB,
-    judge,
+    judge_model,
     last_level_cache,
     low,
     model_markdown,
     pairs_met,
     refit,
 )
-from commbench.studies.sweep import hardware, merge_rounds, pool_passes, run_series
+from commbench.studies.settings import StudySettings
+from commbench.studies.sweep import merge_rounds, pool_passes, run_series
 
 __all__ = ["model_study", "run_model", "refit_stored", "stored_fit"]
 
@@ -163,7 +164,7 @@ def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int,
          f"{'separate' if separate else 'interleaved'}")
     cal, ev = _sweeps(world, transport, cases, iters, warmup, lo, hi, repeat, separate, batch,
                       passes, cal_samples, pieces, emit)
-    out = judge(cal, low(cal), ev, n, last_level_cache())
+    out = judge_model(cal, low(cal), ev, n, last_level_cache())
     for cls, p in out["model"]["classes"].items():
         emit(f"# {cls}: alpha {p['alpha'] * 1e6:.2f} us, beta {p['beta'] * 1e9:.4f} ns/B, gamma "
              f"{p['gamma'] * 1e9:.4f} ns/B")
@@ -174,10 +175,6 @@ def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int,
              f"{r['pred_us']:>10.1f} {r['meas_over_pred'] or 0:>9.2f} "
              f"{r.get('p10_us', r['min_us']):>10.1f} {r['pred_low_us']:>10.1f}")
     return out
-
-
-def _stem(out_dir: str, transport: str, n: int, label: str = "") -> str:
-    return os.path.join(out_dir, f"model_{hardware(label)}-{transport}-x{n}")
 
 
 def _report(record: dict, stem: str | None, emit, prefix: str = "") -> None:
@@ -193,16 +190,15 @@ def _report(record: dict, stem: str | None, emit, prefix: str = "") -> None:
          ("low", f"{record['low_statistic']} times"), ("forms", "uncorrected forms"))
         if k in met))
     if stem:
-        res.write_json(stem + ".json", record)
-        res.write_atomic(stem + ".md", model_markdown(record))
-        emit(f"# wrote {stem}.json and {stem}.md")
+        res.write_study(stem, record, model_markdown, emit)
 
 
-def run_model(a, world, transports: list[str], launch: str, printer: bool, emit) -> int:
-    """The ``commbench run model`` study, per transport; writes results/model_*."""
+def run_model(s: StudySettings, world, transports: list[str], sizes: list[int], launch: str,
+              prints: bool, emit) -> int:
+    """The ``commbench run model`` study, per transport; writes results/model_*. ``sizes``: the
+    sweep's, unused: the study calibrates on its own range, ``s.lo``..``s.hi`` or 4 KiB..64 MiB."""
     from commbench.collectives import ALGORITHMS, algorithms_of
     from commbench.collectives.compiled.waiting import recorded
-    from commbench.names import parse_size
     from commbench.results.pieces import study_pieces
 
     n = world.size
@@ -210,44 +206,45 @@ def run_model(a, world, transports: list[str], launch: str, printer: bool, emit)
            "gather", "scatter", "sendrecv"] + (["pingpong"] if n >= 2 else [])
     cases = [(op, algo) for op in ops for algo in algorithms_of(op)
              if not ALGORITHMS[(op, algo)].needs(n)]
-    lo = parse_size(a.minbytes) if a.minbytes != "8" else 4 * KiB
-    hi = parse_size(a.maxbytes) if a.maxbytes != "1M" else 64 * MiB
+    lo = s.lo if s.lo is not None else 4 * KiB
+    hi = s.hi if s.hi is not None else 64 * MiB
     for transport in transports:
         emit(f"# commbench run model: {n} ranks ({launch}), transport {transport}, "
              f"{lo}..{hi} bytes")
-        record = res.header("model", n, launch, hardware(a.label),
-                            dict(cadence(a.batch), iters=a.iters, warmup=a.warmup_iters))
-        sweeps = "separate" if a.separate_sweeps else "interleaved per size"
+        record = res.header("model", n, launch, s.machine,
+                            dict(cadence(s.batch), iters=s.iters, warmup=s.warmup))
+        sweeps = "separate" if s.separate_sweeps else "interleaved per size"
         record["measurement"].update(
-            repeat=a.repeat, passes=a.rounds, sweeps=sweeps, calibration_samples=a.cal_samples,
-            iters_by_size=f"{a.iters} from {SMALL // MiB} MiB up, {a.iters} * min(10, "
+            repeat=s.repeat, passes=s.rounds, sweeps=sweeps, calibration_samples=s.cal_samples,
+            iters_by_size=f"{s.iters} from {SMALL // MiB} MiB up, {s.iters} * min(10, "
                           f"{SMALL // MiB} MiB / size) below")
         if transport == "mpi":
             record["measurement"].update(compiled_wait=recorded(world), binding=placement(world))
-        stem = _stem(a.out, transport, n, a.label)
-        pieces = study_pieces(a, world, printer, os.path.basename(stem), emit, lo=lo, hi=hi,
-                              cases=[list(c) for c in cases], **record["measurement"])
-        record.update(model_study(world, transport, cases, a.iters, a.warmup_iters, emit, lo, hi,
-                                  a.repeat, a.separate_sweeps, a.batch, a.rounds, a.cal_samples,
+        stem = s.stem("model", transport, n)
+        pieces = study_pieces(world, stem, emit, write=s.write, resume=s.resume, prints=prints,
+                              lo=lo, hi=hi, cases=[list(c) for c in cases],
+                              **record["measurement"])
+        record.update(model_study(world, transport, cases, s.iters, s.warmup, emit, lo, hi,
+                                  s.repeat, s.separate_sweeps, s.batch, s.rounds, s.cal_samples,
                                   pieces))
-        _report(record, None if a.no_write or not printer else stem, emit)
+        _report(record, stem if s.write and prints else None, emit)
         pieces.finish()
     return 0
 
 
-def refit_stored(a, emit) -> int:
+def refit_stored(s: StudySettings, ranks: int, emit) -> int:
     """``commbench run model --refit``: each stored study of this world size judged again."""
     from commbench.results.files import RESULTS_LIMIT, read_json
 
     found = 0
-    for transport in [t for t in a.transport.split(",") if t] or ["gloo", "mpi"]:
-        stem = _stem(a.out, transport, a.np, a.label)
+    for transport in s.transports or ("gloo", "mpi"):
+        stem = s.stem("model", transport, ranks)
         if not os.path.exists(stem + ".json"):
             emit(f"# {stem}.json: none stored")
             continue
         record = refit(read_json(stem + ".json", "results", RESULTS_LIMIT))
         found += 1
-        _report(record, None if a.no_write else stem, emit, f"{transport} ")
+        _report(record, stem if s.write else None, emit, f"{transport} ")
     return 0 if found else 1
 
 
@@ -257,7 +254,7 @@ def stored_fit(out_dir: str, transport: str, n: int, label: str = ""):
     from commbench.costmodel.alphabeta import Fit
     from commbench.results.files import RESULTS_LIMIT, read_json
 
-    path = _stem(out_dir, transport, n, label) + ".json"
+    path = StudySettings(out=out_dir, label=label).stem("model", transport, n) + ".json"
     if not os.path.exists(path):
         return None, path
     return Fit.from_dict(read_json(path, "results", RESULTS_LIMIT)["model"]), path

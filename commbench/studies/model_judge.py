@@ -13,7 +13,7 @@ from commbench.costmodel.alphabeta import Curve, Fit
 from commbench.costmodel.fitting import fit
 from commbench.results import records as res
 
-__all__ = ["accuracy", "form_ceiling", "judge", "last_level_cache", "low", "model_markdown",
+__all__ = ["accuracy", "form_ceiling", "judge_model", "last_level_cache", "low", "model_markdown",
            "pairs_met", "refit"]
 KiB, MiB = 1 << 10, 1 << 20
 TARGET = 0.15  # the issue's bound on each pair's median |pred - meas| / meas
@@ -43,7 +43,7 @@ def low(rows: list[dict]) -> list[dict]:
     return [dict(r, time_us=r.get("p10_us", r["min_us"])) for r in rows]
 
 
-def judge(cal: list[dict], cal_low: list[dict], ev: list[dict], n: int, knee: float) -> dict:
+def judge_model(cal: list[dict], cal_low: list[dict], ev: list[dict], n: int, knee: float) -> dict:
     """Fit on the calibration rows (median and lower-decile iterations), predict every
     evaluation row, and score both: the study's record fields. The model judged is each
     algorithm's line corrected by its residuals (:mod:`commbench.costmodel.correction`); the
@@ -113,7 +113,7 @@ def refit(record: dict) -> dict:
           for r in record["rows"]]
     out = {k: v for k, v in record.items() if k not in ("model_min", "accuracy_min")}
     lows = cal(record.get("model_low") or record["model_min"])  # model_min: before p10_us
-    out.update(judge(cal(record["model"]), lows, ev, record["world_size"], last_level_cache()))
+    out.update(judge_model(cal(record["model"]), lows, ev, record["world_size"], last_level_cache()))
     out["refit"] = {"created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                     "commit": res.git_commit()}
     return out

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import torch
 
 from commbench.collectives import ALGORITHMS
-from commbench.wire.volume import split_sizes
+from commbench.wire.ops import split_sizes
 
-__all__ = ["ALGOS", "DISTRIBUTIONS", "NumericsCase", "bound", "depth", "draw", "judge",
+__all__ = ["ALGOS", "DISTRIBUTIONS", "NumericsCase", "bound", "depth", "draw", "judge_numerics",
            "numerics_case"]
 
 # op -> algorithms measured; "native" is the transport's own (its order is not documented)
@@ -119,7 +119,7 @@ def numerics_case(ctx, case: NumericsCase, broken: bool = False) -> dict:
             "node_size": ctx.node_size}
 
 
-def judge(case: NumericsCase, outs: list[dict]) -> dict:
+def judge_numerics(case: NumericsCase, outs: list[dict]) -> dict:
     """Error against the exact float64 sum (max and median, eps * sum |x| units), the bound,
     whether ranks agree bitwise and calls repeat bitwise."""
     p = len(outs)
@@ -166,7 +166,7 @@ def run_numerics(world, emit, seed: int = 0) -> list[dict]:
     emit(f"#{'op':>14} {'algo':>18} {'dtype':>8} {'accum':>8} {'data':>8} {'max err':>8} "
          f"{'median':>7} {'bound':>6} {'ranks =':>7} {'repeat =':>8}")
     for case in cases(world.size, seed):
-        row = judge(case, world.run(numerics_case, case))
+        row = judge_numerics(case, world.run(numerics_case, case))
         rows.append(row)
         emit(f" {row['op']:>14} {row['algo']:>18} {row['dtype']:>8} {row['accumulate']:>8} "
              f"{row['dist']:>8} {row['max_err']:>8.3f} {row['median_err']:>7.3f} "

@@ -52,9 +52,9 @@ def pattern_study(world, names: list[str], iters: int = 10, warmup: int = 3, emi
                 try:
                     pattern.check(cfg, world.size, variant)
                 except ValueError as exc:
-                    emit(f"# {name}/{variant} at {pattern.label(cfg)}: skipped: {exc}")
+                    emit(f"# {name}/{variant} at {cfg.label()}: skipped: {exc}")
                     continue
-                key = f"{name}|{variant}|{pattern.label(cfg)}"
+                key = f"{name}|{variant}|{cfg.label()}"
                 kept = pieces.get(key)
                 if kept is not None:  # measured by the interrupted run
                     base = kept["time_us"] if variant == pattern.optimized else base
@@ -63,13 +63,13 @@ def pattern_study(world, names: list[str], iters: int = 10, warmup: int = 3, emi
                     continue
                 outs = world.run(run_pattern, name, cfg, variant, seed, None, iters, warmup)
                 if timeline is not None:
-                    timeline.append((f"{name}/{variant} {pattern.label(cfg)}",
+                    timeline.append((f"{name}/{variant} {cfg.label()}",
                                      [o["timeline"] for o in outs], [o["span"] for o in outs]))
                 per = slowest([o["times"] for o in outs])
                 t = statistics.median(per) * 1e6
                 base = t if variant == pattern.optimized else base
                 predicted = [pattern.predicted(cfg, variant, r, seed) for r in range(world.size)]
-                row = {"pattern": name, "variant": variant, "config": pattern.label(cfg),
+                row = {"pattern": name, "variant": variant, "config": cfg.label(),
                        "time_us": t, "p99_us": res.percentile(per, 99) * 1e6,
                        "min_us": min(per) * 1e6, "max_us": max(per) * 1e6,
                        "sent": max(sum(c[3] for c in o["ledger"]) for o in outs),

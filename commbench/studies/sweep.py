@@ -55,8 +55,8 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
     ranks, seconds), for :func:`pool_passes`. With ``case.trace``, ``timeline`` gains each
     row's traced call: (label, every rank's entries, every rank's (start, end)).
     """
-    from commbench.collectives.measure import counts_for
     from commbench.names import ITEMSIZE, ROOTED
+    from commbench.wire.ops import counts_for
 
     n = world.size
     rows = []
@@ -93,13 +93,6 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
             if path:
                 res.write_json(path, record)
     return rows
-
-
-def hardware(label: str = "") -> str:
-    """The machine class results are named by (:mod:`commbench.results.machine`)."""
-    from commbench.results.machine import machine_class
-
-    return machine_class(label)
 
 
 def merge_rounds(rounds: list[list[dict]], n: int) -> list[dict]:

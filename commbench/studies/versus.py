@@ -32,6 +32,7 @@ from commbench.collectives.measure import Case, measure, placement
 from commbench.results import records as res
 from commbench.results.pieces import or_none
 from commbench.studies.model import iters_for
+from commbench.studies.settings import StudySettings
 
 __all__ = ["ALGOS", "order", "versus", "versus_markdown"]
 
@@ -119,41 +120,37 @@ def versus_markdown(record: dict) -> str:
                               + [f"{a}(us)" for a in algos[1:]], cells, note)
 
 
-def run_versus(a, world, transports: list[str], sizes: list[int], launch: str, printer: bool,
-               emit) -> int:
+def run_versus(s: StudySettings, world, transports: list[str], sizes: list[int], launch: str,
+               prints: bool, emit) -> int:
     """The ``commbench run versus`` study, per transport; writes results/versus_*."""
-    import os
 
     from commbench.collectives.measure import cadence
     from commbench.results.pieces import study_pieces
     from commbench.studies.model import SMALL
-    from commbench.studies.sweep import hardware
 
     n = world.size
     for transport in transports:
         emit(f"# commbench run versus: all_reduce, {n} ranks ({launch}), transport {transport}; "
-             f"{a.rounds} rounds per size, order rotated each round")
-        measurement = dict(cadence(1), iters=a.iters, warmup=a.warmup_iters, rounds=a.rounds,
+             f"{s.rounds} rounds per size, order rotated each round")
+        measurement = dict(cadence(1), iters=s.iters, warmup=s.warmup, rounds=s.rounds,
                            order="per size, every algorithm once per round, rotated by one each "
                                  "round",
-                           iters_by_size=f"{a.iters} from {SMALL >> 20} MiB up, {a.iters} * "
+                           iters_by_size=f"{s.iters} from {SMALL >> 20} MiB up, {s.iters} * "
                                          f"min(10, {SMALL >> 20} MiB / size) below")
         if transport == "mpi":
             measurement.update(compiled_wait=recorded(world), binding=placement(world))
-        stem = os.path.join(a.out, f"versus_{hardware(a.label)}-{transport}-x{n}")
-        pieces = study_pieces(a, world, printer, os.path.basename(stem), emit,
+        stem = s.stem("versus", transport, n)
+        pieces = study_pieces(world, stem, emit, write=s.write, resume=s.resume, prints=prints,
                               sizes=sizes, **measurement)
-        rows = versus(world, transport, sizes, a.iters, a.warmup_iters, a.rounds, emit,
+        rows = versus(world, transport, sizes, s.iters, s.warmup, s.rounds, emit,
                       pieces=pieces)
         met = sum(r["native_over_best"] >= 1 for r in rows)
         emit(f"# best algorithm at least as fast as {transport}'s own at {met} of {len(rows)} "
              "sizes")
-        if a.no_write or not printer:
+        if not (s.write and prints):
             continue
-        record = res.header("versus", n, launch, hardware(a.label), measurement)
+        record = res.header("versus", n, launch, s.machine, measurement)
         record.update(transport=transport, rows=rows)
-        res.write_json(stem + ".json", record)
-        res.write_atomic(stem + ".md", versus_markdown(record))
+        res.write_study(stem, record, versus_markdown, emit)
         pieces.finish()
-        emit(f"# wrote {stem}.json and {stem}.md")
     return 0

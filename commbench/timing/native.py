@@ -16,8 +16,9 @@ import torch
 from commbench.runtime.group import Group
 from commbench.wire.buffers import like
 from commbench.wire.comm import Comm
+from commbench.wire.ops import OPS
 
-__all__ = ["Prepared", "like", "prepare_native", "restore"]
+__all__ = ["PREPARE", "Prepared", "prepare_native", "restore"]
 
 
 @dataclass
@@ -32,58 +33,88 @@ class Prepared:
 
 
 
-def prepare_native(comm: Comm, g: Group, op: str, redop: str, root: int, src: torch.Tensor,
-                   count: int) -> Prepared:
-    be, n = comm.backend, g.size
-    none = lambda: None  # noqa: E731
-    if op in ("all_reduce", "broadcast", "reduce"):
+def _in_place(op: str):
+    """all-reduce, broadcast, reduce: the result over a copy of the input, restored each time."""
+    def prepare(comm: Comm, be, g: Group, redop: str, root: int, src, count: int) -> Prepared:
         out = like(src, src.numel())
         out.copy_(src)
         call = be.bind(op, out, src, g, redop, root) or {
-                "all_reduce": lambda: be.all_reduce(out, g, redop),
-                "broadcast": lambda: be.broadcast(out, g, root),
-                "reduce": lambda: be.reduce(out, g, root, redop)}[op]
+            "all_reduce": lambda: be.all_reduce(out, g, redop),
+            "broadcast": lambda: be.broadcast(out, g, root),
+            "reduce": lambda: be.reduce(out, g, root, redop)}[op]
         first = {"all_reduce": lambda: comm.all_reduce(src, g, op=redop),
                  "broadcast": lambda: comm.broadcast(src, g, root=root),
                  "reduce": lambda: comm.reduce(src, g, root=root, op=redop)}[op]
         result = (lambda: None) if op == "reduce" and g.index != root else (lambda: out)
         return Prepared(call, restore(out, src), first, result,
                         {"root": root} if op != "all_reduce" else {})
-    if op == "all_gather":
-        out = like(src, count * n)
-        call = be.bind(op, out, src, g) or (lambda: be.all_gather(out, src, g))
-        return Prepared(call, none, lambda: comm.all_gather(src, g), lambda: out)
-    if op == "gather":
-        out = like(src, count * n) if g.index == root else None
-        return Prepared(lambda: be.gather(out, src, g, root), none,
-                        lambda: comm.gather(src, g, root=root), lambda: out, {"root": root})
-    if op == "reduce_scatter":
-        out = like(src, count // n)
-        call = be.bind(op, out, src, g, redop) or (lambda: be.reduce_scatter(out, src, g, redop))
-        return Prepared(call, none,
-                        lambda: comm.reduce_scatter(src, g, op=redop), lambda: out)
-    if op == "all_to_all":
-        out, splits = like(src, count), [count // n] * n
-        return Prepared(lambda: be.all_to_all(out, src, g, splits, splits), none,
-                        lambda: comm.all_to_all(src, g), lambda: out,
-                        {"in_splits": splits, "out_splits": splits})
-    if op == "scatter":
-        out = like(src, count // n)
-        s = src if g.index == root else None
-        return Prepared(lambda: be.scatter(out, s, g, root), none,
-                        lambda: comm.scatter(src if g.index == root else out, g, root=root),
-                        lambda: out, {"root": root})
-    if op == "sendrecv":
-        out = like(src, count)
-        return Prepared(lambda: _sendrecv(be, src, out, g), none,
-                        lambda: _checked_sendrecv(comm, src, g), lambda: out)
-    if op == "pingpong":
-        if n < 2:
-            raise ValueError("pingpong needs at least 2 ranks")
-        out = like(src, count)
-        return Prepared(lambda: _pingpong(be, src, out, g), none,
-                        lambda: _pingpong(be, src, out, g), lambda: out)
-    raise ValueError(f"op {op!r}: not a collective commbench times")
+    return prepare
+
+
+def _all_gather(comm, be, g, redop, root, src, count) -> Prepared:
+    out = like(src, count * g.size)
+    call = be.bind("all_gather", out, src, g) or (lambda: be.all_gather(out, src, g))
+    return Prepared(call, _none, lambda: comm.all_gather(src, g), lambda: out)
+
+
+def _gather(comm, be, g, redop, root, src, count) -> Prepared:
+    out = like(src, count * g.size) if g.index == root else None
+    return Prepared(lambda: be.gather(out, src, g, root), _none,
+                    lambda: comm.gather(src, g, root=root), lambda: out, {"root": root})
+
+
+def _reduce_scatter(comm, be, g, redop, root, src, count) -> Prepared:
+    out = like(src, count // g.size)
+    call = (be.bind("reduce_scatter", out, src, g, redop)
+            or (lambda: be.reduce_scatter(out, src, g, redop)))
+    return Prepared(call, _none, lambda: comm.reduce_scatter(src, g, op=redop), lambda: out)
+
+
+def _all_to_all(comm, be, g, redop, root, src, count) -> Prepared:
+    out, splits = like(src, count), [count // g.size] * g.size
+    return Prepared(lambda: be.all_to_all(out, src, g, splits, splits), _none,
+                    lambda: comm.all_to_all(src, g), lambda: out,
+                    {"in_splits": splits, "out_splits": splits})
+
+
+def _scatter(comm, be, g, redop, root, src, count) -> Prepared:
+    out = like(src, count // g.size)
+    s = src if g.index == root else None
+    return Prepared(lambda: be.scatter(out, s, g, root), _none,
+                    lambda: comm.scatter(src if g.index == root else out, g, root=root),
+                    lambda: out, {"root": root})
+
+
+def _sendrecv_prepared(comm, be, g, redop, root, src, count) -> Prepared:
+    out = like(src, count)
+    return Prepared(lambda: _sendrecv(be, src, out, g), _none,
+                    lambda: _checked_sendrecv(comm, src, g), lambda: out)
+
+
+def _pingpong_prepared(comm, be, g, redop, root, src, count) -> Prepared:
+    out = like(src, count)
+    return Prepared(lambda: _pingpong(be, src, out, g), _none,
+                    lambda: _pingpong(be, src, out, g), lambda: out)
+
+
+def _none() -> None:
+    return None
+
+
+PREPARE = {"all_reduce": _in_place("all_reduce"), "broadcast": _in_place("broadcast"),
+           "reduce": _in_place("reduce"), "all_gather": _all_gather, "gather": _gather,
+           "reduce_scatter": _reduce_scatter, "all_to_all": _all_to_all, "scatter": _scatter,
+           "sendrecv": _sendrecv_prepared, "pingpong": _pingpong_prepared}
+
+
+def prepare_native(comm: Comm, g: Group, op: str, redop: str, root: int, src: torch.Tensor,
+                   count: int) -> Prepared:
+    """The transport's own ``op`` on ``g``, its buffers allocated once (:data:`PREPARE`)."""
+    if op not in PREPARE:
+        raise ValueError(f"op {op!r}: not a collective commbench times")
+    if g.size < OPS[op].ranks:
+        raise ValueError(f"{op} needs at least {OPS[op].ranks} ranks")
+    return PREPARE[op](comm, comm.backend, g, redop, root, src, count)
 
 
 def restore(out: torch.Tensor, src: torch.Tensor) -> Callable[[], object]:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["expected", "pattern", "wrong"]
+from commbench.wire.ops import OPS
+
+__all__ = ["expected", "seeded", "wrong"]
 
 
 def _values(seed: int, rank: int, lo: int, hi: int, dtype: torch.dtype, redop: str,
@@ -36,7 +38,7 @@ def _values(seed: int, rank: int, lo: int, hi: int, dtype: torch.dtype, redop: s
     return v
 
 
-def pattern(seed: int, rank: int, count: int, dtype: torch.dtype, redop: str = "sum",
+def seeded(seed: int, rank: int, count: int, dtype: torch.dtype, redop: str = "sum",
             device: torch.device | str = "cpu") -> torch.Tensor:
     """Rank ``rank``'s input of ``count`` elements, made on ``device``."""
     return _values(seed, rank, 0, count, dtype, redop, device).to(dtype)
@@ -63,35 +65,23 @@ def _reduced(seed: int, n: int, lo: int, hi: int, dtype: torch.dtype, redop: str
 def expected(op: str, seed: int, rank: int, n: int, count: int, dtype: torch.dtype,
              redop: str = "sum", root: int = 0,
              device: torch.device | str = "cpu") -> torch.Tensor | None:
-    """What ``rank`` must hold after ``op`` when every rank's input is :func:`pattern`, made on
+    """What ``rank`` must hold after ``op`` when every rank's input is :func:`seeded`, made on
     ``device``.
 
     count: elements of each rank's input (for ``scatter``, of the root's whole buffer; for
-    ``all_to_all``, of each rank's whole send buffer, split evenly).
+    ``all_to_all``, of each rank's whole send buffer, split evenly). The parts a rank receives
+    are its op's record's (:attr:`commbench.wire.ops.Op.expected`).
     """
-    def inp(r: int, lo: int = 0, hi: int = count) -> torch.Tensor:
-        return _values(seed, r, lo, hi, dtype, redop, device).to(dtype)
-
-    block = count // n
-    if op == "all_reduce":
-        return _reduced(seed, n, 0, count, dtype, redop, device)
-    if op == "reduce":
-        return _reduced(seed, n, 0, count, dtype, redop, device) if rank == root else None
-    if op == "reduce_scatter":
-        return _reduced(seed, n, rank * block, (rank + 1) * block, dtype, redop, device)
-    if op == "all_gather":
-        return torch.cat([inp(r) for r in range(n)])
-    if op == "gather":
-        return torch.cat([inp(r) for r in range(n)]) if rank == root else None
-    if op == "broadcast":
-        return inp(root)
-    if op == "scatter":
-        return inp(root, rank * block, (rank + 1) * block)
-    if op == "all_to_all":
-        return torch.cat([inp(r, rank * block, (rank + 1) * block) for r in range(n)])
-    if op == "sendrecv":
-        return inp((rank - 1) % n)
-    raise ValueError(f"op {op!r}: no expectation")
+    record = OPS.get(op)
+    if record is None or record.expected is None:
+        raise ValueError(f"op {op!r}: no expectation")
+    segments = record.expected(rank, n, count, root)
+    if segments is None:
+        return None
+    parts = [_reduced(seed, n, lo, hi, dtype, redop, device) if kind == "reduced" else
+             _values(seed, r, lo, hi, dtype, redop, device).to(dtype)
+             for kind, r, lo, hi in segments]
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def wrong(got: torch.Tensor | None, want: torch.Tensor | None) -> int:

@@ -151,7 +151,7 @@ class PointToPoint:
 
     def _booker(self, op: str, group: Group, buf: torch.Tensor, t0: float, posted: int):
         nbytes = buf.numel() * buf.element_size()
-        sent, recv = (nbytes, 0) if op == "isend" else (0, nbytes)  # volume.booked's p2p rule
+        sent, recv = (nbytes, 0) if op == "isend" else (0, nbytes)  # ops.booked's p2p rule
         ledger, transport, posts = self.ledger, self.transport, self.posts
 
         def done(waited: float | None = None) -> None:

@@ -37,7 +37,7 @@ import torch
 
 from commbench.collectives._p2p import TAG, flat, pg_run
 from commbench.collectives.compiled.reduce import reducer
-from commbench.collectives.compiled.steps import Step, schedule
+from commbench.collectives.compiled.steps import Step, step_list
 from commbench.collectives.compiled.waiting import checked, wait_mode, waiter
 from commbench.runtime.group import Group
 from commbench.wire.buffers import like
@@ -248,7 +248,7 @@ def compiled_all_reduce(comm, x: torch.Tensor, group: Group, *, op: str = "sum",
     import time
 
     buf = flat(x)
-    steps = schedule(algo, group.size, group.index, buf.numel())
+    steps = step_list(algo, group.size, group.index, buf.numel())
     name = f"{algo}_compiled"
     with Compiled(comm, buf, group, steps, op, name, segment, wait) as c:
         comm.tracker.enter(f"all_reduce/{name}", group.ranks)

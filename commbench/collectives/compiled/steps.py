@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from commbench.collectives._p2p import offsets
 from commbench.collectives.doubling import _member, fold_layout, halving_ranges
-from commbench.wire.volume import split_sizes
+from commbench.wire.ops import split_sizes
 
-__all__ = ["SCHEDULES", "Step", "schedule"]
+__all__ = ["SCHEDULES", "Step", "step_list"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +115,7 @@ def _naive(n: int, i: int, count: int) -> list[Step]:
 SCHEDULES = {"naive": _naive, "ring": _ring, "recursive_doubling": _doubling, "rabenseifner": _rabenseifner}
 
 
-def schedule(algo: str, n: int, i: int, count: int) -> list[Step]:
+def step_list(algo: str, n: int, i: int, count: int) -> list[Step]:
     """Member ``i``'s steps of ``algo`` for a vector of ``count`` elements in a group of ``n``."""
     if algo not in SCHEDULES:
         raise ValueError(f"algo={algo!r}: must be one of {', '.join(SCHEDULES)}")

@@ -9,36 +9,49 @@ parameter either way, 2(d-1)/d * Psi per rank; the calls differ.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 from commbench.patterns.base import Broken, Call
 from commbench.patterns.dp import broken
 from commbench.patterns.tp.model import TPConfig
-from commbench.patterns.tp.pattern import MODELS, _Layer, dp_calls, layer_step, tp_configs
+from commbench.patterns.tp.pattern import MODELS, LayerPattern, ddp_calls, layer_step, tp_configs
 
-__all__ = ["DataParallel"]
+__all__ = ["DDPConfig", "DataParallel"]
 
 
-class DataParallel(_Layer):
+@dataclass(frozen=True, slots=True)
+class DDPConfig(TPConfig):
+    """The transformer layer replicated on every rank: a :class:`TPConfig` with ``tp = 1``."""
+
+    def validate(self, world_size: int | None = None, variant: str = "") -> DDPConfig:
+        if self.tp != 1:
+            raise ValueError(f"tp={self.tp}: the ddp pattern replicates the layer (tp=1; TP x DP "
+                             "is the tp_layer pattern with dp > 1)")
+        TPConfig.validate(self, world_size, variant)  # slots: no zero-argument super()
+        return self
+
+
+def _ddp(cfg: TPConfig) -> DDPConfig:
+    return DDPConfig(**{f.name: getattr(cfg, f.name) for f in fields(cfg)})
+
+
+class DataParallel(LayerPattern):
     """DDP's bucketed, overlapped all-reduce against one all-reduce per parameter."""
 
     name, markers = "ddp", ("ddp",)
     variants, naive, optimized = ("naive", "ddp"), "naive", "ddp"
     axes = ("dp",)
+    Config = DDPConfig
     broken = (Broken("sums_not_written_back", "ddp", {"reducer": broken.DDPWithoutCopyBack},
                      "bucket sums waited for but never written back to the gradients",
-                     lambda P: [TPConfig(batch=2 * P, seq=2, hidden=4, ffn=4, heads=2, vocab=2,
+                     lambda P: [DDPConfig(batch=2 * P, seq=2, hidden=4, ffn=4, heads=2, vocab=2,
                                          dp=P, tp=1, dtype=dt) for dt in ("float64", "float32")]),)
 
-    def check(self, cfg: TPConfig, world_size: int, variant: str) -> None:
-        super().check(cfg, world_size, variant)
-        if cfg.tp != 1:
-            raise ValueError(f"tp={cfg.tp}: the ddp pattern replicates the layer (tp=1; TP x DP "
-                             "is the tp_layer pattern with dp > 1)")
-
     def configs(self, world_size: int, variant: str):
-        return tp_configs(world_size, self.dtypes, tp=1)
+        return tp_configs(world_size, self.dtypes, tp=1).map(_ddp)
 
-    def bench_configs(self, world_size: int) -> list[TPConfig]:
-        return [TPConfig(batch=b * world_size, seq=s, hidden=h, ffn=f, heads=h // 16, vocab=1,
+    def bench_configs(self, world_size: int) -> list[DDPConfig]:
+        return [DDPConfig(batch=b * world_size, seq=s, hidden=h, ffn=f, heads=h // 16, vocab=1,
                          dp=world_size, tp=1, dtype="float32", bucket_bytes=25 << 20)
                 for b, s, h, f in MODELS]
 
@@ -46,4 +59,4 @@ class DataParallel(_Layer):
         return layer_step(ctx, cfg, local, "tp", groups, parts, False, variant)
 
     def predicted(self, cfg: TPConfig, variant: str, rank: int, seed=None) -> list[Call]:
-        return dp_calls(cfg, variant, rank)
+        return ddp_calls(cfg, variant, rank)

@@ -30,31 +30,37 @@ from commbench.patterns.dp.zero_model import Adam, ZeroConfig, flat_size
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 from commbench.wire.dtypes import DTYPES
-from commbench.wire.volume import booked
+from commbench.wire.ops import booked
 
 __all__ = ["ZeroParts", "gathered", "stage_calls", "train", "zero_calls"]
 
 
+def reduce_scattered(grad: torch.Tensor, comm: Comm, group: Group, c: int) -> torch.Tensor:
+    """The whole parameter's gradient [numel] -> this rank's chunk, summed over the group."""
+    padded = grad.new_zeros(group.size * -(-grad.numel() // group.size))
+    padded[: grad.numel()] = grad
+    return comm.reduce_scatter(padded, group)
+
+
 class _Gathered(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, chunk, numel, comm, group):
-        ctx.comm, ctx.group = comm, group
+    def forward(ctx, chunk, numel, comm, group, back):
+        ctx.comm, ctx.group, ctx.c, ctx.back = comm, group, chunk.numel(), back
         return comm.all_gather(chunk, group)[:numel]
 
     @staticmethod
     def backward(ctx, grad):
-        comm, group = ctx.comm, ctx.group
-        padded = grad.new_zeros(group.size * -(-grad.numel() // group.size))
-        padded[: grad.numel()] = grad
-        return comm.reduce_scatter(padded, group), None, None, None
+        return ctx.back(grad, ctx.comm, ctx.group, ctx.c), None, None, None, None
 
 
-def gathered(chunk: torch.Tensor, numel: int, comm: Comm, group: Group) -> torch.Tensor:
+def gathered(chunk: torch.Tensor, numel: int, comm: Comm, group: Group,
+             back=reduce_scattered) -> torch.Tensor:
     """ZeRO-3 for any layer: this rank's chunk [c] -> the whole flat parameter [numel], all-gathered
     just before use; backward reduce-scatters its gradient back to [c]. A layer that views the
     result as its weights (``w = gathered(...)[: h*h].view(h, h)``) is ZeRO-3 sharded; the
-    Ulysses + ZeRO-3 combination gathers its projections this way."""
-    return _Gathered.apply(chunk, numel, comm, group)
+    Ulysses + ZeRO-3 combination gathers its projections this way. ``back(grad, comm, group,
+    c)``: the chunk's gradient from the whole one (a broken variant's differs)."""
+    return _Gathered.apply(chunk, numel, comm, group, back)
 
 
 def stage_calls(stage: int, sizes: list[int], P: int, micro: int) -> list[tuple[str, int, str]]:

@@ -26,7 +26,7 @@ from commbench.patterns.base import Call
 from commbench.patterns.moe.dispatch import a2a, expert_ffn, moe_capacity, moe_naive, moe_variable
 from commbench.patterns.moe.gating import MoEConfig, capacity, gshard_gating, positions, uniforms
 from commbench.wire.dtypes import DTYPES
-from commbench.wire.volume import booked
+from commbench.wire.ops import booked
 
 __all__ = ["MoEParts", "data", "moe_calls", "oracle_moe", "reduce_grads", "routing", "span",
            "step_moe"]

@@ -20,7 +20,7 @@ from commbench.patterns.moe.layer import (
 )
 from commbench.wire.dtypes import DTYPES
 
-__all__ = ["ExpertParallel", "Gating"]
+__all__ = ["ExpertParallel", "MoEGating"]
 
 # (tokens per rank, model, ffn, experts per rank) of the studies
 MOE_MODELS = [(256, 64, 256, 2), (1024, 128, 512, 2)]
@@ -108,8 +108,8 @@ class ExpertParallel(Pattern):
         return oracle_moe(cfg, seed)
 
     def expected(self, oracle: dict, cfg: MoEConfig, rank: int, variant: str) -> dict:
-        t, rest = rank % cfg.tp, rank // cfg.tp
-        e, dpi = rest % cfg.ep, rest // cfg.ep
+        c = self.coords(cfg, rank)
+        t, e, dpi = c["tp"], c["ep"], c["dp"]
         L, Ft = cfg.experts // cfg.ep, cfg.ffn // cfg.tp
         g = dpi * cfg.ep + e
         mine, fs = slice(e * L, (e + 1) * L), slice(t * Ft, (t + 1) * Ft)
@@ -141,7 +141,7 @@ def gate_configs(draw, world_size: int):
                      dp=world_size)
 
 
-class Gating(Pattern):
+class MoEGating(Pattern):
     """GShard top-k gating with capacity (Lepikhin et al. 2020, Algorithm 1), each data rank
     gating its own tokens with a capacity of its own: vectorized, against the algorithm written
     token by token."""

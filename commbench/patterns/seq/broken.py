@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from commbench.patterns.dp.zero import gathered
 from commbench.patterns.seq.ring import forward_block, return_home
 from commbench.patterns.seq.ulysses import s2h
 from commbench.patterns.tp.communications import gather_from_tp
@@ -60,19 +61,13 @@ def no_return_home(comm, group, acc):
     return torch.zeros_like(return_home(comm, group, acc))
 
 
-class _GatheredLocal(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, chunk, numel, comm, group):
-        ctx.c, ctx.index = chunk.numel(), group.index
-        return comm.all_gather(chunk, group)[:numel]
-
-    @staticmethod
-    def backward(ctx, grad):
-        full = torch.cat([grad, grad.new_zeros(max(0, (ctx.index + 1) * ctx.c - grad.numel()))])
-        return full[ctx.index * ctx.c:(ctx.index + 1) * ctx.c], None, None, None
+def _own_slice(grad, comm, group, c):
+    i = group.index
+    full = torch.cat([grad, grad.new_zeros(max(0, (i + 1) * c - grad.numel()))])
+    return full[i * c:(i + 1) * c]
 
 
 def gathered_without_reduce_scatter(chunk, numel, comm, group):
     """ZeRO-3's weight gather whose backward keeps this rank's slice of its own gradient
     instead of reduce-scattering the sum over the group."""
-    return _GatheredLocal.apply(chunk, numel, comm, group)
+    return gathered(chunk, numel, comm, group, back=_own_slice)

@@ -35,7 +35,7 @@ from commbench.patterns.seq.ring import causal_work, forward_block, merge, retur
 from commbench.patterns.seq.ulysses import head_ranges, kv_ranges, s2h, ulysses_attention
 from commbench.patterns.tp.communications import gather_from_sp
 from commbench.wire.dtypes import DTYPES
-from commbench.wire.volume import booked
+from commbench.wire.ops import booked
 
 __all__ = ["RingAttention", "SeqParts", "Ulysses", "attention_calls", "attn_configs"]
 
@@ -126,9 +126,6 @@ class _Attention(Pattern):
     def configs(self, world_size: int, variant: str):
         return attn_configs(world_size, self.layouts, self.dtypes)
 
-    def label(self, cfg: AttnConfig) -> str:
-        return cfg.label()
-
     def inputs(self, cfg: AttnConfig, seed: int, device) -> dict:
         dt = DTYPES[cfg.dtype]
         return {k: v.to(device=device, dtype=dt) for k, v in attention_inputs(cfg, seed).items()}
@@ -146,7 +143,8 @@ class _Attention(Pattern):
         return [oracle_attention(cfg, seed, torch.float32, nudge) for nudge in reference_nudges()]
 
     def expected(self, oracle: dict, cfg: AttnConfig, rank: int, variant: str) -> dict:
-        return {k: local_tokens(v, cfg, rank % cfg.sp, rank // cfg.sp) for k, v in oracle.items()}
+        c = self.coords(cfg, rank)
+        return {k: local_tokens(v, cfg, c["sp"], c["dp"]) for k, v in oracle.items()}
 
     def step(self, ctx, cfg: AttnConfig, local: dict, variant: str, groups: dict, parts) -> dict:
         q, k, v = (local[n].detach().requires_grad_() for n in ("q", "k", "v"))
@@ -157,7 +155,7 @@ class _Attention(Pattern):
                 "stats": {"forward_sent": forward.sent}}
 
     def predicted(self, cfg: AttnConfig, variant: str, rank: int, seed=None) -> list[Call]:
-        return attention_calls(cfg, variant, rank % cfg.sp)
+        return attention_calls(cfg, variant, self.coords(cfg, rank)["sp"])
 
 
 def _example(P: int, **kw) -> list[AttnConfig]:

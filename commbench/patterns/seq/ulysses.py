@@ -25,7 +25,7 @@ import torch
 from commbench.patterns.seq.attention import AttnConfig, attend, positions
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
-from commbench.wire.volume import split_sizes
+from commbench.wire.ops import split_sizes
 
 __all__ = ["h2s", "head_ranges", "head_to_seq", "kv_ranges", "s2h", "seq_to_head",
            "ulysses_attention"]

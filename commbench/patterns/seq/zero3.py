@@ -22,7 +22,7 @@ from commbench.patterns.seq import broken
 from commbench.patterns.seq.attention import AttnConfig, attend, gqa_index, local_tokens
 from commbench.patterns.seq.pattern import ATTENTION, TOLERANCE, SeqParts, attention_calls, attn_configs
 from commbench.wire.dtypes import DTYPES
-from commbench.wire.volume import booked
+from commbench.wire.ops import booked
 
 __all__ = ["UlyssesZero3"]
 
@@ -88,9 +88,6 @@ class UlyssesZero3(Pattern):
         return [AttnConfig(batch=2, seq=64 * world_size, heads=8, head_dim=32, sp=world_size,
                            causal=True, dtype="float32")]
 
-    def label(self, cfg: AttnConfig) -> str:
-        return cfg.label()
-
     def inputs(self, cfg: AttnConfig, seed: int, device) -> dict:
         return {k: v.to(device=device, dtype=DTYPES[cfg.dtype]) for k, v in _data(cfg, seed).items()}
 
@@ -121,7 +118,8 @@ class UlyssesZero3(Pattern):
         W = cfg.sp * cfg.dp
         c = _chunk(cfg, W)
         dw = torch.cat([oracle["dw"], oracle["dw"].new_zeros(c * W - oracle["dw"].numel())])
-        sp, dp = rank % cfg.sp, rank // cfg.sp
+        at = self.coords(cfg, rank)
+        sp, dp = at["sp"], at["dp"]
         return {"y": local_tokens(oracle["y"], cfg, sp, dp),
                 "dx": local_tokens(oracle["dx"], cfg, sp, dp), "dchunk": dw[rank * c:(rank + 1) * c]}
 
@@ -140,4 +138,4 @@ class UlyssesZero3(Pattern):
         zero = [  # booked at a world of one too, with nothing sent
             Call("all_gather", "dp_sp", c * e, *booked("all_gather", W, rank, c, e)),
             Call("reduce_scatter", "dp_sp", c * W * e, *booked("reduce_scatter", W, rank, c * W, e))]
-        return attention_calls(cfg, variant, rank % cfg.sp) + zero
+        return attention_calls(cfg, variant, self.coords(cfg, rank)["sp"]) + zero

@@ -30,7 +30,7 @@ from commbench.patterns.tp.vocab import (
     vocab_parallel_embedding,
 )
 from commbench.wire.dtypes import DTYPES, check_dtype
-from commbench.wire.volume import booked
+from commbench.wire.ops import booked
 
 __all__ = ["VocabConfig", "VocabHead"]
 
@@ -144,7 +144,8 @@ class VocabHead(Pattern):
         return [self.oracle(cfg, seed, torch.float32, n) for n in reference_nudges()]
 
     def expected(self, oracle: dict, cfg: VocabConfig, rank: int, variant: str) -> dict:
-        t, d = rank % cfg.tp, rank // cfg.tp
+        at = self.coords(cfg, rank)
+        t, d = at["tp"], at["dp"]
         vp, b = cfg.vocab // cfg.tp, cfg.batch // cfg.dp
         return {"loss": oracle["loss"][d * b:(d + 1) * b], "de": oracle["de"][t * vp:(t + 1) * vp]}
 
@@ -161,7 +162,8 @@ class VocabHead(Pattern):
                 "stats": {"cross_entropy": [(x.op, x.count, x.sent) for x in ce.entries]}}
 
     def predicted(self, cfg: VocabConfig, variant: str, rank: int, seed=None) -> list[Call]:
-        P, D, t, d = cfg.tp, cfg.dp, rank % cfg.tp, rank // cfg.tp
+        at = self.coords(cfg, rank)
+        P, D, t, d = cfg.tp, cfg.dp, at["tp"], at["dp"]
         e = DTYPES[cfg.dtype].itemsize
         c = 8 if cfg.dtype == "float64" else 4
         bs = cfg.batch // D * cfg.seq

@@ -32,9 +32,9 @@ from commbench.patterns.tp.model import (
     oracle_layer,
 )
 from commbench.wire.dtypes import DTYPES
-from commbench.wire.volume import booked
+from commbench.wire.ops import booked
 
-__all__ = ["TPLayer", "TPMLP", "activation_calls", "dp_calls", "layer_step", "param_sizes",
+__all__ = ["TPLayer", "TPMLP", "activation_calls", "ddp_calls", "layer_step", "param_sizes",
            "replicated_sync", "tp_calls", "tp_configs"]
 
 # (batch, seq, hidden, ffn) of the studies; heads = hidden / 16
@@ -114,7 +114,7 @@ def tp_calls(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False) -> lis
     return activation_calls(cfg, variant, t, mlp_only) + replicated_sync(cfg, variant, t, mlp_only)
 
 
-def dp_calls(cfg: TPConfig, sync: str, d: int, mlp_only: bool = False) -> list[Call]:
+def ddp_calls(cfg: TPConfig, sync: str, d: int, mlp_only: bool = False) -> list[Call]:
     """The gradient reduction of DP member ``d``: DDP's buckets or one call per parameter."""
     D = cfg.dp
     if D == 1:
@@ -165,7 +165,7 @@ def _example(P: int) -> list[TPConfig]:
                      dtype=dtype) for dtype in ("float64", "float32")]
 
 
-class _Layer(Pattern):
+class LayerPattern(Pattern):
     """Megatron's tensor-parallel layer; :class:`TPMLP` is its MLP block alone."""
 
     variants, naive, optimized = ("naive", "tp", "sp", "sp_regather"), "naive", "tp"
@@ -208,7 +208,8 @@ class _Layer(Pattern):
         return [oracle_layer(cfg, seed, torch.float32, n, self.mlp_only) for n in reference_nudges()]
 
     def expected(self, oracle: dict, cfg: TPConfig, rank: int, variant: str) -> dict:
-        t, d = rank % cfg.tp, rank // cfg.tp
+        at = self.coords(cfg, rank)
+        t, d = at["tp"], at["dp"]
         sp = variant in SP_VARIANTS
         full = {k[1:]: v for k, v in oracle.items() if k.startswith("d") and k != "dx"}
         absent = {k: torch.zeros(v.shape) for k, v in init_weights(cfg, 0).named().items()
@@ -221,11 +222,12 @@ class _Layer(Pattern):
         return layer_step(ctx, cfg, local, variant, groups, parts, self.mlp_only, "ddp")
 
     def predicted(self, cfg: TPConfig, variant: str, rank: int, seed=None) -> list[Call]:
-        return tp_calls(cfg, variant, rank % cfg.tp, self.mlp_only) + \
-            dp_calls(cfg, "ddp", rank // cfg.tp, self.mlp_only)
+        c = self.coords(cfg, rank)
+        return tp_calls(cfg, variant, c["tp"], self.mlp_only) + \
+            ddp_calls(cfg, "ddp", c["dp"], self.mlp_only)
 
 
-class TPLayer(_Layer):
+class TPLayer(LayerPattern):
     """Megatron-LM's transformer layer (Shoeybi 2019; SP: Korthikanti 2022), TP x DP."""
 
     name, markers = "tp_layer", ("tp", "sp")
@@ -239,7 +241,7 @@ class TPLayer(_Layer):
     )
 
 
-class TPMLP(_Layer):
+class TPMLP(LayerPattern):
     """The MLP block alone: column-parallel, GELU, row-parallel, between f and g (Shoeybi 2019
     §3, Fig. 3a)."""
 

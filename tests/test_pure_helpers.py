@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from test_gate import _row
 
-from commbench.wire.volume import booked, split_sizes
+from commbench.wire.ops import booked, split_sizes
 
 pytestmark = pytest.mark.foundation
 
@@ -83,16 +83,18 @@ def test_whole_numbers_and_the_rules_in_the_errors():
         booked("all_reduce", 4, 4, 8, 4)
     with pytest.raises(ValueError, match="all_to_all needs in_splits and out_splits"):
         booked("all_to_all", 4, 0, 8, 4, in_splits=[1] * 4)
-    with pytest.raises(ValueError, match="op 'fax': no volume formula"):
+    with pytest.raises(ValueError, match="op 'fax': no record; known: all_reduce, "):
         booked("fax", 4, 0, 8, 4)
 
 
 def test_busbw_edges_and_errors():
-    from commbench.results.busbw import FACTORS, algbw, busbw, factor
+    from commbench.results.busbw import algbw, busbw, factor
+    from commbench.wire.ops import OPS
 
     assert algbw(10**9, 1.0) == 1.0 and algbw(10**9, 0.0) == 0.0 and algbw(5, -1.0) == 0.0
     assert busbw("all_gather", 4, 0, 1.0) == 0.0
-    with pytest.raises(ValueError, match="op 'fax': no busbw factor; known: " + ", ".join(FACTORS)):
+    known = ", ".join(o.name for o in OPS.values() if o.bus is not None)
+    with pytest.raises(ValueError, match="op 'fax': no busbw factor; known: " + known):
         factor("fax", 4)
     with pytest.raises(ValueError, match="n=0: must be >= 1"):
         factor("all_reduce", 0)
