@@ -10,7 +10,7 @@ import torch
 
 from commbench.names import COLLECTIVES, ROOTED
 from commbench.timing import verify
-from commbench.wire.ops import OPS, Op
+from commbench.wire.ops import OPS, Op, booked, split_sizes
 
 pytestmark = pytest.mark.collectives
 
@@ -86,3 +86,90 @@ def test_an_op_without_a_record_is_refused_by_name():
     with pytest.raises(ValueError, match="op 'pingpong': no expectation"):
         verify.expected("pingpong", 0, 0, 2, 8, torch.float32)
     assert isinstance(OPS["send"], Op) and OPS["send"].bus is None
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
+def test_booked_bytes_conserve_and_match_the_schedules(n):
+    count, b = 12 * n, 4
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather",
+               "scatter"):
+        for root in range(n):
+            per = [booked(op, n, i, count, b, root=root) for i in range(n)]
+            assert sum(s for s, _ in per) == sum(r for _, r in per), (op, n, root)  # conserved
+    block = count // n
+    assert booked("all_gather", n, 0, count, b) == ((n - 1) * count * b,) * 2
+    assert booked("reduce_scatter", n, n - 1, count, b) == ((n - 1) * block * b,) * 2
+    for i in range(n):  # ring all-reduce: 2(n-1) chunks of count/n each way
+        assert booked("all_reduce", n, i, count, b) == (2 * (n - 1) * block * b,) * 2
+    # broadcast down a chain from the root: the last rank only receives, the root only sends
+    root = n // 2
+    chain = [booked("broadcast", n, (root + k) % n, count, b, root=root) for k in range(n)]
+    if n > 1:
+        assert chain[0] == (count * b, 0) and chain[-1] == (0, count * b)
+        assert all(c == (count * b, count * b) for c in chain[1:-1])
+    # reduce up a chain to the root: the root only receives
+    red = booked("reduce", n, root, count, b, root=root)
+    assert red == ((0, count * b) if n > 1 else (0, 0))
+    assert booked("gather", n, root, count, b, root=root) == (0, (n - 1) * count * b)
+    assert booked("scatter", n, root, count, b, root=root) == ((n - 1) * block * b, 0)
+    splits = [i % 3 for i in range(n)]
+    assert booked("all_to_all", n, 0, 0, b, in_splits=splits, out_splits=splits[::-1], row=2) == \
+        ((sum(splits) - splits[0]) * 2 * b, (sum(splits) - splits[-1]) * 2 * b)
+
+
+def test_uneven_all_reduce_chunks_and_bad_input():
+    assert split_sizes(10, 4) == [3, 3, 2, 2] and split_sizes(2, 4) == [1, 1, 0, 0]
+    assert sum(booked("all_reduce", 4, i, 10, 1)[0] for i in range(4)) == 2 * 3 * 10
+    assert booked("send", 2, 0, 5, 4) == (20, 0) and booked("irecv", 2, 1, 5, 4) == (0, 20)
+    with pytest.raises(ValueError, match="member index 4"):
+        booked("all_reduce", 4, 4, 8, 4)
+    with pytest.raises(ValueError, match="not a multiple"):
+        booked("reduce_scatter", 4, 0, 10, 4)
+    with pytest.raises(ValueError, match="needs in_splits"):
+        booked("all_to_all", 4, 0, 8, 4)
+
+
+def test_uneven_all_reduce_per_rank_follows_the_ring_chunks():
+    """10 elements over 4 ranks: chunks [3, 3, 2, 2]; rank i sends all but chunks i and i+1,
+    receives all but chunks i-1 and i (the module docstring's formula, by hand)."""
+    want = {0: (20 - 3 - 3, 20 - 2 - 3), 1: (20 - 3 - 2, 20 - 3 - 3), 2: (20 - 2 - 2, 20 - 3 - 2),
+            3: (20 - 2 - 3, 20 - 2 - 2)}
+    for i, (s, r) in want.items():
+        assert booked("all_reduce", 4, i, 10, 1) == (s, r), i
+    assert booked("all_reduce", 1, 0, 10, 4) == (0, 0)
+    assert split_sizes(0, 3) == [0, 0, 0] and split_sizes(7, 1) == [7]
+    for bad, rule in (((5, 0), "n=0: must be >= 1"), ((-1, 2), "count=-1: must be >= 0")):
+        with pytest.raises(ValueError, match=rule):
+            split_sizes(*bad)
+
+
+@pytest.mark.parametrize(("op", "want"), [("send", (12, 0)), ("isend", (12, 0)),
+                                          ("recv", (0, 12)), ("irecv", (0, 12)),
+                                          ("barrier", (0, 0))])
+def test_point_to_point_and_barrier_bytes(op, want):
+    got = booked(op, 3, 1, 3, 4)
+    assert got == want and all(type(v) is int for v in got)
+
+
+def test_whole_numbers_and_the_rules_in_the_errors():
+    assert all(type(v) is int for v in booked("reduce_scatter", 4, 1, 8, 4) + booked(
+        "scatter", 4, 0, 8, 4, root=0))
+    with pytest.raises(ValueError, match=r"member index 4: must be in 0\.\.3"):
+        booked("all_reduce", 4, 4, 8, 4)
+    with pytest.raises(ValueError, match="all_to_all needs in_splits and out_splits"):
+        booked("all_to_all", 4, 0, 8, 4, in_splits=[1] * 4)
+    with pytest.raises(ValueError, match="op 'fax': no record; known: all_reduce, "):
+        booked("fax", 4, 0, 8, 4)
+
+
+def test_busbw_edges_and_errors():
+    from commbench.results.busbw import algbw, busbw, factor
+    from commbench.wire.ops import OPS
+
+    assert algbw(10**9, 1.0) == 1.0 and algbw(10**9, 0.0) == 0.0 and algbw(5, -1.0) == 0.0
+    assert busbw("all_gather", 4, 0, 1.0) == 0.0
+    known = ", ".join(o.name for o in OPS.values() if o.bus is not None)
+    with pytest.raises(ValueError, match="op 'fax': no busbw factor; known: " + known):
+        factor("fax", 4)
+    with pytest.raises(ValueError, match="n=0: must be >= 1"):
+        factor("all_reduce", 0)

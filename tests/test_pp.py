@@ -132,3 +132,30 @@ def test_the_trace_shows_the_bubble_the_pipeline_measures(world, variant):
         if e.get("name") == "isend":
             e["name"] = "send"  # booked as blocking
     assert idle_fraction(t, "s") > seen + 0.05
+
+
+def test_pipeline_schedules_in_their_exact_order():
+    """1F1B without v (its default, 1), and Megatron's interleaved order on 2 ranks, 2 virtual
+    stages, 4 micro-batches, by hand: rank 0 warms up with (p-r-1)*2 + (v-1)*p = 4 forwards,
+    rank 1 with 2; forwards take chunks in turn p micro-batches at a time, backwards the chunks
+    in reverse."""
+    assert schedule("interleaved", 2, 0, 2) == schedule("interleaved", 2, 0, 2, 1)  # v = 1
+    assert schedule("1f1b", 3, 0, 4) == [("F", 0, 0), ("F", 0, 1), ("F", 0, 2), ("B", 0, 0),
+                                         ("F", 0, 3), ("B", 0, 1), ("B", 0, 2), ("B", 0, 3)]
+
+    def seq(text):
+        return [(t[0], int(t[1]), int(t[3])) for t in text.split()]
+
+    assert schedule("interleaved", 2, 0, 4, 2) == seq(
+        "F0.0 F0.1 F2.0 F2.1 F0.2 B2.0 F0.3 B2.1 F2.2 B0.0 F2.3 B0.1 B2.2 B2.3 B0.2 B0.3")
+    assert schedule("interleaved", 2, 1, 4, 2) == seq(
+        "F1.0 F1.1 F3.0 B3.0 F3.1 B3.1 F1.2 B1.0 F1.3 B1.1 F3.2 B3.2 F3.3 B3.3 B1.2 B1.3")
+
+
+def test_bubble_fractions():
+    from commbench.patterns.pp.schedule import bubble_fraction
+
+    assert bubble_fraction("gpipe", 4, 8) == 3 / 11 == bubble_fraction("1f1b", 4, 8)
+    assert bubble_fraction("interleaved", 4, 8, 2) == 3 / 19
+    assert bubble_fraction("1f1b", 1, 8) == 0.0
+    assert bubble_fraction("interleaved", 4, 8) == 3 / 11  # one virtual stage by default

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from commbench.timing.verify import expected, seeded, wrong
+from commbench.wire.ops import booked
 
 pytestmark = pytest.mark.collectives
 
@@ -126,3 +127,12 @@ def test_expected_rounds_avg_in_the_dtype_and_wraps_integers():
     assert big.dtype == torch.int8 and big.tolist() == _hand_reduce(ins, "prod")
     with pytest.raises(ValueError, match="redop 'xor': must be sum, prod, min, max or avg"):
         expected("all_reduce", 0, 0, 2, 4, torch.float32, "xor")
+
+
+def test_the_root_s_default_and_the_result_s_dtype():
+    assert booked("broadcast", 3, 0, 4, 4) == booked("broadcast", 3, 0, 4, 4, root=0)
+    assert torch.equal(expected("broadcast", 1, 2, 3, 5, torch.float32),
+                       expected("broadcast", 1, 2, 3, 5, torch.float32, root=0))
+    assert expected("all_reduce", 1, 0, 3, 5, torch.bfloat16, "max").dtype == torch.bfloat16
+    assert expected("all_reduce", 1, 0, 3, 5, torch.int32, "sum").dtype == torch.int32
+    assert wrong(None, torch.empty(0)) == 1  # a result missing, even an empty one, counts
