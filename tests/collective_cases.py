@@ -13,12 +13,11 @@ from unittest import mock
 import torch
 
 from commbench.collectives import ALGORITHMS
-from commbench.collectives import ring as ring_mod
 from commbench.collectives.compiled import steps as steps_mod
+from commbench.collectives.ring import off_by_one_chunks
 from commbench.timing import verify
 from commbench.wire.comm import Comm
 from commbench.wire.dtypes import DTYPES
-from commbench.wire.ops import split_sizes
 
 
 class CorruptingComm(Comm):
@@ -71,27 +70,6 @@ def _comm(ctx, transport: str, mutant: str | None) -> Comm:
     return cls(base.backend, base.ledger, base.tracker, device=base.device) if cls else base
 
 
-def _skip_last_rs_step(comm, buf, group, counts, op):
-    """Ring reduce-scatter that stops one step early: one contribution per chunk is missing."""
-    n = group.size
-    b = ring_mod.offsets(counts)
-    i = group.index
-    for k in range(n - 2):
-        s, r = (i - k - 1) % n, (i - k - 2) % n
-        got = ring_mod.exchange(comm, buf[b[s]:b[s + 1]], (i + 1) % n, buf[b[r]:b[r + 1]],
-                                (i - 1) % n, group)
-        buf[b[r]:b[r + 1]] = ring_mod.combine(got, buf[b[r]:b[r + 1]], op)
-
-
-def _off_by_one_chunks(count, n):
-    """Chunk boundaries shifted by one element: the first chunk one longer, the last one shorter."""
-    c = split_sizes(count, n)
-    if n > 1 and c[-1] > 0:
-        c[0] += 1
-        c[-1] -= 1
-    return c
-
-
 def _miscombine_on_member_0(build):
     """Member 0 mis-handles its first received block: combined where it should overwrite, or
     overwritten where it should combine (a contribution lost or counted twice)."""
@@ -110,16 +88,13 @@ def _miscombine_on_member_0(build):
 
 
 def _mutations(mutant: str | None, algo: str = ""):
+    """The compiled schedules' broken variants (the others are declared on their records)."""
     base = algo.removesuffix("_compiled")
     if algo.endswith("_compiled") and mutant == "corrupt":  # no comm.isend to corrupt: the schedule
         return mock.patch.dict(steps_mod.SCHEDULES,
                                {base: _miscombine_on_member_0(steps_mod.SCHEDULES[base])})
     if algo.endswith("_compiled") and mutant == "off_by_one_chunk":
-        return mock.patch.object(steps_mod, "split_sizes", _off_by_one_chunks)
-    if mutant == "skip_step":
-        return mock.patch.object(ring_mod, "_rs_steps", _skip_last_rs_step)
-    if mutant == "off_by_one_chunk":
-        return mock.patch.object(ring_mod, "split_sizes", _off_by_one_chunks)
+        return mock.patch.object(steps_mod, "split_sizes", off_by_one_chunks)
     return mock.patch.dict({})  # no-op context
 
 
@@ -178,7 +153,8 @@ def algorithm_case(ctx, transport, op, algo, count, dtype, redop, root, seed, mu
         x = verify.seeded(seed, r, total, dt, redop)
     record = ALGORITHMS[(op, algo)]
     splits = [count] * n if op == "all_to_all" else None
-    run = record.bind(ctx, comm, x, root=root % n, redop=redop, splits=splits)
+    declared = mutant if mutant in {b.name for b in record.broken} else None
+    run = record.bind(ctx, comm, x, root=root % n, redop=redop, splits=splits, broken=declared)
     with _mutations(mutant, algo), ctx.ledger.capture() as cap:
         y = run()
     pred = record.bytes(n, g.index, total, dt.itemsize, root=root % n, in_splits=splits,

@@ -140,13 +140,24 @@ def test_oracle_property_catches_a_corrupted_hierarchical_message(world):
                                0, 1, "corrupt")
 
 
+BROKEN = [(op, algo, b.name) for (op, algo), r in ALGORITHMS.items() for b in r.broken]
+
+
 @pytest.mark.world(sizes=[4])
-@pytest.mark.parametrize("mutant", ["skip_step", "off_by_one_chunk"])
-def test_ring_properties_catch_a_skipped_step_and_an_off_by_one_chunk(world, mutant):
+@pytest.mark.parametrize(("op", "algo", "broken"), BROKEN, ids=["/".join(k) for k in BROKEN])
+def test_every_broken_variant_an_algorithm_declares_is_caught(world, op, algo, broken):
     for transport in world.transports:
-        problems = judge_algorithm(world, transport, "all_reduce", "ring", 13, "int64", "sum", 0,
-                                   2, mutant)
-        assert problems, f"{mutant} went unnoticed on {transport}"
+        problems = judge_algorithm(world, transport, op, algo, 13, "int64", "sum", 0, 2, broken)
+        assert problems, f"{op}/{algo} {broken} went unnoticed on {transport}"
+
+
+def test_the_ring_declares_its_broken_variants_and_refuses_others():
+    ring = ALGORITHMS[("all_reduce", "ring")]
+    assert {b.name for b in ring.broken} == {"skip_step", "off_by_one_chunk"}
+    assert ring.parts_of("off_by_one_chunk").split(13, 4) == [5, 3, 3, 2] != \
+        ring.parts_of().split(13, 4)
+    with pytest.raises(ValueError, match="broken='nope': all_reduce/ring declares skip_step"):
+        ring.parts_of("nope")
 
 
 @pytest.mark.world(sizes=[4])

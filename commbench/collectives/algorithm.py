@@ -7,6 +7,9 @@ collective: everything the rest of commbench needs to run it, count it and price
 * ``terms(n, S)``: steps, bytes sent and bytes reduced on its critical path for nccl-tests' size
   S, the alpha-beta model's terms (:mod:`commbench.costmodel.alphabeta`);
 * ``compiled``: the step list (:mod:`commbench.collectives.compiled.steps`) it replays, if any;
+* ``parts``: a frozen dataclass of its swappable steps, passed to ``fn`` as ``parts=``;
+  ``broken``: its deliberately broken variants (:class:`BrokenAlgorithm`: parts replaced),
+  which the property tests must catch, declared here as the patterns declare theirs;
 * ``grid(n)``: the rank grid it runs on (the hierarchical all-reduce: its nodes); ``needs(n)``:
   why a world of ``n`` ranks cannot run it ('' when it can); with ``per_node``, these and
   ``elements`` also take ``local``, the ranks per node of the world (``Context.node_size``).
@@ -17,12 +20,13 @@ collective: everything the rest of commbench needs to run it, count it and price
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any
 
 from commbench.wire.ops import OPS
 
-__all__ = ["Algorithm", "any_world"]
+__all__ = ["Algorithm", "BrokenAlgorithm", "any_world"]
 
 
 def any_world(n: int) -> str:
@@ -35,6 +39,15 @@ def _call(op: str, fn, comm, x, where, root: int, redop: str, splits):
     record = OPS[op]
     kw = {"root": root} if record.rooted else {}
     return fn(comm, x, where, **kw, **({"op": redop} if record.reduces else {}))
+
+
+@dataclass(frozen=True)
+class BrokenAlgorithm:
+    """An algorithm run with ``parts`` in place of its own (``why`` says what goes wrong)."""
+
+    name: str
+    parts: dict[str, Callable]
+    why: str
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,18 @@ class Algorithm:
     needs: Callable[..., str] = any_world
     per_node: bool = False  # grid, needs and elements take ``local``: the world's ranks per node
     call: Callable | None = None  # (fn, comm, x, where, root, redop, splits): its own call
+    parts: Any = None
+    broken: tuple[BrokenAlgorithm, ...] = ()
+
+    def parts_of(self, broken: str | None = None):
+        """Its parts, or those of its broken variant named ``broken``."""
+        if broken is None:
+            return self.parts
+        for b in self.broken:
+            if b.name == broken:
+                return replace(self.parts, **b.parts)
+        known = ", ".join(b.name for b in self.broken) or "none"
+        raise ValueError(f"broken={broken!r}: {self.op}/{self.name} declares {known}")
 
     def bytes(self, n: int, i: int, count: int, itemsize: int, **kw) -> tuple[int, int]:
         """(bytes sent, bytes received) by member ``i`` of ``n`` in one call."""
@@ -67,8 +92,10 @@ class Algorithm:
         """The alpha-beta terms of one call on ``n`` ranks; nothing moves on one."""
         return (0.0, 0.0, 0.0) if n == 1 else self.terms(n, float(size))
 
-    def bind(self, ctx, comm, x, *, root: int = 0, redop: str = "sum", splits=None):
-        """A no-argument call of this algorithm on ``ctx``'s world (or its grid)."""
+    def bind(self, ctx, comm, x, *, root: int = 0, redop: str = "sum", splits=None,
+             broken: str | None = None):
+        """A no-argument call of this algorithm on ``ctx``'s world (or its grid); with
+        ``broken``, of that broken variant."""
         if self.fn is None:
             raise ValueError(f"{self.op}/{self.name}: the transport's own collective has no "
                              "algorithm to bind (timing.native prepares it)")
@@ -78,4 +105,5 @@ class Algorithm:
             raise ValueError(f"{self.op}/{self.name}: {why}")
         where = ctx.grid(self.grid(ctx.size, **kw)) if self.grid is not None else ctx.world
         call = self.call or partial(_call, self.op)
-        return lambda: call(self.fn, comm, x, where, root, redop, splits)
+        fn = self.fn if self.parts is None else partial(self.fn, parts=self.parts_of(broken))
+        return lambda: call(fn, comm, x, where, root, redop, splits)

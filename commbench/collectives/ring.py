@@ -19,15 +19,18 @@ S - c_{i+1} and receives S - c_i; all-reduce sends 2S - c_i - c_{i+1}: 2(P-1)/P 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
 from commbench.collectives._p2p import combine, exchange, finish_avg, flat, offsets
-from commbench.collectives.algorithm import Algorithm
+from commbench.collectives.algorithm import Algorithm, BrokenAlgorithm
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 from commbench.wire.ops import split_sizes
 
-__all__ = ["RECORDS", "ring_all_gather", "ring_all_reduce", "ring_reduce_scatter"]
+__all__ = ["RECORDS", "RingParts", "ring_all_gather", "ring_all_reduce", "ring_reduce_scatter"]
 
 
 def _rs_steps(comm: Comm, buf: torch.Tensor, group: Group, counts: list[int], op: str) -> None:
@@ -50,16 +53,50 @@ def _ag_steps(comm: Comm, buf: torch.Tensor, group: Group, counts: list[int]) ->
         buf[b[r]:b[r + 1]] = got
 
 
+def _skip_last_rs_step(comm: Comm, buf: torch.Tensor, group: Group, counts: list[int],
+                      op: str) -> None:
+    """Broken: the reduce-scatter stops one step early; one contribution per chunk is missing."""
+    n, i = group.size, group.index
+    b = offsets(counts)
+    for k in range(n - 2):
+        s, r = (i - k - 1) % n, (i - k - 2) % n
+        got = exchange(comm, buf[b[s]:b[s + 1]], (i + 1) % n, buf[b[r]:b[r + 1]], (i - 1) % n,
+                       group)
+        buf[b[r]:b[r + 1]] = combine(got, buf[b[r]:b[r + 1]], op)
+
+
+def off_by_one_chunks(count: int, n: int) -> list[int]:
+    """Broken: chunk boundaries shifted by one element (the first chunk one longer, the last one
+    shorter); every member cuts the same wrong chunks."""
+    c = split_sizes(count, n)
+    if n > 1 and c[-1] > 0:
+        c[0] += 1
+        c[-1] -= 1
+    return c
+
+
+@dataclass(frozen=True)
+class RingParts:
+    """The ring's swappable steps: how the buffer is cut, and the reduce-scatter's steps."""
+
+    split: Callable[[int, int], list[int]] = split_sizes
+    rs_steps: Callable = _rs_steps
+
+
+RING = RingParts()
+
+
 def ring_reduce_scatter(comm: Comm, x: torch.Tensor, group: Group, *, op: str = "sum",
-                        counts: list[int] | None = None) -> torch.Tensor:
-    """Member i gets the reduction of chunk i of ``x`` (chunks of ``counts``, default split_sizes)."""
+                        counts: list[int] | None = None, parts: RingParts = RING) -> torch.Tensor:
+    """Member i gets the reduction of chunk i of ``x`` (chunks of ``counts``, default the
+    parts' split)."""
     buf = flat(x)
-    counts = counts or split_sizes(buf.numel(), group.size)
+    counts = counts or parts.split(buf.numel(), group.size)
     if sum(counts) != buf.numel() or len(counts) != group.size:
         raise ValueError(f"ring_reduce_scatter: counts {counts} do not cut {buf.numel()} "
                          f"elements into {group.size} chunks")
     with comm.ledger.scope("ring_reduce_scatter"):
-        _rs_steps(comm, buf, group, counts, op)
+        parts.rs_steps(comm, buf, group, counts, op)
     b = offsets(counts)
     return finish_avg(buf[b[group.index]:b[group.index + 1]].clone(), op, group.size)
 
@@ -81,12 +118,13 @@ def ring_all_gather(comm: Comm, x: torch.Tensor, group: Group,
     return buf
 
 
-def ring_all_reduce(comm: Comm, x: torch.Tensor, group: Group, *, op: str = "sum") -> torch.Tensor:
+def ring_all_reduce(comm: Comm, x: torch.Tensor, group: Group, *, op: str = "sum",
+                    parts: RingParts = RING) -> torch.Tensor:
     """Ring reduce-scatter then ring all-gather; ``x`` [*] -> same shape, on every member."""
     buf = flat(x)
-    counts = split_sizes(buf.numel(), group.size)
+    counts = parts.split(buf.numel(), group.size)
     with comm.ledger.scope("ring_all_reduce"):
-        _rs_steps(comm, buf, group, counts, op)
+        parts.rs_steps(comm, buf, group, counts, op)
         b = offsets(counts)
         i = group.index
         finish_avg(buf[b[i]:b[i + 1]], op, group.size)
@@ -109,11 +147,17 @@ def _ar_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
     return (rs[0] + count - ag[(i + 1) % n], rs[1] + count - ag[i]) if n > 1 else (0, 0)
 
 
+BROKEN = (BrokenAlgorithm("skip_step", {"rs_steps": _skip_last_rs_step},
+                          "the reduce-scatter stops a step early: a contribution is missing"),
+          BrokenAlgorithm("off_by_one_chunk", {"split": off_by_one_chunks},
+                          "the chunks cut one element off: the bytes differ from the formula"))
 RECORDS = (
     Algorithm("all_reduce", "ring", ring_all_reduce, _ar_elements,
-              lambda n, S: (2 * (n - 1), 2 * (n - 1) / n * S, (n - 1) / n * S)),
+              lambda n, S: (2 * (n - 1), 2 * (n - 1) / n * S, (n - 1) / n * S),
+              parts=RING, broken=BROKEN),
     Algorithm("reduce_scatter", "ring", ring_reduce_scatter, _rs_elements,
-              lambda n, S: (n - 1, (n - 1) / n * S, (n - 1) / n * S)),
+              lambda n, S: (n - 1, (n - 1) / n * S, (n - 1) / n * S), parts=RING,
+              broken=BROKEN),
     Algorithm("all_gather", "ring", ring_all_gather, _ag_elements,
               lambda n, S: (n - 1, (n - 1) / n * S, 0.0)),
 )
