@@ -7,14 +7,9 @@ A ``mutant`` name makes the rank run a broken variant instead, for the negative 
 
 from __future__ import annotations
 
-from dataclasses import replace
-from unittest import mock
-
 import torch
 
 from commbench.collectives import ALGORITHMS
-from commbench.collectives.compiled import steps as steps_mod
-from commbench.collectives.ring import off_by_one_chunks
 from commbench.timing import verify
 from commbench.wire.comm import Comm
 from commbench.wire.dtypes import DTYPES
@@ -68,34 +63,6 @@ def _comm(ctx, transport: str, mutant: str | None) -> Comm:
     cls = {"corrupt": CorruptingComm, "wrong_root": ShiftedRootComm,
            "wrong_permutation": ReversedSplitsComm}.get(mutant or "")
     return cls(base.backend, base.ledger, base.tracker, device=base.device) if cls else base
-
-
-def _miscombine_on_member_0(build):
-    """Member 0 mis-handles its first received block: combined where it should overwrite, or
-    overwritten where it should combine (a contribution lost or counted twice)."""
-
-    def steps(n, i, count):
-        out = build(n, i, count)
-        if i != 0:
-            return out
-        for k, s in enumerate(out):
-            if s.recv and s.recv[1] > s.recv[0]:
-                out[k] = replace(s, reduce=not s.reduce)
-                break
-        return out
-
-    return steps
-
-
-def _mutations(mutant: str | None, algo: str = ""):
-    """The compiled schedules' broken variants (the others are declared on their records)."""
-    base = algo.removesuffix("_compiled")
-    if algo.endswith("_compiled") and mutant == "corrupt":  # no comm.isend to corrupt: the schedule
-        return mock.patch.dict(steps_mod.SCHEDULES,
-                               {base: _miscombine_on_member_0(steps_mod.SCHEDULES[base])})
-    if algo.endswith("_compiled") and mutant == "off_by_one_chunk":
-        return mock.patch.object(steps_mod, "split_sizes", off_by_one_chunks)
-    return mock.patch.dict({})  # no-op context
 
 
 def native_case(ctx, transport, op, count, dtype, redop, root, inplace, seed, mutant=None):
@@ -155,7 +122,7 @@ def algorithm_case(ctx, transport, op, algo, count, dtype, redop, root, seed, mu
     splits = [count] * n if op == "all_to_all" else None
     declared = mutant if mutant in {b.name for b in record.broken} else None
     run = record.bind(ctx, comm, x, root=root % n, redop=redop, splits=splits, broken=declared)
-    with _mutations(mutant, algo), ctx.ledger.capture() as cap:
+    with ctx.ledger.capture() as cap:
         y = run()
     pred = record.bytes(n, g.index, total, dt.itemsize, root=root % n, in_splits=splits,
                         out_splits=splits)

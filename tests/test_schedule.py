@@ -12,8 +12,9 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from schedule_cases import compiled_vs_reference, messages, refusal, replay, tiny_first_only
+from schedule_cases import compiled_vs_reference, messages, refusal, replay
 
+from commbench.collectives.compiled.broken import tiny_first_only
 from commbench.collectives.compiled.reduce import TINY, tiny_reducer
 from commbench.collectives.compiled.schedule import SPLIT, pieces
 from commbench.collectives.compiled.steps import SCHEDULES, Step, step_list
@@ -144,7 +145,7 @@ def test_split_messages_are_booked_as_their_pieces(world, algo):
 @pytest.mark.parametrize("algo", ALGOS)
 def test_bitwise_comparison_catches_a_miscombined_block(world, algo):
     for transport in world.transports:
-        assert judge_same(world, transport, algo, 40, "float32", "sum", 5, "corrupt")
+        assert judge_same(world, transport, algo, 40, "float32", "sum", 5, "miscombine")
 
 
 @pytest.mark.world(sizes=[4])
@@ -257,3 +258,14 @@ def test_receives_posted_together_into_one_block_are_caught(n):
 
     err, _ = _joint_root(n, [replace(s, slot=0) for s in step_list("naive", n, 0, 5)])
     assert err.any()
+
+
+def test_every_compiled_record_declares_the_broken_variants_these_tests_catch():
+    """miscombine, short_pieces and tiny_first_only above, off_by_one_chunk in
+    tests/test_algorithms.py (only where the schedule cuts the buffer in chunks)."""
+    from commbench.collectives import ALGORITHMS
+
+    for algo in ALGOS:
+        got = {b.name for b in ALGORITHMS[("all_reduce", f"{algo}_compiled")].broken}
+        chunked = {"off_by_one_chunk"} if algo in ("ring", "rabenseifner") else set()
+        assert got == {"miscombine", "short_pieces", "tiny_first_only"} | chunked, algo

@@ -15,7 +15,8 @@ from functools import partial
 
 from commbench.collectives import alltoall, doubling, hierarchical, ring, tree
 from commbench.collectives.algorithm import Algorithm
-from commbench.collectives.compiled.schedule import compiled_all_reduce
+from commbench.collectives.compiled.broken import broken_of
+from commbench.collectives.compiled.schedule import COMPILED, compiled_all_reduce
 from commbench.collectives.compiled.steps import SCHEDULES
 from commbench.names import COLLECTIVES
 from commbench.wire.ops import OPS
@@ -37,7 +38,8 @@ ALGORITHMS: dict[tuple[str, str], Algorithm] = {(r.op, r.name): r for r in _RECO
 ALGORITHMS |= {  # a compiled schedule moves what its source does, in the same steps
     ("all_reduce", f"{a}_compiled"): Algorithm(
         "all_reduce", f"{a}_compiled", partial(compiled_all_reduce, algo=a),
-        ALGORITHMS[("all_reduce", a)].elements, ALGORITHMS[("all_reduce", a)].terms, compiled=a)
+        ALGORITHMS[("all_reduce", a)].elements, ALGORITHMS[("all_reduce", a)].terms, compiled=a,
+        parts=COMPILED, broken=broken_of(a))
     for a in SCHEDULES}
 
 

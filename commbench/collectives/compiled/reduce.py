@@ -55,12 +55,12 @@ def tiny_reducer(op: str, a: np.ndarray, b: np.ndarray):
     return mul if op == "prod" else add
 
 
-def reducer(op: str, target: torch.Tensor, got: torch.Tensor):
+def reducer(op: str, target: torch.Tensor, got: torch.Tensor, tiny=tiny_reducer):
     """A zero-argument call doing ``target op= got`` in place (``avg`` sums; the average is
-    divided once at the end)."""
+    divided once at the end); ``tiny``: the reduction of a few elements (:func:`tiny_reducer`)."""
     if target.device.type == "cpu" and target.dtype in _NP_EXACT:
         a, b = target.numpy(), got.numpy()
-        return tiny_reducer(op, a, b) or (partial(_NP_OPS[op], a, b, out=a)
+        return tiny(op, a, b) or (partial(_NP_OPS[op], a, b, out=a)
                                            if op in ("min", "max") else
                                            partial(_NP_OPS[op], a, b, a))
     return partial(_TORCH_OPS[op], target, got, out=target)

@@ -31,20 +31,24 @@ block] (one slot unless a run of joint steps combines several receives).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import torch
 
 from commbench.collectives._p2p import TAG, flat, pg_run
-from commbench.collectives.compiled.reduce import reducer
+from commbench.collectives.compiled.reduce import reducer, tiny_reducer
 from commbench.collectives.compiled.steps import Step, step_list
 from commbench.collectives.compiled.waiting import checked, wait_mode, waiter
 from commbench.runtime.group import Group
 from commbench.wire.buffers import like
 from commbench.wire.checks import check_op, dtype_name
+from commbench.wire.ops import split_sizes
 from commbench.wire.watch import quiet
 
-__all__ = ["Compiled", "MPI_SEGMENT", "SPLIT", "compiled_all_reduce", "pieces"]
+__all__ = ["COMPILED", "Compiled", "CompiledParts", "MPI_SEGMENT", "SPLIT", "compiled_all_reduce",
+           "pieces"]
 MPI_SEGMENT = 4096  # bytes: MPICH's eager messages on this machine class (see above)
 SPLIT = 4  # messages up to SPLIT * segment are split; longer ones go whole
 
@@ -57,21 +61,38 @@ def pieces(lo: int, hi: int, seg: int) -> list[tuple[int, int]]:
     return [(a, min(a + seg, hi)) for a in range(lo, hi, seg)]
 
 
+@dataclass(frozen=True)
+class CompiledParts:
+    """A compiled schedule's swappable pieces: its steps (``steps(algo, n, i, count, split)``),
+    how they cut the buffer, how a message is cut for MPI, its scratch, its tiny reduction."""
+
+    steps: Callable = step_list
+    split: Callable[[int, int], list[int]] = split_sizes
+    pieces: Callable[[int, int, int], list[tuple[int, int]]] = pieces
+    scratch: Callable = like
+    tiny: Callable = tiny_reducer
+
+
+COMPILED = CompiledParts()
+
+
 class Compiled:
     """``steps`` bound to ``buf`` on ``comm``'s transport: :meth:`run` replays them in place."""
 
     def __init__(self, comm, buf: torch.Tensor, group: Group, steps: list[Step], op: str,
-                 name: str, segment: int | None = None, wait: str | None = None) -> None:
+                 name: str, segment: int | None = None, wait: str | None = None,
+                 parts: CompiledParts = COMPILED) -> None:
         check_op(name, op, buf.dtype)  # reduced here, not by the transport: any dtype it moves
         if comm.transport == "mpi" and buf.is_cuda:
             raise ValueError(f"{name}: compiled schedules over MPI take CPU tensors, got {buf.device}")
         if buf.dim() != 1 or not buf.is_contiguous():
             raise ValueError(f"{name}: the buffer must be flat and contiguous, got {tuple(buf.shape)}")
         self.comm, self.buf, self.group, self.name, self.steps = comm, buf, group, name, steps
+        self.parts = parts
         reduced = [s for s in steps if s.reduce and s.recv]
         self._block = max((s.recv[1] - s.recv[0] for s in reduced), default=0)
         slots = 1 + max((s.slot for s in reduced), default=0)
-        self.scratch = like(buf, self._block * slots)  # NumPy-backed on CPU, like buf
+        self.scratch = parts.scratch(buf, self._block * slots)  # NumPy-backed on CPU, like buf
         self._reqs: list = []
         self._mpi = comm.transport == "mpi"
         if segment is None:
@@ -81,7 +102,7 @@ class Compiled:
         self._seg = max(1, segment // buf.element_size()) if self._mpi and segment else 0
         self.wait = checked(wait, f"{name}: wait") if wait is not None else (
             wait_mode() if self._mpi else "spin")
-        self._messages = _messages(steps, self._seg)  # booked per call: computed once
+        self._messages = _messages(steps, self._seg, parts.pieces)  # booked per call, computed once
         self._runs: list[tuple[list, list]] = []  # per group call: (recvs, sends) [(t, peer)]
         self._ops = self._bind(op)
 
@@ -125,7 +146,7 @@ class Compiled:
         for step in run:
             send, recv, target = self._views(step)
             out.append((step, send, recv,
-                        None if target is None else reducer(op, target, recv)))
+                        None if target is None else reducer(op, target, recv, self.parts.tiny)))
         return out
 
     def _mpi_run(self, run: list[Step], op: str) -> list:
@@ -140,9 +161,10 @@ class Compiled:
 
         c, recvs, sends, after, posted = self.group.mpi_comm, [], [], [], ([], [])
         for step, send, recv, red in self._parts(run, op):
-            rp = [(recv[a:b], step.src) for a, b in pieces(0, recv.numel(), self._seg)] \
+            cut = self.parts.pieces
+            rp = [(recv[a:b], step.src) for a, b in cut(0, recv.numel(), self._seg)] \
                 if recv is not None else []
-            sp = [(send[a:b], step.dst) for a, b in pieces(0, send.numel(), self._seg)] \
+            sp = [(send[a:b], step.dst) for a, b in cut(0, send.numel(), self._seg)] \
                 if send is not None else []
             recvs.append([c.Recv_init(_np(t), source=src, tag=TAG) for t, src in rp])
             sends += [c.Send_init(_np(t), dest=dst, tag=TAG) for t, dst in sp]
@@ -230,27 +252,27 @@ def _batched(backend, group: Group, recvs: list, sends: list) -> None:
         w.wait()
 
 
-def _messages(steps: list[Step], seg: int = 0) -> list[tuple[str, int]]:
+def _messages(steps: list[Step], seg: int = 0, cut=pieces) -> list[tuple[str, int]]:
     out = []
     for s in steps:
         if s.recv and s.recv[1] > s.recv[0]:
-            out += [("irecv", b - a) for a, b in pieces(*s.recv, seg)]
+            out += [("irecv", b - a) for a, b in cut(*s.recv, seg)]
         if s.send and s.send[1] > s.send[0]:
-            out += [("isend", b - a) for a, b in pieces(*s.send, seg)]
+            out += [("isend", b - a) for a, b in cut(*s.send, seg)]
     return out
 
 
 def compiled_all_reduce(comm, x: torch.Tensor, group: Group, *, op: str = "sum",
                         algo: str = "ring", segment: int | None = None,
-                        wait: str | None = None) -> torch.Tensor:
+                        wait: str | None = None, parts: CompiledParts = COMPILED) -> torch.Tensor:
     """``algo``'s all-reduce compiled and run once: ``x`` [*] -> same shape, on every member
     (``segment``, ``wait``: see :class:`Compiled`)."""
     import time
 
     buf = flat(x)
-    steps = step_list(algo, group.size, group.index, buf.numel())
+    steps = parts.steps(algo, group.size, group.index, buf.numel(), parts.split)
     name = f"{algo}_compiled"
-    with Compiled(comm, buf, group, steps, op, name, segment, wait) as c:
+    with Compiled(comm, buf, group, steps, op, name, segment, wait, parts) as c:
         comm.tracker.enter(f"all_reduce/{name}", group.ranks)
         t0 = time.perf_counter()
         c.run()

@@ -40,9 +40,9 @@ class Step:
     joint: bool = False
 
 
-def _ring(n: int, i: int, count: int) -> list[Step]:
+def _ring(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
     """Ring reduce-scatter then ring all-gather (:mod:`commbench.collectives.ring`)."""
-    b = offsets(split_sizes(count, n))
+    b = offsets(split(count, n))
     nxt, prv, out = (i + 1) % n, (i - 1) % n, []
     for k in range(n - 1):
         s, r = (i - k - 1) % n, (i - k - 2) % n
@@ -65,7 +65,7 @@ def _fold(n: int, i: int, count: int) -> tuple[list[Step], list[Step]]:
     return [Step(recv=whole, src=i - 1, reduce=True)], [Step(send=whole, dst=i - 1)]
 
 
-def _doubling(n: int, i: int, count: int) -> list[Step]:
+def _doubling(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
     p, r, new = fold_layout(n, i)
     fold, unfold = _fold(n, i, count)
     out, d = list(fold), 1
@@ -76,12 +76,12 @@ def _doubling(n: int, i: int, count: int) -> list[Step]:
     return out + unfold + [Step(avg=(0, count))]
 
 
-def _rabenseifner(n: int, i: int, count: int) -> list[Step]:
+def _rabenseifner(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
     p, r, new = fold_layout(n, i)
     fold, unfold = _fold(n, i, count)
     out = list(fold)
     if new >= 0:
-        b = offsets(split_sizes(count, p))
+        b = offsets(split(count, p))
         steps, d = halving_ranges(p, new), p >> 1
         for kl, kh, sl, sh in steps:
             peer = _member(new ^ d, r)
@@ -96,7 +96,7 @@ def _rabenseifner(n: int, i: int, count: int) -> list[Step]:
     return out + unfold
 
 
-def _naive(n: int, i: int, count: int) -> list[Step]:
+def _naive(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
     """Member 0 combines every vector in member order, then sends the result to every member
     (:func:`commbench.collectives.tree.naive_all_reduce`). Its receives are posted together, one
     scratch block each, and so are its sends: gloo sends only once the receiver has posted (a
@@ -115,8 +115,9 @@ def _naive(n: int, i: int, count: int) -> list[Step]:
 SCHEDULES = {"naive": _naive, "ring": _ring, "recursive_doubling": _doubling, "rabenseifner": _rabenseifner}
 
 
-def step_list(algo: str, n: int, i: int, count: int) -> list[Step]:
-    """Member ``i``'s steps of ``algo`` for a vector of ``count`` elements in a group of ``n``."""
+def step_list(algo: str, n: int, i: int, count: int, split=split_sizes) -> list[Step]:
+    """Member ``i``'s steps of ``algo`` for a vector of ``count`` elements in a group of ``n``,
+    its blocks cut by ``split`` (count, parts) where the algorithm cuts any."""
     if algo not in SCHEDULES:
         raise ValueError(f"algo={algo!r}: must be one of {', '.join(SCHEDULES)}")
-    return SCHEDULES[algo](n, i, count)
+    return SCHEDULES[algo](n, i, count, split=split)
