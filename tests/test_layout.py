@@ -44,7 +44,7 @@ def test_tensor_parallel_bytes_match_the_ledger(world, variant):
 
 def _vocab_tp_ledger(world, loss: str, sp: bool):
     """The vocab pattern's tp calls for a small head (embedding, head, cross-entropy)."""
-    from commbench.patterns.tp.head import VocabConfig
+    from commbench.patterns.tp.vocab import VocabConfig
 
     P = world.size
     cfg = VocabConfig(batch=2, seq=4 * P, hidden=8 * P, vocab=4 * P, tp=P, sequence_parallel=sp,

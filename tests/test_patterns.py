@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commbench.patterns.judge import check
 from commbench.patterns.registry import PATTERNS
+from commbench.patterns.run import check
 
 # a third of the profile's examples per pattern x variant x size: every variant of a pattern
 # together draws more configs than one property of the pattern did before

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from commbench.patterns.dp.pattern import DDPConfig
+from commbench.patterns.dp.ddp import DDPConfig
 from commbench.patterns.run import run_pattern
 from commbench.results.trace import chrome_trace
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from commbench.patterns.run import run_pattern
-from commbench.patterns.tp.head import VocabConfig
+from commbench.patterns.tp.vocab import VocabConfig
 
 pytestmark = [pytest.mark.tp]
 

@@ -119,9 +119,8 @@ def check_every_pattern(world, emit=print, study: bool = True) -> int:
     """Run every pattern's variants on ``world`` (module docstring; ``study``: its first study
     config too); the number that failed."""
     from commbench.patterns.base import calls_match
-    from commbench.patterns.judge import check
     from commbench.patterns.registry import PATTERNS
-    from commbench.patterns.run import run_pattern
+    from commbench.patterns.run import check, run_pattern
 
     failed = 0
     emit(f"#{'pattern':>14} {'variant':>12} {'smallest config':>16} {'study config':>13}")

@@ -14,10 +14,10 @@ from __future__ import annotations
 import torch
 
 from commbench.patterns.base import Pattern, Tolerance, calls_diff
-from commbench.runtime.errors import SPMDError
 from commbench.wire import nccl_rules
 
-__all__ = ["check", "close", "judge"]
+__all__ = ["close", "judge"]
+
 
 def close(got: torch.Tensor, want: torch.Tensor, refs: list[torch.Tensor], tol: Tolerance) -> str:
     """'' when ``got`` is as close to ``want`` as ``tol`` asks, else what is wrong."""
@@ -61,16 +61,3 @@ def judge(pattern: Pattern, cfg, variant: str, seed: int, outs: list[dict],
     if all("posts" in out for out in outs):  # what NCCL would do with the same posts
         problems += nccl_rules.check([out["posts"] for out in outs])
     return problems
-
-
-def check(world, pattern: Pattern, cfg, variant: str, seed: int, broken: str | None = None,
-          guard: bool = True) -> list[str]:
-    """Run ``variant`` (or a broken variant of it) on ``world`` and judge it; with ``guard``
-    (default) a tensor the pattern makes off the world's device is an error."""
-    from commbench.patterns.run import run_pattern
-
-    try:
-        outs = world.run(run_pattern, pattern.name, cfg, variant, seed, broken, 0, 0, guard)
-    except SPMDError as exc:  # a rank raised: the run itself is wrong (a hang still raises)
-        return [f"the run failed: {str(exc).splitlines()[0]}"]
-    return judge(pattern, cfg, variant, seed, outs)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from commbench.patterns.base import Pattern
-from commbench.patterns.dp.pattern import DataParallel
-from commbench.patterns.dp.zero_pattern import Zero
+from commbench.patterns.dp.ddp import DataParallel
+from commbench.patterns.dp.zero import Zero
 from commbench.patterns.moe.pattern import ExpertParallel, MoEGating
 from commbench.patterns.pp.pattern import Pipeline
 from commbench.patterns.seq.pattern import RingAttention, Ulysses
 from commbench.patterns.seq.zero3 import UlyssesZero3
-from commbench.patterns.tp.head import VocabHead
-from commbench.patterns.tp.pattern import TPMLP, TPLayer
+from commbench.patterns.tp.tp_layer import TPMLP, TPLayer
+from commbench.patterns.tp.vocab import VocabHead
 
 __all__ = ["PATTERNS", "get", "select"]
 

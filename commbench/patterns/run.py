@@ -14,12 +14,13 @@ from dataclasses import astuple
 
 import torch
 
-from commbench.patterns.base import Call
+from commbench.patterns.base import Call, Pattern
 from commbench.patterns.device import device_guard
+from commbench.runtime.errors import SPMDError
 from commbench.timing.loop import timed
 from commbench.wire.posts import recording
 
-__all__ = ["booked_calls", "run_pattern"]
+__all__ = ["booked_calls", "check", "run_pattern"]
 
 
 def booked_calls(entries) -> list[tuple]:
@@ -91,3 +92,16 @@ def _traced(ctx, step) -> tuple[dict, list, tuple[float, float]]:
         out = step()
         span = (t0, time.perf_counter())
     return out, list(cap.entries), span
+
+
+def check(world, pattern: Pattern, cfg, variant: str, seed: int, broken: str | None = None,
+          guard: bool = True) -> list[str]:
+    """Run ``variant`` (or a broken variant of it) on ``world`` and judge it; with ``guard``
+    (default) a tensor the pattern makes off the world's device is an error."""
+    try:
+        outs = world.run(run_pattern, pattern.name, cfg, variant, seed, broken, 0, 0, guard)
+    except SPMDError as exc:  # a rank raised: the run itself is wrong (a hang still raises)
+        return [f"the run failed: {str(exc).splitlines()[0]}"]
+    from commbench.patterns.judge import judge
+
+    return judge(pattern, cfg, variant, seed, outs)

@@ -6,14 +6,14 @@ every figure commbench sets beside them comes from a pattern's prediction or the
 
 from __future__ import annotations
 
-from commbench.patterns.dp.pattern import DDPConfig
+from commbench.patterns.dp.ddp import DDPConfig
 from commbench.patterns.dp.zero_model import STAGES, ZeroConfig, flat_size
 from commbench.patterns.moe.gating import MoEConfig, capacity
 from commbench.patterns.seq.attention import AttnConfig
 from commbench.patterns.seq.ring import causal_work
-from commbench.patterns.tp.head import VocabConfig
+from commbench.patterns.tp.layer_pattern import param_sizes
 from commbench.patterns.tp.model import TPConfig
-from commbench.patterns.tp.pattern import param_sizes
+from commbench.patterns.tp.vocab import VocabConfig
 from commbench.studies.claims import Claim, Run
 
 __all__ = ["CLAIMS"]

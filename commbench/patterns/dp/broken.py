@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from commbench.patterns.dp.ddp import DDP
+from commbench.patterns.dp.ddp_comms import DDP
 
 __all__ = ["DDPWithoutCopyBack", "chunk_start_off_by_one", "local_grad_slice", "stale_prefetch"]
 

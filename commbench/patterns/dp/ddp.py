@@ -1,84 +1,62 @@
-"""Data parallelism: DDP's bucketed gradient all-reduce, overlapped with backward.
+"""Data parallelism as a pattern: the transformer layer replicated on every rank, each rank on its
+slice of the batch, gradients summed over the DP group (PyTorch DDP, Li et al. 2020).
 
-PyTorch DDP (Li et al. 2020, "PyTorch Distributed", VLDB §3.2): parameters are grouped into buckets
-of about ``bucket_bytes`` in the reverse of their definition order (the order backward produces
-their gradients); when the last gradient of a bucket is accumulated, that bucket's all-reduce
-starts at once, asynchronously, while backward goes on with earlier layers. ``finish`` waits for
-every bucket and writes the sums back. Under TP x DP this is the notes' overlap: the DP all-reduce
-of one layer's gradients runs while the TP group carries on with the next layer's backward.
-
-The loss is a sum over the batch and each DP replica holds a slice of it, so gradients are summed,
-not averaged. Bytes: one all-reduce of every parameter, 2(d-1)/d * Psi per rank.
-
-The naive counterpart (:func:`naive_sync`) waits for the whole backward, then all-reduces each
-parameter's gradient on its own: as many calls as parameters, no overlap.
+Variants: ``ddp`` (buckets of about ``bucket_bytes`` in reverse definition order, each
+all-reduced as soon as backward has produced it, overlapping the rest of backward) and ``naive``
+(after backward, one blocking all-reduce per parameter). Bytes: one all-reduce of every
+parameter either way, 2(d-1)/d * Psi per rank; the calls differ.
 """
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass, fields
 
-from commbench.runtime.group import Group
-from commbench.wire.comm import Comm
+from commbench.patterns.base import Broken, Call
+from commbench.patterns.dp import broken
+from commbench.patterns.tp.layer_pattern import MODELS, LayerPattern, ddp_calls, layer_step, tp_configs
+from commbench.patterns.tp.model import TPConfig
 
-__all__ = ["DDP", "buckets_of", "naive_sync"]
-
-
-def buckets_of(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
-    """Indices of the parameters of ``sizes`` (bytes each) per bucket, last parameter first,
-    each bucket about ``bucket_bytes``."""
-    if bucket_bytes < 1:
-        raise ValueError(f"bucket_bytes={bucket_bytes}: must be >= 1")
-    out: list[list[int]] = [[]]
-    size = 0
-    for i in reversed(range(len(sizes))):
-        nbytes = sizes[i]
-        if out[-1] and size + nbytes > bucket_bytes:
-            out.append([])
-            size = 0
-        out[-1].append(i)
-        size += nbytes
-    return [b for b in out if b]
+__all__ = ["DDPConfig", "DataParallel"]
 
 
-class DDP:
-    def __init__(self, params: list[torch.Tensor], comm: Comm, group: Group,
-                 bucket_bytes: int = 25 << 20) -> None:
-        self.params, self.comm, self.group = params, comm, group
-        self.buckets = buckets_of([p.numel() * p.element_size() for p in params], bucket_bytes)
-        self._bucket_of = {i: k for k, b in enumerate(self.buckets) for i in b}
-        self._left = [len(b) for b in self.buckets]
-        self._works: list[tuple[int, object, torch.Tensor]] = []
-        self.issued_at: list[int] = []  # ledger length when each bucket's all-reduce started
-        self._hooks = [p.register_post_accumulate_grad_hook(self._hook(i))
-                       for i, p in enumerate(params)]
+@dataclass(frozen=True, slots=True)
+class DDPConfig(TPConfig):
+    """The transformer layer replicated on every rank: a :class:`TPConfig` with ``tp = 1``."""
 
-    def _hook(self, i: int):
-        def ready(p: torch.Tensor) -> None:
-            k = self._bucket_of[i]
-            self._left[k] -= 1
-            if self._left[k] == 0:
-                flat = torch.cat([self.params[j].grad.reshape(-1) for j in self.buckets[k]])
-                self.issued_at.append(len(self.comm.ledger.entries))
-                self._works.append((k, self.comm.all_reduce_async(flat, self.group), flat))
-        return ready
-
-    def finish(self) -> None:
-        """Wait for every bucket, write the summed gradients back, and detach the hooks."""
-        for k, work, _ in self._works:
-            total = work.wait()
-            for j, part in zip(self.buckets[k], total.split([self.params[j].numel()
-                                                               for j in self.buckets[k]])):
-                self.params[j].grad.copy_(part.view_as(self.params[j]))
-        missing = [k for k, left in enumerate(self._left) if left]
-        for h in self._hooks:
-            h.remove()
-        if missing:
-            raise RuntimeError(f"DDP: buckets {missing} never got all their gradients (a "
-                               "parameter unused in this backward?)")
+    def validate(self, world_size: int | None = None, variant: str = "") -> DDPConfig:
+        if self.tp != 1:
+            raise ValueError(f"tp={self.tp}: the ddp pattern replicates the layer (tp=1; TP x DP "
+                             "is the tp_layer pattern with dp > 1)")
+        TPConfig.validate(self, world_size, variant)  # slots: no zero-argument super()
+        return self
 
 
-def naive_sync(params: list[torch.Tensor], comm: Comm, group: Group) -> None:
-    """One blocking all-reduce per parameter, after backward."""
-    for p in params:
-        p.grad.copy_(comm.all_reduce(p.grad, group))
+def _ddp(cfg: TPConfig) -> DDPConfig:
+    return DDPConfig(**{f.name: getattr(cfg, f.name) for f in fields(cfg)})
+
+
+class DataParallel(LayerPattern):
+    """DDP's bucketed, overlapped all-reduce against one all-reduce per parameter."""
+
+    name, markers = "ddp", ("ddp",)
+    variants, naive, optimized = ("naive", "ddp"), "naive", "ddp"
+    axes = ("dp",)
+    Config = DDPConfig
+    broken = (Broken("sums_not_written_back", "ddp", {"reducer": broken.DDPWithoutCopyBack},
+                     "bucket sums waited for but never written back to the gradients",
+                     lambda P: [DDPConfig(batch=2 * P, seq=2, hidden=4, ffn=4, heads=2, vocab=2,
+                                         dp=P, tp=1, dtype=dt) for dt in ("float64", "float32")]),)
+
+    def configs(self, world_size: int, variant: str):
+        return tp_configs(world_size, self.dtypes, tp=1).map(_ddp)
+
+    def bench_configs(self, world_size: int) -> list[DDPConfig]:
+        return [DDPConfig(batch=b * world_size, seq=s, hidden=h, ffn=f, heads=h // 16, vocab=1,
+                         dp=world_size, tp=1, dtype="float32", bucket_bytes=25 << 20)
+                for b, s, h, f in MODELS]
+
+    def step(self, ctx, cfg: TPConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        return layer_step(ctx, cfg, local, "tp", groups, parts, False, variant)
+
+    def predicted(self, cfg: TPConfig, variant: str, rank: int, seed=None) -> list[Call]:
+        return ddp_calls(cfg, variant, rank)

@@ -1,236 +1,113 @@
-"""ZeRO-1/2/3 (Rajbhandari et al. 2020, arXiv:1910.02054 §5, §7) against DDP, on P data ranks.
-
-Per layer flat vector (``zero_model``), padded to a multiple of P; rank r owns chunk r.
-
-* stage 0, DDP: all-reduce each layer's gradient once per step; every rank keeps everything.
-* stage 1 (P_os): Adam moments and master weights of chunk r only. Per step: reduce-scatter each
-  layer's accumulated gradient, update the chunk, all-gather the updated parameters.
-* stage 2 (P_os+g): as stage 1, but each layer's gradient is reduce-scattered as soon as backward
-  produces it (a post-accumulate hook), in every micro-batch; a rank keeps only its gradient chunk.
-* stage 3 (P_os+g+p): parameters sharded too. Each layer all-gathers its parameters just before
-  its forward (the next layer's gather is started first: prefetch), drops them after use,
-  gathers them again in backward and reduce-scatters its gradient there, every micro-batch.
-
-Bytes per rank per step, Psi = padded elements of all layers, m micro-batches, P ranks:
-DDP 2(P-1)/P*Psi; ZeRO-1 the same (RS + AG); ZeRO-2 (m+1)(P-1)/P*Psi; ZeRO-3 3m(P-1)/P*Psi.
-
-Where a rank's chunk starts, how stage 2 keeps its gradient chunk and how stage 3 takes the
-prefetched parameters are parts (:class:`ZeroParts`), so broken ones can stand in.
+"""ZeRO-1/2/3 against DDP as a pattern (Rajbhandari et al. 2020): ``steps`` Adam steps of a stack of
+tanh layers on ``dp`` ranks, gradient accumulation over ``micro`` micro-batches, mixed precision
+with fp32 master weights. The variant is the stage: ``ddp`` (0), ``zero1``, ``zero2``, ``zero3``.
+What each stage moves is :func:`commbench.patterns.dp.zero_comms.stage_calls`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import torch
+from hypothesis import strategies as st
 
-from commbench.patterns.base import Call
-from commbench.patterns.dp.zero_model import Adam, ZeroConfig, flat_size
-from commbench.runtime.group import Group
-from commbench.wire.comm import Comm
+from commbench.patterns.base import Broken, Call, Pattern, Tolerance
+from commbench.patterns.dp import broken
+from commbench.patterns.dp.zero_comms import ZeroParts, train, zero_calls
+from commbench.patterns.dp.zero_model import STAGES, ZeroConfig, batch, flat_size, init_layers, oracle_train
 from commbench.wire.dtypes import DTYPES
-from commbench.wire.ops import booked
 
-__all__ = ["ZeroParts", "gathered", "stage_calls", "train", "zero_calls"]
+__all__ = ["Zero"]
 
-
-def reduce_scattered(grad: torch.Tensor, comm: Comm, group: Group, c: int) -> torch.Tensor:
-    """The whole parameter's gradient [numel] -> this rank's chunk, summed over the group."""
-    padded = grad.new_zeros(group.size * -(-grad.numel() // group.size))
-    padded[: grad.numel()] = grad
-    return comm.reduce_scatter(padded, group)
-
-
-class _Gathered(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, chunk, numel, comm, group, back):
-        ctx.comm, ctx.group, ctx.c, ctx.back = comm, group, chunk.numel(), back
-        return comm.all_gather(chunk, group)[:numel]
-
-    @staticmethod
-    def backward(ctx, grad):
-        return ctx.back(grad, ctx.comm, ctx.group, ctx.c), None, None, None, None
+TOLERANCE = Tolerance(
+    "float64: only the order of the sums over ranks differs from the oracle. float32 and mixed "
+    "precision (bf16 compute, fp32 master, moments and gradient reduction): within 8x the "
+    "largest error of the oracle run in the same precision on the same P batch slices, summed "
+    "in either order, plus 1e-5 x max(1, largest weight): Adam divides by sqrt(v), so where a "
+    "gradient nearly cancels the order of its sum alone moves the weights.", floor=1e-5)
 
 
-def gathered(chunk: torch.Tensor, numel: int, comm: Comm, group: Group,
-             back=reduce_scattered) -> torch.Tensor:
-    """ZeRO-3 for any layer: this rank's chunk [c] -> the whole flat parameter [numel], all-gathered
-    just before use; backward reduce-scatters its gradient back to [c]. A layer that views the
-    result as its weights (``w = gathered(...)[: h*h].view(h, h)``) is ZeRO-3 sharded; the
-    Ulysses + ZeRO-3 combination gathers its projections this way. ``back(grad, comm, group,
-    c)``: the chunk's gradient from the whole one (a broken variant's differs)."""
-    return _Gathered.apply(chunk, numel, comm, group, back)
+@st.composite
+def zero_configs(draw, world_size: int):
+    return ZeroConfig(layers=draw(st.integers(1, 3)), hidden=draw(st.integers(1, 5)),
+                      batch=world_size * draw(st.integers(1, 2)), micro=draw(st.integers(1, 3)),
+                      steps=draw(st.integers(1, 3)), dp=world_size, prefetch=draw(st.booleans()),
+                      dtype=draw(st.sampled_from(["float64", "float64", "float32", "bfloat16"])))
 
 
-def stage_calls(stage: int, sizes: list[int], P: int, micro: int) -> list[tuple[str, int, str]]:
-    """(op, elements per call, "param" or "grad") of one optimizer step for layers of ``sizes``
-    elements each (padded to a multiple of P): the one statement of what each stage moves."""
-    out = []
-    for n in sizes:
-        padded = -(-n // P) * P
-        c = padded // P
-        out += {0: [("all_reduce", padded, "grad")],
-                1: [("reduce_scatter", padded, "grad"), ("all_gather", c, "param")],
-                2: [("reduce_scatter", padded, "grad")] * micro + [("all_gather", c, "param")],
-                3: [("all_gather", c, "param")] * (2 * micro) +
-                   [("reduce_scatter", padded, "grad")] * micro}[stage]
-    return out
+def _pad(f: torch.Tensor, padded: int) -> torch.Tensor:
+    return torch.cat([f, f.new_zeros(padded - f.numel())])
 
 
-def zero_calls(cfg: ZeroConfig, stage: int, r: int, axis: str = "dp") -> list[Call]:
-    """The calls DP member ``r`` makes in ``cfg.steps`` steps: parameters move in the compute
-    dtype, gradients in the master dtype (fp32 under mixed precision)."""
-    P = cfg.dp
-    n, _ = flat_size(cfg, P)
-    e = {"param": DTYPES[cfg.dtype].itemsize, "grad": 4 if cfg.mixed else DTYPES[cfg.dtype].itemsize}
-    return [Call(op, axis, k * e[kind], *booked(op, P, r, k, e[kind]))
-            for op, k, kind in stage_calls(stage, [n] * cfg.layers, P, cfg.micro)] * cfg.steps
+def _example(P: int) -> list[ZeroConfig]:
+    return [ZeroConfig(layers=2, hidden=3, batch=2 * P, micro=1, steps=2, dp=P)]
 
 
-def chunk_start(r: int, c: int, P: int) -> int:
-    """Where member ``r``'s chunk of ``c`` elements starts in a padded flat vector."""
-    return r * c
+class Zero(Pattern):
+    """Optimizer states, then gradients, then parameters sharded over the DP group."""
 
+    name, markers = "zero", ("zero",)
+    variants, naive, optimized = tuple(STAGES), "ddp", "zero3"
+    axes = ("dp",)
+    Config = ZeroConfig
+    tolerance = TOLERANCE
+    parts = ZeroParts()
+    dtypes = ("float64", "float32", "bfloat16")
+    broken = (
+        Broken("chunk_off_by_one", "zero1", {"chunk_start": broken.chunk_start_off_by_one},
+               "each rank's shard starts one element too far", _example, (2, 3)),
+        Broken("no_reduce_scatter", "zero2", {"grad_shard": broken.local_grad_slice},
+               "stage 2 keeps its slice of its own gradient, never summed", _example, (2, 3)),
+        Broken("stale_prefetch", "zero3", {"take_prefetched": broken.stale_prefetch},
+               "stage 3 reuses the parameters of its first gather", _example, (2, 3)),
+    )
 
-def reduce_scatter_grad(grad: torch.Tensor, comm: Comm, group: Group) -> torch.Tensor:
-    """Stage 2's hook: this rank's chunk of the gradient summed over the group."""
-    return comm.reduce_scatter(grad, group)
+    def grid(self, cfg: ZeroConfig) -> str:
+        return f"dp={cfg.dp}"
 
+    def configs(self, world_size: int, variant: str):
+        return zero_configs(world_size)
 
-def take_prefetched(pending, k: int, cache: list) -> torch.Tensor | None:
-    """Stage 3: the parameters of layer ``k`` from the gather posted one layer earlier."""
-    return pending.wait() if pending is not None else None
+    def edge_configs(self, world_size: int, variant: str) -> list[ZeroConfig]:
+        """Layers of 2 elements (hidden 1): smaller than a world of 3 or 4, so every stage pads
+        its shards; with accumulation, in full and in mixed precision."""
+        return [ZeroConfig(layers=2, hidden=1, batch=world_size, micro=2, steps=2, dp=world_size,
+                           prefetch=True, dtype=d) for d in ("float64", "bfloat16")]
 
+    def bench_configs(self, world_size: int) -> list[ZeroConfig]:
+        return [ZeroConfig(layers=layers, hidden=h, batch=4 * world_size, micro=micro, steps=1,
+                           dp=world_size, dtype="float32")
+                for layers, h in ((4, 64), (4, 256)) for micro in (1, 4)]
 
-@dataclass(frozen=True)
-class ZeroParts:
-    """The swappable steps of ZeRO."""
+    def inputs(self, cfg: ZeroConfig, seed: int, device) -> dict:
+        _, padded = flat_size(cfg, cfg.dp)
+        return {"layers": [_pad(f, padded).to(device) for f in init_layers(cfg, seed)],
+                "batches": [[tuple(v.to(device) for v in batch(cfg, seed, step, mb))
+                             for mb in range(cfg.micro)] for step in range(cfg.steps)]}
 
-    chunk_start: Callable = chunk_start
-    grad_shard: Callable = reduce_scatter_grad
-    take_prefetched: Callable = take_prefetched
+    def oracle(self, cfg: ZeroConfig, seed: int) -> dict:
+        return {f"w{k}": w for k, w in enumerate(oracle_train(cfg, seed))}
 
+    def references(self, cfg: ZeroConfig, seed: int) -> list[dict]:
+        if cfg.dtype == "float64":
+            return []
+        dt = DTYPES[cfg.dtype]
+        return [{f"w{k}": w for k, w in enumerate(oracle_train(cfg, seed, dt, cfg.dp, reverse))}
+                for reverse in (False, True)]
 
-class _Zero3Layer(torch.autograd.Function):
-    """y = tanh(x W^T + b) with W, b gathered from this rank's chunk; x [b, h] -> y [b, h].
+    def expected(self, oracle: dict, cfg: ZeroConfig, rank: int, variant: str) -> dict:
+        _, padded = flat_size(cfg, cfg.dp)
+        c = padded // cfg.dp
+        full = {k: _pad(w, padded) for k, w in oracle.items()}
+        if STAGES[variant] == 0:
+            return full
+        return {k: w[rank * c:(rank + 1) * c] for k, w in full.items()}
 
-    Backward adds the reduce-scattered gradient chunk, reduced in the accumulator's dtype (fp32
-    under mixed precision), to ``acc``, and returns none for the chunk itself."""
+    def step(self, ctx, cfg: ZeroConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        return train(ctx, cfg, STAGES[variant], local, groups["dp"], parts)
 
-    @staticmethod
-    def forward(ctx, x, chunk, gathered, acc, comm, group, h):
-        full = gathered if gathered is not None else comm.all_gather(chunk, group)
-        y = torch.tanh(x @ full[: h * h].view(h, h).T + full[h * h: h * h + h])
-        ctx.save_for_backward(x, y, chunk)
-        ctx.acc, ctx.comm, ctx.group, ctx.h = acc, comm, group, h
-        return y  # ``full`` is dropped here: only the chunk stays
+    def predicted(self, cfg: ZeroConfig, variant: str, rank: int, seed=None) -> list[Call]:
+        return zero_calls(cfg, STAGES[variant], rank)
 
-    @staticmethod
-    def backward(ctx, dy):
-        x, _, chunk = ctx.saved_tensors
-        h, comm, group = ctx.h, ctx.comm, ctx.group
-        full = comm.all_gather(chunk, group)  # gathered again: it was released after forward
-        with torch.enable_grad():  # the layer again, by autograd: the same roundings as unsharded
-            xd, w, b = (t.detach().requires_grad_() for t in
-                        (x, full[: h * h].view(h, h), full[h * h: h * h + h]))
-            dx, dw, db = torch.autograd.grad(torch.tanh(xd @ w.T + b), (xd, w, b), dy)
-        grad = full.new_zeros(full.shape, dtype=ctx.acc.dtype)
-        grad[: h * h] = dw.reshape(-1)
-        grad[h * h: h * h + h] = db
-        ctx.acc.add_(comm.reduce_scatter(grad, group))
-        return dx, None, None, None, None, None, None
-
-
-def _nbytes(ts) -> int:
-    return sum(t.numel() * t.element_size() for t in ts if t is not None)
-
-
-def train(ctx, cfg: ZeroConfig, stage: int, data: dict, group: Group, parts: ZeroParts) -> dict:
-    """``cfg.steps`` Adam steps from ``data`` (the layers' flat initial vectors, padded, and the
-    batches); this rank's master weights (its chunk, or all of them for DDP) and the bytes it
-    held in parameters, gradients and optimizer states."""
-    comm, g = ctx.comm(), group
-    P, r = g.size, g.index
-    cdt = DTYPES[cfg.dtype]
-    mdt = torch.float32 if cfg.mixed else cdt
-    _, padded = flat_size(cfg, P)
-    c = padded // P
-    off = parts.chunk_start(r, c, P)
-    full0 = data["layers"]
-    if stage == 0:
-        master = [f.to(mdt) for f in full0]
-    else:
-        master = [torch.roll(f, -off)[:c].to(mdt).clone() for f in full0]
-    opt = Adam(master, cfg.lr)
-    params = [f.to(cdt, copy=True) for f in full0] if stage < 3 else \
-        [m.to(cdt, copy=True) for m in master]
-    bl = cfg.batch // P
-    cache: list = []
-    memory: dict = {}
-    for step in range(cfg.steps):
-        acc = [f.new_zeros(padded if stage < 2 else c, dtype=mdt) for f in master]
-        for mb in range(cfg.micro):
-            x, t = (v[r * bl:(r + 1) * bl].to(cdt) for v in data["batches"][step][mb])
-            if stage < 3:
-                y = _forward_full(params, acc, x, cfg, stage, comm, g, parts)
-            else:
-                y = _forward_zero3(params, acc, x, cfg, comm, g, parts, cache)
-            (0.5 * ((y - t) ** 2).sum()).backward()
-        # master weights count as optimizer state only under mixed precision; otherwise they
-        # are the parameters themselves (or, sharded, the chunk a rank updates of them)
-        memory = {"params": _nbytes(params), "grads": _nbytes(acc),
-                  "optimizer": opt.nbytes() + (_nbytes(master) if cfg.mixed else 0)}
-        _update(stage, comm, g, opt, acc, master, params, cdt)
-    return {**{f"w{k}": m for k, m in enumerate(master)}, "stats": {"memory": memory}}
-
-
-def _forward_full(params, acc, x, cfg: ZeroConfig, stage: int, comm: Comm, g: Group, parts):
-    """Stages 0-2: the whole parameters are here; stage 2 reduce-scatters in backward hooks."""
-    h = cfg.hidden
-    leaves = [p.detach().requires_grad_() for p in params]
-    for k, leaf in enumerate(leaves):
-        if stage == 2:
-            def hook(p, k=k):
-                grad = p.grad.to(acc[k].dtype)  # reduced in fp32 under mixed precision
-                acc[k].add_(parts.grad_shard(grad, comm, g).to(acc[k].dtype))
-                p.grad = None  # only the chunk is kept
-            leaf.register_post_accumulate_grad_hook(hook)
-        else:
-            def keep(p, k=k):
-                acc[k].add_(p.grad.to(acc[k].dtype))
-            leaf.register_post_accumulate_grad_hook(keep)
-    for f in leaves:
-        x = torch.tanh(x @ f[: h * h].view(h, h).T + f[h * h: h * h + h])
-    return x
-
-
-def _forward_zero3(chunks, acc, x, cfg: ZeroConfig, comm: Comm, g: Group, parts, cache: list):
-    h = cfg.hidden
-    x = x.requires_grad_()  # so that backward reaches every layer's function
-    pending = comm.all_gather_async(chunks[0], g) if cfg.prefetch else None
-    for k, chunk in enumerate(chunks):
-        full = parts.take_prefetched(pending, k, cache)
-        pending = comm.all_gather_async(chunks[k + 1], g) \
-            if cfg.prefetch and k + 1 < len(chunks) else None
-        x = _Zero3Layer.apply(x, chunk, full, acc[k], comm, g, h)
-    return x
-
-
-def _update(stage: int, comm: Comm, g: Group, opt: Adam, acc, master, params, cdt):
-    if stage == 0:
-        opt.step([comm.all_reduce(a, g) for a in acc])
-        for p, m in zip(params, master):
-            p.copy_(m.to(cdt))
-    elif stage == 1:
-        opt.step([comm.reduce_scatter(a, g) for a in acc])
-        for p, m in zip(params, master):
-            p.copy_(comm.all_gather(m.to(cdt), g))
-    elif stage == 2:
-        opt.step(acc)
-        for p, m in zip(params, master):
-            p.copy_(comm.all_gather(m.to(cdt), g))
-    else:
-        opt.step(acc)
-        for p, m in zip(params, master):
-            p.copy_(m.to(cdt))
+    def metrics(self, cfg: ZeroConfig, variant: str, outs: list[dict]) -> dict:
+        mem = outs[0]["outputs"]["stats"]["memory"]
+        return {"memory(B) params/grads/optimizer": f"{mem['params']}/{mem['grads']}/"
+                                                    f"{mem['optimizer']}"}

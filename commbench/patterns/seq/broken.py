@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from commbench.patterns.dp.zero import gathered
+from commbench.patterns.dp.zero_comms import gathered
 from commbench.patterns.seq.ring import forward_block, return_home
 from commbench.patterns.seq.ulysses import s2h
 from commbench.patterns.tp.communications import gather_from_tp

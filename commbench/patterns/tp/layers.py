@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from commbench.patterns.dp.ddp import DDP
+from commbench.patterns.dp.ddp_comms import DDP
 from commbench.patterns.tp.communications import (
     _ag,
     _rs,

@@ -1,117 +1,185 @@
-"""Vocab-parallel input embedding, tied LM head and vocab-parallel cross-entropy (Shoeybi 2019 §3).
+"""The vocab-parallel head as a pattern: input embedding, tied LM head and cross-entropy over a
+``dp x tp`` grid (Shoeybi 2019 §3).
 
-Each rank owns the vocabulary rows [r*V/P, (r+1)*V/P) of the embedding E [V/P, h], used twice:
+Predicted calls per rank and step, A = b s h (b = batch / dp), e the dtype's bytes, c the
+cross-entropy's (float32, float64 for float64 runs):
 
-* input embedding: look up the ids in range, zero the others, then ``g`` (all-reduce) of [b, s, h],
-  or reduce-scatter to [b, s/P, h] under SP; backward is local (identity, or an all-gather);
-* LM head, tied: logits [b, s, V/P] = column-parallel linear of the hidden state with E;
-* cross-entropy on the sharded logits, three all-reduces of [b, s] float32 in forward (the max,
-  the target's logit, the sum of exponentials; fused: the max, then one of [2, b, s]) and none in
-  backward: grad = softmax - onehot(target), each rank for its own columns.
-
-The naive head all-gathers the logits to [b, s, V] and runs plain cross-entropy. The lookup and
-the operators are parts (:class:`VocabParts`).
+    embedding   all-reduce of A forward (SP: reduce-scatter of A, all-gather of A/P backward)
+    LM head     all-reduce of A backward, f (SP: all-gather of A/P forward, reduce-scatter of A)
+    megatron    3 all-reduces of b s, c bytes each (max, target logit, sum of exponentials)
+    fused       2: the max, then [2, b, s]
+    naive       an all-gather of the logits, b s V/P
+    dp          one all-reduce of the embedding gradient, V/P h, on the DP group
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
+from hypothesis import strategies as st
 
-from commbench.patterns.tp.communications import (
-    copy_to_tp,
-    gather_from_sp,
-    gather_from_tp,
-    reduce_from_tp,
-    reduce_scatter_to_sp,
+from commbench.patterns.base import Broken, Call, Pattern, reference_nudges
+from commbench.patterns.tp import broken
+from commbench.patterns.tp.layer_pattern import TOLERANCE
+from commbench.patterns.tp.vocab_comms import (
+    VocabParts,
+    lm_head,
+    vocab_parallel_cross_entropy,
+    vocab_parallel_embedding,
 )
-from commbench.runtime.group import Group
-from commbench.wire.comm import Comm
+from commbench.wire.dtypes import DTYPES, check_dtype
+from commbench.wire.ops import booked
 
-__all__ = ["VocabParts", "lm_head", "masked_embedding", "vocab_parallel_cross_entropy",
-           "vocab_parallel_embedding"]
-
-
-def masked_embedding(ids: torch.Tensor, e: torch.Tensor, start: int) -> torch.Tensor:
-    """The rows of ``e`` [V/P, h] (vocabulary rows start..) for ``ids`` [b, s]; zero for ids
-    outside this rank's range, so that the sum over TP holds each id's row once."""
-    outside = (ids < start) | (ids >= start + e.shape[0])
-    out = F.embedding((ids - start).masked_fill(outside, 0), e)
-    return out.masked_fill(outside.unsqueeze(-1), 0.0)
+__all__ = ["VocabConfig", "VocabHead"]
 
 
 @dataclass(frozen=True)
-class VocabParts:
-    """The swappable operators of the vocab-parallel head."""
+class VocabConfig:
+    """b batch, s sequence, h hidden, V vocabulary over ``dp x tp``; SP shards the sequence of
+    the hidden states between the embedding and the head."""
 
-    embed: Callable = masked_embedding
-    f: Callable = copy_to_tp
-    g: Callable = reduce_from_tp
-    sp_gather: Callable = gather_from_sp
-    sp_reduce_scatter: Callable = reduce_scatter_to_sp
-    gather: Callable = gather_from_tp
+    batch: int = 2
+    seq: int = 4
+    hidden: int = 8
+    vocab: int = 16
+    tp: int = 1
+    dp: int = 1
+    sequence_parallel: bool = False
+    dtype: str = "float64"
 
+    def label(self) -> str:
+        sp = " sp" if self.sequence_parallel else ""
+        return f"tp{self.tp} dp{self.dp} b{self.batch} s{self.seq} h{self.hidden} V{self.vocab}{sp}"
 
-def vocab_parallel_embedding(ids: torch.Tensor, e: torch.Tensor, comm: Comm, group: Group,
-                             sequence_parallel: bool, parts: VocabParts) -> torch.Tensor:
-    """ids [b, s] -> [b, s, h] (SP: [b, s/P, h]); e [V/P, h] this rank's rows."""
-    out = parts.embed(ids, e, group.index * e.shape[0])
-    if sequence_parallel:
-        return parts.sp_reduce_scatter(out, comm, group)
-    return parts.g(out, comm, group)
+    def as_dict(self) -> dict:
+        return asdict(self)
 
-
-def lm_head(hidden: torch.Tensor, e: torch.Tensor, comm: Comm, group: Group,
-            sequence_parallel: bool, parts: VocabParts) -> torch.Tensor:
-    """Column-parallel output layer tied to the embedding: [b, s(/P), h] -> logits [b, s, V/P]."""
-    full = parts.sp_gather(hidden, comm, group) if sequence_parallel else \
-        parts.f(hidden, comm, group)
-    return full @ e.T
-
-
-class _VocabParallelCE(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, logits, targets, comm, group, fused):
-        lf = logits if logits.dtype == torch.float64 else logits.float()  # bf16/fp16/fp32 -> fp32
-        vp = lf.shape[-1]
-        start = group.index * vp
-        m = lf.max(-1).values
-        m = comm.all_reduce(m, group, op="max") if group.size > 1 else m
-        shifted = lf - m.unsqueeze(-1)
-        outside = (targets < start) | (targets >= start + vp)
-        local = (targets - start).masked_fill(outside, 0)
-        picked = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
-        exp = shifted.exp()
-        sum_exp = exp.sum(-1)
-        if group.size > 1:
-            if fused:
-                both = comm.all_reduce(torch.stack([picked, sum_exp]), group)
-                picked, sum_exp = both[0], both[1]
-            else:
-                picked = comm.all_reduce(picked, group)
-                sum_exp = comm.all_reduce(sum_exp, group)
-        ctx.save_for_backward(exp / sum_exp.unsqueeze(-1), local, outside)
-        ctx.dtype = logits.dtype
-        return sum_exp.log() - picked
-
-    @staticmethod
-    def backward(ctx, dloss):
-        softmax, local, outside = ctx.saved_tensors
-        grad = softmax.clone()
-        grad.scatter_add_(-1, local.unsqueeze(-1), -(~outside).to(grad.dtype).unsqueeze(-1))
-        return (grad * dloss.unsqueeze(-1)).to(ctx.dtype), None, None, None, None
+    def validate(self, world_size: int, variant: str = "") -> None:
+        for name in ("batch", "seq", "hidden", "vocab", "tp", "dp"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
+        if self.vocab % self.tp:
+            raise ValueError(f"vocab={self.vocab}: must be a multiple of tp={self.tp}")
+        if self.batch % self.dp:
+            raise ValueError(f"batch={self.batch}: must be a multiple of dp={self.dp}")
+        if self.sequence_parallel and self.seq % self.tp:
+            raise ValueError(f"seq={self.seq}: must be a multiple of tp={self.tp} under "
+                             "sequence parallelism")
+        if self.tp * self.dp != world_size:
+            raise ValueError(f"tp={self.tp} x dp={self.dp} = {self.tp * self.dp}: must equal the "
+                             f"world size {world_size}")
+        check_dtype(self.dtype, ("float64", "float32"))
 
 
-def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, comm: Comm,
-                                 group: Group, variant: str, parts: VocabParts) -> torch.Tensor:
-    """Per-token loss [b, s] from this rank's logits [b, s, V/P] and the targets [b, s];
-    ``variant``: ``megatron`` (3 all-reduces), ``fused`` (2) or ``naive`` (logits gathered)."""
-    if variant == "naive":
-        full = parts.gather(logits, comm, group)  # [b, s, V]
-        full = full if full.dtype == torch.float64 else full.float()
-        return F.cross_entropy(full.flatten(0, 1), targets.flatten(),
-                               reduction="none").view(targets.shape)
-    return _VocabParallelCE.apply(logits, targets, comm, group, variant == "fused")
+def _data(cfg: VocabConfig, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    b, s = cfg.batch, cfg.seq
+    return {"ids": torch.randint(0, cfg.vocab, (b, s), generator=g),
+            "targets": torch.randint(0, cfg.vocab, (b, s), generator=g),
+            "embedding": torch.randn(cfg.vocab, cfg.hidden, generator=g, dtype=torch.float64)}
+
+
+@st.composite
+def head_configs(draw, world_size: int, dtypes=("float64", "float32")):
+    tp = draw(st.sampled_from([d for d in range(1, world_size + 1) if world_size % d == 0]))
+    dp = world_size // tp
+    return VocabConfig(batch=dp * draw(st.integers(1, 2)), seq=tp * draw(st.integers(1, 3)),
+                       hidden=draw(st.integers(1, 8)), vocab=tp * draw(st.integers(1, 5)), tp=tp,
+                       dp=dp, sequence_parallel=draw(st.booleans()),
+                       dtype=draw(st.sampled_from(dtypes)))
+
+
+class VocabHead(Pattern):
+    """Vocab-parallel embedding, tied LM head and cross-entropy: Megatron's 3 all-reduces, fused
+    to 2, against all-gathered logits."""
+
+    name, markers = "vocab", ("tp",)
+    variants, naive, optimized = ("naive", "megatron", "fused"), "naive", "fused"
+    axes = ("tp", "dp")
+    Config = VocabConfig
+    tolerance = TOLERANCE
+    parts = VocabParts()
+    broken = (Broken("unmasked_embedding", "megatron", {"embed": broken.unmasked_embedding},
+                     "a vocab-parallel lookup that does not zero ids outside its range",
+                     lambda P: [VocabConfig(batch=2, seq=3, hidden=4, vocab=4 * P, tp=P, dtype=dt)
+                                for dt in ("float64", "float32")]),)
+
+    def grid(self, cfg: VocabConfig) -> str:
+        return f"dp={cfg.dp},tp={cfg.tp}"
+
+    def configs(self, world_size: int, variant: str):
+        return head_configs(world_size, self.dtypes)
+
+    def bench_configs(self, world_size: int) -> list[VocabConfig]:
+        return [VocabConfig(batch=2, seq=s, hidden=h, vocab=V, tp=world_size, dtype="float32")
+                for s, h, V in ((128, 128, 8192), (256, 256, 16384))]
+
+    def inputs(self, cfg: VocabConfig, seed: int, device) -> dict:
+        d = _data(cfg, seed)
+        d["embedding"] = d["embedding"].to(DTYPES[cfg.dtype])
+        return {k: v.to(device) for k, v in d.items()}
+
+    def shard(self, cfg: VocabConfig, data: dict, groups: dict, variant: str, parts) -> dict:
+        tp, dp = groups["tp"], groups["dp"]
+        vp, b = cfg.vocab // cfg.tp, cfg.batch // cfg.dp
+        return {"ids": data["ids"][dp.index * b:(dp.index + 1) * b],
+                "targets": data["targets"][dp.index * b:(dp.index + 1) * b],
+                "e": data["embedding"][tp.index * vp:(tp.index + 1) * vp].clone()}
+
+    def oracle(self, cfg: VocabConfig, seed: int, dtype=torch.float64, nudge=None) -> dict:
+        d = _data(cfg, seed)
+        e = d["embedding"].to(dtype)
+        e = (nudge(e) if nudge else e).requires_grad_()
+        logits = F.embedding(d["ids"], e) @ e.T
+        loss = F.cross_entropy(logits.flatten(0, 1), d["targets"].flatten(),
+                               reduction="none")
+        loss.sum().backward()
+        return {"loss": loss.detach().view(cfg.batch, cfg.seq), "de": e.grad}
+
+    def references(self, cfg: VocabConfig, seed: int) -> list[dict]:
+        if cfg.dtype == "float64":
+            return []
+        return [self.oracle(cfg, seed, torch.float32, n) for n in reference_nudges()]
+
+    def expected(self, oracle: dict, cfg: VocabConfig, rank: int, variant: str) -> dict:
+        at = self.coords(cfg, rank)
+        t, d = at["tp"], at["dp"]
+        vp, b = cfg.vocab // cfg.tp, cfg.batch // cfg.dp
+        return {"loss": oracle["loss"][d * b:(d + 1) * b], "de": oracle["de"][t * vp:(t + 1) * vp]}
+
+    def step(self, ctx, cfg: VocabConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        comm, tp, dp, sp = ctx.comm(), groups["tp"], groups["dp"], cfg.sequence_parallel
+        e = local["e"].detach().requires_grad_()
+        hidden = vocab_parallel_embedding(local["ids"], e, comm, tp, sp, parts)
+        logits = lm_head(hidden, e, comm, tp, sp, parts)
+        with ctx.ledger.capture() as ce:  # its backward is local: grad = softmax - onehot
+            loss = vocab_parallel_cross_entropy(logits, local["targets"], comm, tp, variant, parts)
+        loss.sum().backward()
+        grad = comm.all_reduce(e.grad, dp) if dp.size > 1 else e.grad
+        return {"loss": loss.detach(), "de": grad,
+                "stats": {"cross_entropy": [(x.op, x.count, x.sent) for x in ce.entries]}}
+
+    def predicted(self, cfg: VocabConfig, variant: str, rank: int, seed=None) -> list[Call]:
+        at = self.coords(cfg, rank)
+        P, D, t, d = cfg.tp, cfg.dp, at["tp"], at["dp"]
+        e = DTYPES[cfg.dtype].itemsize
+        c = 8 if cfg.dtype == "float64" else 4
+        bs = cfg.batch // D * cfg.seq
+        A = bs * cfg.hidden
+
+        def call(op: str, count: int, size: int = e, axis: str = "tp") -> Call:
+            n, i = (P, t) if axis == "tp" else (D, d)
+            return Call(op, axis, count * size, *booked(op, n, i, count, size))
+
+        out = []
+        if P > 1:
+            out += [call("reduce_scatter", A), call("all_gather", A // P)] * 2 \
+                if cfg.sequence_parallel else [call("all_reduce", A)] * 2
+            out += {"megatron": [call("all_reduce", bs, c)] * 3,
+                    "fused": [call("all_reduce", bs, c), call("all_reduce", 2 * bs, c)],
+                    "naive": [call("all_gather", bs * cfg.vocab // P)]}[variant]
+        if D > 1:
+            out.append(call("all_reduce", cfg.vocab // P * cfg.hidden, axis="dp"))
+        return out

@@ -1,5 +1,6 @@
-"""Megatron tensor (and sequence) parallelism as patterns: the transformer layer and its MLP block
-alone, on a ``dp x tp`` grid (TP neighbours adjacent), DP replicas summing gradients by DDP.
+"""The transformer layer as a pattern, shared by ``tp_layer``, ``tp_mlp`` (tp/tp_layer.py) and
+``ddp`` (dp/ddp.py): on a ``dp x tp`` grid (TP neighbours adjacent), DP replicas summing
+gradients by DDP; its configs, its step on a rank and its predicted calls.
 
 Predicted calls per rank and step (A = b s h activation elements, b = batch / dp; blocks = 2 for
 the layer, 1 for the MLP block):
@@ -19,9 +20,8 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from commbench.patterns.base import Broken, Call, Pattern, Tolerance, reference_nudges
-from commbench.patterns.dp.ddp import buckets_of, naive_sync
-from commbench.patterns.tp import broken
+from commbench.patterns.base import Call, Pattern, Tolerance, reference_nudges
+from commbench.patterns.dp.ddp_comms import buckets_of, naive_sync
 from commbench.patterns.tp.layers import TPParts, replicated, shard_weights, tp_layer
 from commbench.patterns.tp.model import (
     SP_VARIANTS,
@@ -34,8 +34,8 @@ from commbench.patterns.tp.model import (
 from commbench.wire.dtypes import DTYPES
 from commbench.wire.ops import booked
 
-__all__ = ["TPLayer", "TPMLP", "activation_calls", "ddp_calls", "layer_step", "param_sizes",
-           "replicated_sync", "tp_calls", "tp_configs"]
+__all__ = ["MODELS", "TOLERANCE", "LayerPattern", "activation_calls", "ddp_calls", "layer_step",
+           "param_sizes", "replicated_sync", "tp_calls", "tp_configs"]
 
 # (batch, seq, hidden, ffn) of the studies; heads = hidden / 16
 MODELS = [(2, 64, 64, 256), (2, 128, 128, 512), (2, 256, 256, 1024)]
@@ -160,11 +160,6 @@ def layer_step(ctx, cfg: TPConfig, local: dict, variant: str, groups: dict, part
             "stats": {"ddp_issued": [i - start for i in ddp.issued_at] if ddp else []}}
 
 
-def _example(P: int) -> list[TPConfig]:
-    return [TPConfig(batch=2, seq=2 * P, hidden=4 * P, ffn=2 * P, heads=P, vocab=2 * P, tp=P,
-                     dtype=dtype) for dtype in ("float64", "float32")]
-
-
 class LayerPattern(Pattern):
     """Megatron's tensor-parallel layer; :class:`TPMLP` is its MLP block alone."""
 
@@ -225,31 +220,3 @@ class LayerPattern(Pattern):
         c = self.coords(cfg, rank)
         return tp_calls(cfg, variant, c["tp"], self.mlp_only) + \
             ddp_calls(cfg, "ddp", c["dp"], self.mlp_only)
-
-
-class TPLayer(LayerPattern):
-    """Megatron-LM's transformer layer (Shoeybi 2019; SP: Korthikanti 2022), TP x DP."""
-
-    name, markers = "tp_layer", ("tp", "sp")
-    broken = (
-        Broken("f_without_all_reduce", "tp", {"f": broken.copy_without_all_reduce},
-               "f whose backward forgets the all-reduce", _example),
-        Broken("heads_off_by_one", "tp", {"shard": broken.heads_off_by_one},
-               "attention heads sharded one head too far", _example),
-        Broken("no_replicated_sync", "sp", {"sync_replicated": broken.no_replicated_sync},
-               "SP without the TP sum of LayerNorm and row-bias gradients", _example),
-    )
-
-
-class TPMLP(LayerPattern):
-    """The MLP block alone: column-parallel, GELU, row-parallel, between f and g (Shoeybi 2019
-    §3, Fig. 3a)."""
-
-    name, markers = "tp_mlp", ("tp", "sp")
-    mlp_only = True
-    broken = (
-        Broken("f_without_all_reduce", "tp", {"f": broken.copy_without_all_reduce},
-               "f whose backward forgets the all-reduce", _example),
-        Broken("no_replicated_sync", "sp", {"sync_replicated": broken.no_replicated_sync},
-               "SP without the TP sum of LayerNorm and row-bias gradients", _example),
-    )

@@ -1,0 +1,47 @@
+"""Megatron tensor (and sequence) parallelism as patterns: ``tp_layer``, the transformer layer,
+and ``tp_mlp``, its MLP block alone (the layer's pattern code: tp/layer_pattern.py; its
+operators, f and g and the SP all-gather / reduce-scatter: tp/communications.py; the column-
+and row-parallel linears: tp/layers.py; the oracle: tp/model.py; broken variants:
+tp/broken.py)."""
+
+from __future__ import annotations
+
+from commbench.patterns.base import Broken
+from commbench.patterns.tp import broken
+from commbench.patterns.tp.layer_pattern import LayerPattern
+from commbench.patterns.tp.model import TPConfig
+
+__all__ = ["TPLayer", "TPMLP"]
+
+
+def _example(P: int) -> list[TPConfig]:
+    return [TPConfig(batch=2, seq=2 * P, hidden=4 * P, ffn=2 * P, heads=P, vocab=2 * P, tp=P,
+                     dtype=dtype) for dtype in ("float64", "float32")]
+
+
+class TPLayer(LayerPattern):
+    """Megatron-LM's transformer layer (Shoeybi 2019; SP: Korthikanti 2022), TP x DP."""
+
+    name, markers = "tp_layer", ("tp", "sp")
+    broken = (
+        Broken("f_without_all_reduce", "tp", {"f": broken.copy_without_all_reduce},
+               "f whose backward forgets the all-reduce", _example),
+        Broken("heads_off_by_one", "tp", {"shard": broken.heads_off_by_one},
+               "attention heads sharded one head too far", _example),
+        Broken("no_replicated_sync", "sp", {"sync_replicated": broken.no_replicated_sync},
+               "SP without the TP sum of LayerNorm and row-bias gradients", _example),
+    )
+
+
+class TPMLP(LayerPattern):
+    """The MLP block alone: column-parallel, GELU, row-parallel, between f and g (Shoeybi 2019
+    §3, Fig. 3a)."""
+
+    name, markers = "tp_mlp", ("tp", "sp")
+    mlp_only = True
+    broken = (
+        Broken("f_without_all_reduce", "tp", {"f": broken.copy_without_all_reduce},
+               "f whose backward forgets the all-reduce", _example),
+        Broken("no_replicated_sync", "sp", {"sync_replicated": broken.no_replicated_sync},
+               "SP without the TP sum of LayerNorm and row-bias gradients", _example),
+    )
