@@ -110,7 +110,7 @@ def test_the_trace_shows_the_bubble_the_pipeline_measures(world, variant):
     computation (1 - busy / step). The compute is synthetic (50 ms a layer forward for the
     batch), so the two differ by the step's Python overhead only; and both lie near the
     schedule's (p-1)/(vm+p-1)."""
-    from commbench.patterns.pp.pattern import trace_bubble
+    from commbench.patterns.pp.pp import trace_bubble
     from commbench.patterns.pp.schedule import bubble_fraction
 
     P = world.size

@@ -7,7 +7,7 @@ import pytest
 
 from commbench.patterns.run import run_pattern
 from commbench.patterns.seq.attention import AttnConfig
-from commbench.patterns.seq.ring import causal_work
+from commbench.patterns.seq.ring_attention_comms import causal_work
 from commbench.runtime.errors import SPMDError
 
 pytestmark = [pytest.mark.cp]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from commbench.patterns.run import run_pattern
 from commbench.patterns.seq import broken
 from commbench.patterns.seq.attention import AttnConfig
-from commbench.patterns.seq.ulysses import head_ranges, head_to_seq, kv_ranges, s2h, seq_to_head
+from commbench.patterns.seq.ulysses_comms import head_ranges, head_to_seq, kv_ranges, s2h, seq_to_head
 from commbench.runtime.errors import SPMDError
 from commbench.wire.ops import booked, split_sizes
 

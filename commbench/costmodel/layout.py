@@ -38,7 +38,7 @@ from commbench.patterns.moe.layer import moe_calls
 from commbench.patterns.pp.pipeline import PPConfig
 from commbench.patterns.registry import get
 from commbench.patterns.seq.attention import AttnConfig
-from commbench.patterns.seq.pattern import attention_calls
+from commbench.patterns.seq.attention_pattern import attention_calls
 from commbench.patterns.tp.layer_pattern import activation_calls, replicated_sync
 from commbench.patterns.tp.model import TPConfig
 from commbench.patterns.tp.vocab import VocabConfig

@@ -5,10 +5,12 @@ from __future__ import annotations
 from commbench.patterns.base import Pattern
 from commbench.patterns.dp.ddp import DataParallel
 from commbench.patterns.dp.zero import Zero
-from commbench.patterns.moe.pattern import ExpertParallel, MoEGating
-from commbench.patterns.pp.pattern import Pipeline
-from commbench.patterns.seq.pattern import RingAttention, Ulysses
-from commbench.patterns.seq.zero3 import UlyssesZero3
+from commbench.patterns.moe.moe import ExpertParallel
+from commbench.patterns.moe.moe_gating import MoEGating
+from commbench.patterns.pp.pp import Pipeline
+from commbench.patterns.seq.ring_attention import RingAttention
+from commbench.patterns.seq.ulysses import Ulysses
+from commbench.patterns.seq.ulysses_zero3 import UlyssesZero3
 from commbench.patterns.tp.tp_layer import TPMLP, TPLayer
 from commbench.patterns.tp.vocab import VocabHead
 

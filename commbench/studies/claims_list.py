@@ -10,7 +10,7 @@ from commbench.patterns.dp.ddp import DDPConfig
 from commbench.patterns.dp.zero_model import STAGES, ZeroConfig, flat_size
 from commbench.patterns.moe.gating import MoEConfig, capacity
 from commbench.patterns.seq.attention import AttnConfig
-from commbench.patterns.seq.ring import causal_work
+from commbench.patterns.seq.ring_attention_comms import causal_work
 from commbench.patterns.tp.layer_pattern import param_sizes
 from commbench.patterns.tp.model import TPConfig
 from commbench.patterns.tp.vocab import VocabConfig

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from commbench.patterns.dp.zero_comms import gathered
-from commbench.patterns.seq.ring import forward_block, return_home
-from commbench.patterns.seq.ulysses import s2h
+from commbench.patterns.seq.ring_attention_comms import forward_block, return_home
+from commbench.patterns.seq.ulysses_comms import s2h
 from commbench.patterns.tp.communications import gather_from_tp
 
 __all__ = ["gather_without_reduce_scatter", "gathered_without_reduce_scatter",

@@ -20,7 +20,13 @@ from commbench.patterns.base import Broken, Call, Pattern, reference_nudges
 from commbench.patterns.dp.zero_comms import gathered
 from commbench.patterns.seq import broken
 from commbench.patterns.seq.attention import AttnConfig, attend, gqa_index, local_tokens
-from commbench.patterns.seq.pattern import ATTENTION, TOLERANCE, SeqParts, attention_calls, attn_configs
+from commbench.patterns.seq.attention_pattern import (
+    ATTENTION,
+    TOLERANCE,
+    SeqParts,
+    attention_calls,
+    attn_configs,
+)
 from commbench.wire.dtypes import DTYPES
 from commbench.wire.ops import booked
 

@@ -1,5 +1,6 @@
-"""Sequence and context parallelism as patterns: DeepSpeed-Ulysses and ring attention, each against
-the naive all-gather of K and V, on a ``dp x sp`` grid (SP neighbours adjacent).
+"""Attention with the sequence sharded, as a pattern shared by DeepSpeed-Ulysses (seq/ulysses.py)
+and ring attention (seq/ring_attention.py), each against the naive all-gather of K and V, on a
+``dp x sp`` grid (SP neighbours adjacent).
 
 Predicted calls per rank on the SP group for one attention forward + backward, with n = s/P
 local tokens, b the local batch, e bytes per element and H_r / K_r the query / KV heads member r
@@ -21,8 +22,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
-from commbench.patterns.base import Broken, Call, Pattern, Tolerance, reference_nudges
-from commbench.patterns.seq import broken
+from commbench.patterns.base import Call, Pattern, Tolerance, reference_nudges
 from commbench.patterns.seq.attention import (
     AttnConfig,
     attention_inputs,
@@ -31,13 +31,19 @@ from commbench.patterns.seq.attention import (
     naive_attention,
     oracle_attention,
 )
-from commbench.patterns.seq.ring import causal_work, forward_block, merge, return_home, ring_attention
-from commbench.patterns.seq.ulysses import head_ranges, kv_ranges, s2h, ulysses_attention
+from commbench.patterns.seq.ring_attention_comms import (
+    forward_block,
+    merge,
+    return_home,
+    ring_attention,
+)
+from commbench.patterns.seq.ulysses_comms import head_ranges, kv_ranges, s2h, ulysses_attention
 from commbench.patterns.tp.communications import gather_from_sp
 from commbench.wire.dtypes import DTYPES
 from commbench.wire.ops import booked
 
-__all__ = ["RingAttention", "SeqParts", "Ulysses", "attention_calls", "attn_configs"]
+__all__ = ["ATTN_MODELS", "AttentionPattern", "SeqParts", "attention_calls", "attn_configs",
+           "example"]
 
 # (batch, seq per rank, heads, kv_heads, head_dim) of the studies
 ATTN_MODELS = [(2, 64, 8, 8, 32), (2, 256, 8, 8, 32), (2, 256, 8, 2, 32)]
@@ -111,7 +117,7 @@ def attention_calls(cfg: AttnConfig, variant: str, r: int) -> list[Call]:
 ATTENTION = {"ulysses": ulysses_attention, "ring": ring_attention, "naive": naive_attention}
 
 
-class _Attention(Pattern):
+class AttentionPattern(Pattern):
     """One attention forward + backward; shared by Ulysses and ring attention."""
 
     axes = ("sp",)
@@ -158,57 +164,6 @@ class _Attention(Pattern):
         return attention_calls(cfg, variant, self.coords(cfg, rank)["sp"])
 
 
-def _example(P: int, **kw) -> list[AttnConfig]:
+def example(P: int, **kw) -> list[AttnConfig]:
+    """Configs of ``sp=P`` in both dtypes at which a broken variant must be caught."""
     return [AttnConfig(**dict(kw, sp=P, dtype=dtype)) for dtype in ("float64", "float32")]
-
-
-class Ulysses(_Attention):
-    """DeepSpeed-Ulysses (Jacobs et al. 2023): sequence <-> head all-to-alls around attention."""
-
-    name, markers = "ulysses", ("ulysses",)
-    variants, naive, optimized = ("naive", "ulysses"), "naive", "ulysses"
-    broken = tuple(
-        Broken(name, variant, {part: fn}, why,
-               lambda P: _example(P, batch=2, seq=2 * P, heads=4 * P, kv_heads=2 * P, head_dim=3,
-                                  causal=True))
-        for name, variant, part, fn, why in (
-            ("transposed_batch", "ulysses", "seq_to_head", broken.s2h_transposed_batch,
-             "a reshape with the batch and source dims swapped (DeepSpeed #5808)"),
-            ("reversed_sources", "ulysses", "seq_to_head", broken.s2h_reversed_sources,
-             "sequence shards reassembled in the wrong source order"),
-            ("kv_off_by_one", "ulysses", "kv_index", broken.kv_index_off_by_one,
-             "grouped-query attention reading the neighbouring KV head"),
-            ("naive_no_reduce_scatter", "naive", "gather_kv", broken.gather_without_reduce_scatter,
-             "the all-gather of K and V whose backward drops the other ranks' gradients")))
-
-    def bench_configs(self, world_size: int) -> list[AttnConfig]:
-        return [AttnConfig(batch=b, seq=s * world_size, heads=H, kv_heads=K, head_dim=d,
-                           sp=world_size, causal=True, dtype="float32")
-                for b, s, H, K, d in ATTN_MODELS]
-
-
-class RingAttention(_Attention):
-    """Context parallelism by ring attention (Liu et al. 2023): K/V blocks round the ring."""
-
-    name, markers = "ring_attention", ("cp",)
-    variants, naive, optimized = ("naive", "ring"), "naive", "ring"
-    broken = tuple(
-        Broken(name, "ring", {part: fn}, why,
-               lambda P: _example(P, batch=2, seq=4 * P, heads=4, kv_heads=2, head_dim=3,
-                                  causal=True, layout="zigzag"))
-        for name, part, fn, why in (
-            ("no_rescale", "merge", broken.merge_without_rescale,
-             "online softmax that does not rescale the running output"),
-            ("skipped_hop", "forward_block", broken.skip_last_hop,
-             "the last hop's K/V block never computed"),
-            ("dkv_not_returned", "return_home", broken.no_return_home,
-             "dK/dV accumulators dropped at the end of their trip")))
-
-    def bench_configs(self, world_size: int) -> list[AttnConfig]:
-        return [AttnConfig(batch=b, seq=s * world_size, heads=H, kv_heads=K, head_dim=d,
-                           sp=world_size, causal=True, layout=layout, dtype="float32")
-                for b, s, H, K, d in ATTN_MODELS for layout in ("zigzag", "contiguous")]
-
-    def metrics(self, cfg: AttnConfig, variant: str, outs: list[dict]) -> dict:
-        work = causal_work(cfg)
-        return {"work max/min": round(max(work) / min(work), 2)}

@@ -1,0 +1,40 @@
+"""Ring attention as a pattern: K/V blocks round the ring (its operators:
+seq/ring_attention_comms.py; the shared attention pattern, its predicted calls and tolerance:
+seq/attention_pattern.py; the oracle: seq/attention.py; broken variants: seq/broken.py)."""
+
+from __future__ import annotations
+
+from commbench.patterns.base import Broken
+from commbench.patterns.seq import broken
+from commbench.patterns.seq.attention import AttnConfig
+from commbench.patterns.seq.attention_pattern import ATTN_MODELS, AttentionPattern, example
+from commbench.patterns.seq.ring_attention_comms import causal_work
+
+__all__ = ["RingAttention"]
+
+
+class RingAttention(AttentionPattern):
+    """Context parallelism by ring attention (Liu et al. 2023): K/V blocks round the ring."""
+
+    name, markers = "ring_attention", ("cp",)
+    variants, naive, optimized = ("naive", "ring"), "naive", "ring"
+    broken = tuple(
+        Broken(name, "ring", {part: fn}, why,
+               lambda P: example(P, batch=2, seq=4 * P, heads=4, kv_heads=2, head_dim=3,
+                                  causal=True, layout="zigzag"))
+        for name, part, fn, why in (
+            ("no_rescale", "merge", broken.merge_without_rescale,
+             "online softmax that does not rescale the running output"),
+            ("skipped_hop", "forward_block", broken.skip_last_hop,
+             "the last hop's K/V block never computed"),
+            ("dkv_not_returned", "return_home", broken.no_return_home,
+             "dK/dV accumulators dropped at the end of their trip")))
+
+    def bench_configs(self, world_size: int) -> list[AttnConfig]:
+        return [AttnConfig(batch=b, seq=s * world_size, heads=H, kv_heads=K, head_dim=d,
+                           sp=world_size, causal=True, layout=layout, dtype="float32")
+                for b, s, H, K, d in ATTN_MODELS for layout in ("zigzag", "contiguous")]
+
+    def metrics(self, cfg: AttnConfig, variant: str, outs: list[dict]) -> dict:
+        work = causal_work(cfg)
+        return {"work max/min": round(max(work) / min(work), 2)}
