@@ -189,6 +189,10 @@ def test_a_lost_peer_with_a_death_notice_ends_the_rank_quietly_wherever_it_surfa
     monkeypatch.setattr(spmd.LauncherWorld, "_dead_rank", lambda self: True)
     with pytest.raises(Left, match="^$"):
         world.outcomes(task)
+    import threading
+
+    # the task's watchdog ended with it (left running, it would go on polling for notices)
+    assert not [t for t in threading.enumerate() if "_watchdog" in t.name]
     monkeypatch.setattr(spmd.LauncherWorld, "_dead_rank", lambda self: False)
     monkeypatch.setattr(supervise, "POLL_S", 0.1)
     if where == "gather":

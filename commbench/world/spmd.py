@@ -65,26 +65,28 @@ class LauncherWorld:
         ctx.ledger.clear()
         ctx.tracker.start_task(name)
         try:
-            mine = Outcome(ctx.rank, True, fn(ctx, *args, **kwargs))
-            pickle.dumps(mine)
-        except BaseException as exc:  # reported to every rank, re-raised by run()
-            self._if_a_rank_died(exc)
-            mine = Outcome(ctx.rank, False, None, remote_error(ctx.rank, exc))
-        ctx.tracker.end_task()
-        ctx.tracker.enter("gather of the task's results", ctx.world.ranks)
-        try:
-            everyone = self.agree(mine)
-        except Exception as exc:  # noqa: BLE001 - a peer lost here too: see _if_a_rank_died
-            self._if_a_rank_died(exc)
-            raise
-        ctx.tracker.leave("gather of the task's results")
-        done.set()
-        # Wait for the watchdog to end: its thread holds this world (a bound method) until then.
-        # Left to a daemon thread, the last reference could go there, at exit, while the main
-        # thread finalizes: the process groups' destructor then runs in a thread Python kills
-        # on its way back to the GIL, and gloo's run ends in std::terminate ("terminate called
-        # without an active exception"), now and then, under mpiexec on a loaded machine.
-        dog.join()
+            try:
+                mine = Outcome(ctx.rank, True, fn(ctx, *args, **kwargs))
+                pickle.dumps(mine)
+            except BaseException as exc:  # reported to every rank, re-raised by run()
+                self._if_a_rank_died(exc)
+                mine = Outcome(ctx.rank, False, None, remote_error(ctx.rank, exc))
+            ctx.tracker.end_task()
+            ctx.tracker.enter("gather of the task's results", ctx.world.ranks)
+            try:
+                everyone = self.agree(mine)
+            except Exception as exc:  # noqa: BLE001 - a peer lost here too: see _if_a_rank_died
+                self._if_a_rank_died(exc)
+                raise
+            ctx.tracker.leave("gather of the task's results")
+        finally:  # the task's watchdog ends with it, also when an error leaves from here
+            done.set()
+            # Wait for it: its thread holds this world (a bound method) until it ends. Left to
+            # a daemon thread, the last reference could go there, at exit, while the main thread
+            # finalizes: the process groups' destructor then runs in a thread Python kills on
+            # its way back to the GIL, and gloo's run ends in std::terminate ("terminate called
+            # without an active exception"), now and then, under mpiexec on a loaded machine.
+            dog.join()
         return everyone
 
     def agree(self, obj) -> list:
