@@ -222,7 +222,9 @@ def _check_transports(a, ops: list[str]) -> None:
     bad = [t for t in wanted if t not in have]
     if bad:
         raise UsageError(f"--transport {','.join(bad)}: this world will have {', '.join(have)}")
-    reducing = [op for op in ops if op in ("all_reduce", "reduce_scatter", "reduce")]
+    from commbench.wire.ops import OPS
+
+    reducing = [op for op in ops if OPS[op].reduces]
     if "mpi" in wanted and reducing:
         from commbench.wire.dtypes import DTYPES
         from commbench.wire.transport.mpi_backend import MPIBackend
