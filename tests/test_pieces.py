@@ -17,30 +17,53 @@ from commbench.results.pieces import Pieces
 pytestmark = pytest.mark.faults
 
 
+def _kept(path) -> dict:
+    lines = [json.loads(line) for line in open(path).read().splitlines()]
+    return {p["key"]: p["value"] for p in lines[1:]}
+
+
 def test_pieces_are_saved_as_they_come_and_taken_back_by_resume_only(tmp_path):
-    path = str(tmp_path / "s.partial.json")
+    path = str(tmp_path / "s.partial.jsonl")
     first = Pieces(path, {"iters": 5})
     first.put("a", {"time_us": 1.5})
     first.put("b", [1, 2])
-    assert json.loads(open(path).read())["pieces"] == {"a": {"time_us": 1.5}, "b": [1, 2]}
+    assert _kept(path) == {"a": {"time_us": 1.5}, "b": [1, 2]}
     said: list[str] = []
     again = Pieces(path, {"iters": 5}, resume=True, emit=said.append)
     assert again.get("a") == {"time_us": 1.5} and again.get("b") == [1, 2]
     assert again.get("c") is None and "2 finished pieces kept" in said[0]
     assert Pieces(path, {"iters": 5}).get("a") is None  # without --resume: measured again
+    again.put("c", 3)  # the kept pieces written again, then each new one appended once
+    again.put("d", 4)
+    assert _kept(path) == {"a": {"time_us": 1.5}, "b": [1, 2], "c": 3, "d": 4}
     again.finish()
     assert not os.path.exists(path)
 
 
+def test_a_last_piece_cut_short_is_measured_again_and_a_bad_line_before_it_refused(tmp_path):
+    path = tmp_path / "s.partial.jsonl"
+    Pieces(str(path), {"iters": 5}).put("a", 1)
+    with open(path, "a") as f:
+        f.write('{"key": "b", "val')  # a kill while the line was written
+    resumed = Pieces(str(path), {"iters": 5}, resume=True)
+    assert resumed.get("a") == 1 and resumed.get("b") is None
+    resumed.put("b", 2)  # the torn line does not stay in front of the next piece
+    assert _kept(path) == {"a": 1, "b": 2}
+    with open(path, "a") as f:
+        f.write("garbage\n" + json.dumps({"key": "c", "value": 3}) + "\n")
+    with pytest.raises(ValueError, match="line 4 is not a finished piece"):
+        Pieces(str(path), {"iters": 5}, resume=True)
+
+
 def test_resume_refuses_pieces_measured_otherwise_or_a_file_of_another_kind(tmp_path):
-    path = str(tmp_path / "s.partial.json")
+    path = str(tmp_path / "s.partial.jsonl")
     Pieces(path, {"iters": 5, "ranks": 2}).put("a", 1)
     with pytest.raises(ValueError, match=r"measured otherwise: iters 5 -> 6"):
         Pieces(path, {"iters": 6, "ranks": 2}, resume=True)
-    (tmp_path / "s.partial.json").write_text(json.dumps({"rows": []}))
+    (tmp_path / "s.partial.jsonl").write_text(json.dumps({"rows": []}))
     with pytest.raises(ValueError, match="not a file of finished pieces"):
         Pieces(path, {"iters": 5}, resume=True)
-    (tmp_path / "s.partial.json").write_text("[" * 100000)
+    (tmp_path / "s.partial.jsonl").write_text("[" * 100000)
     with pytest.raises(ValueError, match="--resume"):
         Pieces(path, {"iters": 5}, resume=True)
 
@@ -69,17 +92,17 @@ def _study(tmp_path, *extra):
 
 @pytest.mark.local
 def test_a_pattern_study_stopped_by_sigterm_keeps_its_rows_and_resumes(tmp_path):
-    partial = tmp_path / "patterns_test-box-gloo-x2.partial.json"
+    partial = tmp_path / "patterns_test-box-gloo-x2.partial.jsonl"
     proc = _study(tmp_path)
     deadline = time.monotonic() + 180
     while proc.poll() is None and time.monotonic() < deadline:
-        if partial.exists() and len(json.loads(partial.read_text())["pieces"]) >= 2:
+        if partial.exists() and len(_kept(partial)) >= 2:
             proc.send_signal(signal.SIGTERM)
             break
         time.sleep(0.05)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
-    kept = json.loads(partial.read_text())["pieces"]
+    kept = _kept(partial)
     assert len(kept) >= 2
     again = _study(tmp_path, "--resume")
     out, err = again.communicate(timeout=300)

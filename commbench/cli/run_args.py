@@ -69,7 +69,7 @@ def add_parser(sub) -> None:
                    "results/model_* again with the current model, measuring nothing")
     r.add_argument("--resume", action="store_true",
                    help="continue an interrupted run: keep the rows its results file holds (a "
-                   "model, versus or pattern study: the pieces in its .partial.json)")
+                   "model, versus or pattern study: the pieces in its .partial.jsonl)")
 
 
 def _unknown(target: str) -> str:

@@ -24,13 +24,7 @@ from commbench.wire.ops import OPS
 __all__ = ["ALGORITHMS", "Algorithm", "algorithms_of"]
 
 
-def _ranks(op: str):
-    def needs(n: int) -> str:
-        return "" if n >= OPS[op].ranks else f"needs {OPS[op].ranks} ranks"
-    return needs
-
-
-_RECORDS = [Algorithm(op, "native", None, OPS[op].elements, OPS[op].terms, needs=_ranks(op))
+_RECORDS = [Algorithm(op, "native", None, OPS[op].elements, OPS[op].terms, needs=OPS[op].needs)
             for op in COLLECTIVES]
 _RECORDS += [*tree.RECORDS, *ring.RECORDS, *doubling.RECORDS, *hierarchical.RECORDS,
              *alltoall.RECORDS]

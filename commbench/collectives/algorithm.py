@@ -36,9 +36,12 @@ def any_world(n: int) -> str:
 def _call(op: str, fn, comm, x, where, root: int, redop: str, splits):
     """The uniform call of an algorithm of ``op`` built on one group: a root and a reduction
     where its record takes them."""
-    record = OPS[op]
-    kw = {"root": root} if record.rooted else {}
-    return fn(comm, x, where, **kw, **({"op": redop} if record.reduces else {}))
+    record, kw = OPS[op], {}
+    if record.rooted:
+        kw["root"] = root
+    if record.reduces:
+        kw["op"] = redop
+    return fn(comm, x, where, **kw)
 
 
 @dataclass(frozen=True)

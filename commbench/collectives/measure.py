@@ -38,8 +38,6 @@ from commbench.wire.ops import OPS
 
 __all__ = ["COLLECTIVES", "MEASUREMENT", "Case", "cadence", "measure"]
 
-
-
 MEASUREMENT = {"cadence": "isolated (transport barrier before each iteration, untimed)",
                "rank_aggregation": "per-iteration max over ranks", "statistic": "median"}
 

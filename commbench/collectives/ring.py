@@ -33,11 +33,13 @@ from commbench.wire.ops import split_sizes
 __all__ = ["RECORDS", "RingParts", "ring_all_gather", "ring_all_reduce", "ring_reduce_scatter"]
 
 
-def _rs_steps(comm: Comm, buf: torch.Tensor, group: Group, counts: list[int], op: str) -> None:
+def _rs_steps(comm: Comm, buf: torch.Tensor, group: Group, counts: list[int], op: str,
+              steps: int | None = None) -> None:
+    """The reduce-scatter's ``steps`` (default all P-1) in place on ``buf``."""
     n, i = group.size, group.index
     b = offsets(counts)
     nxt, prv = (i + 1) % n, (i - 1) % n
-    for k in range(n - 1):
+    for k in range(n - 1 if steps is None else steps):
         s, r = (i - k - 1) % n, (i - k - 2) % n
         got = exchange(comm, buf[b[s]:b[s + 1]], nxt, buf[b[r]:b[r + 1]], prv, group)
         buf[b[r]:b[r + 1]] = combine(got, buf[b[r]:b[r + 1]], op)
@@ -56,13 +58,7 @@ def _ag_steps(comm: Comm, buf: torch.Tensor, group: Group, counts: list[int]) ->
 def _skip_last_rs_step(comm: Comm, buf: torch.Tensor, group: Group, counts: list[int],
                       op: str) -> None:
     """Broken: the reduce-scatter stops one step early; one contribution per chunk is missing."""
-    n, i = group.size, group.index
-    b = offsets(counts)
-    for k in range(n - 2):
-        s, r = (i - k - 1) % n, (i - k - 2) % n
-        got = exchange(comm, buf[b[s]:b[s + 1]], (i + 1) % n, buf[b[r]:b[r + 1]], (i - 1) % n,
-                       group)
-        buf[b[r]:b[r + 1]] = combine(got, buf[b[r]:b[r + 1]], op)
+    _rs_steps(comm, buf, group, counts, op, steps=group.size - 2)
 
 
 def off_by_one_chunks(count: int, n: int) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class StudySettings:
     resume: bool = False
     trace: str = ""
 
-    @property
+    @cached_property  # asked for each table's name and header; found once
     def machine(self) -> str:
         """The machine class the tables are named by (:mod:`commbench.results.machine`)."""
         from commbench.results.machine import machine_class

@@ -112,8 +112,9 @@ def prepare_native(comm: Comm, g: Group, op: str, redop: str, root: int, src: to
     """The transport's own ``op`` on ``g``, its buffers allocated once (:data:`PREPARE`)."""
     if op not in PREPARE:
         raise ValueError(f"op {op!r}: not a collective commbench times")
-    if g.size < OPS[op].ranks:
-        raise ValueError(f"{op} needs at least {OPS[op].ranks} ranks")
+    why = OPS[op].needs(g.size)
+    if why:
+        raise ValueError(f"{op}: {why}")
     return PREPARE[op](comm, comm.backend, g, redop, root, src, count)
 
 

@@ -86,6 +86,10 @@ class Op:
     def rooted(self) -> bool:
         return self.name in ROOTED
 
+    def needs(self, n: int) -> str:
+        """Why a group of ``n`` cannot run it ('' when it can)."""
+        return "" if n >= self.ranks else f"needs {self.ranks} ranks"
+
     def counts(self, nbytes: int, n: int, itemsize: int) -> tuple[int, int]:
         """(elements of each rank's input, bytes in nccl-tests' size column) for a requested
         size; split collectives round each rank's block down to a multiple of 16 bytes, as

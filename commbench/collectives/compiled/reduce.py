@@ -60,7 +60,6 @@ def reducer(op: str, target: torch.Tensor, got: torch.Tensor, tiny=tiny_reducer)
     divided once at the end); ``tiny``: the reduction of a few elements (:func:`tiny_reducer`)."""
     if target.device.type == "cpu" and target.dtype in _NP_EXACT:
         a, b = target.numpy(), got.numpy()
-        return tiny(op, a, b) or (partial(_NP_OPS[op], a, b, out=a)
-                                           if op in ("min", "max") else
-                                           partial(_NP_OPS[op], a, b, a))
+        return tiny(op, a, b) or (partial(_NP_OPS[op], a, b, out=a) if op in ("min", "max")
+                                  else partial(_NP_OPS[op], a, b, a))
     return partial(_TORCH_OPS[op], target, got, out=target)

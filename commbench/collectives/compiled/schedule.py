@@ -160,8 +160,8 @@ class Compiled:
         from commbench.wire.transport.mpi_backend import _np
 
         c, recvs, sends, after, posted = self.group.mpi_comm, [], [], [], ([], [])
+        cut = self.parts.pieces
         for step, send, recv, red in self._parts(run, op):
-            cut = self.parts.pieces
             rp = [(recv[a:b], step.src) for a, b in cut(0, recv.numel(), self._seg)] \
                 if recv is not None else []
             sp = [(send[a:b], step.dst) for a, b in cut(0, send.numel(), self._seg)] \
