@@ -4,7 +4,7 @@ and the other tools' names for the same collectives (nccl-tests' binaries, OSU's
 from __future__ import annotations
 
 __all__ = ["ALIASES", "COLLECTIVES", "DTYPE_NAMES", "ITEMSIZE", "REDOPS", "ROOTED", "UNITS", "canonical",
-           "parse_size", "sizes_between"]
+           "check_dtype", "parse_size", "sizes_between"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                "gather", "scatter", "sendrecv", "pingpong")
@@ -14,6 +14,12 @@ DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "in
 ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1,
             "int32": 4, "int64": 8}
 REDOPS = ("sum", "prod", "min", "max", "avg")
+
+
+def check_dtype(name: str, allowed: tuple[str, ...] = DTYPE_NAMES) -> None:
+    """Raise ValueError naming the value and the rule unless ``name`` is one of ``allowed``."""
+    if name not in allowed:
+        raise ValueError(f"dtype={name!r}: must be one of {', '.join(allowed)}")
 
 
 def _aliases() -> dict[str, str]:

@@ -9,7 +9,7 @@ import torch
 from commbench.patterns.dp.ddp import DDPConfig
 from commbench.patterns.dp.ddp_comms import naive_sync
 from commbench.patterns.run import run_pattern
-from commbench.patterns.tp.model import TPConfig
+from commbench.patterns.tp.configs import TPConfig
 
 pytestmark = [pytest.mark.ddp]
 

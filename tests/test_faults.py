@@ -200,7 +200,7 @@ def test_fuzzed_results_files_never_crash_compare(tmp_path_factory, blob):
        variant=st.sampled_from(["tp", "sp", "sp_regather", "naive"]), world=st.integers(1, 8))
 def test_fuzzed_tp_configs_are_accepted_or_refused_with_the_rule(
         batch, seq, hidden, ffn, heads, vocab, tp, dp, dropout, dtype, variant, world):
-    from commbench.patterns.tp.model import SP_VARIANTS, TPConfig
+    from commbench.patterns.tp.configs import SP_VARIANTS, TPConfig
 
     cfg = TPConfig(batch, seq, hidden, ffn, heads, vocab, tp, dp, True, dropout, dtype)
     try:

@@ -1,5 +1,6 @@
 """The package's import graph: no module imports itself back through others (lazy imports in
-function bodies included), and no module imports from a floor above its own.
+function bodies included, and the operators a pattern names as ``"module:attribute"``), and no
+module imports from a floor above its own.
 
 Floors, lowest first: the names every layer shares; the runtime (launchers, groups, errors,
 the supervisor); the wire (comms, ledger, transports, NCCL's rules); the world a rank is given
@@ -11,12 +12,16 @@ from __future__ import annotations
 
 import ast
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
 pytestmark = pytest.mark.foundation
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "commbench")
+NAMED = re.compile(r"^([a-z_][a-z0-9_.]*):\w*$")  # a pattern's part: "seq.ulysses_comms:s2h"
 FLOORS = {"names": 0, "version": 0, "runtime": 1, "wire": 2, "world": 3, "timing": 3,
           "results": 3, "collectives": 4, "patterns": 5, "costmodel": 6, "studies": 7,
           "cli": 8, "pytest_plugin": 8, "__main__": 8, "": 8}
@@ -51,6 +56,9 @@ def imports(name: str, path: str, known: dict[str, str]) -> set[str]:
                 module = node.module or ""
             for a in node.names:  # `from pkg import module` imports the module
                 found.add(f"{module}.{a.name}" if f"{module}.{a.name}" in known else module)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                name.startswith("commbench.patterns") and NAMED.match(node.value):
+            found.add(f"commbench.patterns.{NAMED.match(node.value).group(1)}")
     return {m for m in found if m in known and m != name}
 
 
@@ -135,3 +143,33 @@ def test_the_checks_catch_a_cycle_and_an_upward_import(tmp_path):
     g = graph(str(pkg))
     assert cycles(g) == [["commbench.patterns.b", "commbench.runtime.a"]]
     assert upward(g) == ["commbench.runtime.a (floor 1) imports commbench.patterns.b (floor 5)"]
+    (pkg / "patterns" / "c.py").write_text('PARTS = "d:Parts"\n')
+    (pkg / "patterns" / "d.py").write_text("from commbench.patterns import c\n")
+    assert ["commbench.patterns.c", "commbench.patterns.d"] in cycles(graph(str(pkg)))
+
+
+def test_every_named_part_is_there():
+    """Each pattern's parts and broken parts, named as strings, name something that exists."""
+    from commbench.patterns.base import named
+    from commbench.patterns.registry import PATTERNS
+
+    for p in PATTERNS.values():
+        assert callable(named(p.parts_from)), p.name
+        for b in p.broken:
+            for part, where in b.parts.items():
+                assert callable(named(where)), (p.name, b.name, part)
+                assert hasattr(p.parts, part), (p.name, b.name, part)
+
+
+def test_the_records_and_the_layout_prediction_import_no_torch():
+    """The pattern records and ``predict layout`` answer without torch or
+    hypothesis (each costs about a second to import)."""
+    code = ("import sys, contextlib, io\n"
+            "import commbench.patterns.registry, commbench.costmodel.layout\n"
+            "from commbench.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    main(['predict', 'layout', '--tp', '2', '--dp', '2', '--cp', '2', '--pp', '2', "
+            "'--experts', '4', '--ep', '2'])\n"
+            "print(sorted(m for m in ('torch', 'hypothesis') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr)

@@ -10,11 +10,11 @@ import pytest
 
 from commbench.costmodel.layout import Layout, dp_calls, predict_layout, step_bytes
 from commbench.costmodel.topology import load
-from commbench.patterns.dp.zero_model import STAGES, ZeroConfig
-from commbench.patterns.moe.gating import MoEConfig
+from commbench.patterns.dp.configs import STAGES, ZeroConfig
+from commbench.patterns.moe.configs import MoEConfig
 from commbench.patterns.run import run_pattern
-from commbench.patterns.seq.attention import AttnConfig
-from commbench.patterns.tp.model import TPConfig
+from commbench.patterns.seq.configs import AttnConfig
+from commbench.patterns.tp.configs import TPConfig
 
 pytestmark = [pytest.mark.model]
 TOPO = load("cluster-h100-ndr", 2)

@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from commbench.patterns.moe.gating import MoEConfig, capacity
+from commbench.patterns.moe.configs import MoEConfig, capacity
 from commbench.patterns.run import run_pattern
 from commbench.runtime.errors import SPMDError
 

@@ -211,7 +211,7 @@ def _pattern_posts(ctx, name: str, cfg, variant: str):
 
 @pytest.mark.parametrize(("p", "v", "m"), [(2, 2, 4), (2, 3, 6), (3, 2, 6), (4, 2, 8)])
 def test_the_interleaved_pipeline_keeps_nccls_rules_past_as_many_micro_batches_as_stages(p, v, m):
-    from commbench.patterns.pp.pipeline import PPConfig
+    from commbench.patterns.pp.configs import PPConfig
 
     cfg = PPConfig(stages=p, layers=2 * p * v, hidden=2, batch=2 * m, micro=m, virtual=v)
     assert check(run_threads(p, _pattern_posts, "pp", cfg, "interleaved")) == []
@@ -220,10 +220,10 @@ def test_the_interleaved_pipeline_keeps_nccls_rules_past_as_many_micro_batches_a
 def test_the_interleaved_pipeline_needs_its_units(monkeypatch):
     """Negative: with GPipe's policy (a send with the next step's receive, else alone) the
     interleaved stages, which send both ways at once, deadlock without buffering."""
-    from commbench.patterns.pp import pipeline
-    from commbench.patterns.pp.pipeline import PPConfig
+    from commbench.patterns.pp import pp_comms
+    from commbench.patterns.pp.configs import PPConfig
 
-    monkeypatch.setattr(pipeline, "units", lambda kinds, warm: None)
+    monkeypatch.setattr(pp_comms, "units", lambda kinds, warm: None)
     cfg = PPConfig(stages=2, layers=8, hidden=2, batch=8, micro=4, virtual=2)
     problems = check(run_threads(2, _pattern_posts, "pp", cfg, "interleaved"))
     assert problems and "deadlock" in problems[0]
@@ -232,7 +232,7 @@ def test_the_interleaved_pipeline_needs_its_units(monkeypatch):
 @pytest.mark.parametrize("variant", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("p", [2, 3, 4])
 def test_pipelines_keep_nccls_rules_at_any_stage_count(p, variant):
-    from commbench.patterns.pp.pipeline import PPConfig
+    from commbench.patterns.pp.configs import PPConfig
 
     cfg = PPConfig(stages=p, layers=2 * p, hidden=2, batch=12, micro=6)
     assert check(run_threads(p, _pattern_posts, "pp", cfg, variant)) == []

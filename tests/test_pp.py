@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from commbench.patterns.pp.pipeline import PPConfig
+from commbench.patterns.pp.configs import PPConfig
 from commbench.patterns.pp.schedule import SCHEDULES, schedule
 from commbench.patterns.run import run_pattern
 from commbench.runtime.errors import SPMDError

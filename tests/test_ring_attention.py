@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from commbench.patterns.run import run_pattern
-from commbench.patterns.seq.attention import AttnConfig
+from commbench.patterns.seq.configs import AttnConfig
 from commbench.patterns.seq.ring_attention_comms import causal_work
 from commbench.runtime.errors import SPMDError
 

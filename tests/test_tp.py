@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from commbench.patterns.run import run_pattern
-from commbench.patterns.tp.model import TPConfig
+from commbench.patterns.tp.configs import TPConfig
 from commbench.runtime.errors import SPMDError
 
 pytestmark = [pytest.mark.tp]

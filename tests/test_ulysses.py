@@ -12,9 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from commbench.patterns.run import run_pattern
-from commbench.patterns.seq import broken
-from commbench.patterns.seq.attention import AttnConfig
-from commbench.patterns.seq.ulysses_comms import head_ranges, head_to_seq, kv_ranges, s2h, seq_to_head
+from commbench.patterns.seq.configs import AttnConfig, head_ranges, kv_ranges
+from commbench.patterns.seq.ulysses_comms import (
+    head_to_seq,
+    s2h,
+    s2h_reversed_sources,
+    s2h_transposed_batch,
+    seq_to_head,
+)
 from commbench.runtime.errors import SPMDError
 from commbench.wire.ops import booked, split_sizes
 
@@ -35,8 +40,8 @@ def _hashed(b, s, h, d):
             + torch.arange(d)[None, None, None, :] / 100).double()
 
 
-BODIES = {"s2h": s2h, "transposed_batch": broken.s2h_transposed_batch,
-          "reversed_sources": broken.s2h_reversed_sources}
+BODIES = {"s2h": s2h, "transposed_batch": s2h_transposed_batch,
+          "reversed_sources": s2h_reversed_sources}
 
 
 def placement_case(ctx, b, n, heads, kv, d, body="s2h"):

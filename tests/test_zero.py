@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from commbench.patterns.dp.configs import STAGES, ZeroConfig, flat_size
 from commbench.patterns.dp.zero_comms import gathered
-from commbench.patterns.dp.zero_model import STAGES, ZeroConfig, flat_size
 from commbench.patterns.run import run_pattern
 from commbench.runtime.errors import SPMDError
 

@@ -17,7 +17,7 @@ layout predicts is what the code moves:
          with H/t query and max(H_kv/t, 1) KV heads
     ep   the ``moe`` pattern's capacity-layout calls on the EP group per MoE layer, C = ceil(k cf
          T / E), T = b s/cp
-    dp   ZeRO's :func:`~commbench.patterns.dp.zero_comms.stage_calls` for this rank's parameter shard
+    dp   ZeRO's :func:`~commbench.patterns.dp.zero.stage_calls` for this rank's parameter shard
          (expert parameters over the dp/ep ranks holding the same experts: ``edp``)
     pp   the ``pp`` pattern's calls of its busiest stage, m micro-batches of A/t (SP) or A
 
@@ -32,15 +32,15 @@ from commbench.costmodel.layout_config import DTYPE, Layout
 from commbench.costmodel.nccl import constants, nccl_predict
 from commbench.costmodel.topology import Topology
 from commbench.patterns.base import Call
-from commbench.patterns.dp.zero_comms import stage_calls
-from commbench.patterns.moe.gating import MoEConfig
-from commbench.patterns.moe.layer import moe_calls
-from commbench.patterns.pp.pipeline import PPConfig
+from commbench.patterns.dp.zero import stage_calls
+from commbench.patterns.moe.configs import MoEConfig
+from commbench.patterns.moe.moe import moe_calls
+from commbench.patterns.pp.configs import PPConfig
 from commbench.patterns.registry import get
-from commbench.patterns.seq.attention import AttnConfig
 from commbench.patterns.seq.attention_pattern import attention_calls
+from commbench.patterns.seq.configs import AttnConfig
+from commbench.patterns.tp.configs import TPConfig
 from commbench.patterns.tp.layer_pattern import activation_calls, replicated_sync
-from commbench.patterns.tp.model import TPConfig
 from commbench.patterns.tp.vocab import VocabConfig
 from commbench.wire.ops import booked
 

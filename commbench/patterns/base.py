@@ -21,24 +21,42 @@ bandwidth, run), commbench makes the pattern its unit. A pattern says:
 ``step(ctx, cfg, local, variant, groups, parts)``  this rank's outputs and gradients
 ``predicted(cfg, variant, rank, seed)``  the calls this rank makes: [:class:`Call`, ...]
 ``tolerance``                    :class:`Tolerance`, with its reason
-``parts``, ``broken``            the swappable operators of the step, and :class:`Broken`
-                                 variants declared as replacements of them
+``parts_from``, ``broken``       where the step's swappable operators are (``"tp.tp_layer_comms:
+                                 TPParts"``), and :class:`Broken` variants declared as
+                                 replacements of them, by the same kind of name
+
 ==============================  ==================================================================
 
 Generic code turns a pattern into its contract test (``tests/test_patterns.py``), its study
 (``commbench run <pattern>``), its claims and its layout prediction. Nothing in a pattern's step
 knows about tests: a broken variant is the same step given other parts.
+
+A pattern's record (``seq/ulysses.py``) imports neither torch nor hypothesis: its config, byte
+formula, tolerance and broken declarations answer ``commbench predict`` and ``list`` at once.
+What runs (operators, oracle, data) sits in its ``*_comms.py`` and its family's modules, imported
+by the methods that need them; the operators are named as ``"module:attribute"`` under
+``commbench.patterns`` and found when a step runs (:func:`named`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-__all__ = ["DRAWS", "Broken", "Call", "Pattern", "Tolerance", "calls_diff", "calls_match", "nudger",
-           "reference_nudges"]
+__all__ = ["DRAWS", "Broken", "Call", "Pattern", "Tolerance", "calls_diff", "calls_match", "named",
+           "nudger", "reference_nudges"]
+
+
+def named(name: str):
+    """The object ``"module:attribute"`` names, the module under ``commbench.patterns``."""
+    module, _, attr = name.partition(":")
+    if not attr:
+        raise ValueError(f"{name!r}: a part is named 'module:attribute'")
+    return getattr(importlib.import_module(f"commbench.patterns.{module}"), attr)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +117,12 @@ class Tolerance:
 @dataclass(frozen=True)
 class Broken:
     """A deliberately broken variant: ``variant`` run with ``parts`` replacing the pattern's
-    own. ``examples(world_size)`` gives configs at which the contract must catch it, at each
-    of ``sizes``."""
+    own (part -> ``"module:attribute"``, :func:`named`). ``examples(world_size)`` gives configs
+    at which the contract must catch it, at each of ``sizes``."""
 
     name: str
     variant: str
-    parts: dict[str, Callable]
+    parts: dict[str, str]
     why: str
     examples: Callable[[int], list]
     sizes: tuple[int, ...] = (2, 4)
@@ -122,7 +140,7 @@ class Pattern:
     axes: ClassVar[tuple[str, ...]]
     Config: ClassVar[type]
     tolerance: ClassVar[Tolerance]
-    parts: Any = None  # a frozen dataclass of the step's operators
+    parts_from: ClassVar[str]  # "module:Class": a frozen dataclass of the step's operators
     broken: tuple[Broken, ...] = ()
     dtypes: ClassVar[tuple[str, ...]] = ("float64", "float32")  # what the contract draws
 
@@ -196,12 +214,17 @@ class Pattern:
         return {}
 
     # -- helpers --------------------------------------------------------------------------------
+    @functools.cached_property
+    def parts(self):
+        """The step's own operators (made when a step first needs them)."""
+        return named(self.parts_from)()
+
     def parts_for(self, broken: str | None):
         """The step's parts, with a broken variant's replacements when one is named."""
         if broken is None:
             return self.parts
         b = self.broken_variant(broken)
-        return dataclasses.replace(self.parts, **b.parts)
+        return dataclasses.replace(self.parts, **{k: named(v) for k, v in b.parts.items()})
 
     def broken_variant(self, name: str) -> Broken:
         for b in self.broken:

@@ -6,13 +6,12 @@ every figure commbench sets beside them comes from a pattern's prediction or the
 
 from __future__ import annotations
 
+from commbench.patterns.dp.configs import STAGES, ZeroConfig, flat_size
 from commbench.patterns.dp.ddp import DDPConfig
-from commbench.patterns.dp.zero_model import STAGES, ZeroConfig, flat_size
-from commbench.patterns.moe.gating import MoEConfig, capacity
-from commbench.patterns.seq.attention import AttnConfig
+from commbench.patterns.moe.configs import MoEConfig, capacity
+from commbench.patterns.seq.configs import AttnConfig
 from commbench.patterns.seq.ring_attention_comms import causal_work
-from commbench.patterns.tp.layer_pattern import param_sizes
-from commbench.patterns.tp.model import TPConfig
+from commbench.patterns.tp.configs import TPConfig, param_sizes
 from commbench.patterns.tp.vocab import VocabConfig
 from commbench.studies.claims import Claim, Run
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from commbench.names import DTYPE_NAMES
+from commbench.names import DTYPE_NAMES, check_dtype
 
 __all__ = ["DTYPES", "check_dtype"]
 
@@ -15,8 +15,3 @@ DTYPES: dict[str, torch.dtype] = {
 }
 assert tuple(DTYPES) == DTYPE_NAMES, "commbench.names.DTYPE_NAMES lists the same dtypes"
 
-
-def check_dtype(name: str, allowed: tuple[str, ...] = tuple(DTYPES)) -> None:
-    """Raise ValueError naming the value and the rule unless ``name`` is one of ``allowed``."""
-    if name not in allowed:
-        raise ValueError(f"dtype={name!r}: must be one of {', '.join(allowed)}")

@@ -18,27 +18,11 @@ from __future__ import annotations
 
 import torch
 
+from commbench.patterns.tp.configs import buckets_of
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 
-__all__ = ["DDP", "buckets_of", "naive_sync"]
-
-
-def buckets_of(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
-    """Indices of the parameters of ``sizes`` (bytes each) per bucket, last parameter first,
-    each bucket about ``bucket_bytes``."""
-    if bucket_bytes < 1:
-        raise ValueError(f"bucket_bytes={bucket_bytes}: must be >= 1")
-    out: list[list[int]] = [[]]
-    size = 0
-    for i in reversed(range(len(sizes))):
-        nbytes = sizes[i]
-        if out[-1] and size + nbytes > bucket_bytes:
-            out.append([])
-            size = 0
-        out[-1].append(i)
-        size += nbytes
-    return [b for b in out if b]
+__all__ = ["DDP", "DDPWithoutCopyBack", "naive_sync"]
 
 
 class DDP:
@@ -82,3 +66,15 @@ def naive_sync(params: list[torch.Tensor], comm: Comm, group: Group) -> None:
     """One blocking all-reduce per parameter, after backward."""
     for p in params:
         p.grad.copy_(comm.all_reduce(p.grad, group))
+
+
+# -- broken parts: each a bug class the contract must catch ----------------------------------
+class DDPWithoutCopyBack(DDP):
+    """Waits for every bucket's all-reduce but never copies the sums back: each rank keeps the
+    gradient of its own slice of the batch."""
+
+    def finish(self) -> None:
+        for _, work, _ in self._works:
+            work.wait()
+        for h in self._hooks:
+            h.remove()

@@ -1,21 +1,18 @@
 """ZeRO-1/2/3 against DDP as a pattern (Rajbhandari et al. 2020): ``steps`` Adam steps of a stack of
 tanh layers on ``dp`` ranks, gradient accumulation over ``micro`` micro-batches, mixed precision
 with fp32 master weights. The variant is the stage: ``ddp`` (0), ``zero1``, ``zero2``, ``zero3``.
-What each stage moves is :func:`commbench.patterns.dp.zero_comms.stage_calls`.
+What each stage moves is :func:`stage_calls`. The step, its parts and the broken ones:
+dp/zero_comms.py; the oracle: dp/zero_model.py; the config: dp/configs.py.
 """
 
 from __future__ import annotations
 
-import torch
-from hypothesis import strategies as st
-
+from commbench.names import ITEMSIZE
 from commbench.patterns.base import Broken, Call, Pattern, Tolerance
-from commbench.patterns.dp import broken
-from commbench.patterns.dp.zero_comms import ZeroParts, train, zero_calls
-from commbench.patterns.dp.zero_model import STAGES, ZeroConfig, batch, flat_size, init_layers, oracle_train
-from commbench.wire.dtypes import DTYPES
+from commbench.patterns.dp.configs import STAGES, ZeroConfig, flat_size
+from commbench.wire.ops import booked
 
-__all__ = ["Zero"]
+__all__ = ["Zero", "stage_calls", "zero_calls"]
 
 TOLERANCE = Tolerance(
     "float64: only the order of the sums over ranks differs from the oracle. float32 and mixed "
@@ -25,16 +22,50 @@ TOLERANCE = Tolerance(
     "gradient nearly cancels the order of its sum alone moves the weights.", floor=1e-5)
 
 
-@st.composite
-def zero_configs(draw, world_size: int):
+def zero_configs(world_size: int):
+    """A hypothesis strategy of ZeRO runs on ``world_size`` ranks."""
+    from hypothesis import strategies as st
+
+    return st.composite(lambda draw: _draw(draw, st, world_size))()
+
+
+def _draw(draw, st, world_size: int) -> ZeroConfig:
     return ZeroConfig(layers=draw(st.integers(1, 3)), hidden=draw(st.integers(1, 5)),
                       batch=world_size * draw(st.integers(1, 2)), micro=draw(st.integers(1, 3)),
                       steps=draw(st.integers(1, 3)), dp=world_size, prefetch=draw(st.booleans()),
                       dtype=draw(st.sampled_from(["float64", "float64", "float32", "bfloat16"])))
 
 
-def _pad(f: torch.Tensor, padded: int) -> torch.Tensor:
-    return torch.cat([f, f.new_zeros(padded - f.numel())])
+def stage_calls(stage: int, sizes: list[int], P: int, micro: int) -> list[tuple[str, int, str]]:
+    """(op, elements per call, "param" or "grad") of one optimizer step for layers of ``sizes``
+    elements each (padded to a multiple of P): the one statement of what each stage moves."""
+    out = []
+    for n in sizes:
+        padded = -(-n // P) * P
+        c = padded // P
+        out += {0: [("all_reduce", padded, "grad")],
+                1: [("reduce_scatter", padded, "grad"), ("all_gather", c, "param")],
+                2: [("reduce_scatter", padded, "grad")] * micro + [("all_gather", c, "param")],
+                3: [("all_gather", c, "param")] * (2 * micro) +
+                   [("reduce_scatter", padded, "grad")] * micro}[stage]
+    return out
+
+
+def zero_calls(cfg: ZeroConfig, stage: int, r: int, axis: str = "dp") -> list[Call]:
+    """The calls DP member ``r`` makes in ``cfg.steps`` steps: parameters move in the compute
+    dtype, gradients in the master dtype (fp32 under mixed precision)."""
+    P = cfg.dp
+    n, _ = flat_size(cfg, P)
+    e = {"param": ITEMSIZE[cfg.dtype], "grad": 4 if cfg.mixed else ITEMSIZE[cfg.dtype]}
+    return [Call(op, axis, k * e[kind], *booked(op, P, r, k, e[kind]))
+            for op, k, kind in stage_calls(stage, [n] * cfg.layers, P, cfg.micro)] * cfg.steps
+
+
+def _pad(f, padded: int):
+    """``f`` followed by zeros to ``padded`` elements."""
+    out = f.new_zeros(padded)
+    out[:f.numel()] = f
+    return out
 
 
 def _example(P: int) -> list[ZeroConfig]:
@@ -49,14 +80,14 @@ class Zero(Pattern):
     axes = ("dp",)
     Config = ZeroConfig
     tolerance = TOLERANCE
-    parts = ZeroParts()
+    parts_from = "dp.zero_comms:ZeroParts"
     dtypes = ("float64", "float32", "bfloat16")
     broken = (
-        Broken("chunk_off_by_one", "zero1", {"chunk_start": broken.chunk_start_off_by_one},
+        Broken("chunk_off_by_one", "zero1", {"chunk_start": "dp.zero_comms:chunk_start_off_by_one"},
                "each rank's shard starts one element too far", _example, (2, 3)),
-        Broken("no_reduce_scatter", "zero2", {"grad_shard": broken.local_grad_slice},
+        Broken("no_reduce_scatter", "zero2", {"grad_shard": "dp.zero_comms:local_grad_slice"},
                "stage 2 keeps its slice of its own gradient, never summed", _example, (2, 3)),
-        Broken("stale_prefetch", "zero3", {"take_prefetched": broken.stale_prefetch},
+        Broken("stale_prefetch", "zero3", {"take_prefetched": "dp.zero_comms:stale_prefetch"},
                "stage 3 reuses the parameters of its first gather", _example, (2, 3)),
     )
 
@@ -78,17 +109,24 @@ class Zero(Pattern):
                 for layers, h in ((4, 64), (4, 256)) for micro in (1, 4)]
 
     def inputs(self, cfg: ZeroConfig, seed: int, device) -> dict:
+        from commbench.patterns.dp.zero_model import batch, init_layers
+
         _, padded = flat_size(cfg, cfg.dp)
         return {"layers": [_pad(f, padded).to(device) for f in init_layers(cfg, seed)],
                 "batches": [[tuple(v.to(device) for v in batch(cfg, seed, step, mb))
                              for mb in range(cfg.micro)] for step in range(cfg.steps)]}
 
     def oracle(self, cfg: ZeroConfig, seed: int) -> dict:
+        from commbench.patterns.dp.zero_model import oracle_train
+
         return {f"w{k}": w for k, w in enumerate(oracle_train(cfg, seed))}
 
     def references(self, cfg: ZeroConfig, seed: int) -> list[dict]:
         if cfg.dtype == "float64":
             return []
+        from commbench.patterns.dp.zero_model import oracle_train
+        from commbench.wire.dtypes import DTYPES
+
         dt = DTYPES[cfg.dtype]
         return [{f"w{k}": w for k, w in enumerate(oracle_train(cfg, seed, dt, cfg.dp, reverse))}
                 for reverse in (False, True)]
@@ -102,6 +140,8 @@ class Zero(Pattern):
         return {k: w[rank * c:(rank + 1) * c] for k, w in full.items()}
 
     def step(self, ctx, cfg: ZeroConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        from commbench.patterns.dp.zero_comms import train
+
         return train(ctx, cfg, STAGES[variant], local, groups["dp"], parts)
 
     def predicted(self, cfg: ZeroConfig, variant: str, rank: int, seed=None) -> list[Call]:

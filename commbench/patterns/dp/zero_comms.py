@@ -25,14 +25,14 @@ from dataclasses import dataclass
 
 import torch
 
-from commbench.patterns.base import Call
-from commbench.patterns.dp.zero_model import Adam, ZeroConfig, flat_size
+from commbench.patterns.dp.configs import ZeroConfig, flat_size
+from commbench.patterns.dp.zero_model import Adam
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 from commbench.wire.dtypes import DTYPES
-from commbench.wire.ops import booked
 
-__all__ = ["ZeroParts", "gathered", "stage_calls", "train", "zero_calls"]
+__all__ = ["ZeroParts", "chunk_start_off_by_one", "gathered", "local_grad_slice", "stale_prefetch",
+           "train"]
 
 
 def reduce_scattered(grad: torch.Tensor, comm: Comm, group: Group, c: int) -> torch.Tensor:
@@ -61,31 +61,6 @@ def gathered(chunk: torch.Tensor, numel: int, comm: Comm, group: Group,
     Ulysses + ZeRO-3 combination gathers its projections this way. ``back(grad, comm, group,
     c)``: the chunk's gradient from the whole one (a broken variant's differs)."""
     return _Gathered.apply(chunk, numel, comm, group, back)
-
-
-def stage_calls(stage: int, sizes: list[int], P: int, micro: int) -> list[tuple[str, int, str]]:
-    """(op, elements per call, "param" or "grad") of one optimizer step for layers of ``sizes``
-    elements each (padded to a multiple of P): the one statement of what each stage moves."""
-    out = []
-    for n in sizes:
-        padded = -(-n // P) * P
-        c = padded // P
-        out += {0: [("all_reduce", padded, "grad")],
-                1: [("reduce_scatter", padded, "grad"), ("all_gather", c, "param")],
-                2: [("reduce_scatter", padded, "grad")] * micro + [("all_gather", c, "param")],
-                3: [("all_gather", c, "param")] * (2 * micro) +
-                   [("reduce_scatter", padded, "grad")] * micro}[stage]
-    return out
-
-
-def zero_calls(cfg: ZeroConfig, stage: int, r: int, axis: str = "dp") -> list[Call]:
-    """The calls DP member ``r`` makes in ``cfg.steps`` steps: parameters move in the compute
-    dtype, gradients in the master dtype (fp32 under mixed precision)."""
-    P = cfg.dp
-    n, _ = flat_size(cfg, P)
-    e = {"param": DTYPES[cfg.dtype].itemsize, "grad": 4 if cfg.mixed else DTYPES[cfg.dtype].itemsize}
-    return [Call(op, axis, k * e[kind], *booked(op, P, r, k, e[kind]))
-            for op, k, kind in stage_calls(stage, [n] * cfg.layers, P, cfg.micro)] * cfg.steps
 
 
 def chunk_start(r: int, c: int, P: int) -> int:
@@ -234,3 +209,24 @@ def _update(stage: int, comm: Comm, g: Group, opt: Adam, acc, master, params, cd
         opt.step(acc)
         for p, m in zip(params, master):
             p.copy_(m.to(cdt))
+
+
+# -- broken parts: each a bug class the contract must catch ----------------------------------
+def chunk_start_off_by_one(r: int, c: int, P: int) -> int:
+    """ZeRO's chunk of a rank one element too far: each rank updates its neighbour's first
+    element as its own last."""
+    return r * c + (1 if P > 1 else 0)
+
+
+def local_grad_slice(grad, comm, group):
+    """Stage 2 keeping its slice of its own gradient, never reduce-scattered over the group."""
+    return grad.view(group.size, -1)[group.index].clone()
+
+
+def stale_prefetch(pending, k: int, cache: list):
+    """Stage 3 that keeps the first gather it ever made of each layer: the parameters of later
+    steps are the initial ones."""
+    full = pending.wait() if pending is not None else None
+    if len(cache) <= k:
+        cache.append(full)
+    return cache[k]

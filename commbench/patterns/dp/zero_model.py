@@ -1,4 +1,4 @@
-"""The model, data, optimizer and oracle of the ZeRO patterns.
+"""The model, data, optimizer and oracle of the ZeRO patterns (their config: dp/configs.py).
 
 A stack of L layers y = tanh(x W^T + b), W [h, h], b [h]; loss = 1/2 * sum((y_L - t)^2) over the
 batch. Each optimizer step sums the gradients of ``micro`` micro-batches, then takes one Adam step
@@ -11,63 +11,11 @@ with fewer elements than ranks leaves some ranks only padding (shape (c,), all z
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import torch
 
-from commbench.wire.dtypes import check_dtype
+from commbench.patterns.dp.configs import ZeroConfig
 
-__all__ = ["STAGES", "Adam", "ZeroConfig", "batch", "flat_size", "init_layers", "oracle_train"]
-
-STAGES = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3}  # the variants: DDP is stage 0
-
-
-@dataclass(frozen=True, slots=True)
-class ZeroConfig:
-    """``steps`` Adam steps of ``layers`` layers on ``dp`` ranks; ``dtype`` bfloat16/float16
-    means mixed precision with fp32 master weights; ``prefetch``: ZeRO-3 gathers the next
-    layer's parameters while the current one computes."""
-
-    layers: int = 2
-    hidden: int = 4
-    batch: int = 4  # per micro-batch, across all DP ranks
-    micro: int = 1  # micro-batches per optimizer step (gradient accumulation)
-    steps: int = 2
-    lr: float = 0.01
-    dtype: str = "float64"
-    dp: int = 1
-    prefetch: bool = True
-
-    def label(self) -> str:
-        return f"dp{self.dp} L{self.layers} h{self.hidden} m{self.micro} {self.dtype}"
-
-    def validate(self, world_size: int | None = None, variant: str = "") -> ZeroConfig:
-        for name in ("layers", "hidden", "batch", "micro", "steps", "dp"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
-        if not self.lr > 0:
-            raise ValueError(f"lr={self.lr}: must be > 0")
-        check_dtype(self.dtype, ("float64", "float32", "bfloat16", "float16"))
-        if world_size is not None and self.dp != world_size:
-            raise ValueError(f"dp={self.dp}: must equal the world size {world_size}")
-        if self.batch % self.dp:
-            raise ValueError(f"batch={self.batch}: must be a multiple of the DP size {self.dp} "
-                             "(each rank takes batch/P samples of every micro-batch)")
-        return self
-
-    @property
-    def mixed(self) -> bool:
-        return self.dtype in ("bfloat16", "float16")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def flat_size(cfg: ZeroConfig, P: int) -> tuple[int, int]:
-    """(elements of one layer's flat vector, padded to a multiple of P)."""
-    n = cfg.hidden * cfg.hidden + cfg.hidden
-    return n, -(-n // P) * P
-
+__all__ = ["Adam", "batch", "init_layers", "oracle_train"]
 
 def init_layers(cfg: ZeroConfig, seed: int) -> list[torch.Tensor]:
     """Each layer's flat parameter vector, float64."""

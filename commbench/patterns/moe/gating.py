@@ -7,9 +7,8 @@ For the T tokens of one group, x [T, M] and gate weights [M, E]:
 * Random routing: the second expert is kept only when u < 2 g2 / (g1 + g2), u uniform per token
   (GShard §2.2). u is drawn from the seed and the token's global index, never from the rank, so
   every TP rank holding the same tokens keeps the same ones.
-* Capacity C = max(ceil(k * capacity_factor * T_max / E), min_capacity), rounded up to a multiple
-  of the TP degree (the capacity dimension is split over TP). T_max is the largest token count
-  of the EP group, so every member's (E, C, M) buffer has the same shape.
+* Capacity C: :func:`commbench.patterns.moe.configs.capacity` (the largest token count of the
+  EP group, so every member's (E, C, M) buffer has the same shape).
 * Positions: first choices fill each expert's buffer in token order, second choices after all
   first choices (GShard). A choice whose position is >= C is dropped; a buffer not full is zero
   padding. A token may lose both choices: its output is zero.
@@ -25,78 +24,21 @@ oracle of the vectorized one.
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Gating", "MoEConfig", "capacity", "gshard_gating", "loop_gating", "positions",
-           "uniforms"]
+from commbench.patterns.moe.configs import MoEConfig
+
+__all__ = ["GShardGate", "gate_logits", "gshard_gating", "loop_gating", "positions",
+           "positions_without_offset", "uniforms"]
 
 
-@dataclass(frozen=True)
-class MoEConfig:
-    """An MoE layer over a ``dp x ep x tp`` grid. ``tokens[g]``: tokens of data group
-    g = dp_index * ep + ep_index (the TP ranks of a group hold the same tokens)."""
-
-    tokens: tuple[int, ...] = (4,)
-    model: int = 4
-    ffn: int = 8
-    experts: int = 2
-    top_k: int = 2
-    capacity_factor: float = 1.0
-    min_capacity: int = 1
-    random_routing: bool = True
-    aux_weight: float = 0.01
-    ep: int = 1
-    dp: int = 1
-    tp: int = 1
-    check_routing: bool = True
-    dtype: str = "float64"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    def label(self) -> str:
-        return (f"ep{self.ep} dp{self.dp} tp{self.tp} T{max(self.tokens, default=0)} "
-                f"M{self.model} E{self.experts} cf{self.capacity_factor}")
-
-    def validate(self, world_size: int, variant: str = "capacity") -> None:
-        """Raise ValueError naming the value and the rule, before any collective."""
-        if not self.capacity_factor > 0:
-            raise ValueError(f"capacity_factor={self.capacity_factor}: must be > 0")
-        for name in ("model", "ffn", "experts", "min_capacity", "ep", "dp", "tp"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
-        if self.top_k not in (1, 2):
-            raise ValueError(f"top_k={self.top_k}: GShard gating takes 1 or 2")
-        if self.top_k > self.experts:
-            raise ValueError(f"top_k={self.top_k}: must be <= experts={self.experts}")
-        if self.experts % self.ep:
-            raise ValueError(f"experts={self.experts}: must be a multiple of ep={self.ep}")
-        if self.ffn % self.tp:
-            raise ValueError(f"ffn={self.ffn}: must be a multiple of tp={self.tp}")
-        if self.dp * self.ep * self.tp != world_size:
-            raise ValueError(f"dp={self.dp} x ep={self.ep} x tp={self.tp}: must equal the world "
-                             f"size {world_size}")
-        if len(self.tokens) != self.dp * self.ep:
-            raise ValueError(f"tokens={list(self.tokens)}: needs one count per data group, "
-                             f"dp*ep = {self.dp * self.ep}")
-        if any(t < 0 for t in self.tokens):
-            raise ValueError(f"tokens={list(self.tokens)}: counts must be >= 0")
-        if variant != "capacity" and self.tp > 1:
-            raise ValueError(f"variant={variant!r} with tp={self.tp}: EP+TP runs the capacity "
-                             "layout (the C dimension split over TP)")
-        if self.dtype not in ("float64", "float32"):
-            raise ValueError(f"dtype={self.dtype!r}: must be 'float64' or 'float32'")
-
-
-def capacity(cfg: MoEConfig, tokens_max: int) -> int:
-    c = max(math.ceil(cfg.top_k * cfg.capacity_factor * tokens_max / cfg.experts),
-            cfg.min_capacity)
-    return -(-c // cfg.tp) * cfg.tp
+def gate_logits(cfg: MoEConfig, seed: int) -> torch.Tensor:
+    """Seeded gate logits [N, E] of every token, float64 on the CPU (the moe_gating pattern)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(sum(cfg.tokens), cfg.experts, generator=g, dtype=torch.float64)
 
 
 def uniforms(cfg: MoEConfig, seed: int, group: int, rank: int = 0) -> torch.Tensor:
@@ -114,14 +56,16 @@ def positions(mask: torch.Tensor, before: torch.Tensor) -> tuple[torch.Tensor, t
     return torch.cumsum(mask, 0) - 1 + before, before + mask.sum(0)
 
 
-class Gating(NamedTuple):
+class GShardGate(NamedTuple):
+    """What the gate returns for one group's tokens."""
+
     combine: torch.Tensor   # [T, E, C], differentiable
     dispatch: torch.Tensor  # [T, E, C] bool
     l_aux: torch.Tensor     # scalar
 
 
 def gshard_gating(logits: torch.Tensor, cfg: MoEConfig, cap: int, u: torch.Tensor,
-                  positions=positions) -> Gating:
+                  positions=positions) -> GShardGate:
     """logits [T, E] -> combine weights, dispatch mask and auxiliary loss (module docstring).
     ``positions`` places one round of choices in the buffers after the earlier rounds."""
     T, E = logits.shape
@@ -156,7 +100,7 @@ def gshard_gating(logits: torch.Tensor, cfg: MoEConfig, cap: int, u: torch.Tenso
         sel = m.bool()[:, :, None] & slot[:, None, :]
         dispatch |= sel
         combine = combine + w[:, None, None] * sel.to(gates.dtype)
-    return Gating(combine, dispatch, l_aux)
+    return GShardGate(combine, dispatch, l_aux)
 
 
 def loop_gating(logits: torch.Tensor, cfg: MoEConfig, cap: int, u: torch.Tensor
@@ -193,3 +137,10 @@ def loop_gating(logits: torch.Tensor, cfg: MoEConfig, cap: int, u: torch.Tensor
     mean = [sum(g[e] for g in gates) / T for e in range(E)] if T else [0.0] * E
     return combine, torch.tensor(E * sum(m * f for m, f in zip(mean, frac, strict=True)),
                                  dtype=torch.float64)
+
+
+# -- broken parts: each a bug class the contract must catch ----------------------------------
+def positions_without_offset(mask, before):
+    """Second choices placed from slot 0 instead of after the first choices (GShard queues
+    them after every first choice)."""
+    return torch.cumsum(mask, 0) - 1, before

@@ -1,21 +1,22 @@
 """GShard top-k gating with capacity as a pattern, each data rank gating its own tokens
-(its code: moe/gating.py; broken variants: moe/broken.py)."""
+(its code, oracle and broken part: moe/gating.py; the config and capacity: moe/configs.py)."""
 
 from __future__ import annotations
 
-import torch
-from hypothesis import strategies as st
-
 from commbench.patterns.base import Broken, Call, Pattern, Tolerance
-from commbench.patterns.moe import broken
-from commbench.patterns.moe.gating import MoEConfig, capacity, gshard_gating, loop_gating, uniforms
-from commbench.patterns.moe.layer import MoEParts, span
+from commbench.patterns.moe.configs import MoEConfig, capacity, span
 
 __all__ = ["MoEGating"]
 
 
-@st.composite
-def gate_configs(draw, world_size: int):
+def gate_configs(world_size: int):
+    """A hypothesis strategy of gating runs on ``world_size`` ranks."""
+    from hypothesis import strategies as st
+
+    return st.composite(lambda draw: _draw(draw, st, world_size))()
+
+
+def _draw(draw, st, world_size: int) -> MoEConfig:
     E = draw(st.integers(1, 6))
     return MoEConfig(tokens=tuple(draw(st.lists(st.integers(0, 14), min_size=world_size,
                                                 max_size=world_size))),
@@ -36,9 +37,9 @@ class MoEGating(Pattern):
     Config = MoEConfig
     tolerance = Tolerance("float64: the vectorized and the token-by-token gating compute the "
                           "same softmax; only summation order differs.")
-    parts = MoEParts()
+    parts_from = "moe.moe_comms:MoEParts"
     dtypes = ("float64",)
-    broken = (Broken("no_second_offset", "gshard", {"positions": broken.positions_without_offset},
+    broken = (Broken("no_second_offset", "gshard", {"positions": "moe.gating:positions_without_offset"},
                      "second choices queued from slot 0, not after the first choices",
                      lambda P: [MoEConfig(tokens=(12,) * P, experts=3, capacity_factor=1.0,
                                           random_routing=False, dp=P)]),)
@@ -53,12 +54,10 @@ class MoEGating(Pattern):
         return [MoEConfig(tokens=(T,) * world_size, experts=E, capacity_factor=1.0, dp=world_size)
                 for T, E in ((1024, 8), (4096, 64))]
 
-    def _logits(self, cfg: MoEConfig, seed: int) -> torch.Tensor:
-        g = torch.Generator().manual_seed(seed)
-        return torch.randn(sum(cfg.tokens), cfg.experts, generator=g, dtype=torch.float64)
-
     def inputs(self, cfg: MoEConfig, seed: int, device) -> dict:
-        return {"logits": self._logits(cfg, seed).to(device), "seed": seed}
+        from commbench.patterns.moe.gating import gate_logits
+
+        return {"logits": gate_logits(cfg, seed).to(device), "seed": seed}
 
     def shard(self, cfg: MoEConfig, d: dict, groups: dict, variant: str, parts) -> dict:
         g = groups["dp"].index
@@ -66,7 +65,9 @@ class MoEGating(Pattern):
                 "u": parts.uniforms(cfg, d["seed"], g).to(d["logits"].device)}
 
     def oracle(self, cfg: MoEConfig, seed: int) -> dict:
-        logits = self._logits(cfg, seed)
+        from commbench.patterns.moe.gating import gate_logits, loop_gating, uniforms
+
+        logits = gate_logits(cfg, seed)
         out = [loop_gating(logits[span(cfg, g)], cfg, capacity(cfg, cfg.tokens[g]),
                            uniforms(cfg, seed, g)) for g in range(len(cfg.tokens))]
         return {"combine": [c for c, _ in out], "l_aux": [a for _, a in out]}
@@ -76,6 +77,8 @@ class MoEGating(Pattern):
         return {"combine": combine, "dispatch": combine > 0, "l_aux": oracle["l_aux"][rank]}
 
     def step(self, ctx, cfg: MoEConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        from commbench.patterns.moe.gating import gshard_gating
+
         cap = capacity(cfg, cfg.tokens[local["group"]])
         gate = gshard_gating(local["logits"], cfg, cap, local["u"], parts.positions)
         return {"combine": gate.combine, "dispatch": gate.dispatch, "l_aux": gate.l_aux}

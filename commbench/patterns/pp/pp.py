@@ -5,27 +5,31 @@ Predicted calls per rank and step, per micro-batch (one for the naive pipeline),
 of h float64: a chunk that is not the last sends its activation forward and receives the
 gradient back; a chunk that is not the first receives the activation and sends the gradient
 back. The bubble, measured on the ranks, stands beside (p-1)/(v*m + p-1). Contract runs are
-float64 (the oracle's dtype); the layout model asks for the calls in other dtypes.
+float64 (the oracle's dtype); the layout model asks for the calls in other dtypes. The step,
+its parts, the broken ones and the oracle: pp/pp_comms.py; the schedules: pp/schedule.py.
 """
 
 from __future__ import annotations
 
 import statistics
 
-from hypothesis import strategies as st
-
+from commbench.names import ITEMSIZE
 from commbench.patterns.base import Broken, Call, Pattern, Tolerance
-from commbench.patterns.pp import broken
-from commbench.patterns.pp.pipeline import PPConfig, PPParts, oracle_pp, pipeline, weights_and_data
+from commbench.patterns.pp.configs import PPConfig
 from commbench.patterns.pp.schedule import SCHEDULES, bubble_fraction
 from commbench.results.trace import chrome_trace, idle_fraction
-from commbench.wire.dtypes import DTYPES
 
 __all__ = ["Pipeline"]
 
 
-@st.composite
-def pp_configs(draw, p: int, variant: str):
+def pp_configs(p: int, variant: str):
+    """A hypothesis strategy of pipelines of ``p`` stages for ``variant``."""
+    from hypothesis import strategies as st
+
+    return st.composite(lambda draw: _draw(draw, st, p, variant))()
+
+
+def _draw(draw, st, p: int, variant: str) -> PPConfig:
     v = draw(st.integers(2, 3)) if variant == "interleaved" else 1
     m = p * draw(st.integers(1, 3)) if variant == "interleaved" else draw(st.integers(1, 6))
     return PPConfig(stages=p, layers=p * v * draw(st.integers(1, 2)), hidden=draw(st.integers(1, 5)),
@@ -42,13 +46,13 @@ class Pipeline(Pattern):
     Config = PPConfig
     tolerance = Tolerance("float64: only the order of the sum over micro-batches differs from "
                           "the oracle's single pass.")
-    parts = PPParts()
+    parts_from = "pp.pp_comms:PPParts"
     dtypes = ("float64",)
     broken = (
-        Broken("wrong_chunk_weights", "1f1b", {"chunk_layers": broken.last_rank_shifted_layers},
+        Broken("wrong_chunk_weights", "1f1b", {"chunk_layers": "pp.pp_comms:last_rank_shifted_layers"},
                "the last rank takes its layers one too late",
                lambda P: [PPConfig(stages=P, layers=2 * P, hidden=3, batch=4, micro=4)], (2, 3)),
-        Broken("no_grad_accumulation", "1f1b", {"before_backward": broken.no_grad_accumulation},
+        Broken("no_grad_accumulation", "1f1b", {"before_backward": "pp.pp_comms:no_grad_accumulation"},
                "each micro-batch's backward drops the gradients of the earlier ones",
                lambda P: [PPConfig(stages=P, layers=2 * P, hidden=3, batch=4, micro=4)], (2, 3)),
     )
@@ -69,11 +73,16 @@ class Pipeline(Pattern):
                 for m in (2 * p, 4 * p) for ckpt in (False, True)]
 
     def inputs(self, cfg: PPConfig, seed: int, device) -> dict:
+        from commbench.patterns.pp.pp_comms import weights_and_data
+        from commbench.wire.dtypes import DTYPES
+
         ws, x, t = weights_and_data(cfg, seed)
         dt = DTYPES[cfg.dtype]
         return {"w": [w.to(device, dt) for w in ws], "x": x.to(device, dt), "t": t.to(device, dt)}
 
     def oracle(self, cfg: PPConfig, seed: int) -> dict:
+        from commbench.patterns.pp.pp_comms import oracle_pp
+
         return oracle_pp(cfg, seed)
 
     def expected(self, oracle: dict, cfg: PPConfig, rank: int, variant: str) -> dict:
@@ -84,6 +93,8 @@ class Pipeline(Pattern):
         return {"loss": loss, **{f"dw{i}": oracle[f"dw{i}"] for i in mine}}
 
     def step(self, ctx, cfg: PPConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        from commbench.patterns.pp.pp_comms import pipeline
+
         return pipeline(ctx, cfg, variant, local, groups["pp"], parts)
 
     def predicted(self, cfg: PPConfig, variant: str, rank: int, seed=None) -> list[Call]:
@@ -91,7 +102,7 @@ class Pipeline(Pattern):
         if p == 1:
             return []
         m = 1 if variant == "naive" else cfg.micro
-        act = cfg.batch // m * cfg.hidden * DTYPES[cfg.dtype].itemsize
+        act = cfg.batch // m * cfg.hidden * ITEMSIZE[cfg.dtype]
         send, recv = Call("isend", "pp", act, act, 0), Call("recv", "pp", act, 0, act)
         out = []
         for c in range(rank, p * v, p):

@@ -1,5 +1,6 @@
-"""Attention shared by the sequence-parallel patterns: the config, seeded inputs, the oracle, the
-sequence layouts, and the naive all-gather of K and V that Ulysses and ring attention are held to.
+"""Attention shared by the sequence-parallel patterns: seeded inputs, the oracle, the sequence
+layouts (the config: seq/configs.py), and the naive all-gather of K and V that Ulysses and ring
+attention are held to.
 
 Shapes: q [b, s, H, d], k and v [b, s, H_kv, d] (grouped-query attention when H_kv < H: query
 head h reads KV head h // (H / H_kv)). P is the Ulysses or context-parallel degree. Each rank holds
@@ -10,68 +11,15 @@ function serves the whole sequence, a contiguous shard and the load-balanced (zi
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import torch
 
+from commbench.patterns.seq.configs import AttnConfig
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
-from commbench.wire.dtypes import check_dtype
 
-__all__ = ["AttnConfig", "attend", "attention_inputs", "gqa_index", "local_tokens",
+__all__ = ["attend", "attention_inputs", "gqa_index", "local_tokens",
            "naive_attention", "oracle_attention", "positions"]
-
-
-@dataclass(frozen=True)
-class AttnConfig:
-    """One attention call under sequence (Ulysses) or context parallelism over a ``dp x sp``
-    grid. ``kv_heads`` 0 means as many as ``heads``. ``layout``: ``contiguous`` (rank r holds
-    tokens [r s/P, (r+1) s/P)) or ``zigzag`` (2P chunks, rank r holds chunks r and 2P-1-r, the
-    load-balanced split for causal ring attention)."""
-
-    batch: int = 1
-    seq: int = 8
-    heads: int = 4
-    kv_heads: int = 0
-    head_dim: int = 4
-    sp: int = 1
-    dp: int = 1
-    causal: bool = False
-    layout: str = "contiguous"
-    dtype: str = "float64"
-
-    @property
-    def kv(self) -> int:
-        return self.kv_heads or self.heads
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    def label(self) -> str:
-        return f"b{self.batch} s{self.seq} H{self.heads}/{self.kv} d{self.head_dim} {self.layout}"
-
-    def validate(self, world_size: int, variant: str = "") -> None:
-        """Raise ValueError naming the value and the rule, before any collective."""
-        for name in ("batch", "seq", "heads", "head_dim", "sp", "dp"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
-        if self.kv_heads < 0 or self.heads % self.kv:
-            raise ValueError(f"kv_heads={self.kv_heads}: must divide heads={self.heads} "
-                             "(grouped-query attention)")
-        if self.sp * self.dp != world_size:
-            raise ValueError(f"sp={self.sp} x dp={self.dp}: must equal the world size {world_size}")
-        if self.batch % self.dp:
-            raise ValueError(f"batch={self.batch}: must be a multiple of dp={self.dp}")
-        if self.layout not in ("contiguous", "zigzag"):
-            raise ValueError(f"layout={self.layout!r}: must be 'contiguous' or 'zigzag'")
-        chunks = self.sp * (2 if self.layout == "zigzag" else 1)
-        if self.seq % chunks:
-            raise ValueError(f"seq={self.seq}: must be a multiple of {chunks} "
-                             f"({self.layout} split over sp={self.sp})")
-        if variant == "ulysses" and self.heads < self.sp:
-            raise ValueError(f"heads={self.heads}, sp={self.sp}: Ulysses needs at least one "
-                             "query head per rank (heads >= sp)")
-        check_dtype(self.dtype, ("float64", "float32"))
 
 
 def positions(cfg: AttnConfig, r: int, device) -> torch.Tensor:

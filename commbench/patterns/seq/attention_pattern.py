@@ -1,6 +1,6 @@
 """Attention with the sequence sharded, as a pattern shared by DeepSpeed-Ulysses (seq/ulysses.py)
 and ring attention (seq/ring_attention.py), each against the naive all-gather of K and V, on a
-``dp x sp`` grid (SP neighbours adjacent).
+``dp x sp`` grid (SP neighbours adjacent); torch-free (the oracle: seq/attention.py).
 
 Predicted calls per rank on the SP group for one attention forward + backward, with n = s/P
 local tokens, b the local batch, e bytes per element and H_r / K_r the query / KV heads member r
@@ -16,49 +16,15 @@ attends to:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
-import torch
-from hypothesis import strategies as st
-
-from commbench.patterns.base import Call, Pattern, Tolerance, reference_nudges
-from commbench.patterns.seq.attention import (
-    AttnConfig,
-    attention_inputs,
-    gqa_index,
-    local_tokens,
-    naive_attention,
-    oracle_attention,
-)
-from commbench.patterns.seq.ring_attention_comms import (
-    forward_block,
-    merge,
-    return_home,
-    ring_attention,
-)
-from commbench.patterns.seq.ulysses_comms import head_ranges, kv_ranges, s2h, ulysses_attention
-from commbench.patterns.tp.communications import gather_from_sp
-from commbench.wire.dtypes import DTYPES
+from commbench.names import ITEMSIZE
+from commbench.patterns.base import Call, Pattern, Tolerance
+from commbench.patterns.seq.configs import AttnConfig, head_ranges, kv_ranges
 from commbench.wire.ops import booked
 
-__all__ = ["ATTN_MODELS", "AttentionPattern", "SeqParts", "attention_calls", "attn_configs",
-           "example"]
+__all__ = ["ATTN_MODELS", "AttentionPattern", "attention_calls", "attn_configs", "example"]
 
 # (batch, seq per rank, heads, kv_heads, head_dim) of the studies
 ATTN_MODELS = [(2, 64, 8, 8, 32), (2, 256, 8, 8, 32), (2, 256, 8, 2, 32)]
-
-
-@dataclass(frozen=True)
-class SeqParts:
-    """The swappable operators of the sequence-parallel steps."""
-
-    seq_to_head: Callable = s2h          # Ulysses' sequence -> head all-to-all body
-    kv_index: Callable = gqa_index       # query head -> local KV head
-    gather_kv: Callable = gather_from_sp  # naive: K, V all-gathered along the sequence
-    merge: Callable = merge              # ring: online-softmax merge of a block
-    forward_block: Callable = forward_block
-    return_home: Callable = return_home  # ring: dK/dV's last hop
 
 
 TOLERANCE = Tolerance(
@@ -70,9 +36,15 @@ TOLERANCE = Tolerance(
     "result is.")
 
 
-@st.composite
-def attn_configs(draw, world_size: int, layouts=("contiguous", "zigzag"),
+def attn_configs(world_size: int, layouts=("contiguous", "zigzag"),
                  dtypes=("float64", "float32")):
+    """A hypothesis strategy of attention calls on ``world_size`` ranks."""
+    from hypothesis import strategies as st
+
+    return st.composite(lambda draw: _draw(draw, st, world_size, layouts, dtypes))()
+
+
+def _draw(draw, st, world_size: int, layouts, dtypes) -> AttnConfig:
     sp = draw(st.sampled_from([d for d in range(1, world_size + 1) if world_size % d == 0]))
     dp = world_size // sp
     heads = draw(st.integers(sp, 2 * sp + 1))
@@ -95,7 +67,7 @@ def attention_calls(cfg: AttnConfig, variant: str, r: int) -> list[Call]:
     P = cfg.sp
     if P == 1:
         return []
-    e = DTYPES[cfg.dtype].itemsize
+    e = ITEMSIZE[cfg.dtype]
     b, n, d = cfg.batch // cfg.dp, cfg.seq // P, cfg.head_dim
     if variant == "ring":
         kv = 2 * b * n * cfg.kv * d * e
@@ -114,16 +86,13 @@ def attention_calls(cfg: AttnConfig, variant: str, r: int) -> list[Call]:
     return calls + [_a2a(P, r, e, [m[r]] * P, m), _a2a(P, r, e, m, [m[r]] * P)]
 
 
-ATTENTION = {"ulysses": ulysses_attention, "ring": ring_attention, "naive": naive_attention}
-
-
 class AttentionPattern(Pattern):
-    """One attention forward + backward; shared by Ulysses and ring attention."""
+    """One attention forward + backward; shared by Ulysses and ring attention, each naming
+    its attention function by variant (:meth:`attention`)."""
 
     axes = ("sp",)
     Config = AttnConfig
     tolerance = TOLERANCE
-    parts = SeqParts()
     layouts: tuple[str, ...] = ("contiguous", "zigzag")
 
     def grid(self, cfg: AttnConfig) -> str:
@@ -133,35 +102,54 @@ class AttentionPattern(Pattern):
         return attn_configs(world_size, self.layouts, self.dtypes)
 
     def inputs(self, cfg: AttnConfig, seed: int, device) -> dict:
+        from commbench.patterns.seq.attention import attention_inputs
+        from commbench.wire.dtypes import DTYPES
+
         dt = DTYPES[cfg.dtype]
         return {k: v.to(device=device, dtype=dt) for k, v in attention_inputs(cfg, seed).items()}
 
     def shard(self, cfg: AttnConfig, inputs: dict, groups: dict, variant: str, parts) -> dict:
+        from commbench.patterns.seq.attention import local_tokens
+
         return {k: local_tokens(v, cfg, groups["sp"].index, groups["dp"].index)
                 for k, v in inputs.items()}
 
     def oracle(self, cfg: AttnConfig, seed: int) -> dict:
+        from commbench.patterns.seq.attention import oracle_attention
+
         return oracle_attention(cfg, seed)
 
     def references(self, cfg: AttnConfig, seed: int) -> list[dict]:
         if cfg.dtype == "float64":
             return []
+        import torch
+
+        from commbench.patterns.base import reference_nudges
+        from commbench.patterns.seq.attention import oracle_attention
+
         return [oracle_attention(cfg, seed, torch.float32, nudge) for nudge in reference_nudges()]
 
     def expected(self, oracle: dict, cfg: AttnConfig, rank: int, variant: str) -> dict:
+        from commbench.patterns.seq.attention import local_tokens
+
         c = self.coords(cfg, rank)
         return {k: local_tokens(v, cfg, c["sp"], c["dp"]) for k, v in oracle.items()}
 
     def step(self, ctx, cfg: AttnConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        attention = self.attention(variant)
         q, k, v = (local[n].detach().requires_grad_() for n in ("q", "k", "v"))
         with ctx.ledger.capture() as forward:
-            y = ATTENTION[variant](q, k, v, cfg, ctx.comm(), groups["sp"], parts)
+            y = attention(q, k, v, cfg, ctx.comm(), groups["sp"], parts)
         y.backward(local["dy"])
         return {"y": y.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad,
                 "stats": {"forward_sent": forward.sent}}
 
     def predicted(self, cfg: AttnConfig, variant: str, rank: int, seed=None) -> list[Call]:
         return attention_calls(cfg, variant, self.coords(cfg, rank)["sp"])
+
+    def attention(self, variant: str):
+        """The attention function of ``variant``: q, k, v, cfg, comm, group, parts -> y."""
+        raise NotImplementedError
 
 
 def example(P: int, **kw) -> list[AttnConfig]:

@@ -1,14 +1,13 @@
-"""Ring attention as a pattern: K/V blocks round the ring (its operators:
-seq/ring_attention_comms.py; the shared attention pattern, its predicted calls and tolerance:
-seq/attention_pattern.py; the oracle: seq/attention.py; broken variants: seq/broken.py)."""
+"""Ring attention as a pattern: K/V blocks round the ring (its operators and broken parts:
+seq/ring_attention_comms.py; the attention pattern it shares with Ulysses, its predicted calls
+and tolerance: seq/attention_pattern.py; the config: seq/configs.py; the oracle:
+seq/attention.py)."""
 
 from __future__ import annotations
 
 from commbench.patterns.base import Broken
-from commbench.patterns.seq import broken
-from commbench.patterns.seq.attention import AttnConfig
 from commbench.patterns.seq.attention_pattern import ATTN_MODELS, AttentionPattern, example
-from commbench.patterns.seq.ring_attention_comms import causal_work
+from commbench.patterns.seq.configs import AttnConfig
 
 __all__ = ["RingAttention"]
 
@@ -18,16 +17,17 @@ class RingAttention(AttentionPattern):
 
     name, markers = "ring_attention", ("cp",)
     variants, naive, optimized = ("naive", "ring"), "naive", "ring"
+    parts_from = "seq.ring_attention_comms:RingAttentionParts"
     broken = tuple(
-        Broken(name, "ring", {part: fn}, why,
+        Broken(name, "ring", {part: f"seq.ring_attention_comms:{fn}"}, why,
                lambda P: example(P, batch=2, seq=4 * P, heads=4, kv_heads=2, head_dim=3,
                                   causal=True, layout="zigzag"))
         for name, part, fn, why in (
-            ("no_rescale", "merge", broken.merge_without_rescale,
+            ("no_rescale", "merge", "merge_without_rescale",
              "online softmax that does not rescale the running output"),
-            ("skipped_hop", "forward_block", broken.skip_last_hop,
+            ("skipped_hop", "forward_block", "skip_last_hop",
              "the last hop's K/V block never computed"),
-            ("dkv_not_returned", "return_home", broken.no_return_home,
+            ("dkv_not_returned", "return_home", "no_return_home",
              "dK/dV accumulators dropped at the end of their trip")))
 
     def bench_configs(self, world_size: int) -> list[AttnConfig]:
@@ -36,5 +36,13 @@ class RingAttention(AttentionPattern):
                 for b, s, H, K, d in ATTN_MODELS for layout in ("zigzag", "contiguous")]
 
     def metrics(self, cfg: AttnConfig, variant: str, outs: list[dict]) -> dict:
+        from commbench.patterns.seq.ring_attention_comms import causal_work
+
         work = causal_work(cfg)
         return {"work max/min": round(max(work) / min(work), 2)}
+
+    def attention(self, variant: str):
+        from commbench.patterns.seq.attention import naive_attention
+        from commbench.patterns.seq.ring_attention_comms import ring_attention
+
+        return {"ring": ring_attention, "naive": naive_attention}[variant]

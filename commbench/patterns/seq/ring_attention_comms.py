@@ -14,21 +14,26 @@ With the zigzag layout (2P chunks, rank r holds chunks r and 2P-1-r), causal att
 every rank the same work; chunk pairs that are wholly masked are skipped, so the balance shows in
 time. Blocks are computed chunk against chunk; every query sees at least its own position.
 
-The merge, the per-hop block and the dK/dV homecoming are parts of the pattern (``SeqParts``),
+The merge, the per-hop block and the dK/dV homecoming are parts of the pattern (:class:`RingAttentionParts`),
 so a merge that forgets to rescale can stand in for the real one.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
-from commbench.patterns.seq.attention import AttnConfig, positions
+from commbench.patterns.seq.attention import gqa_index, positions
+from commbench.patterns.seq.configs import AttnConfig
+from commbench.patterns.tp.mappings import gather_from_sp
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 
-__all__ = ["causal_work", "forward_block", "merge", "return_home", "ring_attention"]
+__all__ = ["RingAttentionParts", "causal_work", "forward_block", "merge", "merge_without_rescale",
+           "no_return_home", "return_home", "ring_attention", "skip_last_hop"]
 
 
 def _pairs(pos_q: torch.Tensor, pos_k: torch.Tensor, causal: bool):
@@ -164,3 +169,34 @@ def causal_work(cfg: AttnConfig) -> list[int]:
         out.append(sum(int((positions(cfg, j, "cpu")[None, :] <= pq[:, None]).sum())
                        if cfg.causal else len(pq) * cfg.seq // P for j in range(P)))
     return out
+
+
+@dataclass(frozen=True)
+class RingAttentionParts:
+    """The swappable operators of ring attention and of its naive all-gather counterpart."""
+
+    kv_index: Callable = gqa_index        # query head -> local KV head
+    gather_kv: Callable = gather_from_sp  # naive: K, V all-gathered along the sequence
+    merge: Callable = merge               # online-softmax merge of a block
+    forward_block: Callable = forward_block
+    return_home: Callable = return_home   # dK/dV's last hop
+
+
+# -- broken parts: each a bug class the contract must catch ----------------------------------
+def merge_without_rescale(out, lse, o_i, lse_i):
+    """Online softmax without rescaling the running output."""
+    new = torch.logaddexp(lse, lse_i)
+    out.add_(o_i * torch.exp(lse_i - new).transpose(1, 2)[..., None])
+    lse.copy_(new)
+
+
+def skip_last_hop(q, k, v, idx, pos_q, pos_k, causal, out, lse, merge, hop, hops):
+    """The last ring hop's block is never computed (its K/V still travel)."""
+    if hop < hops - 1:
+        forward_block(q, k, v, idx, pos_q, pos_k, causal, out, lse, merge, hop, hops)
+
+
+def no_return_home(comm, group, acc):
+    """The dK/dV accumulators make their last hop home and are dropped there: each block keeps
+    only its own rank's share of the gradient."""
+    return torch.zeros_like(return_home(comm, group, acc))

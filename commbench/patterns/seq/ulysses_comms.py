@@ -9,7 +9,7 @@ head all-to-all before attention and the head-to-sequence all-to-all after it.
   sequence for this rank's heads, 1 all-to-all out; backward 4 more.
 
 The all-to-all body of the sequence-to-head exchange is a part of the pattern
-(``SeqParts.seq_to_head``, default :func:`s2h`), so a broken reshape can stand in for it.
+(``UlyssesParts.seq_to_head``, default :func:`s2h`), so a broken reshape can stand in for it.
 
 Heads not divisible by P are split unevenly (the first H mod P ranks get one more, DeepSpeed's
 ``get_shard_size_list``). Under grouped-query attention a rank receives the KV heads its query
@@ -20,33 +20,20 @@ gradients are summed on the way back. Head ranges may overlap, so the backward o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
-from commbench.patterns.seq.attention import AttnConfig, attend, positions
+from commbench.patterns.seq.attention import attend, gqa_index, positions
+from commbench.patterns.seq.configs import AttnConfig, Ranges, head_ranges, kv_ranges
+from commbench.patterns.tp.mappings import gather_from_sp, gather_from_tp
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
-from commbench.wire.ops import split_sizes
 
-__all__ = ["h2s", "head_ranges", "head_to_seq", "kv_ranges", "s2h", "seq_to_head",
-           "ulysses_attention"]
-
-Ranges = list[tuple[int, int]]
-
-
-def head_ranges(heads: int, P: int) -> Ranges:
-    """[lo, hi) of the query heads each member attends to after the all-to-all."""
-    out, lo = [], 0
-    for n in split_sizes(heads, P):
-        out.append((lo, lo + n))
-        lo += n
-    return out
-
-
-def kv_ranges(heads: int, kv: int, P: int) -> Ranges:
-    """[lo, hi) of the KV heads each member needs for its query heads (they may overlap)."""
-    g = heads // kv
-    return [(lo // g, (hi - 1) // g + 1) for lo, hi in head_ranges(heads, P)]
-
+__all__ = ["UlyssesParts", "gather_without_reduce_scatter", "h2s", "head_to_seq",
+           "kv_index_off_by_one", "s2h", "s2h_reversed_sources", "s2h_transposed_batch",
+           "seq_to_head", "ulysses_attention"]
 
 def s2h(x: torch.Tensor, ranges: Ranges, comm: Comm, group: Group) -> torch.Tensor:
     """The sequence-to-head all-to-all: x [b, n, H, d] -> [b, P n, H_r, d]."""
@@ -125,3 +112,41 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: At
     o = attend(qh, kh, vh, parts.kv_index(range(*qr[r]), cfg.heads, cfg.kv, kr[r][0]), pos, pos,
                cfg.causal)
     return head_to_seq(o, qr, cfg.heads, comm, group, body)
+
+
+@dataclass(frozen=True)
+class UlyssesParts:
+    """The swappable operators of Ulysses and of its naive all-gather counterpart."""
+
+    seq_to_head: Callable = s2h           # the sequence -> head all-to-all body
+    kv_index: Callable = gqa_index        # query head -> local KV head
+    gather_kv: Callable = gather_from_sp  # naive: K, V all-gathered along the sequence
+
+
+# -- broken parts: each a bug class the contract must catch ----------------------------------
+def s2h_transposed_batch(x, ranges, comm, group):
+    """DeepSpeed #5808's class of bug: a reshape with the right element count and the batch and
+    source dims in the wrong order (only visible with batch > 1)."""
+    out = s2h(x, ranges, comm, group)
+    b, s, m, d = out.shape
+    P = group.size  # the all-to-all's [P, b, s/P] order, read as if it were [b, P, s/P]
+    return out.view(b, P, s // P, m, d).transpose(0, 1).reshape(b, s, m, d)
+
+
+def s2h_reversed_sources(x, ranges, comm, group):
+    """Sequence shards reassembled in the wrong source order."""
+    out = s2h(x, ranges, comm, group)
+    b, s, m, d = out.shape
+    return out.view(b, group.size, s // group.size, m, d).flip(1).reshape(b, s, m, d)
+
+
+def kv_index_off_by_one(heads, heads_total, kv_total, kv_first=0):
+    """The KV head of each query head off by one within the local range (clamped)."""
+    idx = [h // (heads_total // kv_total) - kv_first for h in heads]
+    top = max(idx, default=0)
+    return [min(i + 1, top) if top else i for i in idx]
+
+
+def gather_without_reduce_scatter(t, comm, group, dim):
+    """The naive K/V all-gather whose backward keeps its slice instead of reduce-scattering."""
+    return gather_from_tp(t, comm, group, dim)

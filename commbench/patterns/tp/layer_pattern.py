@@ -1,6 +1,7 @@
 """The transformer layer as a pattern, shared by ``tp_layer``, ``tp_mlp`` (tp/tp_layer.py) and
 ``ddp`` (dp/ddp.py): on a ``dp x tp`` grid (TP neighbours adjacent), DP replicas summing
-gradients by DDP; its configs, its step on a rank and its predicted calls.
+gradients by DDP; its config strategy, predicted calls and tolerance (torch-free; the step on
+a rank: tp/tp_layer_comms.py).
 
 Predicted calls per rank and step (A = b s h activation elements, b = batch / dp; blocks = 2 for
 the layer, 1 for the MLP block):
@@ -17,29 +18,20 @@ the layer, 1 for the MLP block):
 
 from __future__ import annotations
 
-import torch
-from hypothesis import strategies as st
-
-from commbench.patterns.base import Call, Pattern, Tolerance, reference_nudges
-from commbench.patterns.dp.ddp_comms import buckets_of, naive_sync
-from commbench.patterns.tp.layers import TPParts, replicated, shard_weights, tp_layer
-from commbench.patterns.tp.model import (
+from commbench.names import ITEMSIZE
+from commbench.patterns.base import Call, Pattern, Tolerance
+from commbench.patterns.tp.configs import (
+    MODELS,
     SP_VARIANTS,
-    LayerWeights,
     TPConfig,
-    init_weights,
-    inputs,
-    oracle_layer,
+    buckets_of,
+    param_sizes,
+    replicated,
 )
-from commbench.wire.dtypes import DTYPES
 from commbench.wire.ops import booked
 
-__all__ = ["MODELS", "TOLERANCE", "LayerPattern", "activation_calls", "ddp_calls", "layer_step",
-           "param_sizes", "replicated_sync", "tp_calls", "tp_configs"]
-
-# (batch, seq, hidden, ffn) of the studies; heads = hidden / 16
-MODELS = [(2, 64, 64, 256), (2, 128, 128, 512), (2, 256, 256, 1024)]
-MLP_WEIGHTS = ("ln2_w", "ln2_b", "w1", "b1", "w2", "b2")
+__all__ = ["TOLERANCE", "LayerPattern", "activation_calls", "ddp_calls", "replicated_sync",
+           "tp_calls", "tp_configs"]
 
 TOLERANCE = Tolerance(
     "float64: only the order of the sums over the TP and DP groups differs from the oracle "
@@ -51,9 +43,20 @@ TOLERANCE = Tolerance(
     "computation's error can be small by luck of cancellation.")
 
 
-@st.composite
-def tp_configs(draw, world_size: int, dtypes=("float64", "float32"), tp: int | None = None):
-    tp = tp or draw(st.sampled_from([d for d in range(1, world_size + 1) if world_size % d == 0]))
+def tp_configs(world_size: int, dtypes=("float64", "float32"), fixed_tp: int | None = None):
+    """A hypothesis strategy of layers on ``world_size`` ranks (``fixed_tp``: that TP size)."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw_config(draw) -> TPConfig:
+        return _draw(draw, st, world_size, dtypes, fixed_tp)
+
+    return draw_config()
+
+
+def _draw(draw, st, world_size: int, dtypes, fixed_tp: int | None) -> TPConfig:
+    tp = fixed_tp or draw(st.sampled_from([d for d in range(1, world_size + 1)
+                                           if world_size % d == 0]))
     dp = world_size // tp
     heads = tp * draw(st.integers(1, 2))
     return TPConfig(
@@ -64,17 +67,8 @@ def tp_configs(draw, world_size: int, dtypes=("float64", "float32"), tp: int | N
         dtype=draw(st.sampled_from(dtypes)), bucket_bytes=draw(st.sampled_from([64, 1 << 20])))
 
 
-def param_sizes(cfg: TPConfig, mlp_only: bool = False) -> dict[str, int]:
-    """Elements of each weight shard a TP rank holds, in definition order."""
-    h, P = cfg.hidden, cfg.tp
-    hp, fp = h // P, cfg.ffn // P
-    sizes = {"ln1_w": h, "ln1_b": h, "wqkv": 3 * hp * h, "bqkv": 3 * hp, "wo": h * hp, "bo": h,
-             "ln2_w": h, "ln2_b": h, "w1": fp * h, "b1": fp, "w2": h * fp, "b2": h}
-    return {k: sizes[k] for k in (MLP_WEIGHTS if mlp_only else sizes)}
-
-
 def _tp_call(cfg: TPConfig, t: int, op: str, count: int) -> Call:
-    e = DTYPES[cfg.dtype].itemsize
+    e = ITEMSIZE[cfg.dtype]
     return Call(op, "tp", count * e, *booked(op, cfg.tp, t, count, e))
 
 
@@ -119,55 +113,22 @@ def ddp_calls(cfg: TPConfig, sync: str, d: int, mlp_only: bool = False) -> list[
     D = cfg.dp
     if D == 1:
         return []
-    e = DTYPES[cfg.dtype].itemsize
+    e = ITEMSIZE[cfg.dtype]
     sizes = list(param_sizes(cfg, mlp_only).values())
     counts = [sum(sizes[i] for i in b) for b in buckets_of([n * e for n in sizes], cfg.bucket_bytes)] \
         if sync == "ddp" else sizes
     return [Call("all_reduce", "dp", n * e, *booked("all_reduce", D, d, n, e)) for n in counts]
 
 
-def _local(t: torch.Tensor, cfg: TPConfig, dp_index: int, tp_index: int, seq: bool):
-    """This rank's slice: its DP share of the batch, and under SP its TP share of the sequence."""
-    b = cfg.batch // cfg.dp
-    t = t[dp_index * b:(dp_index + 1) * b]
-    if seq:
-        s = cfg.seq // cfg.tp
-        t = t[:, tp_index * s:(tp_index + 1) * s]
-    return t.contiguous()
-
-
-def layer_step(ctx, cfg: TPConfig, local: dict, variant: str, groups: dict, parts: TPParts,
-               mlp_only: bool, sync: str) -> dict:
-    """One layer (or MLP block) forward + backward on this rank, its gradients summed over DP by
-    DDP's buckets (``sync="ddp"``) or one blocking all-reduce per parameter (``"naive"``)."""
-    comm, tp, dp = ctx.comm(), groups["tp"], groups["dp"]
-    names = MLP_WEIGHTS if mlp_only else tuple(local["weights"])
-    params = {k: local["weights"][k].detach().requires_grad_() for k in names}
-    w = LayerWeights(**{**local["weights"], **params})
-    x = local["x"].detach().requires_grad_()
-    start = len(ctx.ledger.entries)
-    ddp = parts.reducer(list(params.values()), comm, dp, cfg.bucket_bytes) \
-        if dp.size > 1 and sync == "ddp" else None
-    y = tp_layer(x, w, cfg, variant, comm, tp, local["mask1"], local["mask2"], parts, mlp_only)
-    y.backward(local["dy"])
-    if ddp is not None:  # DP sums first: the buckets left with the gradients as they stood
-        ddp.finish()
-    elif dp.size > 1:
-        naive_sync(list(params.values()), comm, dp)
-    if variant in SP_VARIANTS:
-        parts.sync_replicated(w, comm, tp, mlp_only)
-    return {"y": y.detach(), "dx": x.grad, **{f"d{k}": p.grad for k, p in params.items()},
-            "stats": {"ddp_issued": [i - start for i in ddp.issued_at] if ddp else []}}
-
-
 class LayerPattern(Pattern):
-    """Megatron's tensor-parallel layer; :class:`TPMLP` is its MLP block alone."""
+    """Megatron's tensor-parallel layer; :class:`TPMLP` is its MLP block alone. The step, the
+    linears and the broken parts: tp/tp_layer_comms.py; the oracle: tp/model.py."""
 
     variants, naive, optimized = ("naive", "tp", "sp", "sp_regather"), "naive", "tp"
     axes = ("tp", "dp")
     Config = TPConfig
     tolerance = TOLERANCE
-    parts = TPParts()
+    parts_from = "tp.tp_layer_comms:TPParts"
     mlp_only = False
 
     def grid(self, cfg: TPConfig) -> str:
@@ -182,27 +143,45 @@ class LayerPattern(Pattern):
                 for b, s, h, f in MODELS]
 
     def inputs(self, cfg: TPConfig, seed: int, device) -> dict:
+        from commbench.patterns.tp.model import init_weights, inputs
+        from commbench.wire.dtypes import DTYPES
+
         dt = DTYPES[cfg.dtype]
         data = {k: inputs(cfg, seed, dt)[k].to(device) for k in ("x", "dy", "mask1", "mask2")}
         weights = init_weights(cfg, seed, dt).named()
         return {**data, "weights": {k: v.to(device) for k, v in weights.items()}}
 
     def shard(self, cfg: TPConfig, data: dict, groups: dict, variant: str, parts) -> dict:
+        from commbench.patterns.tp.model import LayerWeights
+        from commbench.patterns.tp.tp_layer_comms import local_slice
+
         tp, dp = groups["tp"], groups["dp"]
         sp = variant in SP_VARIANTS
         w = parts.shard(LayerWeights(**data["weights"]), tp.index, tp.size, cfg)
-        return {**{k: _local(data[k], cfg, dp.index, tp.index, sp)
+        return {**{k: local_slice(data[k], cfg, dp.index, tp.index, sp)
                    for k in ("x", "dy", "mask1", "mask2")}, "weights": w.named()}
 
     def oracle(self, cfg: TPConfig, seed: int) -> dict:
+        from commbench.patterns.tp.model import oracle_layer
+
         return oracle_layer(cfg, seed, mlp_only=self.mlp_only)
 
     def references(self, cfg: TPConfig, seed: int) -> list[dict]:
         if cfg.dtype == "float64":
             return []
+        import torch
+
+        from commbench.patterns.base import reference_nudges
+        from commbench.patterns.tp.model import oracle_layer
+
         return [oracle_layer(cfg, seed, torch.float32, n, self.mlp_only) for n in reference_nudges()]
 
     def expected(self, oracle: dict, cfg: TPConfig, rank: int, variant: str) -> dict:
+        import torch
+
+        from commbench.patterns.tp.model import LayerWeights, init_weights
+        from commbench.patterns.tp.tp_layer_comms import local_slice, shard_weights
+
         at = self.coords(cfg, rank)
         t, d = at["tp"], at["dp"]
         sp = variant in SP_VARIANTS
@@ -210,10 +189,12 @@ class LayerPattern(Pattern):
         absent = {k: torch.zeros(v.shape) for k, v in init_weights(cfg, 0).named().items()
                   if k not in full} if self.mlp_only else {}  # the MLP block: no attention grads
         shard = shard_weights(LayerWeights(**full, **absent), t, cfg.tp, cfg).named()
-        return {"y": _local(oracle["y"], cfg, d, t, sp), "dx": _local(oracle["dx"], cfg, d, t, sp),
+        return {"y": local_slice(oracle["y"], cfg, d, t, sp), "dx": local_slice(oracle["dx"], cfg, d, t, sp),
                 **{f"d{k}": shard[k] for k in full}}
 
     def step(self, ctx, cfg: TPConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        from commbench.patterns.tp.tp_layer_comms import layer_step
+
         return layer_step(ctx, cfg, local, variant, groups, parts, self.mlp_only, "ddp")
 
     def predicted(self, cfg: TPConfig, variant: str, rank: int, seed=None) -> list[Call]:

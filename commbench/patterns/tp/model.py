@@ -1,4 +1,5 @@
-"""The transformer layer of the TP/SP and DDP patterns: config, seeded weights, and the oracle.
+"""The transformer layer of the TP/SP and DDP patterns: seeded weights and the oracle (its
+config: tp/configs.py).
 
 Every rank builds the same full weights from ``(cfg, seed)`` and slices its shard, so nothing large
 crosses from the driver; the oracle runs the unsharded layer in float64 with autograd. The layer
@@ -12,69 +13,14 @@ W2 [h, f]. Embedding E [V, h], tied with the LM head.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from commbench.wire.dtypes import check_dtype
+from commbench.patterns.tp.configs import TPConfig
 
-__all__ = ["LayerWeights", "SP_VARIANTS", "TPConfig", "attention", "init_weights", "inputs",
-           "oracle_layer"]
-
-SP_VARIANTS = ("sp", "sp_regather")  # the layer's variants under sequence parallelism
-
-
-@dataclass(frozen=True, slots=True)
-class TPConfig:
-    """One tensor-parallel layer over a ``dp x tp`` grid: b batch, s sequence, h hidden, f FFN,
-    H heads, V vocabulary; DP replicas sum their gradients in buckets of ``bucket_bytes``."""
-
-    batch: int = 2
-    seq: int = 8
-    hidden: int = 16
-    ffn: int = 32
-    heads: int = 4
-    vocab: int = 32
-    tp: int = 2
-    dp: int = 1
-    causal: bool = True
-    dropout: float = 0.0
-    dtype: str = "float64"
-    bucket_bytes: int = 1 << 20
-
-    def label(self) -> str:
-        return f"tp{self.tp} dp{self.dp} b{self.batch} s{self.seq} h{self.hidden} f{self.ffn}"
-
-    def validate(self, world_size: int | None = None, variant: str = "") -> TPConfig:
-        """Raise ValueError naming the value and the rule; return self when it can work."""
-        for name in ("batch", "seq", "hidden", "ffn", "heads", "vocab", "tp", "dp", "bucket_bytes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
-        rules = [
-            (self.hidden % self.heads, f"hidden={self.hidden} is not a multiple of heads={self.heads}"),
-            (self.heads % self.tp, f"heads={self.heads}: must be a multiple of tp={self.tp} (each "
-                                   "rank holds whole heads)"),
-            (self.ffn % self.tp, f"ffn={self.ffn}: must be a multiple of tp={self.tp}"),
-            (self.vocab % self.tp, f"vocab={self.vocab}: must be a multiple of tp={self.tp}"),
-            (self.batch % self.dp, f"batch={self.batch}: must be a multiple of dp={self.dp} (each "
-                                   "DP replica takes batch/dp)"),
-            (variant in SP_VARIANTS and self.seq % self.tp,
-             f"seq={self.seq}: must be a multiple of tp={self.tp} under sequence parallelism"),
-            (not 0 <= self.dropout < 1, f"dropout={self.dropout}: must be in [0, 1)"),
-        ]
-        for bad, message in rules:
-            if bad:
-                raise ValueError(message)
-        check_dtype(self.dtype, ("float64", "float32"))
-        if world_size is not None and self.tp * self.dp != world_size:
-            raise ValueError(f"tp={self.tp} x dp={self.dp} = {self.tp * self.dp}: must equal the "
-                             f"world size {world_size}")
-        return self
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
+__all__ = ["LayerWeights", "attention", "init_weights", "inputs", "oracle_layer"]
 
 @dataclass
 class LayerWeights:

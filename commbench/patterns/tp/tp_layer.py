@@ -1,15 +1,14 @@
 """Megatron tensor (and sequence) parallelism as patterns: ``tp_layer``, the transformer layer,
-and ``tp_mlp``, its MLP block alone (the layer's pattern code: tp/layer_pattern.py; its
-operators, f and g and the SP all-gather / reduce-scatter: tp/communications.py; the column-
-and row-parallel linears: tp/layers.py; the oracle: tp/model.py; broken variants:
-tp/broken.py)."""
+and ``tp_mlp``, its MLP block alone (the layer's predicted calls and tolerance:
+tp/layer_pattern.py; the column- and row-parallel linears, the step and the broken parts:
+tp/tp_layer_comms.py; f and g and the SP all-gather / reduce-scatter: tp/mappings.py; the
+config: tp/configs.py; the oracle: tp/model.py)."""
 
 from __future__ import annotations
 
 from commbench.patterns.base import Broken
-from commbench.patterns.tp import broken
+from commbench.patterns.tp.configs import TPConfig
 from commbench.patterns.tp.layer_pattern import LayerPattern
-from commbench.patterns.tp.model import TPConfig
 
 __all__ = ["TPLayer", "TPMLP"]
 
@@ -24,11 +23,11 @@ class TPLayer(LayerPattern):
 
     name, markers = "tp_layer", ("tp", "sp")
     broken = (
-        Broken("f_without_all_reduce", "tp", {"f": broken.copy_without_all_reduce},
+        Broken("f_without_all_reduce", "tp", {"f": "tp.tp_layer_comms:copy_without_all_reduce"},
                "f whose backward forgets the all-reduce", _example),
-        Broken("heads_off_by_one", "tp", {"shard": broken.heads_off_by_one},
+        Broken("heads_off_by_one", "tp", {"shard": "tp.tp_layer_comms:heads_off_by_one"},
                "attention heads sharded one head too far", _example),
-        Broken("no_replicated_sync", "sp", {"sync_replicated": broken.no_replicated_sync},
+        Broken("no_replicated_sync", "sp", {"sync_replicated": "tp.tp_layer_comms:no_replicated_sync"},
                "SP without the TP sum of LayerNorm and row-bias gradients", _example),
     )
 
@@ -40,8 +39,8 @@ class TPMLP(LayerPattern):
     name, markers = "tp_mlp", ("tp", "sp")
     mlp_only = True
     broken = (
-        Broken("f_without_all_reduce", "tp", {"f": broken.copy_without_all_reduce},
+        Broken("f_without_all_reduce", "tp", {"f": "tp.tp_layer_comms:copy_without_all_reduce"},
                "f whose backward forgets the all-reduce", _example),
-        Broken("no_replicated_sync", "sp", {"sync_replicated": broken.no_replicated_sync},
+        Broken("no_replicated_sync", "sp", {"sync_replicated": "tp.tp_layer_comms:no_replicated_sync"},
                "SP without the TP sum of LayerNorm and row-bias gradients", _example),
     )

@@ -16,20 +16,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import torch
-import torch.nn.functional as F
-from hypothesis import strategies as st
-
-from commbench.patterns.base import Broken, Call, Pattern, reference_nudges
-from commbench.patterns.tp import broken
+from commbench.names import ITEMSIZE, check_dtype
+from commbench.patterns.base import Broken, Call, Pattern
 from commbench.patterns.tp.layer_pattern import TOLERANCE
-from commbench.patterns.tp.vocab_comms import (
-    VocabParts,
-    lm_head,
-    vocab_parallel_cross_entropy,
-    vocab_parallel_embedding,
-)
-from commbench.wire.dtypes import DTYPES, check_dtype
 from commbench.wire.ops import booked
 
 __all__ = ["VocabConfig", "VocabHead"]
@@ -73,16 +62,14 @@ class VocabConfig:
         check_dtype(self.dtype, ("float64", "float32"))
 
 
-def _data(cfg: VocabConfig, seed: int) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    b, s = cfg.batch, cfg.seq
-    return {"ids": torch.randint(0, cfg.vocab, (b, s), generator=g),
-            "targets": torch.randint(0, cfg.vocab, (b, s), generator=g),
-            "embedding": torch.randn(cfg.vocab, cfg.hidden, generator=g, dtype=torch.float64)}
+def head_configs(world_size: int, dtypes=("float64", "float32")):
+    """A hypothesis strategy of heads on ``world_size`` ranks."""
+    from hypothesis import strategies as st
+
+    return st.composite(lambda draw: _draw(draw, st, world_size, dtypes))()
 
 
-@st.composite
-def head_configs(draw, world_size: int, dtypes=("float64", "float32")):
+def _draw(draw, st, world_size: int, dtypes) -> VocabConfig:
     tp = draw(st.sampled_from([d for d in range(1, world_size + 1) if world_size % d == 0]))
     dp = world_size // tp
     return VocabConfig(batch=dp * draw(st.integers(1, 2)), seq=tp * draw(st.integers(1, 3)),
@@ -100,8 +87,8 @@ class VocabHead(Pattern):
     axes = ("tp", "dp")
     Config = VocabConfig
     tolerance = TOLERANCE
-    parts = VocabParts()
-    broken = (Broken("unmasked_embedding", "megatron", {"embed": broken.unmasked_embedding},
+    parts_from = "tp.vocab_comms:VocabParts"
+    broken = (Broken("unmasked_embedding", "megatron", {"embed": "tp.vocab_comms:unmasked_embedding"},
                      "a vocab-parallel lookup that does not zero ids outside its range",
                      lambda P: [VocabConfig(batch=2, seq=3, hidden=4, vocab=4 * P, tp=P, dtype=dt)
                                 for dt in ("float64", "float32")]),)
@@ -117,7 +104,10 @@ class VocabHead(Pattern):
                 for s, h, V in ((128, 128, 8192), (256, 256, 16384))]
 
     def inputs(self, cfg: VocabConfig, seed: int, device) -> dict:
-        d = _data(cfg, seed)
+        from commbench.patterns.tp.vocab_comms import vocab_data
+        from commbench.wire.dtypes import DTYPES
+
+        d = vocab_data(cfg, seed)
         d["embedding"] = d["embedding"].to(DTYPES[cfg.dtype])
         return {k: v.to(device) for k, v in d.items()}
 
@@ -128,20 +118,20 @@ class VocabHead(Pattern):
                 "targets": data["targets"][dp.index * b:(dp.index + 1) * b],
                 "e": data["embedding"][tp.index * vp:(tp.index + 1) * vp].clone()}
 
-    def oracle(self, cfg: VocabConfig, seed: int, dtype=torch.float64, nudge=None) -> dict:
-        d = _data(cfg, seed)
-        e = d["embedding"].to(dtype)
-        e = (nudge(e) if nudge else e).requires_grad_()
-        logits = F.embedding(d["ids"], e) @ e.T
-        loss = F.cross_entropy(logits.flatten(0, 1), d["targets"].flatten(),
-                               reduction="none")
-        loss.sum().backward()
-        return {"loss": loss.detach().view(cfg.batch, cfg.seq), "de": e.grad}
+    def oracle(self, cfg: VocabConfig, seed: int) -> dict:
+        from commbench.patterns.tp.vocab_comms import vocab_oracle
+
+        return vocab_oracle(cfg, seed)
 
     def references(self, cfg: VocabConfig, seed: int) -> list[dict]:
         if cfg.dtype == "float64":
             return []
-        return [self.oracle(cfg, seed, torch.float32, n) for n in reference_nudges()]
+        import torch
+
+        from commbench.patterns.base import reference_nudges
+        from commbench.patterns.tp.vocab_comms import vocab_oracle
+
+        return [vocab_oracle(cfg, seed, torch.float32, n) for n in reference_nudges()]
 
     def expected(self, oracle: dict, cfg: VocabConfig, rank: int, variant: str) -> dict:
         at = self.coords(cfg, rank)
@@ -150,6 +140,12 @@ class VocabHead(Pattern):
         return {"loss": oracle["loss"][d * b:(d + 1) * b], "de": oracle["de"][t * vp:(t + 1) * vp]}
 
     def step(self, ctx, cfg: VocabConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        from commbench.patterns.tp.vocab_comms import (
+            lm_head,
+            vocab_parallel_cross_entropy,
+            vocab_parallel_embedding,
+        )
+
         comm, tp, dp, sp = ctx.comm(), groups["tp"], groups["dp"], cfg.sequence_parallel
         e = local["e"].detach().requires_grad_()
         hidden = vocab_parallel_embedding(local["ids"], e, comm, tp, sp, parts)
@@ -164,7 +160,7 @@ class VocabHead(Pattern):
     def predicted(self, cfg: VocabConfig, variant: str, rank: int, seed=None) -> list[Call]:
         at = self.coords(cfg, rank)
         P, D, t, d = cfg.tp, cfg.dp, at["tp"], at["dp"]
-        e = DTYPES[cfg.dtype].itemsize
+        e = ITEMSIZE[cfg.dtype]
         c = 8 if cfg.dtype == "float64" else 4
         bs = cfg.batch // D * cfg.seq
         A = bs * cfg.hidden

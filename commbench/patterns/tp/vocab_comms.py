@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from commbench.patterns.tp.communications import (
+from commbench.patterns.tp.mappings import (
     copy_to_tp,
     gather_from_sp,
     gather_from_tp,
@@ -31,8 +31,8 @@ from commbench.patterns.tp.communications import (
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 
-__all__ = ["VocabParts", "lm_head", "masked_embedding", "vocab_parallel_cross_entropy",
-           "vocab_parallel_embedding"]
+__all__ = ["VocabParts", "lm_head", "masked_embedding", "unmasked_embedding", "vocab_data",
+           "vocab_oracle", "vocab_parallel_cross_entropy", "vocab_parallel_embedding"]
 
 
 def masked_embedding(ids: torch.Tensor, e: torch.Tensor, start: int) -> torch.Tensor:
@@ -115,3 +115,31 @@ def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, co
         return F.cross_entropy(full.flatten(0, 1), targets.flatten(),
                                reduction="none").view(targets.shape)
     return _VocabParallelCE.apply(logits, targets, comm, group, variant == "fused")
+
+
+def unmasked_embedding(ids, e, start):
+    """The vocab-parallel lookup that does not zero the rows of ids outside this rank's range
+    (they read row 0 of the shard instead), so the all-reduce adds garbage."""
+    outside = (ids < start) | (ids >= start + e.shape[0])
+    return torch.nn.functional.embedding((ids - start).masked_fill(outside, 0), e)
+
+
+def vocab_data(cfg, seed: int) -> dict[str, torch.Tensor]:
+    """The whole seeded data: ids and targets [b, s], the embedding [V, h] in float64."""
+    g = torch.Generator().manual_seed(seed)
+    b, s = cfg.batch, cfg.seq
+    return {"ids": torch.randint(0, cfg.vocab, (b, s), generator=g),
+            "targets": torch.randint(0, cfg.vocab, (b, s), generator=g),
+            "embedding": torch.randn(cfg.vocab, cfg.hidden, generator=g, dtype=torch.float64)}
+
+
+def vocab_oracle(cfg, seed: int, dtype=torch.float64, nudge=None) -> dict:
+    """The loss and the embedding's gradient of the unsharded head (float64: the truth)."""
+    d = vocab_data(cfg, seed)
+    e = d["embedding"].to(dtype)
+    e = (nudge(e) if nudge else e).requires_grad_()
+    logits = F.embedding(d["ids"], e) @ e.T
+    loss = F.cross_entropy(logits.flatten(0, 1), d["targets"].flatten(),
+                           reduction="none")
+    loss.sum().backward()
+    return {"loss": loss.detach().view(cfg.batch, cfg.seq), "de": e.grad}

@@ -1,18 +1,6 @@
-"""The MoE layer: data, the single-process oracle, one step on a rank and the calls it makes, over
-a ``dp x ep x tp`` grid (TP neighbours adjacent).
-
-Per step, with L = E/P local experts, C' = C/t, e bytes per element:
-    ep     all-reduce MAX of the token count (1 int64: the capacity needs the largest);
-           capacity: 2 all-to-alls of E C' M elements forward (dispatch, combine), 2 backward;
-           variable: an all-to-all of P counts, then tokens x (M + L) and rows x M, by routing;
-           naive: all-gather of T_max (M + E), reduce-scatter of P T_max M, mirrored backward.
-    tp     all-gather of E C' M after each all-to-all and in backward for each C split (4),
-           one all-reduce of P C M per local expert forward (g) and backward (f), and the
-           routing fingerprint (2 int64) when ``check_routing``.
-    dp_ep  all-reduce of the gate's gradient (M E): dense parameters, every data rank.
-    dp     all-reduce of the local experts' gradients: the ranks holding the same experts
-           (the notes' ep_dp_group).
-"""
+"""The MoE layer's operators: data, the single-process oracle, one step on a rank, its parts and
+the broken ones, over a ``dp x ep x tp`` grid (TP neighbours adjacent). The calls a step makes:
+:func:`commbench.patterns.moe.moe.moe_calls`."""
 
 from __future__ import annotations
 
@@ -22,14 +10,13 @@ from dataclasses import dataclass
 
 import torch
 
-from commbench.patterns.base import Call
+from commbench.patterns.moe.configs import MoEConfig, capacity, group_capacity, span
 from commbench.patterns.moe.dispatch import a2a, expert_ffn, moe_capacity, moe_naive, moe_variable
-from commbench.patterns.moe.gating import MoEConfig, capacity, gshard_gating, positions, uniforms
+from commbench.patterns.moe.gating import gshard_gating, positions, uniforms
 from commbench.wire.dtypes import DTYPES
-from commbench.wire.ops import booked
 
-__all__ = ["MoEParts", "data", "moe_calls", "oracle_moe", "reduce_grads", "routing", "span",
-           "step_moe"]
+__all__ = ["MoEParts", "data", "dropped_pass_through", "experts_on_the_dense_group", "oracle_moe",
+           "reduce_grads", "rolled_dispatch", "routing", "step_moe", "uniforms_per_rank"]
 
 
 def data(cfg: MoEConfig, seed: int) -> dict[str, torch.Tensor]:
@@ -40,17 +27,6 @@ def data(cfg: MoEConfig, seed: int) -> dict[str, torch.Tensor]:
     M, F, E, N = cfg.model, cfg.ffn, cfg.experts, sum(cfg.tokens)
     return {"wg": r(M, E), "w1": r(E, M, F) / M ** 0.5, "w2": r(E, F, M) / F ** 0.5,
             "x": r(N, M), "dy": r(N, M)}
-
-
-def span(cfg: MoEConfig, g: int) -> slice:
-    """The tokens of data group ``g`` among all of them."""
-    start = sum(cfg.tokens[:g])
-    return slice(start, start + cfg.tokens[g])
-
-
-def group_capacity(cfg: MoEConfig, dp_index: int) -> int:
-    P = cfg.ep
-    return capacity(cfg, max(cfg.tokens[dp_index * P:(dp_index + 1) * P]))
 
 
 def oracle_moe(cfg: MoEConfig, seed: int) -> dict:
@@ -145,53 +121,30 @@ def step_moe(ctx, cfg: MoEConfig, local: dict, variant: str, groups: dict, parts
             "kept": gate.dispatch.any(2), "l_aux": gate.l_aux.detach()}
 
 
-def moe_calls(cfg: MoEConfig, variant: str, rank: int, kept: list | None = None) -> list[Call]:
-    """The calls ``rank`` makes in one step (module docstring). The variable layout's volume
-    depends on routing: give each data group's kept choices (:func:`routing`)."""
-    P, T, D = cfg.ep, cfg.tp, cfg.dp
-    t, rest = rank % T, rank // T
-    r, dpi = rest % P, rest // P
-    e = DTYPES[cfg.dtype].itemsize
-    L, M, E = cfg.experts // P, cfg.model, cfg.experts
-    C = group_capacity(cfg, dpi)
-    toks = cfg.tokens[dpi * P:(dpi + 1) * P]
+# -- broken parts: each a bug class the contract must catch ----------------------------------
+def rolled_dispatch(x, comm, group, in_splits=None, out_splits=None):
+    """The capacity buffer's expert blocks rotated by one rank before the dispatch."""
+    if x.dim() == 3 and in_splits is None and group.size > 1 and x.requires_grad:
+        x = x.roll(x.shape[0] // group.size, 0)
+    return a2a(x, comm, group, in_splits, out_splits)
 
-    def call(op: str, axis: str, n: int, i: int, count: int, size: int, **kw) -> Call:
-        sent, recv = booked(op, n, i, count, size, **kw)
-        return Call(op, axis, count * size, sent, recv)
 
-    out = []
-    if P > 1:
-        out.append(call("all_reduce", "ep", P, r, 1, 8))
-        if variant == "capacity":
-            row = C // T * M
-            out += [call("all_to_all", "ep", P, r, E * row, e, in_splits=[L] * P,
-                         out_splits=[L] * P, row=row)] * 4
-        elif variant == "naive":
-            tm = max(toks)
-            out += [call("all_gather", "ep", P, r, tm * (M + E), e),
-                    call("reduce_scatter", "ep", P, r, P * tm * (M + E), e),
-                    call("reduce_scatter", "ep", P, r, P * tm * M, e),
-                    call("all_gather", "ep", P, r, tm * M, e)]
-        else:
-            if kept is None:
-                raise ValueError("the variable layout's calls depend on the routing: give a seed")
-            groups = kept[dpi * P:(dpi + 1) * P]
-            to = [[int(k.view(len(k), P, L).any(2)[:, j].sum()) for j in range(P)] for k in groups]
-            sends, gets = to[r], [to[i][r] for i in range(P)]
-            out.append(call("all_to_all", "ep", P, r, P, 8, in_splits=[1] * P, out_splits=[1] * P))
-            for row, a, b in ((M + L, sends, gets), (M, gets, sends)):
-                out += [call("all_to_all", "ep", P, r, sum(a) * row, e, in_splits=a, out_splits=b,
-                             row=row),
-                        call("all_to_all", "ep", P, r, sum(b) * row, e, in_splits=b, out_splits=a,
-                             row=row)]
-    if T > 1:
-        out += [call("all_gather", "tp", T, t, E * (C // T) * M, e)] * 4 + \
-            [call("all_reduce", "tp", T, t, P * C * M, e)] * (2 * L)
-        if cfg.check_routing:
-            out.append(call("all_gather", "tp", T, t, 2, 8))
-    if D * P > 1:
-        out.append(call("all_reduce", "dp_ep", D * P, dpi * P + r, M * E, e))
-    if D > 1:
-        out.append(call("all_reduce", "dp", D, dpi, 2 * L * M * (cfg.ffn // T), e))
-    return out
+def dropped_pass_through(x, combine, dispatch, *args):
+    """A token that lost every choice comes back as its input instead of zero."""
+    y = moe_capacity(x, combine, dispatch, *args)
+    return y + x * (~dispatch.any(2).any(1)).to(x.dtype)[:, None]
+
+
+def uniforms_per_rank(cfg, seed: int, group: int, rank: int = 0) -> torch.Tensor:
+    """Each rank draws its own random routing: TP ranks holding the same tokens drop different
+    ones."""
+    return uniforms(cfg, seed + 1000 * rank, group)
+
+
+def experts_on_the_dense_group(comm, wg, experts, data_group, dp) -> None:
+    """Expert gradients reduced over every data rank instead of the expert-data-parallel group."""
+    if data_group.size > 1:
+        wg.grad = comm.all_reduce(wg.grad, data_group)
+        flat = comm.all_reduce(torch.cat([p.grad.flatten() for p in experts]), data_group)
+        for p, part in zip(experts, flat.split([p.numel() for p in experts]), strict=True):
+            p.grad = part.view_as(p)

@@ -1,9 +1,10 @@
-"""Pipeline parallelism: stages on ranks, activations and gradients sent point to point.
+"""Pipeline parallelism's operators: stages on ranks, activations and gradients sent point to
+point (the pattern: pp/pp.py; the config: pp/configs.py).
 
 Each rank runs its schedule (:mod:`commbench.patterns.pp.schedule`). A forward of chunk c on
 micro-batch j receives the activation [b/m, h] from chunk c-1's rank (or takes the input), runs
 the chunk's layers and sends the result on (sends never block the schedule; when each goes, and
-with which receive, is :mod:`commbench.patterns.pp.comms`); the last chunk
+with which receive, is :mod:`commbench.patterns.pp.stage_link`); the last chunk
 computes the loss 1/2 * ||y - t||^2. A backward receives dy from chunk c+1's rank (or takes
 y - t), runs backward and sends dx back. Gradients of a chunk's layers add up over micro-batches.
 
@@ -22,70 +23,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
-from commbench.patterns.pp.comms import StageLink, units
-from commbench.patterns.pp.schedule import SCHEDULES, interleaved_warmup, schedule
+from commbench.patterns.pp.configs import PPConfig
+from commbench.patterns.pp.schedule import interleaved_warmup, schedule
+from commbench.patterns.pp.stage_link import StageLink, units
 from commbench.runtime.group import Group
-from commbench.wire.dtypes import check_dtype
 
-__all__ = ["PPConfig", "PPParts", "chunk_layers", "oracle_pp", "pipeline", "weights_and_data"]
+__all__ = ["PPParts", "chunk_layers", "last_rank_shifted_layers", "no_grad_accumulation",
+           "oracle_pp", "pipeline", "weights_and_data"]
 
 TAG = 9000
-
-
-@dataclass(frozen=True, slots=True)
-class PPConfig:
-    """A pipeline of ``stages`` ranks over ``layers`` tanh layers [h, h], ``batch`` rows in
-    ``micro`` micro-batches; the interleaved schedule gives each rank ``virtual`` chunks."""
-
-    stages: int = 2
-    layers: int = 4
-    hidden: int = 4
-    batch: int = 4
-    micro: int = 2
-    virtual: int = 1
-    checkpoint: bool = False
-    compute_s: float = 0.0  # synthetic forward compute per layer, whole batch (backward: 2x)
-    dtype: str = "float64"
-
-    def label(self) -> str:
-        ckpt = " ckpt" if self.checkpoint else ""
-        return f"p{self.stages} L{self.layers} h{self.hidden} m{self.micro} v{self.virtual}{ckpt}"
-
-    def chunks(self, variant: str) -> int:
-        """Chunks per rank: ``virtual`` under the interleaved schedule, else one."""
-        return self.virtual if variant == "interleaved" else 1
-
-    def validate(self, world_size: int | None = None, variant: str = "1f1b") -> PPConfig:
-        for name in ("stages", "layers", "hidden", "batch", "micro", "virtual"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
-        v = self.chunks(variant)
-        rules = [
-            (variant not in ("naive", *SCHEDULES),
-             f"variant={variant!r}: must be naive or one of {', '.join(SCHEDULES)}"),
-            (self.layers % (self.stages * v),
-             f"layers={self.layers}: must be a multiple of stages x chunks per rank = "
-             f"{self.stages * v}"),
-            (self.batch % self.micro, f"batch={self.batch}: must be a multiple of micro={self.micro}"),
-            (variant == "interleaved" and self.micro % self.stages,
-             f"micro={self.micro}: the interleaved schedule needs a multiple of stages="
-             f"{self.stages}"),
-            (self.compute_s < 0, f"compute_s={self.compute_s}: must be >= 0"),
-            (world_size is not None and self.stages != world_size,
-             f"stages={self.stages}: must equal the world size {world_size}"),
-        ]
-        for bad, message in rules:
-            if bad:
-                raise ValueError(message)
-        check_dtype(self.dtype, ("float64", "float32"))
-        return self
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def weights_and_data(cfg: PPConfig, seed: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
@@ -266,3 +216,16 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
             **{f"dw{c * per + k}": w.grad for c, ws in mine.items() for k, w in enumerate(ws)},
             "stats": {"busy_s": clock.total(), "peak_activation_bytes": meter.peak,
                       "layer_forwards": forwards}}
+
+
+# -- broken parts: each a bug class the contract must catch ----------------------------------
+def last_rank_shifted_layers(all_w, c: int, per: int, rank: int, ranks: int) -> list:
+    """The last rank takes its chunk's weights one layer too late (a wrong split of the model)."""
+    shift = 1 if rank == ranks - 1 else 0
+    return (all_w[c * per + shift:(c + 1) * per + shift] + all_w)[:per]
+
+
+def no_grad_accumulation(ws) -> None:
+    """Each backward starts from zero gradients: only the last micro-batch's gradient is kept."""
+    for w in ws:
+        w.grad = None

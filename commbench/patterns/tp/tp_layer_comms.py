@@ -26,8 +26,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from commbench.patterns.dp.ddp_comms import DDP
-from commbench.patterns.tp.communications import (
+from commbench.patterns.dp.ddp_comms import DDP, naive_sync
+from commbench.patterns.tp.configs import MLP_WEIGHTS, SP_VARIANTS, TPConfig, replicated
+from commbench.patterns.tp.mappings import (
     _ag,
     _rs,
     copy_to_tp,
@@ -37,19 +38,12 @@ from commbench.patterns.tp.communications import (
     reduce_scatter_to_sp,
     scatter_to_tp,
 )
-from commbench.patterns.tp.model import SP_VARIANTS, LayerWeights, TPConfig, attention
+from commbench.patterns.tp.model import LayerWeights, attention
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 
-__all__ = ["REPLICATED_UNDER_SP", "TPParts", "replicated", "shard_weights",
-           "sync_replicated_grads", "tp_layer"]
-
-REPLICATED_UNDER_SP = ("ln1_w", "ln1_b", "bo", "ln2_w", "ln2_b", "b2")
-
-
-def replicated(mlp_only: bool) -> tuple[str, ...]:
-    """The weights whose gradients SP leaves per sequence shard: LayerNorms and row biases."""
-    return REPLICATED_UNDER_SP[3:] if mlp_only else REPLICATED_UNDER_SP
+__all__ = ["TPParts", "copy_without_all_reduce", "heads_off_by_one", "layer_step", "local_slice",
+           "no_replicated_sync", "shard_weights", "sync_replicated_grads", "tp_layer"]
 
 
 def shard_weights(w: LayerWeights, rank: int, P: int, cfg: TPConfig) -> LayerWeights:
@@ -162,3 +156,65 @@ class TPParts:
     shard: Callable = shard_weights           # the full weights -> this rank's shard
     sync_replicated: Callable = sync_replicated_grads
     reducer: Callable = DDP                   # TP x DP: the data-parallel gradient reducer
+
+
+def local_slice(t: torch.Tensor, cfg: TPConfig, dp_index: int, tp_index: int, seq: bool):
+    """This rank's slice: its DP share of the batch, and under SP its TP share of the sequence."""
+    b = cfg.batch // cfg.dp
+    t = t[dp_index * b:(dp_index + 1) * b]
+    if seq:
+        s = cfg.seq // cfg.tp
+        t = t[:, tp_index * s:(tp_index + 1) * s]
+    return t.contiguous()
+
+
+def layer_step(ctx, cfg: TPConfig, local: dict, variant: str, groups: dict, parts: TPParts,
+               mlp_only: bool, sync: str) -> dict:
+    """One layer (or MLP block) forward + backward on this rank, its gradients summed over DP by
+    DDP's buckets (``sync="ddp"``) or one blocking all-reduce per parameter (``"naive"``)."""
+    comm, tp, dp = ctx.comm(), groups["tp"], groups["dp"]
+    names = MLP_WEIGHTS if mlp_only else tuple(local["weights"])
+    params = {k: local["weights"][k].detach().requires_grad_() for k in names}
+    w = LayerWeights(**{**local["weights"], **params})
+    x = local["x"].detach().requires_grad_()
+    start = len(ctx.ledger.entries)
+    ddp = parts.reducer(list(params.values()), comm, dp, cfg.bucket_bytes) \
+        if dp.size > 1 and sync == "ddp" else None
+    y = tp_layer(x, w, cfg, variant, comm, tp, local["mask1"], local["mask2"], parts, mlp_only)
+    y.backward(local["dy"])
+    if ddp is not None:  # DP sums first: the buckets left with the gradients as they stood
+        ddp.finish()
+    elif dp.size > 1:
+        naive_sync(list(params.values()), comm, dp)
+    if variant in SP_VARIANTS:
+        parts.sync_replicated(w, comm, tp, mlp_only)
+    return {"y": y.detach(), "dx": x.grad, **{f"d{k}": p.grad for k, p in params.items()},
+            "stats": {"ddp_issued": [i - start for i in ddp.issued_at] if ddp else []}}
+
+
+# -- broken parts: each a bug class the contract must catch ----------------------------------
+class _CopyNoReduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy
+
+
+def copy_without_all_reduce(x, comm, group):
+    """Megatron's f that forgets its backward all-reduce: each rank keeps its partial dx."""
+    return x if group.size == 1 else _CopyNoReduce.apply(x)
+
+
+def heads_off_by_one(w, rank, P, cfg):
+    """The attention heads sharded one head too far on rank 0 (a wrong split)."""
+    out = shard_weights(w, rank, P, cfg)
+    if rank == 0 and P > 1:
+        out.wqkv = torch.roll(out.wqkv, cfg.hidden // cfg.heads, 0)
+    return out
+
+
+def no_replicated_sync(w, comm, group, mlp_only=False):
+    """SP without the all-reduce of the LayerNorm and row-bias gradients over TP."""
