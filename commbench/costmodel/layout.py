@@ -37,8 +37,9 @@ from commbench.patterns.moe.configs import MoEConfig
 from commbench.patterns.moe.moe import moe_calls
 from commbench.patterns.pp.configs import PPConfig
 from commbench.patterns.registry import get
-from commbench.patterns.seq.attention_pattern import attention_calls
 from commbench.patterns.seq.configs import AttnConfig
+from commbench.patterns.seq.ring_attention import ring_calls
+from commbench.patterns.seq.ulysses import ulysses_calls
 from commbench.patterns.tp.configs import TPConfig
 from commbench.patterns.tp.layer_pattern import activation_calls, replicated_sync
 from commbench.patterns.tp.vocab import VocabConfig
@@ -70,7 +71,8 @@ def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     if lay.cp > 1:
         attn = AttnConfig(batch=lay.micro_batch, seq=lay.seq, heads=lay.heads // t,
                           kv_heads=max(kv // t, 1), head_dim=d, sp=lay.cp, dtype=act)
-        out["cp"] += [(c, L * m) for c in attention_calls(attn, lay.cp_kind, 0)]
+        calls = {"ring": ring_calls, "ulysses": ulysses_calls}[lay.cp_kind]
+        out["cp"] += [(c, L * m) for c in calls(attn, 0)]
     moe_layers = L if lay.experts else 0
     if lay.experts and (lay.ep > 1 or t > 1):
         moe = MoEConfig(tokens=(tokens,) * lay.ep, model=h, ffn=f, experts=lay.experts,

@@ -2,26 +2,20 @@
 and ring attention (seq/ring_attention.py), each against the naive all-gather of K and V, on a
 ``dp x sp`` grid (SP neighbours adjacent); torch-free (the oracle: seq/attention.py).
 
-Predicted calls per rank on the SP group for one attention forward + backward, with n = s/P
-local tokens, b the local batch, e bytes per element and H_r / K_r the query / KV heads member r
-attends to:
-
-    ulysses  forward: all-to-all of q (sends b n H_j d e to each j != r), of k and v (b n K_j d e),
-             of the output (b n H_r d e to each j != r); backward: the same four, mirrored.
-             Even heads, no GQA: each of the 8 moves (P-1)/P^2 * b s H d elements per rank.
-    ring     forward: P-1 sends of K and V, 2 b n H_kv d e each; backward P-1 of K and V and
-             P-1 of dK and dV: 2 (P-1)/P * b s H_kv d e forward, twice that backward.
-    naive    forward: all-gather of K and V; backward: reduce-scatter of dK and dV.
+Predicted calls per rank on the SP group for one attention forward + backward of the naive
+variant, with n = s/P local tokens and b the local batch: forward, an all-gather of K and V
+(b n H_kv d each); backward, a reduce-scatter of dK and dV. Ulysses' calls: seq/ulysses.py;
+ring attention's: seq/ring_attention.py.
 """
 
 from __future__ import annotations
 
 from commbench.names import ITEMSIZE
 from commbench.patterns.base import Call, Pattern, Tolerance
-from commbench.patterns.seq.configs import AttnConfig, head_ranges, kv_ranges
+from commbench.patterns.seq.configs import AttnConfig
 from commbench.wire.ops import booked
 
-__all__ = ["ATTN_MODELS", "AttentionPattern", "attention_calls", "attn_configs", "example"]
+__all__ = ["ATTN_MODELS", "AttentionPattern", "attn_configs", "example", "naive_calls"]
 
 # (batch, seq per rank, heads, kv_heads, head_dim) of the studies
 ATTN_MODELS = [(2, 64, 8, 8, 32), (2, 256, 8, 8, 32), (2, 256, 8, 2, 32)]
@@ -57,33 +51,15 @@ def _draw(draw, st, world_size: int, layouts, dtypes) -> AttnConfig:
                       dtype=draw(st.sampled_from(dtypes)))
 
 
-def _a2a(P: int, r: int, e: int, in_splits: list[int], out_splits: list[int]) -> Call:
-    s, rc = booked("all_to_all", P, r, 0, e, in_splits=in_splits, out_splits=out_splits)
-    return Call("all_to_all", "sp", sum(in_splits) * e, s, rc)
-
-
-def attention_calls(cfg: AttnConfig, variant: str, r: int) -> list[Call]:
-    """The calls SP member ``r`` makes in one attention forward + backward."""
+def naive_calls(cfg: AttnConfig, r: int) -> list[Call]:
+    """The calls SP member ``r`` makes in one naive attention forward + backward."""
     P = cfg.sp
     if P == 1:
         return []
     e = ITEMSIZE[cfg.dtype]
-    b, n, d = cfg.batch // cfg.dp, cfg.seq // P, cfg.head_dim
-    if variant == "ring":
-        kv = 2 * b * n * cfg.kv * d * e
-        return [Call("isend", "sp", kv, kv, 0), Call("irecv", "sp", kv, 0, kv)] * (3 * (P - 1))
-    if variant == "naive":
-        kv = b * n * cfg.kv * d
-        return [Call("all_gather", "sp", kv * e, *booked("all_gather", P, r, kv, e))] * 2 + \
-            [Call("reduce_scatter", "sp", P * kv * e,
-                  *booked("reduce_scatter", P, r, P * kv, e))] * 2
-    calls = []
-    for ranges in (head_ranges(cfg.heads, P), *[kv_ranges(cfg.heads, cfg.kv, P)] * 2):
-        m = [b * n * (z - a) * d for a, z in ranges]
-        calls += [_a2a(P, r, e, m, [m[r]] * P),  # sequence -> head, and in backward its mirror
-                  _a2a(P, r, e, [m[r]] * P, m)]
-    m = [b * n * (z - a) * d for a, z in head_ranges(cfg.heads, P)]
-    return calls + [_a2a(P, r, e, [m[r]] * P, m), _a2a(P, r, e, m, [m[r]] * P)]
+    kv = cfg.batch // cfg.dp * cfg.seq // P * cfg.kv * cfg.head_dim
+    return [Call("all_gather", "sp", kv * e, *booked("all_gather", P, r, kv, e))] * 2 + \
+        [Call("reduce_scatter", "sp", P * kv * e, *booked("reduce_scatter", P, r, P * kv, e))] * 2
 
 
 class AttentionPattern(Pattern):
@@ -145,7 +121,12 @@ class AttentionPattern(Pattern):
                 "stats": {"forward_sent": forward.sent}}
 
     def predicted(self, cfg: AttnConfig, variant: str, rank: int, seed=None) -> list[Call]:
-        return attention_calls(cfg, variant, self.coords(cfg, rank)["sp"])
+        r = self.coords(cfg, rank)["sp"]
+        return naive_calls(cfg, r) if variant == "naive" else self.optimized_calls(cfg, r)
+
+    def optimized_calls(self, cfg: AttnConfig, r: int) -> list[Call]:
+        """The calls SP member ``r`` makes in one forward + backward of the optimized variant."""
+        raise NotImplementedError
 
     def attention(self, variant: str):
         """The attention function of ``variant``: q, k, v, cfg, comm, group, parts -> y."""

@@ -1,15 +1,31 @@
 """Ring attention as a pattern: K/V blocks round the ring (its operators and broken parts:
 seq/ring_attention_comms.py; the attention pattern it shares with Ulysses, its predicted calls
 and tolerance: seq/attention_pattern.py; the config: seq/configs.py; the oracle:
-seq/attention.py)."""
+seq/attention.py).
+
+Predicted calls of SP member r for one attention forward + backward, with n = s/P local tokens
+and b the local batch: forward, P-1 sends and receives of K and V, 2 b n H_kv d e bytes each;
+backward, P-1 of K and V and P-1 of dK and dV: 2 (P-1)/P * b s H_kv d e forward, twice that
+backward.
+"""
 
 from __future__ import annotations
 
-from commbench.patterns.base import Broken
+from commbench.names import ITEMSIZE
+from commbench.patterns.base import Broken, Call
 from commbench.patterns.seq.attention_pattern import ATTN_MODELS, AttentionPattern, example
 from commbench.patterns.seq.configs import AttnConfig
 
-__all__ = ["RingAttention"]
+__all__ = ["RingAttention", "ring_calls"]
+
+
+def ring_calls(cfg: AttnConfig, r: int) -> list[Call]:
+    """The calls SP member ``r`` makes in one ring attention forward + backward."""
+    P = cfg.sp
+    if P == 1:
+        return []
+    kv = 2 * cfg.batch // cfg.dp * cfg.seq // P * cfg.kv * cfg.head_dim * ITEMSIZE[cfg.dtype]
+    return [Call("isend", "sp", kv, kv, 0), Call("irecv", "sp", kv, 0, kv)] * (3 * (P - 1))
 
 
 class RingAttention(AttentionPattern):
@@ -46,3 +62,6 @@ class RingAttention(AttentionPattern):
         from commbench.patterns.seq.ring_attention_comms import ring_attention
 
         return {"ring": ring_attention, "naive": naive_attention}[variant]
+
+    def optimized_calls(self, cfg: AttnConfig, r: int) -> list[Call]:
+        return ring_calls(cfg, r)

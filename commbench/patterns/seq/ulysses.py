@@ -1,15 +1,45 @@
 """DeepSpeed-Ulysses as a pattern: the sequence <-> head all-to-alls around attention (its
 operators and broken parts: seq/ulysses_comms.py; the attention pattern it shares with ring
 attention, its predicted calls and tolerance: seq/attention_pattern.py; the config and head
-ranges: seq/configs.py; the oracle: seq/attention.py)."""
+ranges: seq/configs.py; the oracle: seq/attention.py).
+
+Predicted calls of SP member r for one attention forward + backward, with n = s/P local tokens,
+b the local batch, e bytes per element and H_j / K_j the query / KV heads member j attends to:
+forward, an all-to-all of q (sends b n H_j d e to each j != r), of k and of v (b n K_j d e), and
+of the output (b n H_r d e to each j != r); backward, the same four mirrored. Even heads and no
+GQA: each of the 8 moves (P-1)/P^2 * b s H d elements per rank.
+"""
 
 from __future__ import annotations
 
-from commbench.patterns.base import Broken
+from commbench.names import ITEMSIZE
+from commbench.patterns.base import Broken, Call
 from commbench.patterns.seq.attention_pattern import ATTN_MODELS, AttentionPattern, example
-from commbench.patterns.seq.configs import AttnConfig
+from commbench.patterns.seq.configs import AttnConfig, head_ranges, kv_ranges
+from commbench.wire.ops import booked
 
-__all__ = ["Ulysses"]
+__all__ = ["Ulysses", "ulysses_calls"]
+
+
+def _a2a(P: int, r: int, e: int, in_splits: list[int], out_splits: list[int]) -> Call:
+    s, rc = booked("all_to_all", P, r, 0, e, in_splits=in_splits, out_splits=out_splits)
+    return Call("all_to_all", "sp", sum(in_splits) * e, s, rc)
+
+
+def ulysses_calls(cfg: AttnConfig, r: int) -> list[Call]:
+    """The calls SP member ``r`` makes in one Ulysses attention forward + backward."""
+    P = cfg.sp
+    if P == 1:
+        return []
+    e = ITEMSIZE[cfg.dtype]
+    b, n, d = cfg.batch // cfg.dp, cfg.seq // P, cfg.head_dim
+    calls = []
+    for ranges in (head_ranges(cfg.heads, P), *[kv_ranges(cfg.heads, cfg.kv, P)] * 2):
+        m = [b * n * (z - a) * d for a, z in ranges]
+        calls += [_a2a(P, r, e, m, [m[r]] * P),  # sequence -> head, and in backward its mirror
+                  _a2a(P, r, e, [m[r]] * P, m)]
+    m = [b * n * (z - a) * d for a, z in head_ranges(cfg.heads, P)]
+    return calls + [_a2a(P, r, e, [m[r]] * P, m), _a2a(P, r, e, m, [m[r]] * P)]
 
 
 class Ulysses(AttentionPattern):
@@ -42,3 +72,6 @@ class Ulysses(AttentionPattern):
         from commbench.patterns.seq.ulysses_comms import ulysses_attention
 
         return {"ulysses": ulysses_attention, "naive": naive_attention}[variant]
+
+    def optimized_calls(self, cfg: AttnConfig, r: int) -> list[Call]:
+        return ulysses_calls(cfg, r)

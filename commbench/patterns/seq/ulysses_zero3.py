@@ -7,15 +7,16 @@ partitioning), while the attention between the projections runs Ulysses' all-to-
 naive all-gather of K and V) on the SP group.
 
 Its operators, oracle and broken parts: seq/ulysses_zero3_comms.py; its predicted calls add
-ZeRO-3's gather and reduce-scatter to Ulysses' (seq/attention_pattern.py).
+ZeRO-3's gather and reduce-scatter to Ulysses' (seq/ulysses.py).
 """
 
 from __future__ import annotations
 
 from commbench.names import ITEMSIZE
 from commbench.patterns.base import Broken, Call, Pattern
-from commbench.patterns.seq.attention_pattern import TOLERANCE, attention_calls, attn_configs
+from commbench.patterns.seq.attention_pattern import TOLERANCE, attn_configs, naive_calls
 from commbench.patterns.seq.configs import AttnConfig, projection_chunk
+from commbench.patterns.seq.ulysses import ulysses_calls
 from commbench.wire.ops import booked
 
 __all__ = ["UlyssesZero3"]
@@ -103,4 +104,5 @@ class UlyssesZero3(Pattern):
         zero = [  # booked at a world of one too, with nothing sent
             Call("all_gather", "dp_sp", c * e, *booked("all_gather", W, rank, c, e)),
             Call("reduce_scatter", "dp_sp", c * W * e, *booked("reduce_scatter", W, rank, c * W, e))]
-        return attention_calls(cfg, variant, self.coords(cfg, rank)["sp"]) + zero
+        r = self.coords(cfg, rank)["sp"]
+        return (ulysses_calls if variant == "ulysses" else naive_calls)(cfg, r) + zero
