@@ -9,21 +9,6 @@ from commbench.collectives.compiled.schedule import Compiled
 from commbench.collectives.compiled.steps import step_list
 
 
-def compiled_vs_reference(ctx, transport, algo, count, dtype, redop, seed, mutant=None,
-                          segment=None, wait=None):
-    """(reference result, compiled result) for arbitrary values (inexact sums); ``mutant``: a
-    broken variant the compiled record declares; ``segment``: bytes per piece of the compiled
-    path's MPI messages, ``wait``: how it waits for them (None: its defaults)."""
-    comm, g, r = ctx.comm(transport), ctx.world, ctx.rank
-    gen = torch.Generator().manual_seed(seed * 1000 + r)
-    x = (torch.randn(count, generator=gen, dtype=torch.float64) * 3).to(getattr(torch, dtype))
-    ref = ALGORITHMS[("all_reduce", algo)].fn(comm, x, g, op=redop)
-    record = ALGORITHMS[("all_reduce", f"{algo}_compiled")]
-    got = record.fn(comm, x, g, op=redop, segment=segment, wait=wait,
-                    parts=record.parts_of(mutant))
-    return ref, got
-
-
 def messages(ctx, transport, algo, count, segment):
     """The messages one compiled call books, with ``segment`` and with whole messages."""
     comm, g = ctx.comm(transport), ctx.world

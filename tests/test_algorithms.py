@@ -15,13 +15,11 @@ import math
 
 import pytest
 import torch
-from collective_cases import algorithm_case
-from hypothesis import example, given
+from collective_cases import judge, runs, skip_unless_runs
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from commbench.collectives import ALGORITHMS
-from commbench.timing import verify
-from commbench.wire.ops import split_sizes
 
 pytestmark = [pytest.mark.collectives, pytest.mark.ring]
 
@@ -32,34 +30,6 @@ def predict(op, algo, n, i, count, itemsize, **kw):
     return ALGORITHMS[(op, algo)].bytes(n, i, count, itemsize, **kw)
 DTYPE_NAMES = ["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64"]
 COUNTS = st.sampled_from([0, 1, 2, 3, 5, 7, 11, 13, 97, 4099]) | st.integers(0, 200)
-
-
-def _expected(op, algo, seed, r, n, count, dtype, redop, root):
-    dt = getattr(torch, dtype)
-    if op == "reduce_scatter":  # ring chunks: member r keeps chunk r of split_sizes(total, n)
-        total = count * n
-        c = split_sizes(total, n)
-        full = verify.expected("all_reduce", seed, r, n, total, dt, redop)
-        return full[sum(c[:r]):sum(c[: r + 1])]
-    total = count * n if op == "all_to_all" else count
-    return verify.expected(op, seed, r, n, total, dt, redop, root % n)
-
-
-def judge_algorithm(world, transport, op, algo, count, dtype, redop, root, seed, mutant=None):
-    n = world.size
-    if ALGORITHMS[(op, algo)].needs(n):
-        return []
-    outs = world.run(algorithm_case, transport, op, algo, count, dtype, redop, root, seed, mutant)
-    problems = []
-    for r, (got, counted, predicted) in enumerate(outs):
-        want = _expected(op, algo, seed, r, n, count, dtype, redop, root)
-        bad = verify.wrong(got.reshape(-1) if got is not None else None, want)
-        if bad:
-            problems.append(f"rank {r}: {bad} wrong elements ({op}/{algo}, {transport}, {dtype}, "
-                            f"{redop}, count {count})")
-        if counted != predicted:
-            problems.append(f"rank {r}: ledger counted {counted} bytes, formula says {predicted}")
-    return problems
 
 
 def _redop(op: str, dtype: str, wanted: str) -> str:
@@ -82,27 +52,21 @@ def _redop(op: str, dtype: str, wanted: str) -> str:
 @example(count=11, dtype="int8", root=5, seed=6, redop="min")
 def test_algorithms_match_the_oracle_and_their_bytes(world, key, count, dtype, root, seed, redop):
     op, algo = key
+    skip_unless_runs(op, algo, world.size)
     redop = _redop(op, dtype, redop)
     for transport in world.transports:
-        assert judge_algorithm(world, transport, op, algo, count, dtype, redop, root, seed) == []
-
-
-def judge_bitwise(world, transport, algo, count, seed, mutant=None):
-    outs = world.run(algorithm_case, transport, "all_reduce", algo, count, "float32", "sum", 0,
-                     seed, mutant, True)
-    first = outs[0][0]
-    return [f"rank {r} differs bitwise from rank 0 ({algo})" for r, (y, _, _) in enumerate(outs)
-            if not torch.equal(y.view(torch.int32), first.view(torch.int32))]
+        assert judge(world, transport, op, algo, count=count, dtype=dtype, redop=redop, root=root,
+                     seed=seed) == []
 
 
 @pytest.mark.world(sizes=[2, 3, 4, 5, 8])
 @given(algo=st.sampled_from([a for o, a in ALGOS if o == "all_reduce"]),
        count=st.integers(1, 300), seed=st.integers(0, 999))
 def test_all_reduce_leaves_every_rank_bitwise_equal(world, algo, count, seed):
-    if ALGORITHMS[("all_reduce", algo)].needs(world.size):
-        return
+    assume(runs("all_reduce", algo, world.size))
     for transport in world.transports:
-        assert judge_bitwise(world, transport, algo, count, seed) == []
+        assert judge(world, transport, "all_reduce", algo, count=count, seed=seed,
+                     values="random") == []
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 16])
@@ -131,14 +95,15 @@ def test_oracle_property_catches_a_corrupted_message(world, key):
     root = 1 if op == "reduce" else 0  # member 0, the corrupter, must send something
     for transport in world.transports:
         broken = "miscombine" if algo.endswith("_compiled") else "corrupt"  # a record's own
-        assert judge_algorithm(world, transport, op, algo, 12, "int32", "sum", root, 1, broken)
+        assert judge(world, transport, op, algo, count=12, dtype="int32", root=root, seed=1,
+                     broken=broken)
 
 
 @pytest.mark.world(sizes=[4])
 def test_oracle_property_catches_a_corrupted_hierarchical_message(world):
     for transport in world.transports:
-        assert judge_algorithm(world, transport, "all_reduce", "hierarchical", 12, "int32", "sum",
-                               0, 1, "corrupt")
+        assert judge(world, transport, "all_reduce", "hierarchical", count=12, dtype="int32",
+                     seed=1, broken="corrupt")
 
 
 # the compiled schedules' are caught where each shows (tests/test_schedule.py)
@@ -150,7 +115,8 @@ BROKEN = [(op, algo, b.name) for (op, algo), r in ALGORITHMS.items() for b in r.
 @pytest.mark.parametrize(("op", "algo", "broken"), BROKEN, ids=["/".join(k) for k in BROKEN])
 def test_every_broken_variant_an_algorithm_declares_is_caught(world, op, algo, broken):
     for transport in world.transports:
-        problems = judge_algorithm(world, transport, op, algo, 13, "int64", "sum", 0, 2, broken)
+        problems = judge(world, transport, op, algo, count=13, dtype="int64", seed=2,
+                         broken=broken)
         assert problems, f"{op}/{algo} {broken} went unnoticed on {transport}"
 
 
@@ -168,15 +134,17 @@ def test_the_ring_declares_its_broken_variants_and_refuses_others():
 def test_compiled_schedules_catch_an_off_by_one_chunk(world, algo):
     """Every member cutting the same wrong chunks still sums right: the bytes give it away."""
     for transport in world.transports:
-        problems = judge_algorithm(world, transport, "all_reduce", algo, 13, "int64", "sum", 0,
-                                   2, "off_by_one_chunk")
+        problems = judge(world, transport, "all_reduce", algo, count=13, dtype="int64", seed=2,
+                         broken="off_by_one_chunk")
         assert any("ledger counted" in p for p in problems), f"{algo} on {transport}"
 
 
 @pytest.mark.world(sizes=[3])
 def test_bitwise_property_catches_a_rank_that_differs(world):
     for transport in world.transports:
-        assert judge_bitwise(world, transport, "ring", 50, 3, "corrupt")
+        problems = judge(world, transport, "all_reduce", "ring", count=50, seed=3,
+                         values="random", broken="corrupt")
+        assert any("ranks differ bitwise" in p for p in problems), problems
 
 
 def _pairwise_uneven(ctx, seed: int, exchange_counts: bool, broken: bool = False):

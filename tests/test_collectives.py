@@ -1,20 +1,21 @@
 """Every standard collective through the comm layer, on every transport, against the oracle.
 
-Inputs are :mod:`commbench.timing.verify` patterns (small integers, exact in every dtype tested), so the
-expected result is exact and the comparison uses tolerance 0 for every dtype and op, including the
-floating ones: any difference is a bug, not rounding. A dtype/op pair a transport cannot do must
-fail with a ValueError naming it, never return a wrong answer.
+Judged by the one judge of collectives (tests/collective_cases.py:judge): inputs are
+:mod:`commbench.timing.verify` patterns (small integers, exact in every dtype tested), so the
+expected result is exact and the comparison uses tolerance 0 for every dtype and op, including
+the floating ones: any difference is a bug, not rounding. A dtype/op pair a transport cannot do
+must fail with a ValueError naming it, never return a wrong answer.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from collective_cases import DTYPES, alltoallv_case, native_case
+from collective_cases import judge
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from commbench.timing import verify
+from commbench.wire.dtypes import DTYPES
 
 pytestmark = pytest.mark.collectives
 
@@ -24,38 +25,6 @@ REDUCING = {"all_reduce", "reduce_scatter", "reduce"}
 # element counts: empty, one, primes, and a large prime; the per-rank count is multiplied by the
 # world size for reduce-scatter and all-to-all, so their totals do not divide by much else
 COUNTS = st.sampled_from([0, 1, 2, 3, 5, 7, 13, 31, 97, 1009, 65537]) | st.integers(0, 300)
-
-
-def _unsupported(transport: str, dtype: str, op: str) -> bool:
-    return transport == "mpi" and dtype == "bfloat16" and op in REDUCING
-
-
-def judge_native(world, transport, op, count, dtype, redop, root, inplace, seed, mutant=None):
-    """Problems found with one native collective (empty: all good)."""
-    n = world.size
-    outs = world.run(native_case, transport, op, count, dtype, redop, root, inplace, seed, mutant)
-    if op in REDUCING and redop == "avg" and not DTYPES[dtype].is_floating_point:
-        return [] if all("avg needs a floating dtype" in str(o) for o in outs) else \
-            [f"avg on {dtype} was not refused: {outs[0]}"]
-    if _unsupported(transport, dtype, op):
-        ok = all(isinstance(o, str) and "MPI has no reduction" in o for o in outs)
-        return [] if ok else [f"{dtype} {redop} on mpi was not refused: {outs[0]!r}"]
-    problems = []
-    total = count * n if op in ("reduce_scatter", "all_to_all", "scatter") else count
-    for r, got in enumerate(outs):
-        if isinstance(got, str):
-            problems.append(f"rank {r}: {got}")
-            continue
-        want = verify.expected(op, seed, r, n, total, DTYPES[dtype], redop, root % n)
-        bad = verify.wrong(got, want)
-        if bad:
-            problems.append(f"rank {r}: {bad} wrong elements in {op} ({transport}, {dtype}, "
-                            f"{redop}, count {count}, root {root % n})")
-    if op == "all_reduce" and not problems:
-        first = outs[0].view(torch.uint8) if outs[0].numel() else outs[0]
-        if any(not torch.equal(o.view(torch.uint8) if o.numel() else o, first) for o in outs):
-            problems.append("all_reduce results differ bitwise between ranks")
-    return problems
 
 
 @pytest.mark.world(sizes=[1, 2, 3, 4, 5, 8])
@@ -71,23 +40,8 @@ def judge_native(world, transport, op, count, dtype, redop, root, inplace, seed,
 @example(op="scatter", count=1, dtype="uint8", redop="sum", root=3, inplace=False, seed=6)
 def test_native_collectives_match_the_oracle(world, op, count, dtype, redop, root, inplace, seed):
     for transport in world.transports:
-        assert judge_native(world, transport, op, count, dtype, redop, root, inplace, seed) == []
-
-
-def judge_alltoallv(world, transport, splits, row, seed, mutant=None):
-    n = world.size
-    outs = world.run(alltoallv_case, transport, splits, row, seed, mutant)
-    inputs = [verify.seeded(seed, j, sum(splits[j]) * row, torch.int32).reshape(-1, row)
-              for j in range(n)]
-    problems = []
-    for i, got in enumerate(outs):
-        parts = []
-        for j in range(n):
-            start = sum(splits[j][:i])
-            parts.append(inputs[j][start:start + splits[j][i]])
-        if not torch.equal(got, torch.cat(parts)):
-            problems.append(f"rank {i}: all_to_allv result differs ({transport}, splits {splits})")
-    return problems
+        assert judge(world, transport, op, count=count, dtype=dtype, redop=redop, root=root,
+                     inplace=inplace, seed=seed) == []
 
 
 @pytest.mark.world(sizes=[1, 2, 3, 4, 5, 8])
@@ -99,7 +53,8 @@ def test_uneven_all_to_allv_matches_the_oracle(world, data, row, seed):
                                 min_size=n, max_size=n), label="splits") if data is not None else \
         [[0] * n] + [[(i + j) % 3 if j else 0 for j in range(n)] for i in range(1, n)]
     for transport in world.transports:
-        assert judge_alltoallv(world, transport, splits, row, seed) == []
+        assert judge(world, transport, "all_to_all", count=0, dtype="int32", seed=seed,
+                     splits=splits, row=row) == []
 
 
 # -- negative tests: each property catches a deliberately broken variant ---------------------------
@@ -108,7 +63,7 @@ def test_uneven_all_to_allv_matches_the_oracle(world, data, row, seed):
                                             ("wrong_permutation", "all_to_all")])
 def test_native_property_catches_broken_variants(world, mutant, op):
     for transport in world.transports:
-        problems = judge_native(world, transport, op, 5, "float32", "sum", 0, False, 1, mutant)
+        problems = judge(world, transport, op, count=5, seed=1, broken=mutant)
         assert problems, f"{mutant} went unnoticed on {transport}"
 
 
@@ -116,7 +71,8 @@ def test_native_property_catches_broken_variants(world, mutant, op):
 def test_alltoallv_property_catches_a_wrong_permutation(world):
     splits = [[1, 2, 0], [0, 3, 1], [2, 0, 2]]
     for transport in world.transports:
-        assert judge_alltoallv(world, transport, splits, 2, 0, "wrong_permutation")
+        assert judge(world, transport, "all_to_all", count=0, dtype="int32", splits=splits, row=2,
+                     broken="wrong_permutation")
 
 
 def test_a_transport_that_cannot_refuses_clearly():

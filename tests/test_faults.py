@@ -126,13 +126,11 @@ def test_an_interrupted_sweep_keeps_its_rows_and_resumes(tmp_path, how):
     path = tmp_path / "all_reduce_test-box-gloo-x2.json"
     proc = _sweep(tmp_path)
     _wait_rows(path, 3, proc)
-    t0 = time.monotonic()
     if how == "kill a rank":
         os.kill(_workers_of(proc.pid)[0], signal.SIGKILL)
     else:
         proc.send_signal(getattr(signal, how))
-    _, err = proc.communicate(timeout=30)
-    assert time.monotonic() - t0 < 10, "the fault took too long to end the run"
+    _, err = proc.communicate(timeout=120)  # a bound for a hang, not a speed: no load decides it
     assert proc.returncode == {"SIGINT": 130, "SIGTERM": 143, "kill a rank": 3}[how], err
     assert err.count("\n") == 1 and "Traceback" not in err, err  # one line
     if how == "kill a rank":

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from collective_cases import judge
 from hypothesis import given
 from hypothesis import strategies as st
-from schedule_cases import compiled_vs_reference, messages, refusal, replay
+from schedule_cases import messages, refusal, replay
 
 from commbench.collectives.compiled.broken import tiny_first_only
 from commbench.collectives.compiled.reduce import TINY, tiny_reducer
@@ -22,17 +23,6 @@ from commbench.collectives.compiled.steps import SCHEDULES, Step, step_list
 pytestmark = [pytest.mark.collectives, pytest.mark.ring]
 
 ALGOS = sorted(SCHEDULES)
-
-
-def judge_same(world, transport, algo, count, dtype, redop, seed, mutant=None, segment=None,
-               wait=None):
-    outs = world.run(compiled_vs_reference, transport, algo, count, dtype, redop, seed, mutant,
-                     segment, wait)
-    raw = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,
-           torch.bfloat16: torch.int16}
-    return [f"rank {r}: compiled {algo} differs bitwise from the reference ({dtype}, {redop})"
-            for r, (ref, got) in enumerate(outs)
-            if not torch.equal(ref.view(raw[ref.dtype]), got.view(raw[got.dtype]))]
 
 
 @pytest.mark.world(sizes=[1, 2, 3, 4, 5, 8])
@@ -46,8 +36,9 @@ def test_compiled_equals_the_reference_bitwise(world, algo, count, dtype, redop,
     split); ``wait``: MPI's own wait or test-and-yield (None: by ranks per core); the same bytes
     land in the same places."""
     for transport in world.transports:
-        assert judge_same(world, transport, algo, count, dtype, redop, seed, segment=segment,
-                          wait=wait) == []
+        assert judge(world, transport, "all_reduce", f"{algo}_compiled", count=count,
+                     dtype=dtype, redop=redop, seed=seed, values="random", segment=segment,
+                     wait=wait) == []
 
 
 @pytest.mark.world(sizes=[2, 3])
@@ -56,8 +47,9 @@ def test_bitwise_comparison_catches_a_dropped_piece(world, algo):
     if "mpi" not in world.transports:
         pytest.skip("messages are split over MPI only")
     # 32 B = 8 float32: with 30 elements every schedule here has messages of 9..32 elements
-    assert judge_same(world, "mpi", algo, 30, "float32", "sum", 5, "short_pieces", segment=32)
-    assert judge_same(world, "mpi", algo, 30, "float32", "sum", 5, None, segment=32) == []
+    case = dict(count=30, seed=5, values="random", segment=32)
+    assert judge(world, "mpi", "all_reduce", f"{algo}_compiled", broken="short_pieces", **case)
+    assert judge(world, "mpi", "all_reduce", f"{algo}_compiled", **case) == []
 
 
 @pytest.mark.world(sizes=[2])
@@ -67,8 +59,10 @@ def test_bitwise_comparison_catches_a_tiny_reduction_that_drops_an_element(world
     the vector each)."""
     count = 2 * TINY if algo in ("ring", "rabenseifner") else TINY
     for transport in world.transports:
-        assert judge_same(world, transport, algo, count, "float32", "sum", 5, "tiny_first_only")
-        assert judge_same(world, transport, algo, count, "float32", "sum", 5) == []
+        case = dict(count=count, seed=5, values="random")
+        assert judge(world, transport, "all_reduce", f"{algo}_compiled",
+                     broken="tiny_first_only", **case)
+        assert judge(world, transport, "all_reduce", f"{algo}_compiled", **case) == []
 
 
 def tiny_mismatches(make, op: str, xs: list[float], ys: list[float], dtype) -> list[str]:
@@ -145,7 +139,8 @@ def test_split_messages_are_booked_as_their_pieces(world, algo):
 @pytest.mark.parametrize("algo", ALGOS)
 def test_bitwise_comparison_catches_a_miscombined_block(world, algo):
     for transport in world.transports:
-        assert judge_same(world, transport, algo, 40, "float32", "sum", 5, "miscombine")
+        assert judge(world, transport, "all_reduce", f"{algo}_compiled", count=40, seed=5,
+                     values="random", broken="miscombine")
 
 
 @pytest.mark.world(sizes=[4])

@@ -96,9 +96,10 @@ class Algorithm:
         return (0.0, 0.0, 0.0) if n == 1 else self.terms(n, float(size))
 
     def bind(self, ctx, comm, x, *, root: int = 0, redop: str = "sum", splits=None,
-             broken: str | None = None):
+             broken: str | None = None, **options):
         """A no-argument call of this algorithm on ``ctx``'s world (or its grid); with
-        ``broken``, of that broken variant."""
+        ``broken``, of that broken variant; ``options`` go to its function (a compiled
+        schedule's ``segment`` and ``wait``)."""
         if self.fn is None:
             raise ValueError(f"{self.op}/{self.name}: the transport's own collective has no "
                              "algorithm to bind (timing.native prepares it)")
@@ -109,4 +110,5 @@ class Algorithm:
         where = ctx.grid(self.grid(ctx.size, **kw)) if self.grid is not None else ctx.world
         call = self.call or partial(_call, self.op)
         fn = self.fn if self.parts is None else partial(self.fn, parts=self.parts_of(broken))
+        fn = partial(fn, **options) if options else fn
         return lambda: call(fn, comm, x, where, root, redop, splits)
