@@ -55,14 +55,14 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
     ranks, seconds), for :func:`pool_passes`. With ``case.trace``, ``timeline`` gains each
     row's traced call: (label, every rank's entries, every rank's (start, end)).
     """
-    from commbench.names import ITEMSIZE, ROOTED
-    from commbench.wire.ops import counts_for
+    from commbench.names import ITEMSIZE
+    from commbench.wire.ops import OPS, counts_for
 
     n = world.size
     rows = []
     done = {row_key(r) for r in (record or {}).get("rows", [])}
-    redop = case.redop if case.op in ("all_reduce", "reduce_scatter", "reduce") else "-"
-    root = case.root % n if case.op in ROOTED else -1
+    redop = case.redop if OPS[case.op].reduces else "-"
+    root = case.root % n if OPS[case.op].rooted else -1
     for nbytes in sizes:
         size = counts_for(case.op, nbytes, n, ITEMSIZE[case.dtype])[1]
         key = (case.op, case.algo, case.transport, case.dtype, redop, root, size)
