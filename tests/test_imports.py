@@ -161,6 +161,22 @@ def test_every_named_part_is_there():
                 assert hasattr(p.parts, part), (p.name, b.name, part)
 
 
+def test_each_pattern_keeps_its_operators_and_broken_parts_beside_its_record():
+    """A pattern's broken parts sit with its own operators: in the module of its parts, which
+    is its record's ``<name>_comms.py`` or its family's shared one."""
+    import inspect
+
+    from commbench.patterns.registry import PATTERNS
+
+    for p in PATTERNS.values():
+        record = inspect.getmodule(type(p)).__name__.removeprefix("commbench.patterns.")
+        assert record.rpartition(".")[2] in (p.name, "tp_layer"), (p.name, record)  # tp_mlp
+        homes = {p.parts_from.partition(":")[0], f"{record}_comms"}
+        for b in p.broken:
+            for where in b.parts.values():
+                assert where.partition(":")[0] in homes, (p.name, b.name, where)
+
+
 def test_the_records_and_the_layout_prediction_import_no_torch():
     """The pattern records and ``predict layout`` answer without torch or
     hypothesis (each costs about a second to import)."""

@@ -24,6 +24,8 @@ oracle of the vectorized one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -31,7 +33,7 @@ import torch.nn.functional as F
 
 from commbench.patterns.moe.configs import MoEConfig
 
-__all__ = ["GShardGate", "gate_logits", "gshard_gating", "loop_gating", "positions",
+__all__ = ["GShardGate", "GateParts", "gate_logits", "gshard_gating", "loop_gating", "positions",
            "positions_without_offset", "uniforms"]
 
 
@@ -137,6 +139,15 @@ def loop_gating(logits: torch.Tensor, cfg: MoEConfig, cap: int, u: torch.Tensor
     mean = [sum(g[e] for g in gates) / T for e in range(E)] if T else [0.0] * E
     return combine, torch.tensor(E * sum(m * f for m, f in zip(mean, frac, strict=True)),
                                  dtype=torch.float64)
+
+
+
+@dataclass(frozen=True)
+class GateParts:
+    """The swappable steps of the gate alone (the moe_gating pattern)."""
+
+    positions: Callable = positions  # buffer slots of one round of choices
+    uniforms: Callable = uniforms    # the random-routing draws of a group's tokens
 
 
 # -- broken parts: each a bug class the contract must catch ----------------------------------

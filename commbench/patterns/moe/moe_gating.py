@@ -37,7 +37,7 @@ class MoEGating(Pattern):
     Config = MoEConfig
     tolerance = Tolerance("float64: the vectorized and the token-by-token gating compute the "
                           "same softmax; only summation order differs.")
-    parts_from = "moe.moe_comms:MoEParts"
+    parts_from = "moe.gating:GateParts"
     dtypes = ("float64",)
     broken = (Broken("no_second_offset", "gshard", {"positions": "moe.gating:positions_without_offset"},
                      "second choices queued from slot 0, not after the first choices",
