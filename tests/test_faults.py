@@ -130,8 +130,9 @@ def test_an_interrupted_sweep_keeps_its_rows_and_resumes(tmp_path, how):
         os.kill(_workers_of(proc.pid)[0], signal.SIGKILL)
     else:
         proc.send_signal(getattr(signal, how))
-    _, err = proc.communicate(timeout=120)  # a bound for a hang, not a speed: no load decides it
-    assert proc.returncode == {"SIGINT": 130, "SIGTERM": 143, "kill a rank": 3}[how], err
+    out, err = proc.communicate(timeout=120)  # a bound for a hang, not a speed: no load decides it
+    assert proc.returncode == {"SIGINT": 130, "SIGTERM": 143, "kill a rank": 3}[how], \
+        (err, out[-2000:])
     assert err.count("\n") == 1 and "Traceback" not in err, err  # one line
     if how == "kill a rank":
         assert "rank" in err and "died" in err and "traceback in " in err

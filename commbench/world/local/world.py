@@ -71,7 +71,8 @@ class LocalWorld:
     # -- lifecycle ----------------------------------------------------------------------------
     @property
     def alive(self) -> bool:
-        return bool(self._conns) and all(p.poll() is None for p in self._procs)
+        return bool(self._conns) and all(p.poll() is None for p in self._procs) and \
+            all(_running(pid) for pid in self._pids.values())
 
     def start(self) -> LocalWorld:
         """Start the ranks (a no-op while they are alive). Under ``mpiexec`` a start whose
@@ -202,6 +203,8 @@ class LocalWorld:
             raise TypeError(f"cannot send {_name(fn)} to the ranks: {exc} (SPMD functions must "
                             "be defined at module level, their arguments picklable)") from None
         with self._lock:
+            if self._procs and not self.alive:  # started, not closed, and a rank is gone
+                self._fail_idle_death(_name(fn))
             self.start()
             self._task += 1
             task = self._task
@@ -278,6 +281,38 @@ class LocalWorld:
         how = f" (exit code {code})" if code is not None else ""
         raise RankDied(f"{name}: rank {rank} died{how} while {statuses[rank][2]}; the world is "
                        f"torn down and the next call starts a fresh one.\n{others}{logs}")
+
+
+    def _idle_dead(self) -> tuple[int, int | None]:
+        """(rank, exit code) of a rank found dead between calls (rank 0 where mpiexec alone
+        says so)."""
+        if self.launch == "plain":
+            for r, proc in enumerate(self._procs):
+                if proc.poll() is not None:
+                    return r, proc.poll()
+        for r, pid in sorted(self._pids.items()):
+            if not _running(pid):
+                return r, None
+        return 0, self._procs[0].poll() if self._procs else None
+
+    def _fail_idle_death(self, name: str) -> None:
+        """A rank died while the world waited for its next call: say so, never start another
+        world in its place unasked (a sweep would go on with a replaced rank)."""
+        rank, code = self._idle_dead()
+        logs = spawn.log_tail(self._dir, 600) if self._dir else ""
+        self.close()
+        how = f" (exit code {code})" if code is not None else ""
+        raise RankDied(f"{name}: rank {rank} died{how} between calls, before this one started; "
+                       f"the world is torn down and the next call starts a fresh one.{logs}")
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _name(fn) -> str:
