@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commbench.patterns.registry import PATTERNS
-from commbench.patterns.run import check
+from commbench.patterns.run import check, run_pattern
 
 # a third of the profile's examples per pattern x variant x size: every variant of a pattern
 # together draws more configs than one property of the pattern did before
@@ -82,3 +82,26 @@ def test_calls_match_takes_any_order_and_names_what_differs():
     assert not calls_match([["all_gather", "sp", 16, 48, 40], booked[1]], want)
     assert calls_diff(booked[:1], want) == ("booked but not predicted []; predicted but not booked "
                                             "[('all_reduce', 'tp', 64, 48, 48)]")
+
+
+@pytest.mark.world(sizes=[2])
+def test_a_timed_pattern_run_takes_its_iterations_after_its_warm_up(world):
+    """``iters`` timed samples per rank, whatever ``warmup`` is (the two swapped give 1)."""
+    from commbench.patterns.registry import get
+
+    cfg = get("ddp").bench_configs(2)[0]
+    small = type(cfg)(**{**cfg.as_dict(), "batch": 2, "seq": 2, "hidden": 4, "ffn": 4,
+                         "heads": 1})
+    outs = world.run(run_pattern, "ddp", small, "ddp", 0, None, 3, 1)
+    assert [len(o["times"]) for o in outs] == [3, 3]
+
+
+@pytest.mark.world(sizes=[2])
+def test_one_extra_call_of_a_kind_already_booked_fails_the_contract(world):
+    """ZeRO-1 gathering its parameters twice holds the right values: only the booked calls,
+    compared as a multiset against the prediction, give it away."""
+    pattern = PATTERNS["zero"]
+    cfg = pattern.broken_variant("parameters_gathered_twice").examples(2)[0]
+    problems = check(world, pattern, cfg, "zero1", 5, "parameters_gathered_twice")
+    assert problems and all("booked but not predicted [('all_gather'" in p for p in problems), \
+        problems

@@ -49,3 +49,60 @@ def test_the_printed_row_lines_up_with_its_header():
     assert format_row(older).split()[11] == "nan"
     assert row_key(row) == ("all_reduce", "recursive_doubling_compiled", "mpi", "float32", "sum",
                             -1, 8192)
+
+
+# two ranks whose medians and totals are the same, each slowest in other samples: the
+# per-sample maximum [3, 3, 1, 3, 3] has median 3; any one rank's series has median 1
+RANK_TIMES = [[1e-3, 1e-3, 1e-3, 3e-3, 3e-3], [3e-3, 3e-3, 1e-3, 1e-3, 1e-3]]
+
+
+def test_the_slowest_rank_is_taken_per_sample():
+    from commbench.timing.loop import slowest
+
+    assert slowest(RANK_TIMES) == [3e-3, 3e-3, 1e-3, 3e-3, 3e-3]
+    with pytest.raises(ValueError):
+        slowest([[1.0, 2.0], [1.0]])  # ranks with other sample counts do not pair up
+
+
+class _World:
+    """A world of two ranks whose measurements are given: each call returns ``outs``."""
+
+    size, transports = 2, ("gloo",)
+
+    def __init__(self, outs):
+        self.outs, self.calls = outs, []
+
+    def run(self, fn, *args, **kwargs):
+        self.calls.append((fn.__name__, args))
+        return self.outs
+
+
+def test_a_sweep_row_is_the_per_sample_maximum_over_ranks():
+    """A rank slower on purpose in some samples shows in the row: its median is 3 ms though
+    each rank's own median is 1 ms (rank 0's times, or one rank's whole series, give 1)."""
+    from commbench.collectives.measure import Case
+    from commbench.studies.sweep import run_series
+
+    outs = [{"times": t, "size": 64, "count": 16, "wrong": 0, "sent": 48, "recv": 48,
+             "pred_sent": 48} for t in RANK_TIMES]
+    rows = run_series(_World(outs), Case("all_reduce"), [64], emit=lambda line: None,
+                      samples=True)
+    assert rows[0]["time_us"] == pytest.approx(3000.0)
+    assert rows[0]["samples_s"] == [3e-3, 3e-3, 1e-3, 3e-3, 3e-3]
+
+
+def test_a_pattern_study_row_is_the_per_sample_maximum_and_asks_for_its_counts():
+    """The same two ranks under the pattern study: its time is 3 ms; and the study asks each
+    rank for ``iters`` timed steps after ``warmup`` untimed ones, in that order."""
+    from commbench.patterns.registry import get
+    from commbench.studies.patterns import pattern_study
+
+    pattern = get("ddp")
+    cfg = pattern.bench_configs(2)[0]
+    ledger = [tuple(c.__getattribute__(f) for f in ("op", "axis", "size", "sent", "recv"))
+              for c in pattern.predicted(cfg, "ddp", 0)]
+    world = _World([{"times": t, "ledger": ledger} for t in RANK_TIMES])
+    rows = pattern_study(world, ["ddp"], iters=5, warmup=2, emit=lambda line: None)
+    assert rows[0]["variant"] == "ddp" and rows[0]["time_us"] == pytest.approx(3000.0)
+    name, args = world.calls[0]
+    assert name == "run_pattern" and args[-2:] == (5, 2)  # ..., iters, warmup

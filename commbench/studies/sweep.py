@@ -13,6 +13,7 @@ from collections.abc import Callable
 from commbench.collectives.measure import Case, measure
 from commbench.results import records as res
 from commbench.results.busbw import algbw, busbw
+from commbench.timing.loop import slowest
 
 __all__ = ["HEADER", "format_row", "merge_rounds", "pool_passes", "run_series"]
 
@@ -70,7 +71,7 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
             continue
         done.add(key)
         outs = world.run(measure, case, nbytes)
-        iters = [max(ts) for ts in zip(*(o["times"] for o in outs))]  # max over ranks
+        iters = slowest([o["times"] for o in outs])  # per iteration, the max over ranks
         stats = res.summarize_iters(iters)
         size, count = outs[0]["size"], outs[0]["count"]
         seconds = stats["time_us"] / 1e6

@@ -33,6 +33,7 @@ from commbench.results import records as res
 from commbench.results.pieces import or_none
 from commbench.studies.model import iters_for
 from commbench.studies.settings import StudySettings
+from commbench.timing.loop import slowest
 
 __all__ = ["ALGOS", "order", "versus", "versus_markdown"]
 
@@ -53,7 +54,7 @@ def _time(world, transport: str, algo: str, nbytes: int, iters: int, warmup: int
     if bad:
         raise RuntimeError(f"all_reduce/{algo} over {transport} at {nbytes} B: {bad} wrong "
                            "elements")
-    return [max(ts) for ts in zip(*(o["times"] for o in outs))]
+    return slowest([o["times"] for o in outs])
 
 
 def versus(world, transport: str, sizes: list[int], iters: int = 20, warmup: int = 5,

@@ -87,6 +87,10 @@ class Zero(Pattern):
                "each rank's shard starts one element too far", _example, (2, 3)),
         Broken("no_reduce_scatter", "zero2", {"grad_shard": "dp.zero_comms:local_grad_slice"},
                "stage 2 keeps its slice of its own gradient, never summed", _example, (2, 3)),
+        Broken("parameters_gathered_twice", "zero1",
+               {"gather_params": "dp.zero_comms:gather_params_twice"},
+               "the updated parameters all-gathered a second time: right values, one call of a "
+               "kind it books anyway too many (only the call count shows it)", _example, (2, 3)),
         Broken("stale_prefetch", "zero3", {"take_prefetched": "dp.zero_comms:stale_prefetch"},
                "stage 3 reuses the parameters of its first gather", _example, (2, 3)),
     )

@@ -31,8 +31,8 @@ from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 from commbench.wire.dtypes import DTYPES
 
-__all__ = ["ZeroParts", "chunk_start_off_by_one", "gathered", "local_grad_slice", "stale_prefetch",
-           "train"]
+__all__ = ["ZeroParts", "chunk_start_off_by_one", "gather_params", "gather_params_twice",
+           "gathered", "local_grad_slice", "stale_prefetch", "train"]
 
 
 def reduce_scattered(grad: torch.Tensor, comm: Comm, group: Group, c: int) -> torch.Tensor:
@@ -73,6 +73,11 @@ def reduce_scatter_grad(grad: torch.Tensor, comm: Comm, group: Group) -> torch.T
     return comm.reduce_scatter(grad, group)
 
 
+def gather_params(comm: Comm, shard: torch.Tensor, group: Group) -> torch.Tensor:
+    """Stages 1 and 2 after the step: every rank's updated shard, all-gathered."""
+    return comm.all_gather(shard, group)
+
+
 def take_prefetched(pending, k: int, cache: list) -> torch.Tensor | None:
     """Stage 3: the parameters of layer ``k`` from the gather posted one layer earlier."""
     return pending.wait() if pending is not None else None
@@ -85,6 +90,7 @@ class ZeroParts:
     chunk_start: Callable = chunk_start
     grad_shard: Callable = reduce_scatter_grad
     take_prefetched: Callable = take_prefetched
+    gather_params: Callable = gather_params
 
 
 class _Zero3Layer(torch.autograd.Function):
@@ -156,7 +162,7 @@ def train(ctx, cfg: ZeroConfig, stage: int, data: dict, group: Group, parts: Zer
         # are the parameters themselves (or, sharded, the chunk a rank updates of them)
         memory = {"params": _nbytes(params), "grads": _nbytes(acc),
                   "optimizer": opt.nbytes() + (_nbytes(master) if cfg.mixed else 0)}
-        _update(stage, comm, g, opt, acc, master, params, cdt)
+        _update(stage, comm, g, opt, acc, master, params, cdt, parts)
     return {**{f"w{k}": m for k, m in enumerate(master)}, "stats": {"memory": memory}}
 
 
@@ -192,7 +198,7 @@ def _forward_zero3(chunks, acc, x, cfg: ZeroConfig, comm: Comm, g: Group, parts,
     return x
 
 
-def _update(stage: int, comm: Comm, g: Group, opt: Adam, acc, master, params, cdt):
+def _update(stage: int, comm: Comm, g: Group, opt: Adam, acc, master, params, cdt, parts):
     if stage == 0:
         opt.step([comm.all_reduce(a, g) for a in acc])
         for p, m in zip(params, master):
@@ -200,11 +206,11 @@ def _update(stage: int, comm: Comm, g: Group, opt: Adam, acc, master, params, cd
     elif stage == 1:
         opt.step([comm.reduce_scatter(a, g) for a in acc])
         for p, m in zip(params, master):
-            p.copy_(comm.all_gather(m.to(cdt), g))
+            p.copy_(parts.gather_params(comm, m.to(cdt), g))
     elif stage == 2:
         opt.step(acc)
         for p, m in zip(params, master):
-            p.copy_(comm.all_gather(m.to(cdt), g))
+            p.copy_(parts.gather_params(comm, m.to(cdt), g))
     else:
         opt.step(acc)
         for p, m in zip(params, master):
@@ -212,6 +218,13 @@ def _update(stage: int, comm: Comm, g: Group, opt: Adam, acc, master, params, cd
 
 
 # -- broken parts: each a bug class the contract must catch ----------------------------------
+def gather_params_twice(comm: Comm, shard: torch.Tensor, group: Group) -> torch.Tensor:
+    """The updated parameters all-gathered, then gathered again (a refresh left in after a
+    refactor): the same values, one all-gather per layer more than the stage moves."""
+    comm.all_gather(shard, group)
+    return comm.all_gather(shard, group)
+
+
 def chunk_start_off_by_one(r: int, c: int, P: int) -> int:
     """ZeRO's chunk of a rank one element too far: each rank updates its neighbour's first
     element as its own last."""
