@@ -9,16 +9,42 @@ from commbench.collectives.compiled.schedule import Compiled
 from commbench.collectives.compiled.steps import step_list
 
 
-def messages(ctx, transport, algo, count, segment):
-    """The messages one compiled call books, with ``segment`` and with whole messages."""
+def messages(ctx, transport, algo, count, segment, dtype="float32"):
+    """The messages one compiled call books, with ``segment`` and with whole messages, and the
+    ledger's (elements, bytes sent + received) of each booked message of the split call."""
     comm, g = ctx.comm(transport), ctx.world
     out = []
     for seg in (segment, 0):
-        buf = torch.zeros(count)
+        buf = torch.zeros(count, dtype=getattr(torch, dtype))
         with Compiled(comm, buf, g, step_list(algo, g.size, g.index, count), "sum", algo,
                       seg) as c:
             out.append(c.messages())
-    return out
+            if seg:
+                with ctx.ledger.capture() as cap:
+                    c.book()
+                booked = [(e.count, e.sent + e.recv) for e in cap.entries]
+    return out[0], out[1], booked
+
+
+def waits(ctx, transport, algo, count, wait):
+    """The wait modes a compiled call asked its waiter for, run once with ``wait``."""
+    from dataclasses import replace
+
+    from commbench.collectives.compiled.schedule import COMPILED
+    from commbench.collectives.compiled.waiting import waiter
+
+    asked: list[str] = []
+
+    def recording(req, mode):
+        asked.append(mode)
+        return waiter(req, mode)
+
+    comm, g = ctx.comm(transport), ctx.world
+    buf = torch.ones(count)
+    with Compiled(comm, buf, g, step_list(algo, g.size, g.index, count), "sum", algo, 0, wait,
+                  replace(COMPILED, waiter=recording)) as c:
+        c.run()
+    return asked
 
 
 def replay(ctx, transport, algo, count, times):

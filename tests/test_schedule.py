@@ -13,7 +13,7 @@ import torch
 from collective_cases import judge
 from hypothesis import given
 from hypothesis import strategies as st
-from schedule_cases import messages, refusal, replay
+from schedule_cases import messages, refusal, replay, waits
 
 from commbench.collectives.compiled.broken import tiny_first_only
 from commbench.collectives.compiled.reduce import TINY, tiny_reducer
@@ -121,18 +121,33 @@ def test_pieces_cover_a_message_in_order_within_the_split_range():
 
 @pytest.mark.world(sizes=[2, 4])
 @pytest.mark.parametrize("algo", ALGOS)
-def test_split_messages_are_booked_as_their_pieces(world, algo):
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_split_messages_are_booked_as_their_pieces(world, algo, dtype):
+    """16 B segments: pieces of 16 / itemsize elements (2 float64, 4 float32, 8 float16), each
+    booked at its elements x itemsize bytes."""
+    itemsize = getattr(torch, dtype).itemsize
     for transport in world.transports:
-        split_any = False
+        split_any = could = False
         for count in (12, 24, 40):
-            for split, whole in world.run(messages, transport, algo, count, 16):
+            for split, whole, booked in world.run(messages, transport, algo, count, 16, dtype):
+                assert booked == [(n, n * itemsize) for _, n in split]
                 if transport != "mpi":
                     assert split == whole
                     continue
-                # 16 B = 4 float32: messages of 5..16 elements go as pieces of at most 4
-                assert split == [(k, b - a) for k, c in whole for a, b in pieces(0, c, 4)]
+                per = 16 // itemsize
+                assert split == [(k, b - a) for k, c in whole for a, b in pieces(0, c, per)]
                 split_any |= len(split) > len(whole)
-        assert split_any or transport != "mpi"
+                could |= any(per < c <= SPLIT * per for _, c in whole)  # else whole by rule
+        assert split_any == could
+
+
+@pytest.mark.world(sizes=[2])
+@pytest.mark.parametrize("wait", ["spin", "yield"])
+def test_the_wait_asked_for_is_the_one_used(world, wait):
+    if "mpi" not in world.transports:
+        pytest.skip("the compiled schedules wait on MPI requests only")
+    for asked in world.run(waits, "mpi", "ring", 8, wait):
+        assert asked and set(asked) == {wait}, asked
 
 
 @pytest.mark.world(sizes=[3])

@@ -64,13 +64,15 @@ def pieces(lo: int, hi: int, seg: int) -> list[tuple[int, int]]:
 @dataclass(frozen=True)
 class CompiledParts:
     """A compiled schedule's swappable pieces: its steps (``steps(algo, n, i, count, split)``),
-    how they cut the buffer, how a message is cut for MPI, its scratch, its tiny reduction."""
+    how they cut the buffer, how a message is cut for MPI, its scratch, its tiny reduction, how
+    an MPI request is waited for (``waiter(req, mode)``)."""
 
     steps: Callable = step_list
     split: Callable[[int, int], list[int]] = split_sizes
     pieces: Callable[[int, int, int], list[tuple[int, int]]] = pieces
     scratch: Callable = like
     tiny: Callable = tiny_reducer
+    waiter: Callable = waiter
 
 
 COMPILED = CompiledParts()
@@ -174,7 +176,7 @@ class Compiled:
         self._runs.append(posted)
         self._reqs += [r for rs in recvs for r in rs] + sends
         ops = [r.Start for rs in recvs for r in rs] + [r.Start for r in sends]
-        done = partial(waiter, mode=self.wait)
+        done = partial(self.parts.waiter, mode=self.wait)
         for k, rs in enumerate(recvs):
             ops += [done(r) for r in rs] + ([done(r) for r in sends] if k == 0 else []) + [after[k]]
         return ops
