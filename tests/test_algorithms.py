@@ -86,7 +86,7 @@ def test_formulas_meet_the_closed_forms(n):
 
 
 # -- negative tests ---------------------------------------------------------------------------------
-@pytest.mark.world(sizes=[3])
+@pytest.mark.world(sizes=[3, 4])
 @pytest.mark.parametrize("key", ALGOS, ids=["/".join(k) for k in ALGOS])
 def test_oracle_property_catches_a_corrupted_message(world, key):
     op, algo = key
@@ -139,7 +139,7 @@ def test_compiled_schedules_catch_an_off_by_one_chunk(world, algo):
         assert any("ledger counted" in p for p in problems), f"{algo} on {transport}"
 
 
-@pytest.mark.world(sizes=[3])
+@pytest.mark.world(sizes=[3, 4])
 def test_bitwise_property_catches_a_rank_that_differs(world):
     for transport in world.transports:
         problems = judge(world, transport, "all_reduce", "ring", count=50, seed=3,
@@ -183,6 +183,6 @@ def test_pairwise_all_to_all_with_uneven_and_empty_splits(world, seed, exchange_
         assert ok and sent == pred
 
 
-@pytest.mark.world(sizes=[3])
+@pytest.mark.world(sizes=[3, 4])
 def test_uneven_split_check_catches_rows_filed_under_the_wrong_sender(world):
     assert not all(ok for ok, _, _ in world.run(_pairwise_uneven, 1, True, True))

@@ -98,7 +98,7 @@ def test_a_missing_script_is_refused(capsys):
     assert "no/such/script.py: no such script" in said(capsys)
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 def test_the_trace_is_chrome_s_format_one_track_per_rank(world):
     """Chrome's trace event format: metadata naming each rank's track, one complete event
     ("ph": "X", ts and dur in microseconds) per booked call, a rank's calls one after another."""

@@ -58,7 +58,7 @@ def test_uneven_all_to_allv_matches_the_oracle(world, data, row, seed):
 
 
 # -- negative tests: each property catches a deliberately broken variant ---------------------------
-@pytest.mark.world(sizes=[3])
+@pytest.mark.world(sizes=[3, 4])
 @pytest.mark.parametrize(("mutant", "op"), [("wrong_root", "broadcast"),
                                             ("wrong_permutation", "all_to_all")])
 def test_native_property_catches_broken_variants(world, mutant, op):
@@ -67,9 +67,10 @@ def test_native_property_catches_broken_variants(world, mutant, op):
         assert problems, f"{mutant} went unnoticed on {transport}"
 
 
-@pytest.mark.world(sizes=[3])
+@pytest.mark.world(sizes=[3, 4])
 def test_alltoallv_property_catches_a_wrong_permutation(world):
-    splits = [[1, 2, 0], [0, 3, 1], [2, 0, 2]]
+    n = world.size  # uneven, some empty: member i sends (i + 2 j) % 3 rows to member j
+    splits = [[(i + 2 * j) % 3 for j in range(n)] for i in range(n)]
     for transport in world.transports:
         assert judge(world, transport, "all_to_all", count=0, dtype="int32", splits=splits, row=2,
                      broken="wrong_permutation")

@@ -44,7 +44,7 @@ MESSAGES = {
 }
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 @pytest.mark.parametrize("which", sorted(MESSAGES))
 def test_bad_calls_fail_with_the_rule(world, which):
     transports = ["mpi"] if which == "bf16_sum_on_mpi" else list(world.transports)
@@ -63,7 +63,7 @@ def _sum_is_small(ctx, count):
     return bool(total.sum().item() >= 60)
 
 
-@pytest.mark.world(sizes=[2, 3])
+@pytest.mark.world(sizes=[2, 3, 4])
 def test_hypothesis_shrinks_through_the_world(world):
     """A property that fails from count*n >= 60 on shrinks to the smallest such count."""
     smallest = find(st.integers(0, 500), lambda k: world.run(_sum_is_small, k)[0],

@@ -38,7 +38,7 @@ def _naive_ddp(ctx, n_params: int):
     return [p.grad.tolist() for p in params], [(e.op, e.count) for e in cap.entries]
 
 
-@pytest.mark.world(sizes=[2, 3])
+@pytest.mark.world(sizes=[2, 3, 4])
 def test_naive_ddp_is_one_all_reduce_per_parameter(world):
     n = world.size
     for grads, calls in world.run(_naive_ddp, 4):

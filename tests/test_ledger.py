@@ -118,7 +118,7 @@ def _uneven_all_reduce(ctx, transport):
     return e.sent, e.recv
 
 
-@pytest.mark.world(sizes=[3])
+@pytest.mark.world(sizes=[3, 4])
 def test_uneven_all_reduce_books_ring_chunks(world):
     """10 float32 on 3 ranks: ring chunks of 4, 3, 3 elements, worked by hand.
 

@@ -38,7 +38,7 @@ def test_rounding_error_stays_under_the_summation_depth_bound(world, pair, dtype
     assert row["ranks_bitwise_same"] and row["repeat_bitwise_same"], row
 
 
-@pytest.mark.world(sizes=[3])
+@pytest.mark.world(sizes=[3, 4])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_the_bound_catches_a_schedule_adding_in_lower_precision(world, dtype):
     case = NumericsCase("all_reduce", "ring", dtype, "normal", count=840, seed=1)

@@ -84,24 +84,25 @@ def test_calls_match_takes_any_order_and_names_what_differs():
                                             "[('all_reduce', 'tp', 64, 48, 48)]")
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 def test_a_timed_pattern_run_takes_its_iterations_after_its_warm_up(world):
     """``iters`` timed samples per rank, whatever ``warmup`` is (the two swapped give 1)."""
     from commbench.patterns.registry import get
 
-    cfg = get("ddp").bench_configs(2)[0]
-    small = type(cfg)(**{**cfg.as_dict(), "batch": 2, "seq": 2, "hidden": 4, "ffn": 4,
+    n = world.size
+    cfg = get("ddp").bench_configs(n)[0]
+    small = type(cfg)(**{**cfg.as_dict(), "batch": n, "seq": 2, "hidden": 4, "ffn": 4,
                          "heads": 1})
     outs = world.run(run_pattern, "ddp", small, "ddp", 0, None, 3, 1)
-    assert [len(o["times"]) for o in outs] == [3, 3]
+    assert [len(o["times"]) for o in outs] == [3] * n
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 def test_one_extra_call_of_a_kind_already_booked_fails_the_contract(world):
     """ZeRO-1 gathering its parameters twice holds the right values: only the booked calls,
     compared as a multiset against the prediction, give it away."""
     pattern = PATTERNS["zero"]
-    cfg = pattern.broken_variant("parameters_gathered_twice").examples(2)[0]
+    cfg = pattern.broken_variant("parameters_gathered_twice").examples(world.size)[0]
     problems = check(world, pattern, cfg, "zero1", 5, "parameters_gathered_twice")
     assert problems and all("booked but not predicted [('all_gather'" in p for p in problems), \
         problems

@@ -41,23 +41,25 @@ def test_compiled_equals_the_reference_bitwise(world, algo, count, dtype, redop,
                      wait=wait) == []
 
 
-@pytest.mark.world(sizes=[2, 3])
+@pytest.mark.world(sizes=[2, 3, 4])
 @pytest.mark.parametrize("algo", ALGOS)
 def test_bitwise_comparison_catches_a_dropped_piece(world, algo):
     if "mpi" not in world.transports:
         pytest.skip("messages are split over MPI only")
-    # 32 B = 8 float32: with 30 elements every schedule here has messages of 9..32 elements
-    case = dict(count=30, seed=5, values="random", segment=32)
+    # 32 B = 8 float32: every schedule here then has messages of 9..32 elements (the ring's
+    # are a rank's block: 10 elements a rank)
+    count = 10 * world.size if algo == "ring" else 30
+    case = dict(count=count, seed=5, values="random", segment=32)
     assert judge(world, "mpi", "all_reduce", f"{algo}_compiled", broken="short_pieces", **case)
     assert judge(world, "mpi", "all_reduce", f"{algo}_compiled", **case) == []
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 @pytest.mark.parametrize("algo", ALGOS)
 def test_bitwise_comparison_catches_a_tiny_reduction_that_drops_an_element(world, algo):
-    """Counts at which 2 ranks combine blocks of TINY = 2 elements (ring and Rabenseifner: half
-    the vector each)."""
-    count = 2 * TINY if algo in ("ring", "rabenseifner") else TINY
+    """Counts at which the ranks combine blocks of TINY = 2 elements (the ring: a block per
+    rank; Rabenseifner: half the vector each)."""
+    count = {"ring": world.size * TINY, "rabenseifner": 2 * TINY}.get(algo, TINY)
     for transport in world.transports:
         case = dict(count=count, seed=5, values="random")
         assert judge(world, transport, "all_reduce", f"{algo}_compiled",
@@ -141,7 +143,7 @@ def test_split_messages_are_booked_as_their_pieces(world, algo, dtype):
         assert split_any == could
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 @pytest.mark.parametrize("wait", ["spin", "yield"])
 def test_the_wait_asked_for_is_the_one_used(world, wait):
     if "mpi" not in world.transports:
@@ -150,7 +152,7 @@ def test_the_wait_asked_for_is_the_one_used(world, wait):
         assert asked and set(asked) == {wait}, asked
 
 
-@pytest.mark.world(sizes=[3])
+@pytest.mark.world(sizes=[3, 4])
 @pytest.mark.parametrize("algo", ALGOS)
 def test_bitwise_comparison_catches_a_miscombined_block(world, algo):
     for transport in world.transports:
@@ -169,7 +171,7 @@ def test_a_compiled_schedule_replays(world, algo):
             assert booked == 3 * per_call
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 @pytest.mark.parametrize(("op", "dtype", "words"), [
     ("median", torch.float32, "op='median': must be one of"),
     ("avg", torch.int32, "avg needs a floating dtype"),

@@ -25,7 +25,7 @@ def _slices(outs, op="all_reduce"):
     return per_rank, steps
 
 
-@pytest.mark.world(sizes=[2, 3])
+@pytest.mark.world(sizes=[2, 3, 4])
 def test_ddp_s_buckets_overlap_backward_in_the_trace_and_the_naive_calls_do_not(world):
     P = world.size
     cfg = DDPConfig(batch=2 * P, seq=4, hidden=16, ffn=32, heads=2, vocab=1, dp=P, tp=1,

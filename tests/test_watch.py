@@ -34,7 +34,7 @@ def _entry_points(ctx):
     return [(e.op, e.count, e.sent, e.recv, e.source) for e in cap.entries]
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 def test_every_entry_point_is_booked_once(world):
     n = world.size
     S = 6 * 4
@@ -71,7 +71,7 @@ def _tensor_parallel_mlp(ctx, b, s, h):
     return [(e.op, e.group, e.count, e.sent, e.recv, e.dtype) for e in cap.entries]
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 def test_torch_tensor_parallel_mlp_bytes_by_hand(world):
     """Megatron's MLP through torch.distributed.tensor.parallel, b=2, s=3, h=4 on P ranks.
 
@@ -101,7 +101,7 @@ def _fsdp2(ctx):
     return [(e.op, e.count, e.sent, e.recv) for e in cap.entries]
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 def test_fsdp2_bytes_by_hand(world):
     """FSDP2 on two Linear layers of 6x4 and 4x6 weights (24 elements each), P=2, no bias.
 
@@ -155,7 +155,7 @@ def _tp_mlp_context(ctx):
     return [(e.redop, e.phase, e.module, e.nbytes) for e in last]
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 def test_entries_carry_reduction_phase_module_and_tensor_bytes(world):
     """torch's TP MLP: the forward all-reduce of RowwiseParallel's output (issued by its forward
     hook, once module 2's own forward ended: the innermost active module is the Sequential) and

@@ -57,14 +57,14 @@ def _raise_then_others_wait(ctx):
     ctx.comm().all_reduce(torch.ones(1), ctx.world)
 
 
-@pytest.mark.world(sizes=[1, 2, 3])
+@pytest.mark.world(sizes=[1, 2, 3, 4])
 def test_results_from_every_rank(world):
     out = world.run(_identity, "t")
     assert [o[:3] for o in out] == [(r, world.size, "t") for r in range(world.size)]
     assert len({o[3] for o in out}) == world.size  # one process per rank
 
 
-@pytest.mark.world(sizes=[2, 3])
+@pytest.mark.world(sizes=[2, 3, 4])
 def test_exceptions_from_every_failing_rank(world):
     with pytest.raises(SPMDError) as info:
         world.run(_raise_on_odd)
@@ -115,10 +115,8 @@ def test_unpicklable_function_is_refused_before_sending():
 def test_planted_hang_names_op_and_missing_ranks():
     with LocalWorld(3) as w:
         pids = list(w.pids.values())
-        t0 = time.monotonic()
         with pytest.raises(CallTimeout) as info:
-            w.run(_barrier_on_rank0, timeout=1.5)
-        assert time.monotonic() - t0 < 6
+            w.run(_barrier_on_rank0, timeout=5.0)
         msg = str(info.value)
         assert "_barrier_on_rank0 timed out" in msg
         assert "barrier (call #1) on group [0, 1, 2]: ranks [0] arrived, ranks [1, 2] did not" in msg
@@ -154,12 +152,13 @@ def test_a_rank_killed_between_calls_is_named_not_replaced(launch):
 
 @local
 def test_a_raise_does_not_leave_the_others_waiting_forever():
+    """Ended by the grace after the first failure, not by the call's limit (the note says
+    which: no clock in the verdict)."""
     with LocalWorld(2, launch="plain", grace_s=1.0) as w:
-        t0 = time.monotonic()
         with pytest.raises(SPMDError) as info:
-            w.run(_raise_then_others_wait, timeout=60)
-        assert time.monotonic() - t0 < 10
+            w.run(_raise_then_others_wait, timeout=300)
         msg = str(info.value)
+        assert "waited out the first failure's grace of 1 s" in msg, msg
         assert "rank 1 gives up" in msg and "all_reduce (call #1) on group [0, 1]" in msg
 
 
@@ -185,7 +184,7 @@ def test_no_rank_outlives_a_driver_that_vanishes(tmp_path):
         assert d.returncode == 0
         pids += [int(p) for p in out.split()]
     assert len(pids) == 2 * len(launches)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # a bound for "never", not a speed
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(p) for p in pids), "ranks outlived their driver"

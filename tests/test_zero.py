@@ -58,12 +58,13 @@ def test_memory_per_rank_shards_as_the_notes_say(world):
                                                    "optimizer": 12 * psi}
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 @pytest.mark.parametrize(("bad", "rule"), [(dict(dp=3), "dp=3"), (dict(batch=3), "batch=3"),
                                            (dict(lr=0), "lr=0"), (dict(micro=0), "micro=0"),
                                            (dict(dtype="int8"), "dtype='int8'")])
 def test_bad_configs_are_refused(world, bad, rule):
-    cfg = ZeroConfig(**{**dict(batch=4, dp=2), **bad})
+    P = world.size
+    cfg = ZeroConfig(**{**dict(batch=2 * P, dp=P), **bad})
     with pytest.raises(SPMDError, match=rule):
         world.run(run_pattern, "zero", cfg, "zero1", 0)
 
@@ -81,7 +82,7 @@ def _gathered_linear(ctx, n_in, n_out):
     return y.detach(), chunk.grad, [(e.op, e.count) for e in cap.entries]
 
 
-@pytest.mark.world(sizes=[1, 2, 3])
+@pytest.mark.world(sizes=[1, 2, 3, 4])
 def test_any_layer_can_be_zero3_sharded_with_gathered(world):
     """The building block Ulysses + ZeRO-3 uses: a weight all-gathered before use, its gradient
     reduce-scattered; equal to the unsharded layer, each rank left with its gradient chunk."""

@@ -224,7 +224,8 @@ class LocalWorld:
             if failed:
                 deadline = min(deadline, self._first_failure_at + self.grace_s)
             if now >= deadline:
-                self._fail_timeout(name, timeout, results, failed, now - start)
+                graced = bool(failed) and self._first_failure_at + self.grace_s < start + timeout
+                self._fail_timeout(name, timeout, results, failed, now - start, graced)
             for c in wait(pending, timeout=min(0.5, max(0.0, deadline - now))):
                 rank = by_conn[c]
                 try:
@@ -260,12 +261,14 @@ class LocalWorld:
             out[r] = f"{pid} {names.get(state, state)}"
         return out
 
-    def _fail_timeout(self, name, timeout, results, failed, waited) -> None:
+    def _fail_timeout(self, name, timeout, results, failed, waited, graced=False) -> None:
         statuses, processes = self._statuses(), self._processes()
         self.close()
         if failed:
-            raise SPMDError(name, failed, note="the other ranks were then stuck:\n"
-                            + describe_hang(statuses, processes))
+            when = f"the first failure's grace of {self.grace_s:g} s" if graced else \
+                f"the call's limit of {timeout:g} s"
+            raise SPMDError(name, failed, note=f"the other ranks were then stuck (waited out "
+                            f"{when}):\n" + describe_hang(statuses, processes))
         raise CallTimeout(f"{name} timed out after {waited:.1f} s (limit {timeout:.1f} s) on a "
                           f"world of {self.size}; finished: {sorted(results)}\n"
                           + describe_hang(statuses, processes))
