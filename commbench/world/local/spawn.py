@@ -65,9 +65,10 @@ MPI_INIT_FAILED = "Fatal error in internal_Init_thread"  # MPICH's words when MP
 
 
 class InitFailed(WorldError):
-    """A rank's ``MPI_Init`` failed inside MPICH: before any task ran, so nothing is lost by
-    starting the world again (MPICH 5's UCX start-up fails now and then with "Message
-    truncated" in its first all-gather; docs/decisions.md)."""
+    """A rank's ``MPI_Init`` failed inside MPICH, or mpiexec signalled a rank before it said
+    hello: before any task ran, so nothing is lost by starting the world again (MPICH 5's UCX
+    start-up fails now and then with "Message truncated" in its first all-gather; gforker now
+    and then quits a rank of a world started right after one it tore down; docs/decisions.md)."""
 
 
 def _start_failed(what: str, folder: str | None) -> WorldError:
@@ -121,8 +122,11 @@ def accept_ranks(listener, procs: list, size: int, timeout_s: float, folder: str
                         p.wait(timeout=2.0)
                     except subprocess.TimeoutExpired:
                         pass
-                raise _start_failed(f"local world of {size}: a rank closed its connection "
-                                    "before saying hello", folder) from None
+                err = _start_failed(f"local world of {size}: a rank closed its connection "
+                                    "before saying hello", folder)
+                if "signaled with" in str(err):  # mpiexec ended it (MPICH's start-up): no task
+                    err = InitFailed(str(err))   # ran, so the start is tried once more
+                raise err from None
             if kind == "fatal":
                 raise WorldError(f"rank {rank} could not join: {detail}")
             if kind != "hello":
