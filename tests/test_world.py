@@ -151,6 +151,23 @@ def test_a_rank_killed_between_calls_is_named_not_replaced(launch):
 
 
 @local
+@pytest.mark.skipif(not mpi_usable(), reason="needs mpiexec and mpi4py")
+def test_an_mpi_world_leaves_no_shared_memory_behind():
+    """MPICH unlinks its segment only in MPI_Finalize, which the ranks never reach: the world
+    removes the segments its ranks map when it closes, and after a killed rank too."""
+    from commbench.world.local import shm
+
+    for kill in (False, True):
+        w = LocalWorld(2, launch="mpi").start()
+        segments = shm.mapped_segments(w.pids.values())
+        assert segments and all(os.path.exists(s) for s in segments)
+        if kill:
+            os.kill(w.pids[1], signal.SIGKILL)
+        w.close()
+        assert not any(os.path.exists(s) for s in segments), segments
+
+
+@local
 def test_a_raise_does_not_leave_the_others_waiting_forever():
     """Ended by the grace after the first failure, not by the call's limit (the note says
     which: no clock in the verdict)."""

@@ -24,6 +24,8 @@ import signal
 import sys
 import threading
 
+from commbench.world.local import shm
+
 
 def _die_with_parent() -> None:
     """Ask Linux to kill this process when its parent dies (no-op elsewhere)."""
@@ -162,6 +164,7 @@ def _serve(conn, ctx, rank: int) -> None:
             try:
                 msg = conn.recv()
             except (EOFError, OSError):
+                shm.remove(shm.mapped_segments([os.getpid()]))  # no driver left to do it
                 os._exit(0)  # the driver is gone: never outlive it
             if msg[0] == "exit":
                 tasks.put(None)

@@ -36,7 +36,7 @@ from multiprocessing.connection import Listener, wait
 from commbench.runtime.errors import CallTimeout, Outcome, RankDied, SPMDError, WorldError, describe_hang
 from commbench.runtime.pdeathsig import parent_death_signal
 from commbench.runtime.status import read_slot
-from commbench.world.local import spawn
+from commbench.world.local import shm, spawn
 from commbench.world.local.spawn import find_mpiexec, local_mpiexec, mpi_usable
 
 __all__ = ["LocalWorld", "find_mpiexec"]
@@ -137,7 +137,9 @@ class LocalWorld:
         return self
 
     def close(self) -> None:
-        """Stop every rank (killing any that do not leave at once) and remove the temp files."""
+        """Stop every rank (killing any that do not leave at once) and remove the temp files
+        and the ranks' MPICH segments (:mod:`shm`)."""
+        segments = shm.mapped_segments(self._pids.values())
         for c in self._conns.values():
             try:
                 c.send(("exit",))
@@ -152,6 +154,7 @@ class LocalWorld:
         self._kill()
         for c in self._conns.values():
             c.close()
+        shm.remove(segments)
         self._conns, self._procs, self._pids = {}, [], {}
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
