@@ -35,13 +35,24 @@ def _mismatched(ctx, transport, kind):
         return comm.all_reduce(x, g, op="max" if r else "sum")
     if kind == "root":
         return comm.broadcast(x, g, root=r % 2)
+    if kind == "async_op":  # the asynchronous calls DDP's buckets and ZeRO-3's prefetch post
+        return (comm.all_reduce_async(x, g) if r == 0 else comm.all_gather_async(x, g)).wait()
+    if kind == "async_shape":
+        return comm.all_reduce_async(torch.ones(4 + r), g).wait()
+    if kind == "async_dtype":
+        return comm.all_gather_async(x.to(torch.float64) if r else x, g).wait()
+    if kind == "async_redop":
+        return comm.all_reduce_async(x, g, op="max" if r else "sum").wait()
     raise ValueError(kind)
 
 
 @pytest.mark.world(sizes=[2, 3, 4])
 @pytest.mark.parametrize(("kind", "field"), [("op", "op"), ("shape", "count"),
                                               ("dtype", "dtype"), ("redop", "redop"),
-                                              ("root", "root")])
+                                              ("root", "root"), ("async_op", "op"),
+                                              ("async_shape", "count"),
+                                              ("async_dtype", "dtype"),
+                                              ("async_redop", "redop")])
 def test_mismatched_collectives_are_named_before_they_start(world, kind, field):
     for transport in world.transports:
         with pytest.raises(SPMDError, match=f"the members disagree on [a-z, ]*{field}") as info:
