@@ -85,11 +85,11 @@ def _stall(ctx):
     (_stall, ["ranks [0] arrived, ranks [1] did not", "rank 1: running _stall, no call yet"]),
 ])
 def test_hangs_without_debug_and_stalls_are_named_by_the_timeout(fn, expected):
-    """A 5 s limit: what rank 0 does before the all-reduce takes milliseconds even on a loaded
+    """A 3 s limit: what rank 0 does before the all-reduce takes milliseconds even on a loaded
     machine; that the limit, not the stall's end, stopped the call is CallTimeout itself."""
     with LocalWorld(2, launch="plain") as w:
         with pytest.raises(CallTimeout) as info:
-            w.run(fn, timeout=5.0)
+            w.run(fn, timeout=3.0)
         for text in expected:
             assert text in str(info.value)
 

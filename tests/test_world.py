@@ -116,7 +116,7 @@ def test_planted_hang_names_op_and_missing_ranks():
     with LocalWorld(3) as w:
         pids = list(w.pids.values())
         with pytest.raises(CallTimeout) as info:
-            w.run(_barrier_on_rank0, timeout=5.0)
+            w.run(_barrier_on_rank0, timeout=3.0)
         msg = str(info.value)
         assert "_barrier_on_rank0 timed out" in msg
         assert "barrier (call #1) on group [0, 1, 2]: ranks [0] arrived, ranks [1, 2] did not" in msg
