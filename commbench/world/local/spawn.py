@@ -167,3 +167,15 @@ def log_tail(folder: str | None, limit: int = 2000) -> str:
             if data:
                 texts.append(f"[{name}] {data[-limit:]}")
     return ("\n" + "\n".join(texts)) if texts else ""
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not); where there is no /proc (macOS) the
+    ranks' own processes (``poll``) are all that can say, so yes."""
+    if not os.path.isdir("/proc"):
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -72,7 +72,7 @@ class LocalWorld:
     @property
     def alive(self) -> bool:
         return bool(self._conns) and all(p.poll() is None for p in self._procs) and \
-            all(_running(pid) for pid in self._pids.values())
+            all(spawn.running(pid) for pid in self._pids.values())
 
     def start(self) -> LocalWorld:
         """Start the ranks (a no-op while they are alive). Under ``mpiexec`` a start whose
@@ -288,7 +288,6 @@ class LocalWorld:
         raise RankDied(f"{name}: rank {rank} died{how} while {statuses[rank][2]}; the world is "
                        f"torn down and the next call starts a fresh one.\n{others}{logs}")
 
-
     def _idle_dead(self) -> tuple[int, int | None]:
         """(rank, exit code) of a rank found dead between calls (rank 0 where mpiexec alone
         says so)."""
@@ -297,7 +296,7 @@ class LocalWorld:
                 if proc.poll() is not None:
                     return r, proc.poll()
         for r, pid in sorted(self._pids.items()):
-            if not _running(pid):
+            if not spawn.running(pid):
                 return r, None
         return 0, self._procs[0].poll() if self._procs else None
 
@@ -310,15 +309,6 @@ class LocalWorld:
         how = f" (exit code {code})" if code is not None else ""
         raise RankDied(f"{name}: rank {rank} died{how} between calls, before this one started; "
                        f"the world is torn down and the next call starts a fresh one.{logs}")
-
-
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _name(fn) -> str:
