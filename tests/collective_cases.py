@@ -158,7 +158,7 @@ def _refusal(op: str, transport: str, dtype: str, redop: str) -> str | None:
     return None
 
 
-def _want(op, algo, seed, r, n, count, dt, redop, root, splits, row):
+def _want(op, seed, r, n, count, dt, redop, root, splits, row):
     if splits:  # every sender's rows for this rank, in sender order
         rows = [verify.seeded(seed, j, sum(splits[j]) * row, dt, redop).reshape(-1, row)
                 for j in range(n)]
@@ -210,7 +210,7 @@ def judge(world, transport, op, algo="native", *, count, dtype="float32", redop=
     for r, o in enumerate(outs):
         if values == "exact":
             got = o["y"].reshape(-1) if o["y"] is not None and not splits else o["y"]
-            bad = verify.wrong(got, _want(op, algo, seed, r, n, count, dt, redop, root % n,
+            bad = verify.wrong(got, _want(op, seed, r, n, count, dt, redop, root % n,
                                           splits, row))
             if bad:
                 problems.append(f"rank {r}: {bad} wrong elements in {what}")

@@ -3,6 +3,8 @@ row, the printed row in nccl-tests' layout and its key."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from test_gate import _row
 
@@ -99,8 +101,7 @@ def test_a_pattern_study_row_is_the_per_sample_maximum_and_asks_for_its_counts()
 
     pattern = get("ddp")
     cfg = pattern.bench_configs(2)[0]
-    ledger = [tuple(c.__getattribute__(f) for f in ("op", "axis", "size", "sent", "recv"))
-              for c in pattern.predicted(cfg, "ddp", 0)]
+    ledger = [dataclasses.astuple(c) for c in pattern.predicted(cfg, "ddp", 0)]
     world = _World([{"times": t, "ledger": ledger} for t in RANK_TIMES])
     rows = pattern_study(world, ["ddp"], iters=5, warmup=2, emit=lambda line: None)
     assert rows[0]["variant"] == "ddp" and rows[0]["time_us"] == pytest.approx(3000.0)

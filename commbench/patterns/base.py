@@ -47,8 +47,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-__all__ = ["DRAWS", "Broken", "Call", "Pattern", "Tolerance", "calls_diff", "calls_match", "named",
-           "nudger", "reference_nudges"]
+__all__ = ["DRAWS", "Broken", "Call", "Pattern", "Tolerance", "calls_diff", "calls_match", "drawn",
+           "float32_references", "named", "nudger", "reference_nudges"]
+
+
+def drawn(draw_config: Callable, *args):
+    """The hypothesis strategy of ``draw_config(draw, st, *args)`` -> a config (``st``:
+    hypothesis's strategies, imported here so that the records import no hypothesis)."""
+    from hypothesis import strategies as st
+
+    return st.composite(lambda draw: draw_config(draw, st, *args))()
 
 
 def named(name: str):
@@ -260,3 +268,13 @@ def nudger(draw: int):
 def reference_nudges() -> list:
     """None (as is), then :data:`DRAWS` seeded nudges."""
     return [None] + [nudger(k) for k in range(DRAWS)]
+
+
+def float32_references(cfg, oracle: Callable[..., dict]) -> list[dict]:
+    """A pattern's equally right references (:meth:`Pattern.references`): ``oracle(dtype,
+    nudge)`` in float32, as is and nudged, for a float32 run; none for float64."""
+    if cfg.dtype == "float64":
+        return []
+    import torch
+
+    return [oracle(torch.float32, nudge) for nudge in reference_nudges()]

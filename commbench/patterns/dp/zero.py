@@ -8,11 +8,11 @@ dp/zero_comms.py; the oracle: dp/zero_model.py; the config: dp/configs.py.
 from __future__ import annotations
 
 from commbench.names import ITEMSIZE
-from commbench.patterns.base import Broken, Call, Pattern, Tolerance
+from commbench.patterns.base import Broken, Call, Pattern, Tolerance, drawn
 from commbench.patterns.dp.configs import STAGES, ZeroConfig, flat_size
 from commbench.wire.ops import booked
 
-__all__ = ["Zero", "stage_calls", "zero_calls"]
+__all__ = ["Zero", "pad_to", "stage_calls", "zero_calls"]
 
 TOLERANCE = Tolerance(
     "float64: only the order of the sums over ranks differs from the oracle. float32 and mixed "
@@ -24,9 +24,7 @@ TOLERANCE = Tolerance(
 
 def zero_configs(world_size: int):
     """A hypothesis strategy of ZeRO runs on ``world_size`` ranks."""
-    from hypothesis import strategies as st
-
-    return st.composite(lambda draw: _draw(draw, st, world_size))()
+    return drawn(_draw, world_size)
 
 
 def _draw(draw, st, world_size: int) -> ZeroConfig:
@@ -61,8 +59,8 @@ def zero_calls(cfg: ZeroConfig, stage: int, r: int, axis: str = "dp") -> list[Ca
             for op, k, kind in stage_calls(stage, [n] * cfg.layers, P, cfg.micro)] * cfg.steps
 
 
-def _pad(f, padded: int):
-    """``f`` followed by zeros to ``padded`` elements."""
+def pad_to(f, padded: int):
+    """``f`` followed by zeros to ``padded`` elements (a flat vector cut into equal chunks)."""
     out = f.new_zeros(padded)
     out[:f.numel()] = f
     return out
@@ -116,7 +114,7 @@ class Zero(Pattern):
         from commbench.patterns.dp.zero_model import batch, init_layers
 
         _, padded = flat_size(cfg, cfg.dp)
-        return {"layers": [_pad(f, padded).to(device) for f in init_layers(cfg, seed)],
+        return {"layers": [pad_to(f, padded).to(device) for f in init_layers(cfg, seed)],
                 "batches": [[tuple(v.to(device) for v in batch(cfg, seed, step, mb))
                              for mb in range(cfg.micro)] for step in range(cfg.steps)]}
 
@@ -138,7 +136,7 @@ class Zero(Pattern):
     def expected(self, oracle: dict, cfg: ZeroConfig, rank: int, variant: str) -> dict:
         _, padded = flat_size(cfg, cfg.dp)
         c = padded // cfg.dp
-        full = {k: _pad(w, padded) for k, w in oracle.items()}
+        full = {k: pad_to(w, padded) for k, w in oracle.items()}
         if STAGES[variant] == 0:
             return full
         return {k: w[rank * c:(rank + 1) * c] for k, w in full.items()}

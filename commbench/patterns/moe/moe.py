@@ -19,7 +19,7 @@ Per step, with L = E/P local experts, C' = C/t, e bytes per element:
 from __future__ import annotations
 
 from commbench.names import ITEMSIZE
-from commbench.patterns.base import Broken, Call, Pattern, Tolerance
+from commbench.patterns.base import Broken, Call, Pattern, Tolerance, drawn
 from commbench.patterns.moe.configs import MoEConfig, group_capacity, span
 from commbench.wire.ops import booked
 
@@ -34,9 +34,7 @@ TOLERANCE = Tolerance(
 
 def ep_configs(world_size: int, variant: str):
     """A hypothesis strategy of MoE layers on ``world_size`` ranks for ``variant``."""
-    from hypothesis import strategies as st
-
-    return st.composite(lambda draw: _draw(draw, st, world_size, variant))()
+    return drawn(_draw, world_size, variant)
 
 
 def _draw(draw, st, world_size: int, variant: str) -> MoEConfig:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from commbench.patterns.base import Broken, Call, Pattern, Tolerance
+from commbench.patterns.base import Broken, Call, Pattern, Tolerance, drawn
 from commbench.patterns.moe.configs import MoEConfig, capacity, span
 
 __all__ = ["MoEGating"]
@@ -11,9 +11,7 @@ __all__ = ["MoEGating"]
 
 def gate_configs(world_size: int):
     """A hypothesis strategy of gating runs on ``world_size`` ranks."""
-    from hypothesis import strategies as st
-
-    return st.composite(lambda draw: _draw(draw, st, world_size))()
+    return drawn(_draw, world_size)
 
 
 def _draw(draw, st, world_size: int) -> MoEConfig:

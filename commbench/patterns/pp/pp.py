@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 
 from commbench.names import ITEMSIZE
-from commbench.patterns.base import Broken, Call, Pattern, Tolerance
+from commbench.patterns.base import Broken, Call, Pattern, Tolerance, drawn
 from commbench.patterns.pp.configs import PPConfig
 from commbench.patterns.pp.schedule import SCHEDULES, bubble_fraction
 from commbench.results.trace import chrome_trace, idle_fraction
@@ -24,9 +24,7 @@ __all__ = ["Pipeline"]
 
 def pp_configs(p: int, variant: str):
     """A hypothesis strategy of pipelines of ``p`` stages for ``variant``."""
-    from hypothesis import strategies as st
-
-    return st.composite(lambda draw: _draw(draw, st, p, variant))()
+    return drawn(_draw, p, variant)
 
 
 def _draw(draw, st, p: int, variant: str) -> PPConfig:

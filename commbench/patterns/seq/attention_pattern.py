@@ -11,7 +11,7 @@ ring attention's: seq/ring_attention.py.
 from __future__ import annotations
 
 from commbench.names import ITEMSIZE
-from commbench.patterns.base import Call, Pattern, Tolerance
+from commbench.patterns.base import Call, Pattern, Tolerance, drawn, float32_references
 from commbench.patterns.seq.configs import AttnConfig
 from commbench.wire.ops import booked
 
@@ -33,9 +33,7 @@ TOLERANCE = Tolerance(
 def attn_configs(world_size: int, layouts=("contiguous", "zigzag"),
                  dtypes=("float64", "float32")):
     """A hypothesis strategy of attention calls on ``world_size`` ranks."""
-    from hypothesis import strategies as st
-
-    return st.composite(lambda draw: _draw(draw, st, world_size, layouts, dtypes))()
+    return drawn(_draw, world_size, layouts, dtypes)
 
 
 def _draw(draw, st, world_size: int, layouts, dtypes) -> AttnConfig:
@@ -96,14 +94,9 @@ class AttentionPattern(Pattern):
         return oracle_attention(cfg, seed)
 
     def references(self, cfg: AttnConfig, seed: int) -> list[dict]:
-        if cfg.dtype == "float64":
-            return []
-        import torch
-
-        from commbench.patterns.base import reference_nudges
         from commbench.patterns.seq.attention import oracle_attention
 
-        return [oracle_attention(cfg, seed, torch.float32, nudge) for nudge in reference_nudges()]
+        return float32_references(cfg, lambda dt, n: oracle_attention(cfg, seed, dt, n))
 
     def expected(self, oracle: dict, cfg: AttnConfig, rank: int, variant: str) -> dict:
         from commbench.patterns.seq.attention import local_tokens

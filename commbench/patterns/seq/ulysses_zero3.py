@@ -13,7 +13,8 @@ ZeRO-3's gather and reduce-scatter to Ulysses' (seq/ulysses.py).
 from __future__ import annotations
 
 from commbench.names import ITEMSIZE
-from commbench.patterns.base import Broken, Call, Pattern
+from commbench.patterns.base import Broken, Call, Pattern, float32_references
+from commbench.patterns.dp.zero import pad_to
 from commbench.patterns.seq.attention_pattern import TOLERANCE, attn_configs, naive_calls
 from commbench.patterns.seq.configs import AttnConfig, projection_chunk
 from commbench.patterns.seq.ulysses import ulysses_calls
@@ -59,9 +60,8 @@ class UlyssesZero3(Pattern):
         from commbench.patterns.seq.attention import local_tokens
 
         sp, dp, world = groups["sp"].index, groups["dp"].index, groups["dp_sp"]
-        c, w = projection_chunk(cfg, world.size), inputs["w"]
-        padded = w.new_zeros(c * world.size)
-        padded[:w.numel()] = w
+        c = projection_chunk(cfg, world.size)
+        padded = pad_to(inputs["w"], c * world.size)
         return {"x": local_tokens(inputs["x"], cfg, sp, dp),
                 "dy": local_tokens(inputs["dy"], cfg, sp, dp),
                 "chunk": padded[world.index * c:(world.index + 1) * c].clone()}
@@ -72,22 +72,16 @@ class UlyssesZero3(Pattern):
         return zero3_oracle(cfg, seed)
 
     def references(self, cfg: AttnConfig, seed: int) -> list[dict]:
-        if cfg.dtype == "float64":
-            return []
-        import torch
-
-        from commbench.patterns.base import reference_nudges
         from commbench.patterns.seq.ulysses_zero3_comms import zero3_oracle
 
-        return [zero3_oracle(cfg, seed, torch.float32, n) for n in reference_nudges()]
+        return float32_references(cfg, lambda dt, n: zero3_oracle(cfg, seed, dt, n))
 
     def expected(self, oracle: dict, cfg: AttnConfig, rank: int, variant: str) -> dict:
         from commbench.patterns.seq.attention import local_tokens
 
         W = cfg.sp * cfg.dp
         c = projection_chunk(cfg, W)
-        dw = oracle["dw"].new_zeros(c * W)
-        dw[:oracle["dw"].numel()] = oracle["dw"]
+        dw = pad_to(oracle["dw"], c * W)
         at = self.coords(cfg, rank)
         sp, dp = at["sp"], at["dp"]
         return {"y": local_tokens(oracle["y"], cfg, sp, dp),

@@ -19,7 +19,7 @@ the layer, 1 for the MLP block):
 from __future__ import annotations
 
 from commbench.names import ITEMSIZE
-from commbench.patterns.base import Call, Pattern, Tolerance
+from commbench.patterns.base import Call, Pattern, Tolerance, drawn, float32_references
 from commbench.patterns.tp.configs import (
     MODELS,
     SP_VARIANTS,
@@ -45,13 +45,7 @@ TOLERANCE = Tolerance(
 
 def tp_configs(world_size: int, dtypes=("float64", "float32"), fixed_tp: int | None = None):
     """A hypothesis strategy of layers on ``world_size`` ranks (``fixed_tp``: that TP size)."""
-    from hypothesis import strategies as st
-
-    @st.composite
-    def draw_config(draw) -> TPConfig:
-        return _draw(draw, st, world_size, dtypes, fixed_tp)
-
-    return draw_config()
+    return drawn(_draw, world_size, dtypes, fixed_tp)
 
 
 def _draw(draw, st, world_size: int, dtypes, fixed_tp: int | None) -> TPConfig:
@@ -167,14 +161,9 @@ class LayerPattern(Pattern):
         return oracle_layer(cfg, seed, mlp_only=self.mlp_only)
 
     def references(self, cfg: TPConfig, seed: int) -> list[dict]:
-        if cfg.dtype == "float64":
-            return []
-        import torch
-
-        from commbench.patterns.base import reference_nudges
         from commbench.patterns.tp.model import oracle_layer
 
-        return [oracle_layer(cfg, seed, torch.float32, n, self.mlp_only) for n in reference_nudges()]
+        return float32_references(cfg, lambda dt, n: oracle_layer(cfg, seed, dt, n, self.mlp_only))
 
     def expected(self, oracle: dict, cfg: TPConfig, rank: int, variant: str) -> dict:
         import torch

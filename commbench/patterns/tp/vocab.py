@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from commbench.names import ITEMSIZE, check_dtype
-from commbench.patterns.base import Broken, Call, Pattern
+from commbench.patterns.base import Broken, Call, Pattern, drawn, float32_references
 from commbench.patterns.tp.layer_pattern import TOLERANCE
 from commbench.wire.ops import booked
 
@@ -64,9 +64,7 @@ class VocabConfig:
 
 def head_configs(world_size: int, dtypes=("float64", "float32")):
     """A hypothesis strategy of heads on ``world_size`` ranks."""
-    from hypothesis import strategies as st
-
-    return st.composite(lambda draw: _draw(draw, st, world_size, dtypes))()
+    return drawn(_draw, world_size, dtypes)
 
 
 def _draw(draw, st, world_size: int, dtypes) -> VocabConfig:
@@ -124,14 +122,9 @@ class VocabHead(Pattern):
         return vocab_oracle(cfg, seed)
 
     def references(self, cfg: VocabConfig, seed: int) -> list[dict]:
-        if cfg.dtype == "float64":
-            return []
-        import torch
-
-        from commbench.patterns.base import reference_nudges
         from commbench.patterns.tp.vocab_comms import vocab_oracle
 
-        return [vocab_oracle(cfg, seed, torch.float32, n) for n in reference_nudges()]
+        return float32_references(cfg, lambda dt, n: vocab_oracle(cfg, seed, dt, n))
 
     def expected(self, oracle: dict, cfg: VocabConfig, rank: int, variant: str) -> dict:
         at = self.coords(cfg, rank)

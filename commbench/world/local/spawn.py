@@ -169,13 +169,19 @@ def log_tail(folder: str | None, limit: int = 2000) -> str:
     return ("\n" + "\n".join(texts)) if texts else ""
 
 
+def process_state(pid: int) -> str | None:
+    """The kernel's state letter of process ``pid`` (``R``, ``S``, ``Z``, ...; None when it is
+    gone or there is no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def running(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie does not); where there is no /proc (macOS) the
     ranks' own processes (``poll``) are all that can say, so yes."""
     if not os.path.isdir("/proc"):
         return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+    return process_state(pid) not in (None, "Z")

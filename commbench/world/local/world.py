@@ -33,10 +33,10 @@ import time
 import weakref
 from multiprocessing.connection import Listener, wait
 
-from commbench.runtime.errors import CallTimeout, Outcome, RankDied, SPMDError, WorldError, describe_hang
+from commbench.runtime.errors import Outcome, SPMDError, WorldError
 from commbench.runtime.pdeathsig import parent_death_signal
-from commbench.runtime.status import read_slot
 from commbench.world.local import shm, spawn
+from commbench.world.local.failures import FailureReports
 from commbench.world.local.spawn import find_mpiexec, local_mpiexec, mpi_usable
 
 __all__ = ["LocalWorld", "find_mpiexec"]
@@ -44,7 +44,7 @@ __all__ = ["LocalWorld", "find_mpiexec"]
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
-class LocalWorld:
+class LocalWorld(FailureReports):
     """N ranks on this machine. ``launch``: ``"auto"``, ``"mpi"`` (mpiexec) or ``"plain"``."""
 
     def __init__(self, size: int, *, launch: str = "auto", backend: str = "gloo",
@@ -206,9 +206,10 @@ class LocalWorld:
             raise TypeError(f"cannot send {_name(fn)} to the ranks: {exc} (SPMD functions must "
                             "be defined at module level, their arguments picklable)") from None
         with self._lock:
-            if self._procs and not self.alive:  # started, not closed, and a rank is gone
+            if not self._procs:
+                self.start()
+            elif not self.alive:  # started, not closed, and a rank is gone
                 self._fail_idle_death(_name(fn))
-            self.start()
             self._task += 1
             task = self._task
             for c in self._conns.values():
@@ -245,70 +246,6 @@ class LocalWorld:
                         self._first_failure_at = time.monotonic()
                     results[r] = Outcome(r, False, None, data)
         return [results[r] for r in range(self.size)]
-
-    def _statuses(self) -> dict[int, tuple[str, int, str]]:
-        assert self._dir is not None
-        return {r: read_slot(os.path.join(self._dir, f"rank{r}")) for r in range(self.size)}
-
-    def _processes(self) -> dict[int, str]:
-        """rank -> its process's state as the kernel reports it (stopped, sleeping, ...)."""
-        names = {"R": "running", "S": "sleeping", "D": "in uninterruptible wait",
-                 "T": "stopped (SIGSTOP?)", "t": "stopped by a debugger", "Z": "dead (zombie)"}
-        out = {}
-        for r, pid in self._pids.items():
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    state = f.read().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            out[r] = f"{pid} {names.get(state, state)}"
-        return out
-
-    def _fail_timeout(self, name, timeout, results, failed, waited, graced=False) -> None:
-        statuses, processes = self._statuses(), self._processes()
-        self.close()
-        if failed:
-            when = f"the first failure's grace of {self.grace_s:g} s" if graced else \
-                f"the call's limit of {timeout:g} s"
-            raise SPMDError(name, failed, note=f"the other ranks were then stuck (waited out "
-                            f"{when}):\n" + describe_hang(statuses, processes))
-        raise CallTimeout(f"{name} timed out after {waited:.1f} s (limit {timeout:.1f} s) on a "
-                          f"world of {self.size}; finished: {sorted(results)}\n"
-                          + describe_hang(statuses, processes))
-
-    def _fail_death(self, name: str, rank: int, results) -> None:
-        statuses = self._statuses()
-        codes = {i: p.poll() for i, p in enumerate(self._procs)}
-        logs = spawn.log_tail(self._dir, 600)
-        self.close()
-        others = "\n".join(f"rank {r}: {t}" for r, (_, _, t) in sorted(statuses.items())
-                           if r != rank)
-        code = codes.get(rank if self.launch == "plain" else 0)
-        how = f" (exit code {code})" if code is not None else ""
-        raise RankDied(f"{name}: rank {rank} died{how} while {statuses[rank][2]}; the world is "
-                       f"torn down and the next call starts a fresh one.\n{others}{logs}")
-
-    def _idle_dead(self) -> tuple[int, int | None]:
-        """(rank, exit code) of a rank found dead between calls (rank 0 where mpiexec alone
-        says so)."""
-        if self.launch == "plain":
-            for r, proc in enumerate(self._procs):
-                if proc.poll() is not None:
-                    return r, proc.poll()
-        for r, pid in sorted(self._pids.items()):
-            if not spawn.running(pid):
-                return r, None
-        return 0, self._procs[0].poll() if self._procs else None
-
-    def _fail_idle_death(self, name: str) -> None:
-        """A rank died while the world waited for its next call: say so, never start another
-        world in its place unasked (a sweep would go on with a replaced rank)."""
-        rank, code = self._idle_dead()
-        logs = spawn.log_tail(self._dir, 600) if self._dir else ""
-        self.close()
-        how = f" (exit code {code})" if code is not None else ""
-        raise RankDied(f"{name}: rank {rank} died{how} between calls, before this one started; "
-                       f"the world is torn down and the next call starts a fresh one.{logs}")
 
 
 def _name(fn) -> str:
