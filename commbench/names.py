@@ -4,7 +4,7 @@ and the other tools' names for the same collectives (nccl-tests' binaries, OSU's
 from __future__ import annotations
 
 __all__ = ["ALIASES", "COLLECTIVES", "DTYPE_NAMES", "ITEMSIZE", "REDOPS", "ROOTED", "UNITS", "canonical",
-           "check_dtype", "parse_size", "sizes_between"]
+           "check_dtype", "named", "parse_size", "sizes_between"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                "gather", "scatter", "sendrecv", "pingpong")
@@ -14,6 +14,17 @@ DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "in
 ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1,
             "int32": 4, "int64": 8}
 REDOPS = ("sum", "prod", "min", "max", "avg")
+
+
+def named(name: str, package: str):
+    """The object ``"module:attribute"`` names, the module under ``package``: how a record names
+    code that imports torch without importing it (found when it runs)."""
+    import importlib
+
+    module, _, attr = name.partition(":")
+    if not attr:
+        raise ValueError(f"{name!r}: a part is named 'module:attribute'")
+    return getattr(importlib.import_module(f"{package}.{module}"), attr)
 
 
 def check_dtype(name: str, allowed: tuple[str, ...] = DTYPE_NAMES) -> None:

@@ -144,7 +144,7 @@ def collective_case(ctx, transport, op, algo, count, dtype, redop, root, seed, i
     except ValueError as exc:
         return {**out, "y": f"ValueError: {exc}", "counted": None}
     if record.compiled and values == "random":
-        out["reference"] = ALGORITHMS[(op, record.compiled)].fn(ctx.comm(transport), x, g,
+        out["reference"] = ALGORITHMS[(op, record.compiled)].function(ctx.comm(transport), x, g,
                                                                 op=redop)
     return {**out, "y": y, "counted": (cap.sent, cap.recv)}
 

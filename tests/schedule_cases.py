@@ -65,9 +65,10 @@ def replay(ctx, transport, algo, count, times):
 
 def refusal(ctx, transport, algo, op, dtype):
     """The error a bad compiled call raises on this rank, before anything is sent."""
-    comm, g = ctx.comm(transport), ctx.world
+    comm = ctx.comm(transport)
     try:
-        ALGORITHMS[("all_reduce", f"{algo}_compiled")].fn(comm, torch.ones(5, dtype=dtype), g, op=op)
+        ALGORITHMS[("all_reduce", f"{algo}_compiled")].bind(ctx, comm, torch.ones(5, dtype=dtype),
+                                                            redop=op)()
     except ValueError as exc:
         return str(exc)
     return None

@@ -151,7 +151,8 @@ def _pairwise_uneven(ctx, seed: int, exchange_counts: bool, broken: bool = False
     """The pairwise all-to-all with uneven (some empty) splits, its out splits given or found
     by its count exchange: (result == every sender's rows for this rank, bytes, predicted).
     ``broken``: a variant that files each sender's rows in the slot of the sender across."""
-    from commbench.collectives.alltoall import _pairwise_elements, pairwise_all_to_all
+    from commbench.collectives.alltoall import pairwise_elements
+    from commbench.collectives.alltoall_comms import pairwise_all_to_all
 
     n, r, row = ctx.size, ctx.rank, 2
 
@@ -170,7 +171,7 @@ def _pairwise_uneven(ctx, seed: int, exchange_counts: bool, broken: bool = False
     if broken:
         blocks = list(torch.split(got, out))
         got = torch.cat([blocks[(r - j) % n] for j in range(n)])  # src j's slot holds src -j's
-    sent, _ = _pairwise_elements(n, r, 0, mine, out, row=row)
+    sent, _ = pairwise_elements(n, r, 0, mine, out, row=row)
     pred = sent * 4 + ((n - 1) * 8 if exchange_counts else 0)  # the int64 counts go first
     return bool(got.shape == want.shape and (got == want).all()), cap.sent, pred
 

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.foundation
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "commbench")
 NAMED = re.compile(r"^([a-z_][a-z0-9_.]*):\w*$")  # a pattern's part: "seq.ulysses_comms:s2h"
+NAMING = ("commbench.patterns", "commbench.collectives")  # the packages whose records name parts
 FLOORS = {"names": 0, "version": 0, "runtime": 1, "wire": 2, "world": 3, "timing": 3,
           "results": 3, "collectives": 4, "patterns": 5, "costmodel": 6, "studies": 7,
           "cli": 8, "pytest_plugin": 8, "__main__": 8, "": 8}
@@ -57,8 +58,10 @@ def imports(name: str, path: str, known: dict[str, str]) -> set[str]:
             for a in node.names:  # `from pkg import module` imports the module
                 found.add(f"{module}.{a.name}" if f"{module}.{a.name}" in known else module)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
-                name.startswith("commbench.patterns") and NAMED.match(node.value):
-            found.add(f"commbench.patterns.{NAMED.match(node.value).group(1)}")
+                NAMED.match(node.value):
+            for home in NAMING:  # a record's named part: "ring_comms:ring_all_reduce"
+                if name.startswith(home):
+                    found.add(f"{home}.{NAMED.match(node.value).group(1)}")
     return {m for m in found if m in known and m != name}
 
 
@@ -161,6 +164,39 @@ def test_every_named_part_is_there():
                 assert hasattr(p.parts, part), (p.name, b.name, part)
 
 
+def test_every_named_algorithm_part_is_there():
+    """Each algorithm's function, parts and broken parts, named as strings, exist; a broken
+    part replaces one its parts have."""
+    from commbench.collectives import ALGORITHMS
+    from commbench.collectives.algorithm import resolve
+
+    for (op, name), r in ALGORITHMS.items():
+        assert r.fn is None or callable(r.function), (op, name)
+        for b in r.broken:
+            for part, where in b.parts.items():
+                assert callable(resolve(where)), (op, name, b.name, part)
+                assert hasattr(r.parts_of(), part), (op, name, b.name, part)
+
+
+def test_each_algorithm_keeps_its_code_beside_its_record():
+    """An algorithm's record is in its family's file and names its code in the family's
+    ``_comms`` (a compiled schedule: the engine, :mod:`commbench.collectives.compiled`)."""
+    import inspect
+
+    from commbench.collectives import ALGORITHMS
+
+    for (op, name), r in ALGORITHMS.items():
+        if r.fn is None:
+            continue
+        home = "compiled.schedule" if r.compiled else \
+            f"{inspect.getmodule(r.elements).__name__.rpartition('.')[2]}_comms"
+        assert r.fn.partition(":")[0] == home, (op, name, r.fn)
+        for b in r.broken:
+            for where in b.parts.values():
+                assert not isinstance(where, str) or where.partition(":")[0] == home, \
+                    (op, name, b.name, where)
+
+
 def test_each_pattern_keeps_its_operators_and_broken_parts_beside_its_record():
     """A pattern's broken parts sit with its own operators: in the module of its parts, which
     is its record's ``<name>_comms.py`` or its family's shared one."""
@@ -177,15 +213,17 @@ def test_each_pattern_keeps_its_operators_and_broken_parts_beside_its_record():
                 assert where.partition(":")[0] in homes, (p.name, b.name, where)
 
 
-def test_the_records_and_the_layout_prediction_import_no_torch():
-    """The pattern records and ``predict layout`` answer without torch or
-    hypothesis (each costs about a second to import)."""
+def test_the_records_the_layout_prediction_and_the_listing_import_no_torch():
+    """The pattern and algorithm records, ``predict layout`` and ``list`` answer without torch
+    or hypothesis (each costs about a second to import)."""
     code = ("import sys, contextlib, io\n"
             "import commbench.patterns.registry, commbench.costmodel.layout\n"
+            "import commbench.collectives\n"
             "from commbench.cli.main import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    main(['predict', 'layout', '--tp', '2', '--dp', '2', '--cp', '2', '--pp', '2', "
             "'--experts', '4', '--ep', '2'])\n"
+            "    main(['list'])\n"
             "print(sorted(m for m in ('torch', 'hypothesis') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr)

@@ -15,10 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from schedule_cases import messages, refusal, replay, waits
 
-from commbench.collectives.compiled.broken import tiny_first_only
+from commbench.collectives.algorithm import Step
 from commbench.collectives.compiled.reduce import TINY, tiny_reducer
-from commbench.collectives.compiled.schedule import SPLIT, pieces
-from commbench.collectives.compiled.steps import SCHEDULES, Step, step_list
+from commbench.collectives.compiled.steps import SCHEDULES, SPLIT, pieces, step_list, tiny_first_only
 
 pytestmark = [pytest.mark.collectives, pytest.mark.ring]
 

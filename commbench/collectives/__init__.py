@@ -9,15 +9,15 @@ all-reduce), ``alltoall`` (pairwise, Bruck), ``hierarchical`` (two-level all-red
 grid). ``<name>_compiled``: the same all-reduce schedule as a step list, compiled onto fixed
 buffers (:mod:`commbench.collectives.compiled`). ``sendrecv`` and ``pingpong`` are the
 point-to-point benchmarks.
-"""
 
-from functools import partial
+Each family's records (bytes, terms, step list, broken variants) are in ``<family>.py`` and
+import no torch; its send/recv code is in ``<family>_comms.py``, named by the records and
+imported when an algorithm runs.
+"""
 
 from commbench.collectives import alltoall, doubling, hierarchical, ring, tree
 from commbench.collectives.algorithm import Algorithm
-from commbench.collectives.compiled.broken import broken_of
-from commbench.collectives.compiled.schedule import COMPILED, compiled_all_reduce
-from commbench.collectives.compiled.steps import SCHEDULES
+from commbench.collectives.compiled.steps import BROKEN, CHUNKED
 from commbench.names import COLLECTIVES
 from commbench.wire.ops import OPS
 
@@ -29,12 +29,20 @@ _RECORDS = [Algorithm(op, "native", None, OPS[op].elements, OPS[op].terms, needs
 _RECORDS += [*tree.RECORDS, *ring.RECORDS, *doubling.RECORDS, *hierarchical.RECORDS,
              *alltoall.RECORDS]
 ALGORITHMS: dict[tuple[str, str], Algorithm] = {(r.op, r.name): r for r in _RECORDS}
-ALGORITHMS |= {  # a compiled schedule moves what its source does, in the same steps
-    ("all_reduce", f"{a}_compiled"): Algorithm(
-        "all_reduce", f"{a}_compiled", partial(compiled_all_reduce, algo=a),
-        ALGORITHMS[("all_reduce", a)].elements, ALGORITHMS[("all_reduce", a)].terms, compiled=a,
-        parts=COMPILED, broken=broken_of(a))
-    for a in SCHEDULES}
+
+
+def compiled_record(source: Algorithm) -> Algorithm:
+    """The record of ``source``'s schedule compiled: it moves what its source does, in the same
+    steps; its broken variants are the engine's (and cut chunks, where the source cuts blocks)."""
+    chunked = source.name in ("ring", "rabenseifner")
+    return Algorithm(source.op, f"{source.name}_compiled",
+                     "compiled.schedule:compiled_all_reduce", source.elements, source.terms,
+                     compiled=source.name, parts="compiled.schedule:COMPILED",
+                     broken=BROKEN + ((CHUNKED,) if chunked else ()))
+
+
+ALGORITHMS |= {(r.op, r.name): r for r in
+               (compiled_record(s) for s in _RECORDS if s.steps is not None)}
 
 
 def algorithms_of(op: str) -> list[str]:

@@ -7,7 +7,7 @@ import torch
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 
-__all__ = ["combine", "exchange", "finish_avg", "flat", "offsets", "pg_run"]
+__all__ = ["combine", "exchange", "finish_avg", "flat", "pg_run"]
 
 TAG = 7001  # algorithms use their own tag, apart from user point-to-point traffic
 
@@ -47,14 +47,6 @@ def finish_avg(x: torch.Tensor, op: str, n: int) -> torch.Tensor:
 
 def flat(x: torch.Tensor) -> torch.Tensor:
     return x.detach().reshape(-1).clone()
-
-
-def offsets(counts: list[int]) -> list[int]:
-    """Start of each block and the end: [0, c0, c0+c1, ..., sum(counts)]."""
-    out = [0]
-    for c in counts:
-        out.append(out[-1] + c)
-    return out
 
 
 def pg_run(pg, recvs: list, sends: list, after: list) -> None:

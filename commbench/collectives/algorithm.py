@@ -1,15 +1,20 @@
 """One record per (collective, algorithm), as nccl-tests fills one ``struct testColl`` per
 collective: everything the rest of commbench needs to run it, count it and price it.
 
-* ``fn``: the algorithm in its own signature (None: the transport's own collective);
+* ``fn``: the algorithm in its own signature, named ``"module:attribute"`` under
+  ``commbench.collectives`` (None: the transport's own collective); a record is pure data, so
+  that listing and pricing the algorithms imports no torch, and its code is imported when it runs;
 * ``elements(n, i, count, **kw)``: elements member ``i`` of ``n`` sends and receives in one call
   (count: elements of its input; all-gather: its block; kw: root, in/out splits, row);
 * ``terms(n, S)``: steps, bytes sent and bytes reduced on its critical path for nccl-tests' size
   S, the alpha-beta model's terms (:mod:`commbench.costmodel.alphabeta`);
-* ``compiled``: the step list (:mod:`commbench.collectives.compiled.steps`) it replays, if any;
-* ``parts``: a frozen dataclass of its swappable steps, passed to ``fn`` as ``parts=``;
-  ``broken``: its deliberately broken variants (:class:`BrokenAlgorithm`: parts replaced),
-  which the property tests must catch, declared here as the patterns declare theirs;
+* ``steps(n, i, count, split)``: its schedule as a list of :class:`Step` (an all-reduce's), which
+  its ``_compiled`` record replays on fixed buffers; ``compiled``: the algorithm whose steps
+  a compiled record replays (:mod:`commbench.collectives.compiled`);
+* ``parts``: a frozen dataclass of its swappable steps (named as ``fn`` is), passed to ``fn`` as
+  ``parts=``; ``broken``: its deliberately broken variants (:class:`BrokenAlgorithm`: parts
+  replaced, each named or given), which the property tests must catch, declared here as the
+  patterns declare theirs;
 * ``grid(n)``: the rank grid it runs on (the hierarchical all-reduce: its nodes); ``needs(n)``:
   why a world of ``n`` ranks cannot run it ('' when it can); with ``per_node``, these and
   ``elements`` also take ``local``, the ranks per node of the world (``Context.node_size``).
@@ -24,9 +29,39 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+from commbench.names import named
 from commbench.wire.ops import OPS
 
-__all__ = ["Algorithm", "BrokenAlgorithm", "any_world"]
+__all__ = ["Algorithm", "BrokenAlgorithm", "Step", "any_world", "resolve"]
+
+
+def resolve(part):
+    """A part named ``"module:attribute"`` (under ``commbench.collectives``), or the part itself."""
+    return named(part, "commbench.collectives") if isinstance(part, str) else part
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step of one member of a schedule: send buf[send] to ``dst`` while receiving
+    buf-sized ``recv`` from ``src``; ``reduce``: combine what came into buf[recv] (else it
+    overwrites buf[recv]). ``avg``: no message, divide buf[avg] by the group size (op avg only).
+    Ranges are element offsets into the flat vector buf [S].
+
+    ``joint``: posted together with the next step, and so on along a run of joint steps ended
+    by one that is not: every message of the run is started at once; then each step in order
+    waits for its receive (all the run's sends after the first) and combines it. A run's
+    combined receives land in distinct scratch blocks, ``slot`` 0, 1, ...; no step of a run may
+    combine into what one of its sends reads before that send completes (the first's may: the
+    sends are waited before it combines)."""
+
+    send: tuple[int, int] | None = None
+    dst: int = -1
+    recv: tuple[int, int] | None = None
+    src: int = -1
+    reduce: bool = False
+    avg: tuple[int, int] | None = None
+    slot: int = 0
+    joint: bool = False
 
 
 def any_world(n: int) -> str:
@@ -46,10 +81,11 @@ def _call(op: str, fn, comm, x, where, root: int, redop: str, splits):
 
 @dataclass(frozen=True)
 class BrokenAlgorithm:
-    """An algorithm run with ``parts`` in place of its own (``why`` says what goes wrong)."""
+    """An algorithm run with ``parts`` in place of its own (``why`` says what goes wrong); each
+    part a callable or its name, ``"module:attribute"``."""
 
     name: str
-    parts: dict[str, Callable]
+    parts: dict[str, Callable | str]
     why: str
 
 
@@ -59,9 +95,10 @@ class Algorithm:
 
     op: str
     name: str
-    fn: Callable | None
+    fn: Callable | str | None
     elements: Callable[..., tuple[int, int]]
     terms: Callable[[int, float], tuple[float, float, float]]
+    steps: Callable[..., list[Step]] | None = None
     compiled: str = ""
     grid: Callable[..., str] | None = None
     needs: Callable[..., str] = any_world
@@ -70,13 +107,19 @@ class Algorithm:
     parts: Any = None
     broken: tuple[BrokenAlgorithm, ...] = ()
 
+    @property
+    def function(self) -> Callable | None:
+        """Its function, imported now (None: the transport's own collective)."""
+        return resolve(self.fn)
+
     def parts_of(self, broken: str | None = None):
         """Its parts, or those of its broken variant named ``broken``."""
+        parts = resolve(self.parts)
         if broken is None:
-            return self.parts
+            return parts
         for b in self.broken:
             if b.name == broken:
-                return replace(self.parts, **b.parts)
+                return replace(parts, **{k: resolve(v) for k, v in b.parts.items()})
         known = ", ".join(b.name for b in self.broken) or "none"
         raise ValueError(f"broken={broken!r}: {self.op}/{self.name} declares {known}")
 
@@ -109,6 +152,8 @@ class Algorithm:
             raise ValueError(f"{self.op}/{self.name}: {why}")
         where = ctx.grid(self.grid(ctx.size, **kw)) if self.grid is not None else ctx.world
         call = self.call or partial(_call, self.op)
-        fn = self.fn if self.parts is None else partial(self.fn, parts=self.parts_of(broken))
+        fn = self.function
+        fn = fn if self.parts is None else partial(fn, parts=self.parts_of(broken))
+        fn = partial(fn, algo=self.compiled) if self.compiled else fn
         fn = partial(fn, **options) if options else fn
         return lambda: call(fn, comm, x, where, root, redop, splits)

@@ -1,4 +1,6 @@
-"""Recursive doubling and Rabenseifner's all-reduce, for any group size.
+"""Recursive doubling and Rabenseifner's all-reduce, for any group size: their records, their
+step lists and the layout both share; the send/recv code is
+:mod:`commbench.collectives.doubling_comms`.
 
 Non-powers of two (Thakur, Rabenseifner and Gropp 2005, as MPICH does it): with p the largest power
 of two <= P and r = P - p, the first 2r members pair up; each even one sends its whole vector to
@@ -18,113 +20,55 @@ Shapes: x [*] -> out [*], the same on every member.
 
 from __future__ import annotations
 
-import torch
+from commbench.collectives.algorithm import Algorithm, Step
+from commbench.collectives.blocks import fold_layout, halving_ranges, member
+from commbench.wire.ops import offsets, split_sizes
 
-from commbench.collectives._p2p import combine, exchange, finish_avg, flat
-from commbench.collectives.algorithm import Algorithm
-from commbench.runtime.group import Group
-from commbench.wire.comm import Comm
-from commbench.wire.ops import split_sizes
-
-__all__ = ["RECORDS", "fold_layout", "rabenseifner_all_reduce", "recursive_doubling_all_reduce"]
+__all__ = ["RECORDS", "doubling_steps", "rabenseifner_steps"]
 
 
-def fold_layout(n: int, i: int) -> tuple[int, int, int]:
-    """(p, r, new): the power of two, the extra members, and member i's active number (-1: folded)."""
-    p = 1 << (n.bit_length() - 1)
-    r = n - p
-    if i < 2 * r:
-        return p, r, (i // 2 if i % 2 else -1)
-    return p, r, i - r
+def _fold_steps(n: int, i: int, count: int) -> tuple[list[Step], list[Step]]:
+    """The non-power-of-two fold and unfold as steps."""
+    _, r, _ = fold_layout(n, i)
+    if i >= 2 * r:
+        return [], []
+    whole = (0, count)
+    if i % 2 == 0:
+        return [Step(send=whole, dst=i + 1)], [Step(recv=whole, src=i + 1)]
+    return [Step(recv=whole, src=i - 1, reduce=True)], [Step(send=whole, dst=i - 1)]
 
 
-def _member(new: int, r: int) -> int:
-    """Group index of active member ``new``."""
-    return 2 * new + 1 if new < r else new + r
+def doubling_steps(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
+    """Recursive doubling as member i's steps (:func:`~.doubling_comms.recursive_doubling_all_reduce`)."""
+    p, r, new = fold_layout(n, i)
+    fold, unfold = _fold_steps(n, i, count)
+    out, d = list(fold), 1
+    while new >= 0 and d < p:
+        peer = member(new ^ d, r)
+        out.append(Step((0, count), peer, (0, count), peer, reduce=True))
+        d <<= 1
+    return out + unfold + [Step(avg=(0, count))]
 
 
-def _fold(comm: Comm, buf: torch.Tensor, group: Group, r: int, op: str) -> torch.Tensor:
-    i = group.index
-    if i < 2 * r:
-        if i % 2 == 0:
-            exchange(comm, buf, i + 1, None, None, group)
-        else:
-            got = exchange(comm, None, None, buf, i - 1, group)
-            buf = combine(got, buf, op)
-    return buf
-
-
-def _unfold(comm: Comm, buf: torch.Tensor, group: Group, r: int) -> torch.Tensor:
-    i = group.index
-    if i < 2 * r:
-        if i % 2:
-            exchange(comm, buf, i - 1, None, None, group)
-        else:
-            buf = exchange(comm, None, None, buf, i + 1, group)
-    return buf
-
-
-def recursive_doubling_all_reduce(comm: Comm, x: torch.Tensor, group: Group, *,
-                                  op: str = "sum") -> torch.Tensor:
-    buf = flat(x)
-    p, r, new = fold_layout(group.size, group.index)
-    with comm.ledger.scope("recursive_doubling"):
-        buf = _fold(comm, buf, group, r, op)
-        if new >= 0:
-            d = 1
-            while d < p:
-                peer = _member(new ^ d, r)
-                got = exchange(comm, buf, peer, buf, peer, group)
-                buf = combine(got, buf, op)
-                d <<= 1
-        buf = _unfold(comm, buf, group, r)
-    return finish_avg(buf, op, group.size).reshape(x.shape)
-
-
-def halving_ranges(p: int, new: int) -> list[tuple[int, int, int, int]]:
-    """Recursive halving of member ``new``: per step (keep_lo, keep_hi, send_lo, send_hi) in blocks."""
-    lo, hi, d, out = 0, p, p >> 1, []
-    while d >= 1:
-        mid = lo + (hi - lo) // 2
-        if new & d:
-            out.append((mid, hi, lo, mid))
-            lo = mid
-        else:
-            out.append((lo, mid, mid, hi))
-            hi = mid
-        d >>= 1
-    return out
-
-
-def rabenseifner_all_reduce(comm: Comm, x: torch.Tensor, group: Group, *,
-                            op: str = "sum") -> torch.Tensor:
-    buf = flat(x)
-    p, r, new = fold_layout(group.size, group.index)
-    b = [0]
-    for c in split_sizes(buf.numel(), p):
-        b.append(b[-1] + c)
-    with comm.ledger.scope("rabenseifner"):
-        buf = _fold(comm, buf, group, r, op)
-        if new >= 0:
-            steps = halving_ranges(p, new)
-            d = p >> 1
-            for keep_lo, keep_hi, send_lo, send_hi in steps:  # reduce-scatter
-                peer = _member(new ^ d, r)
-                keep = buf[b[keep_lo]:b[keep_hi]]
-                got = exchange(comm, buf[b[send_lo]:b[send_hi]], peer, keep, peer, group)
-                buf[b[keep_lo]:b[keep_hi]] = combine(got, keep, op)
-                d >>= 1
-            finish_avg(buf[b[new]:b[new + 1]], op, group.size)
-            d = 1
-            for keep_lo, keep_hi, send_lo, send_hi in reversed(steps):  # all-gather
-                peer = _member(new ^ d, r)
-                # what was kept at this level is now complete here; the partner completed the rest
-                got = exchange(comm, buf[b[keep_lo]:b[keep_hi]], peer, buf[b[send_lo]:b[send_hi]],
-                               peer, group)
-                buf[b[send_lo]:b[send_hi]] = got
-                d <<= 1
-        buf = _unfold(comm, buf, group, r)
-    return buf.reshape(x.shape)
+def rabenseifner_steps(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
+    """Rabenseifner's all-reduce as member i's steps (:func:`~.doubling_comms.rabenseifner_all_reduce`)."""
+    p, r, new = fold_layout(n, i)
+    fold, unfold = _fold_steps(n, i, count)
+    out = list(fold)
+    if new >= 0:
+        b = offsets(split(count, p))
+        steps, d = halving_ranges(p, new), p >> 1
+        for kl, kh, sl, sh in steps:
+            peer = member(new ^ d, r)
+            out.append(Step((b[sl], b[sh]), peer, (b[kl], b[kh]), peer, reduce=True))
+            d >>= 1
+        out.append(Step(avg=(b[new], b[new + 1])))
+        d = 1
+        for kl, kh, sl, sh in reversed(steps):
+            peer = member(new ^ d, r)
+            out.append(Step((b[kl], b[kh]), peer, (b[sl], b[sh]), peer))
+            d <<= 1
+    return out + unfold
 
 
 def _fold_elements(n: int, i: int, count: int) -> tuple[int, int]:
@@ -144,9 +88,7 @@ def _rab_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
     s, r = _fold_elements(n, i, count)
     if new < 0:
         return s, r
-    b = [0]
-    for c in split_sizes(count, p):
-        b.append(b[-1] + c)
+    b = offsets(split_sizes(count, p))
     moved = sum((b[kh] - b[kl]) + (b[sh] - b[sl]) for kl, kh, sl, sh in halving_ranges(p, new))
     return s + moved, r + moved
 
@@ -164,7 +106,8 @@ def _rab_terms(n: int, S: float) -> tuple[float, float, float]:
 
 
 RECORDS = (
-    Algorithm("all_reduce", "recursive_doubling", recursive_doubling_all_reduce, _rd_elements,
-              _rd_terms),
-    Algorithm("all_reduce", "rabenseifner", rabenseifner_all_reduce, _rab_elements, _rab_terms),
+    Algorithm("all_reduce", "recursive_doubling", "doubling_comms:recursive_doubling_all_reduce",
+              _rd_elements, _rd_terms, steps=doubling_steps),
+    Algorithm("all_reduce", "rabenseifner", "doubling_comms:rabenseifner_all_reduce",
+              _rab_elements, _rab_terms, steps=rabenseifner_steps),
 )

@@ -1,4 +1,5 @@
-"""Two-level all-reduce over a rank grid that stands for nodes.
+"""Two-level all-reduce over a rank grid that stands for nodes: its record; the send/recv code
+is :mod:`commbench.collectives.hierarchical_comms`.
 
 With the grid ``node=N,local=L`` (L ranks per node, adjacent ranks on one node: a launched world's
 own nodes when it spans several hosts of as many ranks each, else nodes of 2 that stand for
@@ -13,31 +14,11 @@ Shapes: x [*] -> out [*] on every rank; chunk [c_l] inside the node, c from spli
 
 from __future__ import annotations
 
-import torch
-
-from commbench.collectives._p2p import flat
 from commbench.collectives.algorithm import Algorithm
-from commbench.collectives.ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
-from commbench.runtime.group import Group
-from commbench.wire.comm import Comm
+from commbench.collectives.ring import ar_elements, rs_elements
 from commbench.wire.ops import split_sizes
 
-__all__ = ["RECORDS", "hierarchical_all_reduce"]
-
-
-def hierarchical_all_reduce(comm: Comm, x: torch.Tensor, local: Group, cross: Group, *,
-                            op: str = "sum") -> torch.Tensor:
-    """``local``: this rank's node; ``cross``: the ranks with this rank's local index on every node."""
-    buf = flat(x)
-    counts = split_sizes(buf.numel(), local.size)
-    inner = "sum" if op == "avg" else op
-    with comm.ledger.scope("hierarchical_all_reduce"):
-        mine = ring_reduce_scatter(comm, buf, local, op=inner, counts=counts)
-        mine = ring_all_reduce(comm, mine, cross, op=inner)
-        if op == "avg":
-            mine.div_(local.size * cross.size)
-        out = ring_all_gather(comm, mine, local, counts=counts)
-    return out.reshape(x.shape)
+__all__ = ["LOCAL", "RECORDS"]
 
 
 LOCAL = 2  # ranks per node of the grid on one host, where nodes of 2 ranks stand for nodes
@@ -49,13 +30,11 @@ def _local(local: int | None) -> int:
 
 
 def _elements(n: int, i: int, count: int, local: int | None = None, **kw) -> tuple[int, int]:
-    from commbench.collectives.ring import _ar_elements, _rs_elements
-
     L = _local(local)
     nodes, li = n // L, i % L
     c = split_sizes(count, L)
-    s1, r1 = _rs_elements(L, li, count)
-    s2, r2 = _ar_elements(nodes, i // L, c[li])
+    s1, r1 = rs_elements(L, li, count)
+    s2, r2 = ar_elements(nodes, i // L, c[li])
     s3, r3 = count - c[(li + 1) % L], count - c[li]
     return s1 + s2 + s3, r1 + r2 + r3
 
@@ -72,7 +51,7 @@ def _needs(n: int, local: int | None = None) -> str:
 
 
 RECORDS = (Algorithm(
-    "all_reduce", "hierarchical", hierarchical_all_reduce, _elements, _terms,
+    "all_reduce", "hierarchical", "hierarchical_comms:hierarchical_all_reduce", _elements, _terms,
     grid=lambda n, local=None: f"node={n // _local(local)},local={_local(local)}",
     needs=_needs, per_node=True,
     call=lambda fn, comm, x, grid, root, redop, splits: fn(comm, x, grid["local"], grid["node"],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import torch
 
@@ -185,5 +186,5 @@ def _prepare_compiled(comm, case: Case, src, record, g) -> Prepared:
             sched.book(t)
         sched.close()
 
-    return Prepared(sched.run, restore(buf, src), lambda: record.fn(comm, src, g, op=case.redop),
-                    lambda: buf, after=after)
+    once = partial(record.function, comm, src, g, op=case.redop, algo=record.compiled)
+    return Prepared(sched.run, restore(buf, src), once, lambda: buf, after=after)

@@ -1,4 +1,6 @@
-"""Binomial trees (broadcast, reduce) and the naive all-reduce, from send/recv.
+"""Binomial trees (broadcast, reduce) and the naive all-reduce, from send/recv: their records,
+the tree both directions share and the naive all-reduce's step list; the send/recv code is
+:mod:`commbench.collectives.tree_comms`.
 
 Binomial tree over members relative to the root, v = (i - root) mod P: in broadcast, v receives
 from v - lowbit(v) and then sends to v + m for each power of two m below lowbit(v) (the root to
@@ -13,74 +15,27 @@ reduces them in member order and sends the result back to each: (P-1) * S in and
 
 from __future__ import annotations
 
-import torch
+from commbench.collectives.algorithm import Algorithm, Step
+from commbench.collectives.blocks import tree_children
+from commbench.wire.ops import lg, split_sizes
 
-from commbench.collectives._p2p import combine, exchange, finish_avg, flat
-from commbench.collectives.algorithm import Algorithm
-from commbench.runtime.group import Group
-from commbench.wire.comm import Comm
-from commbench.wire.ops import lg
-
-__all__ = ["RECORDS", "binomial_broadcast", "binomial_reduce", "naive_all_reduce", "tree_children"]
+__all__ = ["RECORDS", "naive_steps"]
 
 
-def tree_children(n: int, v: int) -> tuple[int | None, list[int]]:
-    """(parent, children) of relative member v in the binomial tree of n members."""
-    low = v & -v if v else 1 << n.bit_length()
-    parent = v - low if v else None
-    children, m = [], 1
-    while m < low and v + m < n:
-        children.append(v + m)
-        m <<= 1
-    return parent, children
-
-
-def binomial_broadcast(comm: Comm, x: torch.Tensor, group: Group, *, root: int = 0) -> torch.Tensor:
-    """Every member gets the root's ``x``; the others pass a tensor of the same shape. x [*]."""
-    n, buf = group.size, flat(x)
-    v = (group.index - root) % n
-    parent, children = tree_children(n, v)
-    with comm.ledger.scope("binomial_broadcast"):
-        if parent is not None:
-            buf = exchange(comm, None, None, buf, (parent + root) % n, group)
-        for c in reversed(children):  # farthest subtree first: it has the most rounds left
-            exchange(comm, buf, (c + root) % n, None, None, group)
-    return buf.reshape(x.shape)
-
-
-def binomial_reduce(comm: Comm, x: torch.Tensor, group: Group, *, root: int = 0,
-                    op: str = "sum") -> torch.Tensor | None:
-    """The root gets the reduction of every member's ``x``; the others get None."""
-    n, buf = group.size, flat(x)
-    v = (group.index - root) % n
-    parent, children = tree_children(n, v)
-    with comm.ledger.scope("binomial_reduce"):
-        for c in children:
-            got = exchange(comm, None, None, buf, (c + root) % n, group)
-            buf = combine(got, buf, op)
-        if parent is not None:
-            exchange(comm, buf, (parent + root) % n, None, None, group)
-            return None
-    return finish_avg(buf, op, n).reshape(x.shape)
-
-
-def naive_all_reduce(comm: Comm, x: torch.Tensor, group: Group, *, op: str = "sum") -> torch.Tensor:
-    """Reduce to member 0 in member order, then send the result to every member."""
-    n, buf = group.size, flat(x)
-    with comm.ledger.scope("naive_all_reduce"):
-        if group.index == 0:
-            parts = [buf] + [exchange(comm, None, None, buf, j, group) for j in range(1, n)]
-            acc = parts[0]
-            for part in parts[1:]:
-                acc = combine(acc, part, op)
-            finish_avg(acc, op, n)
-            for j in range(1, n):
-                exchange(comm, acc, j, None, None, group)
-            buf = acc
-        else:
-            exchange(comm, buf, 0, None, None, group)
-            buf = exchange(comm, None, None, buf, 0, group)
-    return buf.reshape(x.shape)
+def naive_steps(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
+    """The naive all-reduce as member i's steps: member 0 combines every vector in member order,
+    then sends the result to every member (:func:`~.tree_comms.naive_all_reduce`). Its receives
+    are posted together, one scratch block each, and so are its sends: gloo sends only once the
+    receiver has posted (a rendezvous), so receives posted one after another cost a round trip
+    each (docs/decisions.md)."""
+    whole = (0, count)
+    if n == 1:
+        return [Step(avg=whole)]
+    if i:
+        return [Step(send=whole, dst=0), Step(recv=whole, src=0)]
+    return ([Step(recv=whole, src=j, reduce=True, slot=j - 1, joint=j < n - 1)
+             for j in range(1, n)] + [Step(avg=whole)]
+            + [Step(send=whole, dst=j, joint=j < n - 1) for j in range(1, n)])
 
 
 def _naive_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
@@ -97,10 +52,10 @@ def _tree_elements(op: str):
 
 
 RECORDS = (
-    Algorithm("all_reduce", "naive", naive_all_reduce, _naive_elements,
-              lambda n, S: (2 * (n - 1), 2 * (n - 1) * S, (n - 1) * S)),
-    Algorithm("broadcast", "binomial", binomial_broadcast, _tree_elements("broadcast"),
+    Algorithm("all_reduce", "naive", "tree_comms:naive_all_reduce", _naive_elements,
+              lambda n, S: (2 * (n - 1), 2 * (n - 1) * S, (n - 1) * S), steps=naive_steps),
+    Algorithm("broadcast", "binomial", "tree_comms:binomial_broadcast", _tree_elements("broadcast"),
               lambda n, S: (lg(n), lg(n) * S, 0.0)),
-    Algorithm("reduce", "binomial", binomial_reduce, _tree_elements("reduce"),
+    Algorithm("reduce", "binomial", "tree_comms:binomial_reduce", _tree_elements("reduce"),
               lambda n, S: (lg(n), lg(n) * S, lg(n) * S)),
 )

@@ -43,7 +43,7 @@ from commbench.patterns.seq.ulysses import ulysses_calls
 from commbench.patterns.tp.configs import TPConfig
 from commbench.patterns.tp.layer_pattern import activation_calls, replicated_sync
 from commbench.patterns.tp.vocab import VocabConfig
-from commbench.wire.ops import booked
+from commbench.wire.ops import OPS, booked
 
 __all__ = ["Layout", "dp_calls", "group_span", "predict_layout", "step_bytes"]
 
@@ -149,7 +149,8 @@ def _time_us(call: Call, n: int, topo: Topology, span, version: str):
         lat = c["base_lat_us"]["ring"][2] + c["hw_lat_us"]["net" if nodes > 1 else link]["ring"][2]
         return lat + (sent - cross) / (1000 * nv) + (cross / (1000 * nic) if cross else 0), "p2p"
     sub = topo.part(nodes, here)
-    choice = nccl_predict(op, call.size * n if op == "all_gather" else call.size, sub, version)
+    nbytes = call.size * n if OPS[op].input == "block" else call.size  # nccl-tests' size
+    choice = nccl_predict(op, nbytes, sub, version)
     return choice.time_us, f"{choice.algo}/{choice.proto}"
 
 

@@ -22,6 +22,7 @@ from functools import cache
 from importlib import resources
 
 from commbench.costmodel.topology import Graph, Topology, graphs
+from commbench.wire import ops as op_records
 
 __all__ = ["ALGOS", "PROTOS", "Choice", "constants", "hierarchical_all_reduce", "nccl_predict",
            "nccl_table", "versions"]
@@ -59,8 +60,20 @@ def _node_index(nodes: int) -> int:
     return 0 if nodes == 1 else (1 if nodes == 2 else 2)
 
 
+# per op: the ring's steps over n ranks (NCCL's nsteps), and of those, the steps per node
+# boundary that cross the network (0: a chain, priced per step)
+_STEPS = {"all_reduce": (lambda n: 2 * (n - 1), 2), "all_gather": (lambda n: n - 1, 1),
+          "reduce_scatter": (lambda n: n - 1, 1), "broadcast": (lambda n: n, 0),
+          "reduce": (lambda n: n, 0)}
+# per algorithm: the ops NCCL runs with it (ring: every op)
+_RUNS = {"tree": {"all_reduce"}, "collnet_direct": {"all_reduce"}, "collnet_chain": {"all_reduce"},
+         "nvls": {"all_reduce", "all_gather", "reduce_scatter"},
+         "nvls_tree": {"all_reduce", "all_gather", "reduce_scatter"},
+         "pat": {"all_gather", "reduce_scatter"}, "ring": set(OPS)}
+
+
 def _nsteps(op: str, n: int) -> int:
-    return 2 * (n - 1) if op == "all_reduce" else (n - 1 if op in ("all_gather", "reduce_scatter") else n)
+    return _STEPS[op][0](n)
 
 
 def _bus_bw(op, algo, p, topo: Topology, g: Graph, c: dict, ppn: int) -> float:
@@ -93,21 +106,19 @@ def _bus_bw(op, algo, p, topo: Topology, g: Graph, c: dict, ppn: int) -> float:
 
 
 def _enabled(op: str, algo: str, p: int, topo: Topology, n: int, ppn: int, c: dict) -> bool:
-    if algo not in c["base_lat_us"]:
+    if algo not in c["base_lat_us"] or op not in _RUNS[algo]:
         return False
     if algo in ("nvls", "nvls_tree"):
         if p != 2 or not topo.nvls or (algo == "nvls_tree") != (topo.nodes > 1):
             return False
         if algo == "nvls" and topo.nodes > 1 and not topo.collnet:
             return False
-        return op == "all_reduce" or (op in ("all_gather", "reduce_scatter") and ppn <= c["max_nvls_arity"])
-    if algo == "tree":
-        return op == "all_reduce"
+        return op == "all_reduce" or ppn <= c["max_nvls_arity"]  # all-gather, reduce-scatter
     if algo.startswith("collnet"):
-        return topo.collnet and p == 2 and op == "all_reduce"
+        return topo.collnet and p == 2
     if algo == "pat":
-        return op in ("all_gather", "reduce_scatter") and ppn == 1 and p == 2
-    return True  # ring: every op
+        return ppn == 1 and p == 2
+    return True
 
 
 def _latency(op, algo, p, topo: Topology, n: int, ppn: int, c: dict) -> float:
@@ -118,9 +129,10 @@ def _latency(op, algo, p, topo: Topology, n: int, ppn: int, c: dict) -> float:
     base, nodes = c["base_lat_us"][algo][p], topo.nodes
     nsteps = _nsteps(op, n)
     if algo == "ring":
-        if op in ("broadcast", "reduce"):
+        crossing = _STEPS[op][1]
+        if not crossing:  # a chain
             return base + nsteps * intra
-        inter_steps = (2 if op == "all_reduce" else 1) * (nodes - 1)
+        inter_steps = crossing * (nodes - 1)
         if nodes > 1:
             intra = max(intra, c["net_overhead_us"][topo.cpu_vendor] * (3 if p == 2 else 1))
         return base + (nsteps - inter_steps) * intra + inter_steps * inter
@@ -172,9 +184,7 @@ def nccl_table(op: str, nbytes: int, topo: Topology, version: str = "2.30.7") ->
                     and nbytes / (g.channels * n) >= 64:
                 lat *= c["ring_plateau"]["sm80_plus" if topo.arch != "volta" else "older"]
             t = lat + nbytes / (1000 * alg)
-            out.append(Choice(algo, proto, t, lat, alg * _nsteps(op, n) / n
-                              if op in ("all_reduce", "all_gather", "reduce_scatter") else alg,
-                              alg))
+            out.append(Choice(algo, proto, t, lat, alg * op_records.OPS[op].bus(n), alg))
     return out
 
 

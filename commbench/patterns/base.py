@@ -42,10 +42,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
+
+from commbench import names
 
 __all__ = ["DRAWS", "Broken", "Call", "Pattern", "Tolerance", "calls_diff", "calls_match", "drawn",
            "float32_references", "named", "nudger", "reference_nudges"]
@@ -61,10 +62,7 @@ def drawn(draw_config: Callable, *args):
 
 def named(name: str):
     """The object ``"module:attribute"`` names, the module under ``commbench.patterns``."""
-    module, _, attr = name.partition(":")
-    if not attr:
-        raise ValueError(f"{name!r}: a part is named 'module:attribute'")
-    return getattr(importlib.import_module(f"commbench.patterns.{module}"), attr)
+    return names.named(name, "commbench.patterns")
 
 
 @dataclass(frozen=True, slots=True)

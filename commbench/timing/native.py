@@ -45,9 +45,9 @@ def _in_place(op: str):
         first = {"all_reduce": lambda: comm.all_reduce(src, g, op=redop),
                  "broadcast": lambda: comm.broadcast(src, g, root=root),
                  "reduce": lambda: comm.reduce(src, g, root=root, op=redop)}[op]
-        result = (lambda: None) if op == "reduce" and g.index != root else (lambda: out)
-        return Prepared(call, restore(out, src), first, result,
-                        {"root": root} if op != "all_reduce" else {})
+        mine = OPS[op].expected(g.index, g.size, count, root) is not None  # reduce: the root's
+        return Prepared(call, restore(out, src), first, (lambda: out) if mine else (lambda: None),
+                        {"root": root} if OPS[op].rooted else {})
     return prepare
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from commbench.names import ROOTED
 
-__all__ = ["OPS", "Op", "booked", "counts_for", "lg", "split_sizes"]
+__all__ = ["OPS", "Op", "booked", "counts_for", "lg", "offsets", "split_sizes"]
 
 Segment = tuple[str, "int | None", int, int]
 
@@ -47,6 +47,14 @@ def split_sizes(count: int, n: int) -> list[int]:
         raise ValueError(f"count={count}: must be >= 0")
     base, extra = divmod(count, n)
     return [base + (1 if k < extra else 0) for k in range(n)]
+
+
+def offsets(counts: list[int]) -> list[int]:
+    """Start of each block and the end: [0, c0, c0+c1, ..., sum(counts)]."""
+    out = [0]
+    for c in counts:
+        out.append(out[-1] + c)
+    return out
 
 
 def lg(n: int) -> int:

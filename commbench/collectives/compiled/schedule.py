@@ -1,4 +1,5 @@
-"""The all-reduce step lists (:mod:`steps`), compiled once onto fixed buffers and replayed.
+"""The all-reduce step lists (each algorithm's ``steps``, :mod:`steps`), compiled once onto fixed
+buffers and replayed.
 
 :mod:`ring` and :mod:`doubling` are the readable reference: each message goes through the comm
 layer, which checks, tracks and books it, and each step allocates its result. That costs tens of
@@ -38,8 +39,9 @@ from functools import partial
 import torch
 
 from commbench.collectives._p2p import TAG, flat, pg_run
+from commbench.collectives.algorithm import Step
 from commbench.collectives.compiled.reduce import reducer, tiny_reducer
-from commbench.collectives.compiled.steps import Step, step_list
+from commbench.collectives.compiled.steps import SPLIT, pieces, step_list
 from commbench.collectives.compiled.waiting import checked, wait_mode, waiter
 from commbench.runtime.group import Group
 from commbench.wire.buffers import like
@@ -50,15 +52,6 @@ from commbench.wire.watch import quiet
 __all__ = ["COMPILED", "Compiled", "CompiledParts", "MPI_SEGMENT", "SPLIT", "compiled_all_reduce",
            "pieces"]
 MPI_SEGMENT = 4096  # bytes: MPICH's eager messages on this machine class (see above)
-SPLIT = 4  # messages up to SPLIT * segment are split; longer ones go whole
-
-
-def pieces(lo: int, hi: int, seg: int) -> list[tuple[int, int]]:
-    """Elements [lo, hi) as one range, or, when longer than ``seg`` (elements; 0: never) and at
-    most ``SPLIT * seg``, as consecutive ranges of at most ``seg``."""
-    if seg <= 0 or hi - lo <= seg or hi - lo > SPLIT * seg:
-        return [(lo, hi)]
-    return [(a, min(a + seg, hi)) for a in range(lo, hi, seg)]
 
 
 @dataclass(frozen=True)

@@ -1,118 +1,22 @@
-"""The all-reduce algorithms as step lists: per member, what to send to whom, what to receive
-from whom, and whether to combine it, in order.
-
-The same blocks, peers and order of operations as the readable reference in :mod:`ring`,
-:mod:`doubling` and :mod:`tree` (so a replay gives bitwise the same results); :mod:`schedule`
-binds a list to fixed buffers and replays it. Ranges are element offsets into the flat vector buf [S].
+"""The compiled all-reduce schedules' pieces: each algorithm's step list (kept in its own record,
+:func:`~commbench.collectives.ring.ring_steps` and the others, beside its bytes and terms), how a
+long MPI message is cut, and the deliberately broken variants every compiled schedule declares
+(its records: :mod:`commbench.collectives`). Pure: no torch at import; :mod:`.schedule` binds a
+step list to buffers and replays it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
-from commbench.collectives._p2p import offsets
-from commbench.collectives.doubling import _member, fold_layout, halving_ranges
+from commbench.collectives import doubling, ring, tree
+from commbench.collectives.algorithm import BrokenAlgorithm, Step
 from commbench.wire.ops import split_sizes
 
-__all__ = ["SCHEDULES", "Step", "step_list"]
+__all__ = ["BROKEN", "CHUNKED", "SCHEDULES", "SPLIT", "pieces", "step_list"]
 
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One step of one member: send buf[send] to ``dst`` while receiving buf-sized ``recv`` from
-    ``src``; ``reduce``: combine what came into buf[recv] (else it overwrites buf[recv]).
-    ``avg``: no message, divide buf[avg] by the group size (op avg only).
-
-    ``joint``: posted together with the next step, and so on along a run of joint steps ended
-    by one that is not: every message of the run is started at once; then each step in order
-    waits for its receive (all the run's sends after the first) and combines it. A run's
-    combined receives land in distinct scratch blocks, ``slot`` 0, 1, ...; no step of a run may
-    combine into what one of its sends reads before that send completes (the first's may: the
-    sends are waited before it combines)."""
-
-    send: tuple[int, int] | None = None
-    dst: int = -1
-    recv: tuple[int, int] | None = None
-    src: int = -1
-    reduce: bool = False
-    avg: tuple[int, int] | None = None
-    slot: int = 0
-    joint: bool = False
-
-
-def _ring(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
-    """Ring reduce-scatter then ring all-gather (:mod:`commbench.collectives.ring`)."""
-    b = offsets(split(count, n))
-    nxt, prv, out = (i + 1) % n, (i - 1) % n, []
-    for k in range(n - 1):
-        s, r = (i - k - 1) % n, (i - k - 2) % n
-        out.append(Step((b[s], b[s + 1]), nxt, (b[r], b[r + 1]), prv, reduce=True))
-    out.append(Step(avg=(b[i], b[i + 1])))
-    for k in range(n - 1):
-        s, r = (i - k) % n, (i - k - 1) % n
-        out.append(Step((b[s], b[s + 1]), nxt, (b[r], b[r + 1]), prv))
-    return out
-
-
-def _fold(n: int, i: int, count: int) -> tuple[list[Step], list[Step]]:
-    """The non-power-of-two fold and unfold of :mod:`commbench.collectives.doubling`."""
-    _, r, _ = fold_layout(n, i)
-    if i >= 2 * r:
-        return [], []
-    whole = (0, count)
-    if i % 2 == 0:
-        return [Step(send=whole, dst=i + 1)], [Step(recv=whole, src=i + 1)]
-    return [Step(recv=whole, src=i - 1, reduce=True)], [Step(send=whole, dst=i - 1)]
-
-
-def _doubling(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
-    p, r, new = fold_layout(n, i)
-    fold, unfold = _fold(n, i, count)
-    out, d = list(fold), 1
-    while new >= 0 and d < p:
-        peer = _member(new ^ d, r)
-        out.append(Step((0, count), peer, (0, count), peer, reduce=True))
-        d <<= 1
-    return out + unfold + [Step(avg=(0, count))]
-
-
-def _rabenseifner(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
-    p, r, new = fold_layout(n, i)
-    fold, unfold = _fold(n, i, count)
-    out = list(fold)
-    if new >= 0:
-        b = offsets(split(count, p))
-        steps, d = halving_ranges(p, new), p >> 1
-        for kl, kh, sl, sh in steps:
-            peer = _member(new ^ d, r)
-            out.append(Step((b[sl], b[sh]), peer, (b[kl], b[kh]), peer, reduce=True))
-            d >>= 1
-        out.append(Step(avg=(b[new], b[new + 1])))
-        d = 1
-        for kl, kh, sl, sh in reversed(steps):
-            peer = _member(new ^ d, r)
-            out.append(Step((b[kl], b[kh]), peer, (b[sl], b[sh]), peer))
-            d <<= 1
-    return out + unfold
-
-
-def _naive(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
-    """Member 0 combines every vector in member order, then sends the result to every member
-    (:func:`commbench.collectives.tree.naive_all_reduce`). Its receives are posted together, one
-    scratch block each, and so are its sends: gloo sends only once the receiver has posted (a
-    rendezvous), so receives posted one after another cost a round trip each
-    (docs/decisions.md)."""
-    whole = (0, count)
-    if n == 1:
-        return [Step(avg=whole)]
-    if i:
-        return [Step(send=whole, dst=0), Step(recv=whole, src=0)]
-    return ([Step(recv=whole, src=j, reduce=True, slot=j - 1, joint=j < n - 1)
-             for j in range(1, n)] + [Step(avg=whole)]
-            + [Step(send=whole, dst=j, joint=j < n - 1) for j in range(1, n)])
-
-
-SCHEDULES = {"naive": _naive, "ring": _ring, "recursive_doubling": _doubling, "rabenseifner": _rabenseifner}
+SCHEDULES = {r.name: r.steps for m in (tree, ring, doubling) for r in m.RECORDS if r.steps}
+SPLIT = 4  # messages up to SPLIT * segment are split; longer ones go whole
 
 
 def step_list(algo: str, n: int, i: int, count: int, split=split_sizes) -> list[Step]:
@@ -121,3 +25,63 @@ def step_list(algo: str, n: int, i: int, count: int, split=split_sizes) -> list[
     if algo not in SCHEDULES:
         raise ValueError(f"algo={algo!r}: must be one of {', '.join(SCHEDULES)}")
     return SCHEDULES[algo](n, i, count, split=split)
+
+
+def pieces(lo: int, hi: int, seg: int) -> list[tuple[int, int]]:
+    """Elements [lo, hi) as one range, or, when longer than ``seg`` (elements; 0: never) and at
+    most ``SPLIT * seg``, as consecutive ranges of at most ``seg``."""
+    if seg <= 0 or hi - lo <= seg or hi - lo > SPLIT * seg:
+        return [(lo, hi)]
+    return [(a, min(a + seg, hi)) for a in range(lo, hi, seg)]
+
+
+# -- the broken parts (each replaces one of schedule.CompiledParts) ------------------------------
+def miscombined_steps(algo: str, n: int, i: int, count: int, split) -> list[Step]:
+    """Member 0 mis-handles its first received block: combined where it should overwrite, or
+    overwritten where it should combine (a contribution lost or counted twice)."""
+    out = step_list(algo, n, i, count, split)
+    if i == 0:
+        for k, s in enumerate(out):
+            if s.recv and s.recv[1] > s.recv[0]:
+                out[k] = replace(s, reduce=not s.reduce)
+                break
+    return out
+
+
+def short_pieces(lo: int, hi: int, seg: int) -> list[tuple[int, int]]:
+    """The last piece of a split message is never sent nor received."""
+    out = pieces(lo, hi, seg)
+    return out[:-1] if len(out) > 1 else out
+
+
+def poisoned_scratch(buf, count: int):
+    """Scratch filled with NaN: a dropped piece leaves what the scratch held, and uninitialised
+    memory may still hold the very bytes a reference run just received (the allocator hands the
+    same block back), so it must not pass for data."""
+    from commbench.wire.buffers import like
+
+    out = like(buf, count)
+    if out.dtype.is_floating_point:
+        out.fill_(float("nan"))
+    return out
+
+
+def tiny_first_only(op: str, a, b):
+    """A tiny reduction whose second element is never combined."""
+    from commbench.collectives.compiled.reduce import tiny_reducer
+
+    return tiny_reducer(op, a[:1], b[:1])
+
+
+BROKEN = (  # every compiled schedule's
+    BrokenAlgorithm("miscombine", {"steps": miscombined_steps},
+                    "member 0 combines a block it should overwrite, or the other way round"),
+    BrokenAlgorithm("short_pieces", {"pieces": short_pieces, "scratch": poisoned_scratch},
+                    "the last piece of a split MPI message is dropped"),
+    BrokenAlgorithm("tiny_first_only", {"tiny": tiny_first_only},
+                    "a two-element reduction combines only its first element"),
+)
+CHUNKED = BrokenAlgorithm(  # a schedule that cuts blocks:
+    "off_by_one_chunk", {"split": ring.off_by_one_chunks},
+                           "every member cuts the same wrong chunks: the sums hold, the bytes "
+                           "do not")

@@ -25,6 +25,18 @@ def _np(t: torch.Tensor):
     return t.numpy()
 
 
+# op -> (backend, comm, out, x, redop, root) -> a zero-argument call on those buffers
+_BOUND = {
+    "barrier": lambda be, c, out, x, redop, root: c.Barrier,
+    "all_reduce": lambda be, c, out, x, redop, root: partial(c.Allreduce, be.MPI.IN_PLACE,
+                                                             _np(out), be._ops[redop]),
+    "all_gather": lambda be, c, out, x, redop, root: partial(c.Allgather, _np(x), _np(out)),
+    "reduce_scatter": lambda be, c, out, x, redop, root: partial(
+        c.Reduce_scatter_block, _np(x), _np(out), be._ops[redop]),
+    "broadcast": lambda be, c, out, x, redop, root: partial(c.Bcast, _np(out), root=root),
+}
+
+
 class MPIBackend:
     name = "mpi"
 
@@ -50,18 +62,8 @@ class MPIBackend:
         """
         if any(t is not None and t.is_cuda for t in (out, x)):
             return None
-        c, mpi = group.mpi_comm, self.MPI
-        if op == "barrier":
-            return c.Barrier
-        if op == "all_reduce":
-            return partial(c.Allreduce, mpi.IN_PLACE, _np(out), self._ops[redop])
-        if op == "all_gather":
-            return partial(c.Allgather, _np(x), _np(out))
-        if op == "reduce_scatter":
-            return partial(c.Reduce_scatter_block, _np(x), _np(out), self._ops[redop])
-        if op == "broadcast":
-            return partial(c.Bcast, _np(out), root=root)
-        return None
+        bound = _BOUND.get(op)
+        return None if bound is None else bound(self, group.mpi_comm, out, x, redop, root)
 
     def _staged(self, *ts):
         """Host views of the tensors (CUDA tensors copied), and a function to copy back."""

@@ -17,6 +17,17 @@ _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_sc
 
 _OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
         "max": dist.ReduceOp.MAX}
+# op -> (pg, out, x, redop, root) -> a zero-argument call on those buffers
+_BOUND = {
+    "barrier": lambda pg, out, x, redop, root: partial(dist.barrier, group=pg),
+    "all_reduce": lambda pg, out, x, redop, root: partial(dist.all_reduce, out, _OPS[redop],
+                                                          group=pg),
+    "all_gather": lambda pg, out, x, redop, root: partial(_ALL_GATHER, out, x, group=pg),
+    "reduce_scatter": lambda pg, out, x, redop, root: partial(_REDUCE_SCATTER, out, x,
+                                                              _OPS[redop], group=pg),
+    "broadcast": lambda pg, out, x, redop, root: partial(dist.broadcast, out, group=pg,
+                                                         group_src=root),
+}
 
 
 class TorchBackend:
@@ -32,18 +43,8 @@ class TorchBackend:
 
     def bind(self, op: str, out, x, group: Group, redop: str = "sum", root: int = 0):
         """A zero-argument call of ``op`` on fixed buffers, for timing loops (None: no shortcut)."""
-        pg = group.torch_pg
-        if op == "barrier":
-            return partial(dist.barrier, group=pg)
-        if op == "all_reduce":
-            return partial(dist.all_reduce, out, _OPS[redop], group=pg)
-        if op == "all_gather":
-            return partial(_ALL_GATHER, out, x, group=pg)
-        if op == "reduce_scatter":
-            return partial(_REDUCE_SCATTER, out, x, _OPS[redop], group=pg)
-        if op == "broadcast":
-            return partial(dist.broadcast, out, group=pg, group_src=root)
-        return None
+        bound = _BOUND.get(op)
+        return None if bound is None else bound(group.torch_pg, out, x, redop, root)
 
     def all_reduce(self, buf, group: Group, op: str) -> None:
         dist.all_reduce(buf, _OPS[op], group=group.torch_pg)
