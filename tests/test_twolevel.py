@@ -15,6 +15,7 @@ from commbench.collectives import ALGORITHMS
 from commbench.costmodel.twolevel import (
     HostCluster,
     fit_host,
+    host_us,
     link_bytes,
     link_steps,
     load,
@@ -60,6 +61,12 @@ def test_prediction_adds_host_and_link_and_gives_the_overlapped_bound():
     assert small["link_us"] == pytest.approx(1500 / 125)  # 1 Gbit/s = 125 bytes per us
     big = predict_us(c, "gloo", "ring", 16 * MiB)
     assert big["host_us"] == pytest.approx(50 + 2e-3 * 16 * MiB)  # the second regime
+    regimes = c.host["gloo/ring"]  # the boundary: from_bytes is the second regime's first size
+    assert host_us(regimes, MiB) == pytest.approx(50 + 2e-3 * MiB)
+    assert host_us(regimes, MiB - 1) == pytest.approx(100 + 1e-3 * (MiB - 1))
+    hier = predict_us(_cluster(host={"mpi/hierarchical": regimes}, nodes=4), "mpi",
+                      "hierarchical", 16 * MiB)  # the bound: 2(N-1)/N * S over the link
+    assert hier["link_us"] == pytest.approx(2 * 3 / 4 * 16 * MiB / 125)
     assert big["time_us"] == pytest.approx(big["host_us"] + big["link_us"])
     assert big["overlap_us"] == max(big["host_us"], big["link_us"])
     fast = predict_us(c.at(10.0), "gloo", "ring", 16 * MiB)

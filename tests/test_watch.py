@@ -164,3 +164,73 @@ def test_entries_carry_reduction_phase_module_and_tensor_bytes(world):
     for got in world.run(_tp_mlp_context):
         assert got == [("sum", "forward", "Sequential", 96), ("sum", "backward", "Sequential.0", 96),
                        ("max", "forward", "", 8)]
+
+
+class _Reduced(torch.nn.Module):
+    """A layer whose forward all-reduces its output (a row-parallel linear's g operator)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3, bias=False)
+
+    def forward(self, x):
+        import torch.distributed as dist
+
+        y = self.lin(x)
+        dist.all_reduce(y.detach().clone())  # the collective itself is not differentiated here
+        return y
+
+
+class _CopyToRegion(torch.autograd.Function):
+    """Megatron's f: identity forward, all-reduce of the gradient in backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        import torch.distributed as dist
+
+        g = g.clone()
+        dist.all_reduce(g)
+        return g
+
+
+def _phase_disagreements(ctx):
+    """Where torch's module tracker and the autograd engine disagree about the phase: a layer
+    recomputed by activation checkpointing runs its forward (the tracker's forward hooks fire)
+    inside the backward pass; a gradient hook on a tensor runs inside the backward pass outside
+    any module's backward; Megatron's f used outside any module all-reduces in backward while
+    no module's backward hook has told the tracker; after backward, a call outside any module
+    (a gradient-norm all-reduce of clipping) is in neither."""
+    import torch.distributed as dist
+    from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), _Reduced())
+    x = torch.randn(2, 3, requires_grad=True)
+    with watch(ctx.ledger), ctx.ledger.capture() as cap:
+        h = model[0](x)
+        h.register_hook(lambda g: dist.all_reduce(g[0].clone()))
+        with set_checkpoint_early_stop(False):  # recompute the whole forward, collective too
+            y = checkpoint(model[1], h, use_reentrant=False)
+            y.sum().backward()
+        (_CopyToRegion.apply(torch.ones(4, requires_grad=True)) * 2).sum().backward()
+        dist.all_reduce(torch.ones(1))
+    return [(e.phase, e.module, e.count) for e in cap.entries]
+
+
+@pytest.mark.world(sizes=[1, 2, 4])
+def test_phase_follows_the_autograd_engine_where_the_module_tracker_disagrees(world):
+    """Layers called on their own, so the tracker names them by class; the hook's module is the
+    one whose backward the tracker is in (the layer that made h). torch 2.13's tracker reads its
+    ``is_bw`` from the engine, so phase cannot come from which hook fired last: the recomputed
+    forward fires forward hooks inside backward, with grad enabled (a phase read from
+    ``torch.is_grad_enabled()`` calls it forward: planted, caught at index 1)."""
+    for got in world.run(_phase_disagreements):
+        assert got == [("forward", "_Reduced", 6),   # the checkpointed layer's own forward
+                       ("backward", "_Reduced", 6),  # its recomputation, inside backward
+                       ("backward", "Linear", 3),    # the gradient hook on h
+                       ("backward", "", 4),          # f's backward, outside any module
+                       ("forward", "", 1)]           # after backward, outside any module
