@@ -40,7 +40,10 @@ def test_the_layout_s_groups_in_megatron_order():
     assert layout_groups(Layout(tp=2, dp=2)) == {(0, 1): ("tp",), (2, 3): ("tp",),
                                                  (0, 2): ("dp", "edp"), (1, 3): ("dp", "edp")}
     cp = layout_groups(Layout(tp=2, cp=2, seq=8))  # with dp = 1 the cp ranks reduce gradients too
-    assert cp[(0, 2)] == ("cp", "dp") and cp[(0, 1)] == ("tp",)
+    assert cp == {(0, 1): ("tp",), (2, 3): ("tp",), (0, 2): ("cp", "dp", "edp"),
+                  (1, 3): ("cp", "dp", "edp")}
+    moe = layout_groups(Layout(cp=2, ep=2, dp=4, experts=4, seq=8))  # edp: two strides
+    assert moe[(0, 1, 4, 5)] == ("edp",) and moe[(0, 2)] == ("ep",) and len(moe[(0, 1)]) == 1
 
 
 def _entries(lay: Layout, group=(0, 1), dtype="float32") -> list[tuple]:
@@ -67,6 +70,24 @@ def test_the_layout_s_own_calls_have_no_difference_and_each_planted_one_is_flagg
     half = compare(parse_layout(SPEC.format(P=2).replace("act-bytes=4", "act-bytes=2"), 2), exact)
     assert len(half["flags"]) == 3 and all(f.startswith("dtype: ") and "act_bytes=2" in f
                                            for f in half["flags"])
+
+
+def test_a_group_serving_two_axes_books_each_call_on_the_axis_that_predicts_it():
+    """tp=2, cp=2, dp=1: ranks (0, 2) are the cp ring and the gradients' dp group at once. The
+    ring's sends and the gradient all-reduce, booked on that one group, each land on their own
+    axis; one more gradient all-reduce is an extra on dp, not on cp."""
+    lay = Layout(tp=2, cp=2, layers=1, hidden=8, heads=4, kv_heads=4, seq=8, vocab=16,
+                 act_bytes=4, grad_bytes=4)
+    groups = {"tp": (0, 1), "cp": (0, 2), "dp": (0, 2)}
+    exact = [tuple(Entry(op, groups[axis], "gloo", "float32", count, 0, 0, 0.0))
+             for (axis, op, count), times in _predicted(lay).items() for _ in range(times)]
+    assert {axis for axis, _, _ in _predicted(lay)} == {"tp", "cp", "dp"}
+    rows = compare(lay, exact)
+    assert rows["flags"] == []
+    assert {(r["axis"], r["op"]) for r in rows["rows"]} >= {("cp", "isend"), ("dp", "all_reduce")}
+    grad = next(e for e in exact if e[0] == "all_reduce" and e[1] == (0, 2))
+    assert compare(lay, [*exact, grad])["flags"] == [
+        f"extra all_reduce: 1 more of {grad[4]} elements on dp than the layout makes (1)"]
 
 
 def _audit(ctx, args):

@@ -17,7 +17,8 @@ from dataclasses import replace
 
 import pytest
 
-from commbench.costmodel.layout import _time_us, group_span
+from commbench.costmodel.layout import _time_us, group_ranks, group_span
+from commbench.costmodel.layout_config import Layout
 from commbench.costmodel.nccl import nccl_predict, nccl_table
 from commbench.costmodel.topology import load
 from commbench.patterns.base import Call
@@ -113,7 +114,21 @@ def test_collnet_runs_all_reduce_only_where_the_fabric_has_it():
     (6, 2, 8, (2, 4)),    # every other GPU, more than one node holds
 ])
 def test_group_span_by_hand(size, stride, per_node, span):
-    assert group_span(size, stride, per_node) == span
+    assert group_span(tuple(range(0, size * stride, stride)), per_node) == span
+
+
+def test_each_axis_s_group_by_hand_in_megatron_order():
+    """tp=2, cp=2, ep=2, dp=4 (16 ranks; TP fastest, then cp, ep, dp/ep): rank 5 is t=1, c=0,
+    e=1, d=0. Its dp group spans every rank with t=1 (cp x dp = 8); its edp group keeps e=1 and
+    varies c and d: strides 2 and 8 at once."""
+    lay = Layout(tp=2, cp=2, ep=2, dp=4, experts=4, seq=8)
+    assert group_ranks(lay, "tp", 5) == (4, 5)
+    assert group_ranks(lay, "cp", 5) == (5, 7)
+    assert group_ranks(lay, "ep", 5) == (1, 5)
+    assert group_ranks(lay, "dp", 5) == (1, 3, 5, 7, 9, 11, 13, 15)
+    assert group_ranks(lay, "edp", 5) == (5, 7, 13, 15)
+    assert group_ranks(lay, "pp", 5) == (5,)
+    assert group_span(group_ranks(lay, "edp", 5), 8) == (2, 2)
 
 
 def test_layout_prices_point_to_point_and_all_to_all_on_the_links_they_cross():

@@ -45,7 +45,7 @@ from commbench.patterns.tp.layer_pattern import activation_calls, replicated_syn
 from commbench.patterns.tp.vocab import VocabConfig
 from commbench.wire.ops import OPS, booked
 
-__all__ = ["Layout", "dp_calls", "group_span", "predict_layout", "step_bytes"]
+__all__ = ["Layout", "dp_calls", "group_ranks", "group_span", "predict_layout", "step_bytes"]
 
 def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     """group -> [(a call of rank 0, times per step)] (the module docstring)."""
@@ -111,22 +111,32 @@ def dp_calls(psi: int, n: int, zero: int, m: int, g: int) -> list[tuple[str, int
     return [(op, count, g, k) for (op, count), k in counts.items()]
 
 
-def _size(lay: Layout, group: str) -> int:
-    return {"tp": lay.tp, "cp": lay.cp, "ep": lay.ep, "dp": lay.dp * lay.cp,
-            "edp": lay.dp // lay.ep * lay.cp, "pp": lay.pp}[group]
+# the coordinates each axis's group varies, of (tp, cp, ep, dp/ep, pp), TP fastest
+_VARIES = {"tp": (0,), "cp": (1,), "ep": (2,), "dp": (1, 2, 3), "edp": (1, 3), "pp": (4,)}
 
 
-def _stride(lay: Layout, group: str) -> int:
-    return {"tp": 1, "cp": lay.tp, "ep": lay.tp * lay.cp, "dp": lay.tp,
-            "edp": lay.tp * lay.cp * lay.ep, "pp": lay.tp * lay.cp * lay.dp}[group]
+def group_ranks(lay: Layout, axis: str, rank: int = 0) -> tuple[int, ...]:
+    """The ranks of ``rank``'s group on ``axis``: those that differ from it only in the axis's
+    coordinates. dp: the cp, ep and dp ranks (dense gradients reduce over cp too); edp: the cp
+    and dp/ep ranks holding the same experts (two strides when cp > 1 and ep > 1)."""
+    dims = (lay.tp, lay.cp, lay.ep, lay.dp // lay.ep, lay.pp)
+    coords, r = [], rank
+    for d in dims:
+        coords.append(r % d)
+        r //= d
+    out = [0]
+    for k in range(len(dims) - 1, -1, -1):  # rank = c0 + d0 * (c1 + d1 * (...))
+        values = range(dims[k]) if k in _VARIES[axis] else (coords[k],)
+        out = [base * dims[k] + v for base in out for v in values]
+    return tuple(sorted(out))
 
 
-def group_span(size: int, stride: int, per_node: int) -> tuple[int, int]:
-    """(nodes, members per node) of a group of ``size`` ranks ``stride`` apart."""
-    if stride >= per_node:
-        return size, 1
-    here = min(size, max(per_node // stride, 1))
-    return -(-size // here), here
+def group_span(ranks: tuple[int, ...], per_node: int) -> tuple[int, int]:
+    """(nodes, most members on one node) of a group of ``ranks``, ``per_node`` ranks a node."""
+    on: dict[int, int] = {}
+    for r in ranks:
+        on[r // per_node] = on.get(r // per_node, 0) + 1
+    return len(on), max(on.values())
 
 
 P2P = ("isend", "send", "recv", "irecv")
@@ -167,8 +177,8 @@ def predict_layout(lay: Layout, topo: Topology, version: str = "2.30.7") -> list
                          f"{topo.ranks}: give more nodes")
     rows = []
     for group, calls in _calls(lay).items():
-        n = _size(lay, group)
-        span = group_span(n, _stride(lay, group), topo.gpus_per_node)
+        ranks = group_ranks(lay, group)
+        n, span = len(ranks), group_span(ranks, topo.gpus_per_node)
         sent = secs = 0.0
         picks = set()
         for call, k in calls:

@@ -63,17 +63,13 @@ def parse_layout(spec: str, world_size: int) -> Layout:
 def layout_groups(lay: Layout) -> dict[tuple[int, ...], tuple[str, ...]]:
     """Every group of the layout: ranks -> the axes it serves (with dp = 1, the cp ranks are
     also the gradients' dp group), groups of one rank left out."""
-    from commbench.costmodel.layout import _size, _stride
+    from commbench.costmodel.layout import group_ranks
 
     out: dict[tuple[int, ...], tuple[str, ...]] = {}
     for axis in AXES:
-        n, s = _size(lay, axis), _stride(lay, axis)
-        if n < 2:
-            continue
         for r in range(lay.ranks):
-            k = (r // s) % n
-            ranks = tuple(r + (j - k) * s for j in range(n))
-            if axis not in out.get(ranks, ()):
+            ranks = group_ranks(lay, axis, r)
+            if len(ranks) > 1 and axis not in out.get(ranks, ()):
                 out[ranks] = (*out.get(ranks, ()), axis)
     return out
 
