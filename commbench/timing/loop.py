@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["slowest", "timed"]
+__all__ = ["BROKEN_RULES", "slowest", "timed"]
 
 
 def timed(call: Callable[[], object], barrier: Callable[[], object], iters: int, warmup: int,
@@ -67,3 +67,13 @@ def timed(call: Callable[[], object], barrier: Callable[[], object], iters: int,
 def slowest(per_rank: list[list[float]]) -> list[float]:
     """Per sample, the slowest rank's time: ``per_rank[r][k]`` -> ``max_r per_rank[r][k]``."""
     return [max(ts) for ts in zip(*per_rank, strict=True)]
+
+
+# Deliberately wrong ways to make a row of the ranks' samples, declared as the patterns declare
+# their broken variants: the harness's contract (tests/test_harness_contract.py) tells each
+# from :func:`slowest` on the same samples.
+BROKEN_RULES: dict[str, Callable[[list[list[float]]], list[float]]] = {
+    "rank_zero": lambda per_rank: list(per_rank[0]),  # the driver's own rank only
+    "slowest_series": lambda per_rank: list(max(per_rank, key=sum)),  # one rank's whole series
+    "mean_over_ranks": lambda per_rank: [sum(ts) / len(ts) for ts in zip(*per_rank, strict=True)],
+}
