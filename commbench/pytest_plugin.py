@@ -127,18 +127,28 @@ def seed_for(run_seed: int | str, nodeid: str) -> int:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    seed = getattr(item.config, "_commbench_seed", None)
-    if seed is None or item.config._commbench_pool.launched:  # launched: derandomized
-        yield
-        return
-    from hypothesis import core
+    """Each test's hypothesis seed; and a test that leaves a judge's verdict unread fails
+    (:mod:`commbench.verdict`): it would pass by doing nothing."""
+    from commbench.verdict import collecting, unread
 
-    saved = core.global_force_seed
-    core.global_force_seed = seed_for(seed, item.nodeid)
-    try:
-        yield
-    finally:
-        core.global_force_seed = saved
+    seed = getattr(item.config, "_commbench_seed", None)
+    derandomized = seed is None or item.config._commbench_pool.launched
+    with collecting() as made:
+        if derandomized:
+            outcome = yield
+        else:
+            from hypothesis import core
+
+            saved = core.global_force_seed
+            core.global_force_seed = seed_for(seed, item.nodeid)
+            try:
+                outcome = yield
+            finally:
+                core.global_force_seed = saved
+    left = unread(made)
+    if left and outcome.excinfo is None:
+        raise AssertionError(f"{len(left)} verdict(s) never read: {', '.join(sorted(set(left)))}"
+                             " (assert on what the judge returns)")
 
 
 @pytest.hookimpl(hookwrapper=True)

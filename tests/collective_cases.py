@@ -26,6 +26,7 @@ import torch
 
 from commbench.collectives import ALGORITHMS
 from commbench.timing import verify
+from commbench.verdict import Verdict
 from commbench.wire.comm import Comm
 from commbench.wire.dtypes import DTYPES
 from commbench.wire.ops import OPS, split_sizes
@@ -189,9 +190,17 @@ def skip_unless_runs(op: str, algo: str, n: int) -> None:
 
 def judge(world, transport, op, algo="native", *, count, dtype="float32", redop="sum", root=0,
           seed=0, inplace=False, values="exact", broken=None, splits=None, row=1,
-          **options) -> list[str]:
+          **options) -> Verdict:
     """Every problem of one call of ``op``/``algo`` on every rank of ``world`` (module
-    docstring); ``options`` go to the algorithm (a compiled schedule's ``segment``, ``wait``)."""
+    docstring), a :class:`~commbench.verdict.Verdict` the test must read; ``options`` go to the
+    algorithm (a compiled schedule's ``segment``, ``wait``)."""
+    return Verdict(_problems(world, transport, op, algo, count=count, dtype=dtype, redop=redop,
+                             root=root, seed=seed, inplace=inplace, values=values, broken=broken,
+                             splits=splits, row=row, **options), f"judge of {op}/{algo}")
+
+
+def _problems(world, transport, op, algo, *, count, dtype, redop, root, seed, inplace, values,
+              broken, splits, row, **options) -> list[str]:
     n = world.size
     why = ALGORITHMS[(op, algo)].needs(n)
     if why:

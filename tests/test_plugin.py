@@ -22,3 +22,39 @@ def test_the_seed_in_force_is_this_tests_own(request):
 
     run_seed = request.config._commbench_seed
     assert core.global_force_seed == seed_of(run_seed, request.node.nodeid)
+
+
+DROPPED = """
+from commbench.verdict import Verdict
+
+def judge(problems):
+    return Verdict(problems, "judge of all_reduce/ring")
+
+def test_dropped():
+    judge([])            # the answer is never looked at: passes by doing nothing
+
+def test_read():
+    assert judge([]) == []
+
+def test_read_by_truth():
+    problems = judge(["rank 1: 3 wrong elements"])
+    assert problems
+
+def test_failing_stays_its_own_failure():
+    judge([])
+    assert 1 == 2
+"""
+
+
+@pytest.mark.local
+def test_a_test_that_never_reads_its_judge_s_verdict_fails(pytester):
+    """The plugin fails a test that left a verdict unread, naming the judge; a test that reads
+    it passes; a test failing on its own keeps its own error."""
+    pytester.makepyfile(test_dropped=DROPPED)
+    out = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    out.assert_outcomes(passed=2, failed=2)
+    text = out.stdout.str()
+    assert "1 verdict(s) never read: judge of all_reduce/ring" in text
+    failed = sorted(line for line in text.splitlines() if line.startswith("FAILED"))
+    assert failed[0].startswith("FAILED test_dropped.py::test_dropped - AssertionError: 1 verdict")
+    assert failed[1] == "FAILED test_dropped.py::test_failing_stays_its_own_failure - assert 1 == 2"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from commbench.patterns.base import Pattern, Tolerance, calls_diff
+from commbench.verdict import Verdict
 from commbench.wire import nccl_rules
 
 __all__ = ["close", "judge"]
@@ -42,8 +43,9 @@ def close(got: torch.Tensor, want: torch.Tensor, refs: list[torch.Tensor], tol: 
 
 
 def judge(pattern: Pattern, cfg, variant: str, seed: int, outs: list[dict],
-          oracle: dict | None = None, refs: list[dict] | None = None) -> list[str]:
-    """Every problem of a run, one line each; [] when every rank is right."""
+          oracle: dict | None = None, refs: list[dict] | None = None) -> Verdict:
+    """Every problem of a run, one line each; [] when every rank is right (a :class:`Verdict`:
+    a test must read it)."""
     oracle = pattern.oracle(cfg, seed) if oracle is None else oracle
     refs = pattern.references(cfg, seed) if refs is None else refs
     problems = []
@@ -60,4 +62,4 @@ def judge(pattern: Pattern, cfg, variant: str, seed: int, outs: list[dict],
             problems.append(f"rank {r}: ledger != prediction: {diff}")
     if all("posts" in out for out in outs):  # what NCCL would do with the same posts
         problems += nccl_rules.check([out["posts"] for out in outs])
-    return problems
+    return Verdict(problems, f"judge of {pattern.name}/{variant}")

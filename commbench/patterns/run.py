@@ -18,6 +18,7 @@ from commbench.patterns.base import Call, Pattern
 from commbench.patterns.device import device_guard
 from commbench.runtime.errors import SPMDError
 from commbench.timing.loop import timed
+from commbench.verdict import Verdict
 from commbench.wire.posts import recording
 
 __all__ = ["booked_calls", "check", "run_pattern"]
@@ -95,13 +96,15 @@ def _traced(ctx, step) -> tuple[dict, list, tuple[float, float]]:
 
 
 def check(world, pattern: Pattern, cfg, variant: str, seed: int, broken: str | None = None,
-          guard: bool = True) -> list[str]:
+          guard: bool = True) -> Verdict:
     """Run ``variant`` (or a broken variant of it) on ``world`` and judge it; with ``guard``
-    (default) a tensor the pattern makes off the world's device is an error."""
+    (default) a tensor the pattern makes off the world's device is an error. The
+    :class:`~commbench.verdict.Verdict` must be read."""
     try:
         outs = world.run(run_pattern, pattern.name, cfg, variant, seed, broken, 0, 0, guard)
     except SPMDError as exc:  # a rank raised: the run itself is wrong (a hang still raises)
-        return [f"the run failed: {str(exc).splitlines()[0]}"]
+        return Verdict([f"the run failed: {str(exc).splitlines()[0]}"],
+                       f"check of {pattern.name}/{variant}")
     from commbench.patterns.judge import judge
 
     return judge(pattern, cfg, variant, seed, outs)
