@@ -177,3 +177,45 @@ def test_a_long_audit_says_it_is_still_running_and_stops_saying_it_when_done(cap
     with audit_cli._still_running("train.py", False, first_s=0.0) as quiet:
         pass
     assert quiet.thread.ident is None  # not the printing rank: never started
+
+
+def test_the_audit_tables_by_hand_busiest_rank_per_field_and_the_layout_section():
+    """Two ranks. Rank 0: two forward all-reduces of 8 floats in module "a" (0.1 ms each) and
+    a backward one in no module; rank 1: one forward all-reduce of 8 (0.5 ms) in "a" and one
+    all-gather. Per (group, op, dtype, redop, phase) each field is the busiest rank's: calls 2,
+    elements 16, sent 64 B, time the larger sum (0.5 ms against 0.2); ranks that made any.
+    Per module: the busiest rank's calls and bytes."""
+    from commbench.studies.audit import audit_markdown
+    from commbench.wire.ledger import Entry
+
+    def e(op, phase, module, seconds, count=8, group=(0, 1)):
+        return tuple(Entry(op, group, "gloo", "float32", count, 4 * count, 4 * count, seconds,
+                           source="torch", redop="sum" if op == "all_reduce" else "",
+                           phase=phase, module=module, nbytes=4 * count))
+
+    rank0 = [e("all_reduce", "forward", "a", 1e-4), e("all_reduce", "forward", "a", 1e-4),
+             e("all_reduce", "backward", "", 2e-4)]
+    rank1 = [e("all_reduce", "forward", "a", 5e-4), e("all_gather", "forward", "b", 1e-4, 4)]
+    rows = tables([rank0, rank1])
+    by = {(r["op"], r["phase"]): r for r in rows["groups"]}
+    fwd = by[("all_reduce", "forward")]
+    assert (fwd["calls"], fwd["elements"], fwd["sent"], fwd["tensor_bytes"], fwd["ranks"]) == \
+        (2, 16, 64, 64, 2)
+    assert fwd["seconds"] == pytest.approx(5e-4) and fwd["redop"] == "sum"
+    assert (by[("all_reduce", "backward")]["ranks"], by[("all_gather", "forward")]["redop"]) == \
+        (1, "-")
+    assert rows["modules"] == [{"module": "(no module)", "calls": 1, "sent": 32},
+                               {"module": "a", "calls": 2, "sent": 64},
+                               {"module": "b", "calls": 1, "sent": 16}]
+    record = {"suite": "audit", "hardware": "h", "world_size": 2, "launch": "x", "host": "h",
+              "created": "", "commit": "", "versions": {"python": ""}, "measurement": {},
+              "rows": rows}
+    text = audit_markdown(record)
+    assert "Against the layout" not in text and "| (no module) |" in text
+    lay = {"spec": "tp=2", "rows": [{"axis": "tp", "op": "all_reduce", "elements": 8,
+                                     "dtype": "float32", "predicted": 2, "observed": 3,
+                                     "flag": "extra all_reduce"}], "flags": ["extra all_reduce"]}
+    assert "- extra all_reduce" in audit_markdown(dict(record, layout=lay))
+    calm = dict(lay, flags=[], rows=[dict(lay["rows"][0], observed=2, flag="")])
+    assert "No difference: every call is one the layout makes." in \
+        audit_markdown(dict(record, layout=calm))
