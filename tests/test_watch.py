@@ -234,3 +234,29 @@ def test_phase_follows_the_autograd_engine_where_the_module_tracker_disagrees(wo
                        ("backward", "Linear", 3),    # the gradient hook on h
                        ("backward", "", 4),          # f's backward, outside any module
                        ("forward", "", 1)]           # after backward, outside any module
+
+
+def _gradient_by_autograd_grad(ctx):
+    """A script that takes its gradient with ``torch.autograd.grad`` (torch's pipelining with
+    dynamic shapes does): the first layer's input is a leaf that requires grad, on which torch's
+    own module tracker made the engine raise. The layer's backward all-reduces its input's
+    gradient (Megatron's f); then ``backward()`` the same way."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(_Copy(), torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    x = torch.randn(2, 3, requires_grad=True)
+    with watch(ctx.ledger), ctx.ledger.capture() as cap:
+        (g,) = torch.autograd.grad(model(x).sum(), x)
+        model(x).sum().backward()
+    return g.shape, [(e.op, e.phase, e.module, e.count) for e in cap.entries]
+
+
+class _Copy(torch.nn.Module):
+    def forward(self, x):
+        return _CopyToRegion.apply(x)
+
+
+@pytest.mark.world(sizes=[1, 2])
+def test_a_gradient_by_autograd_grad_is_watched_not_broken(world):
+    for shape, got in world.run(_gradient_by_autograd_grad):
+        assert tuple(shape) == (2, 3)
+        assert got == [("all_reduce", "backward", "Sequential.0", 6)] * 2

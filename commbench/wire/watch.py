@@ -206,9 +206,9 @@ class watch(TorchDispatchMode):
         super().__init__()
         self.ledger, self.transport = ledger, transport
         self.works: list[tuple] = []  # (entry, c10d Work) of the calls on CUDA tensors
-        from torch.utils.module_tracker import ModuleTracker
+        from commbench.wire.modules import module_tracker
 
-        self._modules = ModuleTracker()
+        self._modules = module_tracker()
 
     def __enter__(self):
         self._modules.__enter__()
