@@ -219,3 +219,35 @@ def test_the_audit_tables_by_hand_busiest_rank_per_field_and_the_layout_section(
     calm = dict(lay, flags=[], rows=[dict(lay["rows"][0], observed=2, flag="")])
     assert "No difference: every call is one the layout makes." in \
         audit_markdown(dict(record, layout=calm))
+
+
+TORCHRUN_SCRIPT = """
+import os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # the audit's world is up already: skipped
+rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+assert (rank, size) == (dist.get_rank(), dist.get_world_size()), (rank, size)
+assert os.environ["LOCAL_RANK"] == str(rank) and os.environ["LOCAL_WORLD_SIZE"] == str(size)
+assert os.environ["MASTER_ADDR"] and int(os.environ["MASTER_PORT"]) > 0
+dist.all_reduce(torch.ones(size))
+"""
+
+
+def _script_with_torchrun_env(ctx, path):
+    import os
+
+    entries = run_script(ctx, path, [])
+    return [(e[0], e[4]) for e in entries], "RANK" in os.environ
+
+
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.local  # under a launcher the launcher's own variables are the ones seen
+def test_a_local_rank_looks_to_the_script_like_a_rank_of_torchrun(world, tmp_path):
+    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT set while the script
+    runs (DeepSpeed's initialize reads LOCAL_RANK), and gone again after it."""
+    path = tmp_path / "reads_env.py"
+    path.write_text(TORCHRUN_SCRIPT)
+    for entries, left in world.run(_script_with_torchrun_env, str(path)):
+        assert entries == [("all_reduce", world.size)] and not left

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from commbench.wire.ledger import Entry, Ledger
 
-__all__ = ["audit", "audit_markdown", "run_script", "tables"]
+__all__ = ["audit", "audit_markdown", "run_script", "tables", "torchrun_env"]
 
 
 def audit(step: Callable, *args, ledger: Ledger | None = None, **kwargs) -> list[Entry]:
@@ -50,13 +50,55 @@ def _process_group_kept():
         dist.init_process_group, dist.destroy_process_group = saved
 
 
+# torchrun's defaults where it is not given an endpoint: nothing connects to it (the script's
+# own init_process_group is skipped), libraries only read it
+_MASTER = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+def torchrun_env(rank: int, size: int, local_rank: int, local_size: int) -> dict[str, str]:
+    """The variables torchrun gives each rank (``torch.distributed.run``): what DeepSpeed,
+    Megatron and the scripts people train with read to find their rank and device."""
+    return {"RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_RANK": str(local_rank),
+            "LOCAL_WORLD_SIZE": str(local_size), "GROUP_RANK": str(rank // local_size),
+            "GROUP_WORLD_SIZE": str(-(-size // local_size)), "ROLE_RANK": str(rank),
+            "ROLE_WORLD_SIZE": str(size), "ROLE_NAME": "default",
+            "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+            "TORCHELASTIC_RUN_ID": "commbench-audit", **_MASTER}
+
+
+@contextlib.contextmanager
+def _looks_like_torchrun(ctx):
+    """A rank of a local world, to the script, is a rank of torchrun: its variables set while
+    the script runs, then put back. A launched rank keeps every variable its launcher set and
+    gets the others (mpirun and srun set no LOCAL_RANK that DeepSpeed reads)."""
+    import os
+
+    local = ctx.size
+    if ctx.launcher not in ("local", "none"):
+        from commbench.runtime.launch import detect
+
+        local = detect().local_size or 1
+    env = {k: v for k, v in torchrun_env(ctx.rank, ctx.size, ctx.local_rank, local).items()
+           if k not in os.environ}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def run_script(ctx, path: str, argv: list[str]) -> list[tuple]:
-    """On a rank: ``path`` run as ``__main__`` with ``argv`` under the watcher; its entries as
-    plain tuples (``Entry`` fields), for the driver."""
+    """On a rank: ``path`` run as ``__main__`` with ``argv`` under the watcher, with torchrun's
+    variables; its entries as plain tuples (``Entry`` fields), for the driver."""
     saved = sys.argv
     sys.argv = [path, *argv]
     try:
-        with _process_group_kept():
+        with _process_group_kept(), _looks_like_torchrun(ctx):
             entries = audit(runpy.run_path, path, run_name="__main__", ledger=ctx.ledger)
     finally:
         sys.argv = saved
