@@ -251,3 +251,43 @@ def test_a_local_rank_looks_to_the_script_like_a_rank_of_torchrun(world, tmp_pat
     path.write_text(TORCHRUN_SCRIPT)
     for entries, left in world.run(_script_with_torchrun_env, str(path)):
         assert entries == [("all_reduce", world.size)] and not left
+
+
+RAISES_AT_RANK_1 = """
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    raise ValueError("planted at rank 1")
+dist.all_reduce(torch.ones(4))  # rank 0 waits here for rank 1, which never comes
+"""
+
+
+def _launchers():
+    from commbench.world.local.spawn import find_mpiexec, mpi_usable
+
+    out = [pytest.param([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                         "--no-python"], id="torchrun")]
+    if mpi_usable():
+        out.append(pytest.param([find_mpiexec(), "-n", "2"], id="mpiexec"))
+    return out
+
+
+@pytest.mark.local
+@pytest.mark.parametrize("launcher", _launchers())
+def test_a_rank_whose_script_raises_under_a_launcher_is_named_with_its_error(launcher, tmp_path):
+    """Rank 1 raises before the all-reduce rank 0 waits in: the audit ends (exit 3 under
+    mpiexec; torchrun reports its worker's failure as 1) with one line naming rank 1 and the
+    error's last line, the traceback in the log, and not by the watchdog's timeout."""
+    script = tmp_path / "raises.py"
+    script.write_text(RAISES_AT_RANK_1)
+    out = subprocess.run([*launcher, sys.executable, "-m", "commbench", "audit", str(script),
+                          "--no-write", "--timeout", "600"], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert out.returncode == (1 if "torch.distributed.run" in launcher else 3), out.stderr[-2000:]
+    ours = [line for line in out.stderr.splitlines() if " stopped: " in line]
+    assert ours == ["[rank 1] commbench: run_script stopped: rank 1 of 2 raised ValueError: "
+                    "planted at rank 1 (its traceback is in the log)"], out.stderr[-2000:]
+    assert 'raise ValueError("planted at rank 1")' in out.stderr  # the traceback
+    assert "timed out" not in out.stderr

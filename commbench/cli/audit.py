@@ -64,7 +64,9 @@ def command(a) -> int:
         kw = {"pg_backend": "cpu:gloo,cuda:nccl"} if torch.cuda.is_available() else {}
         if a.timeout:
             kw["timeout_s"] = a.timeout + checks.PG_GRACE_S
-        world = LauncherWorld(Context.from_launcher(**kw), timeout_s=a.timeout)
+        # a rank whose script raises ends the audit within seconds, naming it: its peers would
+        # wait in the collective it never joins until the timeout
+        world = LauncherWorld(Context.from_launcher(**kw), timeout_s=a.timeout, stop_on_raise=True)
         prints = detect().rank == 0
         if checks.refused_together(world, getattr(a, "host_refusal", ""), prints):
             world.close()

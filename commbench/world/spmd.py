@@ -9,6 +9,11 @@ A watchdog thread bounds each call. When it fires, each blocked rank posts what 
 torch store (a connection apart from the blocked collective), reads the others' posts for a few
 seconds, prints which op hung and which ranks never arrived, and aborts the job (``MPI_Abort`` or
 exit code 124) so the launcher takes every rank down instead of hanging.
+
+With ``stop_on_raise`` (the audit: a user's script), a rank whose task raises prints its
+traceback, posts a notice to the store and, like every rank that sees the notice, leaves with
+exit code 3 if the task has not ended a poll later: its peers are then waiting in a collective
+the raising rank will never join, and would wait until the timeout.
 """
 
 from __future__ import annotations
@@ -29,9 +34,13 @@ from commbench.world.context import Context
 __all__ = ["LauncherWorld"]
 
 
+RAISED_KEY = "commbench/raised/{task}"  # a rank's raised task: [rank, its error's last line]
+
+
 class LauncherWorld:
-    def __init__(self, ctx: Context, timeout_s: float | None = 300.0) -> None:
-        self.ctx, self.timeout_s = ctx, timeout_s
+    def __init__(self, ctx: Context, timeout_s: float | None = 300.0, *,
+                 stop_on_raise: bool = False) -> None:
+        self.ctx, self.timeout_s, self.stop_on_raise = ctx, timeout_s, stop_on_raise
         self.size, self.transports, self.launch = ctx.size, ctx.transports, ctx.launcher
         self._task = 0
         self._store = None  # a client of the world's store, for dead ranks' notices
@@ -71,6 +80,8 @@ class LauncherWorld:
             except BaseException as exc:  # reported to every rank, re-raised by run()
                 self._if_a_rank_died(exc)
                 mine = Outcome(ctx.rank, False, None, remote_error(ctx.rank, exc))
+                if self.stop_on_raise:
+                    self._post_raised(name, exc)
             ctx.tracker.end_task()
             ctx.tracker.enter("gather of the task's results", ctx.world.ranks)
             try:
@@ -138,12 +149,53 @@ class LauncherWorld:
             seen = self._dead_rank()
             if seen:
                 self._leave()
+            if self.stop_on_raise:
+                raised = self._raised()
+                if raised is not None and not done.wait(supervise.POLL_S):
+                    rank, line = raised
+                    self._leave(f"[rank {rank}] commbench: {name} stopped: rank {rank} of "
+                                f"{self.ctx.size} raised {line} (its traceback is in the log)"
+                                if rank == self.ctx.rank else "")
+                if done.is_set():
+                    return True
             # unreachable twice in a row, a poll apart (once may be rank 0 leaving as this task
             # ends here): rank 0, the store's host, is gone, and rank 1 says so
             unreachable = unreachable + 1 if seen is None else 0
             if unreachable >= 2:
                 self._leave(f"[rank {self.ctx.rank}] commbench: {name} stopped: rank 0, the "
                             "host of the world's store, is gone" if self.ctx.rank == 1 else "")
+
+    def _post_raised(self, name: str, exc: BaseException) -> None:
+        """This rank's task raised: its traceback to the log (stderr), a notice to the store."""
+        import traceback
+
+        last = (traceback.format_exception_only(exc)[-1].strip() or type(exc).__name__)[:300]
+        print(f"[rank {self.ctx.rank}] commbench: {name} raised on rank {self.ctx.rank}:\n"
+              + "".join(traceback.format_exception(exc)), file=sys.stderr, flush=True)
+        try:
+            self._client().set(RAISED_KEY.format(task=self._task),
+                               json.dumps([self.ctx.rank, last]))
+        except Exception:  # noqa: BLE001 - no store: the timeout still ends the task
+            pass
+
+    def _raised(self) -> tuple[int, str] | None:
+        """(rank, its error's last line) of a rank whose task raised, from the store."""
+        key = RAISED_KEY.format(task=self._task)
+        try:
+            store = self._client()
+            if not store.check([key]):
+                return None
+            rank, line = json.loads(store.get(key).decode("utf-8", errors="replace"))
+            return int(rank), str(line)
+        except Exception:  # noqa: BLE001 - unreadable or out of reach: nothing seen
+            return None
+
+    def _client(self):
+        if self._store is None:
+            if self.ctx.store_address is None:
+                raise ConnectionError("no store address")
+            self._store = supervise.store_client(self.ctx.store_address)
+        return self._store
 
     def _if_a_rank_died(self, exc: BaseException) -> None:
         """After ``exc``, a transport's word for a lost peer: if a dead rank's notice comes
@@ -166,11 +218,9 @@ class LauncherWorld:
         """Whether the world's store holds a dead rank's notice; None: the store is out of
         reach."""
         try:
-            if self._store is None:
-                if self.ctx.store_address is None:
-                    return False
-                self._store = supervise.store_client(self.ctx.store_address)
-            return supervise.death_notice(self._store) is not None
+            if self._store is None and self.ctx.store_address is None:
+                return False
+            return supervise.death_notice(self._client()) is not None
         except Exception:  # noqa: BLE001 - whatever the store raises, it is out of reach
             self._store = None
             return None
