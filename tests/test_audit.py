@@ -291,3 +291,26 @@ def test_a_rank_whose_script_raises_under_a_launcher_is_named_with_its_error(lau
                     "planted at rank 1 (its traceback is in the log)"], out.stderr[-2000:]
     assert 'raise ValueError("planted at rank 1")' in out.stderr  # the traceback
     assert "timed out" not in out.stderr
+
+
+def _pipelined(ctx, schedule):
+    booked = run_script(ctx, os.path.join(EXAMPLES, "torch_pipelining.py"),
+                        ["--schedule", schedule])
+    return Counter((t[0], t[12]) for t in booked if t[3] == "float32")
+
+
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_torch_pipelining_s_sends_carry_the_phase_the_schedule_gives_them(world, schedule):
+    """4 micro-batches through one stage per rank: each stage but the last sends its
+    activations forward and receives their gradients (backward), each but the first receives
+    activations and sends gradients back. The gradient batches run outside the autograd
+    engine; torch labels them ``bwd_send`` / ``bwd_recv``, and the watcher reads the label."""
+    P = world.size
+    for rank, got in enumerate(world.run(_pipelined, schedule)):
+        want = Counter()
+        if rank < P - 1:
+            want.update({("send", "forward"): 4, ("recv", "backward"): 4})
+        if rank > 0:
+            want.update({("recv", "forward"): 4, ("send", "backward"): 4})
+        assert got == want, (rank, got)

@@ -260,3 +260,39 @@ def test_a_gradient_by_autograd_grad_is_watched_not_broken(world):
     for shape, got in world.run(_gradient_by_autograd_grad):
         assert tuple(shape) == (2, 3)
         assert got == [("all_reduce", "backward", "Sequential.0", 6)] * 2
+
+
+def test_the_phase_a_library_gives_a_call_outside_the_engine():
+    """The innermost frame that says decides: DeepSpeed reduces gradients after backward
+    returns, inside its engine's ``backward``; Megatron's ``forward_backward_no_pipelining``
+    says both and decides nothing, its ``forward_step`` inside it says forward; a pipelining
+    batch says per op."""
+    import sys
+
+    from commbench.wire.modules import library_phase
+
+    def here(op=""):
+        return library_phase(sys._getframe(1), op)
+
+    def allreduce_gradients():
+        return here()
+
+    def backward():  # DeepSpeedEngine.backward
+        return allreduce_gradients()
+
+    def forward_step():
+        return here()
+
+    def forward_backward_no_pipelining(step):
+        return step()
+
+    def _batch_p2p(ops, desc=None):
+        return [here(op) for op in ops]
+
+    assert backward() == "backward" and allreduce_gradients() == "backward"
+    assert forward_backward_no_pipelining(forward_step) == "forward"
+    assert forward_backward_no_pipelining(here) == ""
+    assert _batch_p2p(["isend", "irecv"], desc="fwd_send_bwd_recv") == ["forward", "backward"]
+    assert _batch_p2p(["isend", "irecv"], desc="bwd_send_fwd_recv") == ["backward", "forward"]
+    assert _batch_p2p(["irecv"], desc="bwd_recv") == ["backward"]
+    assert _batch_p2p(["isend"], desc=None) == [""]

@@ -1,11 +1,63 @@
-"""Which module a call comes from: torch's module tracker, made safe for every way of taking a
-gradient (the watcher's ``module`` column, :mod:`commbench.wire.watch`)."""
+"""Where a call comes from, for the watcher's ``module`` and ``phase`` columns
+(:mod:`commbench.wire.watch`): torch's module tracker, made safe for every way of taking a
+gradient, and the phase a library gives a call it makes outside the autograd engine.
+
+Phase: ``backward`` while the autograd engine runs a backward pass. Libraries also move
+gradients outside it: DeepSpeed's ZeRO-1/2 reduce them after ``loss.backward()`` returns (in
+``engine.backward`` / ``allreduce_gradients``), torch's pipelining sends and receives them in
+batches it labels ``bwd_send`` / ``bwd_recv``. :func:`library_phase` reads those labels off the
+call's stack: the innermost frame that says forward or backward decides, by a pipelining
+batch's ``desc`` (``fwd_send_bwd_recv``: the sends forward, the receives backward) or by the
+words of its function's name (``backward``, ``bwd``, ``gradients``,
+``grads``; ``forward``, ``fwd``; a name with words of both, such as Megatron's
+``forward_backward_no_pipelining``, decides nothing).
+"""
 
 from __future__ import annotations
 
+import re
+import sys
+
 import torch
 
-__all__ = ["module_tracker"]
+__all__ = ["library_phase", "module_tracker"]
+
+_BACKWARD = {"backward", "bwd", "gradients", "grads"}
+_FORWARD = {"forward", "fwd"}
+_BATCHES = ("_batch_p2p", "_sorted_batch_p2p")  # torch.distributed.pipelining.schedules
+
+
+def _says(name: str) -> str:
+    words = set(name.strip("_").lower().split("_"))
+    back, fwd = bool(words & _BACKWARD), bool(words & _FORWARD)
+    return "" if back == fwd else ("backward" if back else "forward")
+
+
+def _batch_says(desc: str, op: str) -> str:
+    """A pipelining batch's phase for ``op``: ``fwd_send_bwd_recv`` sends activations forward
+    and receives gradients in one batch."""
+    parts = dict((kind, way) for way, kind in re.findall(r"(fwd|bwd)_(send|recv)", desc))
+    kind = "send" if op in ("isend", "send") else "recv" if op in ("irecv", "recv") else ""
+    way = parts.get(kind) or (next(iter(parts.values())) if len(set(parts.values())) == 1 else "")
+    return {"fwd": "forward", "bwd": "backward"}.get(way, "")
+
+
+def library_phase(frame=None, op: str = "", depth: int = 64) -> str:
+    """``forward`` or ``backward`` for a call of ``op`` as the innermost deciding frame of the
+    stack above ``frame`` (default: the caller's) says; '' where none does."""
+    f = sys._getframe(1) if frame is None else frame
+    for _ in range(depth):
+        if f is None:
+            return ""
+        name = f.f_code.co_name
+        if name in _BATCHES:
+            desc = f.f_locals.get("desc")
+            if isinstance(desc, str) and _batch_says(desc, op):
+                return _batch_says(desc, op)
+        elif _says(name):
+            return _says(name)
+        f = f.f_back
+    return ""
 
 
 def module_tracker():

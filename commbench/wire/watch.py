@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import math
+import sys
 import time
 from collections.abc import Callable
 
@@ -220,11 +221,16 @@ class watch(TorchDispatchMode):
         finally:
             self._modules.__exit__(*exc)
 
-    def _context(self) -> tuple[str, str]:
+    def _context(self, op: str) -> tuple[str, str]:
         """(phase, innermost module's qualified name) of the call being booked."""
-        backward = torch._C._current_graph_task_id() != -1 or self._modules.is_bw
         names = [p for p in self._modules.parents if p != "Global"]
-        return ("backward" if backward else "forward"), max(names, key=len, default="")
+        if torch._C._current_graph_task_id() != -1 or self._modules.is_bw:
+            phase = "backward"
+        else:  # a gradient a library moves outside the engine (commbench.wire.modules)
+            from commbench.wire.modules import library_phase
+
+            phase = library_phase(sys._getframe(2), op) or "forward"
+        return phase, max(names, key=len, default="")
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -247,7 +253,7 @@ class watch(TorchDispatchMode):
         first = None if op == "barrier" else _first(list(named.values()))
         dtype = first.dtype if first is not None else torch.uint8
         sent, recv = booked(op, pg.size(), pg.rank(), count, dtype.itemsize, **vol)
-        phase, module = self._context()
+        phase, module = self._context(op)
         entry = self.ledger.record(op, _ranks(pg), self.transport or _backend(pg),
                                    str(dtype).removeprefix("torch."), count, sent, recv, seconds,
                                    source="torch", redop=_redop(named.get("reduce_op")),
