@@ -164,3 +164,32 @@ def test_layout_prices_a_collective_at_nccl_tests_size_on_the_groups_own_part():
     assert _time_us(ar, 2, topo, (1, 2), "2.30.7")[0] < _time_us(ar, 2, topo, (2, 1), "2.30.7")[0]
     assert math.isclose(_time_us(ar, 2, topo, (2, 1), "2.30.7")[0],
                         nccl_predict("all_reduce", MIB, topo.part(2, 1)).time_us)
+
+
+@pytest.mark.parametrize("nodes, want", [
+    # (algo, proto) -> bus bandwidth, GB/s; one node: the GPU's 370.8 over NVLink
+    (1, {("ring", "LL"): 141.0, ("ring", "LL128"): 0.92 * 370.8, ("ring", "Simple"): 370.8,
+         ("tree", "LL"): 370.8 / 3.8, ("tree", "LL128"): 370.8 * 7 / 9,
+         ("tree", "Simple"): 0.92 * 370.8, ("nvls", "Simple"): 510.0}),
+    # two nodes: still NVLink's per channel (23.175 < the NIC's 24), LL at the Volta row's 39;
+    # the tree's LL128 at 120/128; NVLS-tree at 20 x 0.85 x 15/16 x 2 per channel
+    (2, {("ring", "LL"): 39.0, ("ring", "LL128"): 0.92 * 370.8, ("ring", "Simple"): 370.8,
+         ("tree", "LL"): 39.0, ("tree", "LL128"): 370.8 * 120 / 128,
+         ("tree", "Simple"): 0.92 * 370.8, ("nvls_tree", "Simple"): 510.0}),
+    # three nodes: the NIC's 24 per channel (384 in all), LL at 20.4, NVLS-tree net-bound
+    (3, {("ring", "LL"): 20.4, ("ring", "LL128"): 0.92 * 384, ("ring", "Simple"): 384.0,
+         ("tree", "LL"): 20.4, ("tree", "LL128"): 360.0, ("tree", "Simple"): 0.92 * 384,
+         ("nvls_tree", "Simple"): 384.0}),
+])
+def test_every_all_reduce_row_s_bus_bandwidth_by_hand(nodes, want):
+    """All-reduce of 8 B (no tree correction below 64 B) on 1, 2, 3 DGX H100 nodes: each
+    enabled (algorithm, protocol)'s bus bandwidth, the figure NCCL divides the bytes by. The
+    tree's and CollNet's algbw is half the bus, the ring's and NVLS's bus x n / nsteps."""
+    topo = load("cluster-h100-ndr", nodes) if nodes > 1 else load("dgx-h100")
+    n = topo.ranks
+    table = {(t.algo, t.proto): t for t in nccl_table("all_reduce", 8, topo)}
+    assert set(table) == set(want)
+    for key, bus in want.items():
+        alg = bus * 0.5 if key[0] == "tree" else bus * n / (2 * (n - 1))
+        assert table[key].alg_bw == pytest.approx(alg), key
+        assert table[key].bus_bw == pytest.approx(alg * 2 * (n - 1) / n), key

@@ -51,12 +51,13 @@ def test_a_batch_is_its_mean_and_its_last_call_runs_again_on_a_restored_input(mo
 
 
 @pytest.mark.parametrize("iters, warmup, calls", [(0, 0, 0), (0, 2, 2), (1, 0, 1)])
-def test_empty_and_single_sample_loops(monkeypatch, iters, warmup, calls):
+@pytest.mark.parametrize("batch", [2, 3])
+def test_empty_and_single_sample_loops(monkeypatch, iters, warmup, calls, batch):
     times, log = _run(monkeypatch, iters=iters, warmup=warmup, batch=1)
     assert len(times) == iters and log.count("call") == calls
-    times, log = _run(monkeypatch, iters=iters, warmup=warmup, batch=3)
+    times, log = _run(monkeypatch, iters=iters, warmup=warmup, batch=batch)
     assert len(times) == iters
-    assert log.count("call") == 3 * (iters + warmup) + (1 if iters or warmup else 0)
+    assert log.count("call") == batch * (iters + warmup) + (1 if iters or warmup else 0)
 
 
 def test_progress_names_each_sample_before_its_barrier(monkeypatch):

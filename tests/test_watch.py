@@ -296,3 +296,6 @@ def test_the_phase_a_library_gives_a_call_outside_the_engine():
     assert _batch_p2p(["isend", "irecv"], desc="bwd_send_fwd_recv") == ["backward", "forward"]
     assert _batch_p2p(["irecv"], desc="bwd_recv") == ["backward"]
     assert _batch_p2p(["isend"], desc=None) == [""]
+    assert _batch_p2p(["send", "recv"], desc="fwd_recv") == ["forward", "forward"]  # one way
+    assert _batch_p2p(["all_reduce"], desc="fwd_send_bwd_recv") == [""]  # neither kind
+    assert _batch_p2p(["isend"], desc="FWD_SEND") == [""]  # torch's labels are lower case
