@@ -330,3 +330,51 @@ def test_ddp_s_example_by_hand(world):
     for got in world.run(_ddp):
         assert got == Counter({("broadcast", 1024, "forward"): 1,
                                ("all_reduce", 1024, "backward"): 2})
+
+
+STEPPED = """
+import os
+import runpy
+import sys
+
+import torch
+import torch.distributed as dist
+
+import commbench
+
+dist.init_process_group("gloo")
+dist.broadcast(torch.zeros(3), src=0)  # set-up: not a step
+example = os.path.join(sys.argv.pop(1), "megatron_sp.py")
+for _ in range(2):
+    with commbench.audit.step():
+        runpy.run_path(example, run_name="__main__")
+"""
+SP_LAYOUT = ("tp=2,sp,layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,"
+             "loss=none,act-bytes=4,grad-bytes=4")
+
+
+@pytest.mark.local
+def test_the_step_a_script_marks_is_compared_apart_from_its_set_up(tmp_path):
+    """A set-up broadcast, then Megatron's SP layer twice, each a marked step: ``--step 2``
+    compares one step and finds the layout's calls; the whole script has the set-up call and
+    twice the layout's; ``--steps 2`` takes both steps; a step the script never marked is
+    refused naming those it did."""
+    script = tmp_path / "stepped.py"
+    script.write_text(STEPPED)
+
+    def audit(*flags):
+        return subprocess.run([sys.executable, "-m", "commbench", "audit", str(script), "--np",
+                               "2", "--no-write", "--layout", SP_LAYOUT, *flags, "--",
+                               os.path.abspath(EXAMPLES)],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    one = audit("--step", "2")
+    assert one.returncode == 0, one.stdout[-1500:] + one.stderr[-1500:]
+    assert "rank 0's calls in steps 2..2 the script marked" in one.stdout
+    assert "| set-up |" in one.stdout and "No difference" in one.stdout
+    assert audit("--step", "1", "--steps", "2").returncode == 0
+    whole = audit()
+    assert whole.returncode == 1 and "unexpected group" not in whole.stdout
+    assert "extra broadcast: 1 more of 3 elements" in whole.stdout
+    missing = audit("--step", "3")
+    assert missing.returncode == 2 and "the script marked steps [1, 2]" in missing.stderr

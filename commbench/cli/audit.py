@@ -28,6 +28,11 @@ def add_parser(sub) -> None:
     a.add_argument("--layout", default="", metavar="SPEC",
                    help="compare rank 0's calls with this layout's (the predict layout flags: "
                         "tp=2,sp,hidden=4096,...; pp=1); exit 1 on a difference")
+    a.add_argument("--step", type=int, default=None, metavar="N",
+                   help="compare only step N (from 1) of those the script marks with "
+                        "commbench.audit.step(); default: the whole script")
+    a.add_argument("--steps", type=int, default=1, metavar="K",
+                   help="with --step: compare K steps from N (default 1)")
 
 
 def command(a) -> int:
@@ -37,6 +42,10 @@ def command(a) -> int:
     size, launcher = a.world_size, a.launcher
     if a.trace:
         checks.check_file(a.trace, "--trace")
+    if a.step is not None and (a.step < 1 or a.steps < 1):
+        raise UsageError(f"--step {a.step} --steps {a.steps}: both must be >= 1")
+    if a.step is not None and not a.layout:
+        raise UsageError(f"--step {a.step}: selects the steps --layout compares; give --layout")
     lay = None
     if a.layout:
         from commbench.studies.audit_layout import parse_layout
@@ -90,8 +99,17 @@ def command(a) -> int:
     if lay is not None:
         from commbench.studies.audit_layout import compare
 
-        record["layout"] = {"spec": a.layout, "settings": lay.as_dict(),
-                            **compare(lay, per_rank[0])}
+        mine, steps = per_rank[0], 1
+        if a.step is not None:
+            from commbench.studies.audit import in_steps
+
+            mine, steps = in_steps(mine, a.step, a.steps), a.steps
+            marked = {r["step"] for r in record["rows"]["steps"]} - {0}
+            if not set(range(a.step, a.step + a.steps)) <= marked:
+                raise UsageError(f"--step {a.step} --steps {a.steps}: the script marked steps "
+                                 f"{sorted(marked) or 'none'} (commbench.audit.step())")
+        record["layout"] = {"spec": a.layout, "settings": lay.as_dict(), "step": a.step,
+                            "steps": steps, **compare(lay, mine, steps)}
     text = audit_markdown(record)
     if prints:
         print(text)

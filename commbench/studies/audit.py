@@ -16,8 +16,10 @@ import sys
 from collections.abc import Callable
 
 from commbench.wire.ledger import Entry, Ledger
+from commbench.wire.steps import step, step_of
 
-__all__ = ["audit", "audit_markdown", "run_script", "tables", "torchrun_env"]
+__all__ = ["audit", "audit_markdown", "in_steps", "run_script", "step_rows", "tables",
+           "torchrun_env"]
 
 
 def audit(step: Callable, *args, ledger: Ledger | None = None, **kwargs) -> list[Entry]:
@@ -30,6 +32,9 @@ def audit(step: Callable, *args, ledger: Ledger | None = None, **kwargs) -> list
     device = w.device_times()
     return [e._replace(device_seconds=device[id(e)]) if id(e) in device else e
             for e in cap.entries]
+
+
+audit.step = step  # commbench.audit.step(): marks a training step in a script
 
 
 @contextlib.contextmanager
@@ -95,8 +100,11 @@ def _looks_like_torchrun(ctx):
 def run_script(ctx, path: str, argv: list[str]) -> list[tuple]:
     """On a rank: ``path`` run as ``__main__`` with ``argv`` under the watcher, with torchrun's
     variables; its entries as plain tuples (``Entry`` fields), for the driver."""
+    from commbench.wire import steps
+
     saved = sys.argv
     sys.argv = [path, *argv]
+    steps.restart()
     try:
         with _process_group_kept(), _looks_like_torchrun(ctx):
             entries = audit(runpy.run_path, path, run_name="__main__", ledger=ctx.ledger)
@@ -133,7 +141,28 @@ def tables(per_rank: list[list[tuple]]) -> dict:
     group_rows = [{"group": list(k[0]), "op": k[1], "dtype": k[2], "redop": k[3],
                    "phase": k[4], **row} for k, row in groups.items()]
     module_rows = [{"module": name, **row} for name, row in sorted(modules.items())]
-    return {"groups": group_rows, "modules": module_rows}
+    return {"groups": group_rows, "modules": module_rows, "steps": step_rows(per_rank)}
+
+
+def step_rows(per_rank: list[list[tuple]]) -> list[dict]:
+    """Per step the script marked (0: set-up), the busiest rank's calls and bytes sent; [] when
+    it marks none."""
+    rows: dict[int, dict] = {}
+    for entries in per_rank:
+        mine: dict[int, list[int]] = {}
+        for e in map(Entry._make, entries):
+            acc = mine.setdefault(step_of(e.scope), [0, 0])
+            acc[0] += 1
+            acc[1] += e.sent
+        for n, (calls, sent) in mine.items():
+            row = rows.setdefault(n, {"step": n, "calls": 0, "sent": 0})
+            row.update(calls=max(row["calls"], calls), sent=max(row["sent"], sent))
+    return [rows[n] for n in sorted(rows)] if any(rows) else []
+
+
+def in_steps(entries: list[tuple], first: int, count: int) -> list[tuple]:
+    """The entries of steps ``first`` .. ``first + count - 1``."""
+    return [t for t in entries if first <= step_of(Entry._make(t).scope) < first + count]
 
 
 def audit_markdown(record: dict) -> str:
@@ -155,6 +184,12 @@ def audit_markdown(record: dict) -> str:
     text = (f"{head}\n\nPer group (the busiest rank's figures; bytes sent as the ledger books "
             f"them, tensor bytes as the call passed them):\n\n{groups}\n\nPer module:\n\n"
             f"{modules}\n")
+    if record["rows"].get("steps"):
+        per_step = tabulate([[r["step"] or "set-up", r["calls"], r["sent"]]
+                             for r in record["rows"]["steps"]],
+                            headers=["step", "calls", "sent(B)"], tablefmt="github")
+        text += (f"\nPer step the script marked (commbench.audit.step(); set-up: the calls "
+                 f"outside every step):\n\n{per_step}\n")
     lay = record.get("layout")
     if lay:
         rows = tabulate([[r["axis"], r["op"], r["elements"], r["dtype"], r["predicted"],
@@ -163,7 +198,9 @@ def audit_markdown(record: dict) -> str:
                         tablefmt="github")
         verdict = ("\n".join(f"- {f}" for f in lay["flags"]) if lay["flags"]
                    else "No difference: every call is one the layout makes.")
-        text += (f"\nAgainst the layout `{lay['spec']}` (rank 0's calls per step, by axis; "
-                 f"elements per call):\n\n{rows}\n\n{verdict}\n")
+        which = (f"rank 0's calls in steps {lay['step']}..{lay['step'] + lay['steps'] - 1} "
+                 f"the script marked" if lay.get("step") else "rank 0's calls, the whole script")
+        text += (f"\nAgainst the layout `{lay['spec']}` ({which}, by axis; elements per "
+                 f"call):\n\n{rows}\n\n{verdict}\n")
     return text
 

@@ -86,11 +86,11 @@ def _predicted(lay: Layout) -> dict[tuple[str, str, int], int]:
     return out
 
 
-def compare(lay: Layout, entries: list[tuple]) -> dict:
-    """Rank 0's booked entries against the layout: rows (axis, op, elements, dtypes,
-    predicted, observed, flag) and the flags, one line each."""
+def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
+    """Rank 0's booked entries of ``steps`` steps against the layout: rows (axis, op, elements,
+    dtypes, predicted, observed, flag) and the flags, one line each."""
     groups = layout_groups(lay)
-    predicted = _predicted(lay)
+    predicted = {k: v * steps for k, v in _predicted(lay).items()}
     seen: dict[tuple[str, str, int], int] = {}
     dtypes: dict[tuple[str, str, int], set[str]] = {}
     flags: list[str] = []

@@ -25,6 +25,7 @@ Calls made by commbench's own comm layer are booked by the comm layer and skippe
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import math
@@ -35,6 +36,7 @@ from collections.abc import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from commbench.wire import steps
 from commbench.wire.ledger import Ledger
 from commbench.wire.ops import booked
 
@@ -254,11 +256,13 @@ class watch(TorchDispatchMode):
         dtype = first.dtype if first is not None else torch.uint8
         sent, recv = booked(op, pg.size(), pg.rank(), count, dtype.itemsize, **vol)
         phase, module = self._context(op)
-        entry = self.ledger.record(op, _ranks(pg), self.transport or _backend(pg),
-                                   str(dtype).removeprefix("torch."), count, sent, recv, seconds,
-                                   source="torch", redop=_redop(named.get("reduce_op")),
-                                   phase=phase, module=module, nbytes=count * dtype.itemsize,
-                                   start=t0)
+        n = steps.current()
+        with self.ledger.scope(f"step {n}") if n else contextlib.nullcontext():
+            entry = self.ledger.record(op, _ranks(pg), self.transport or _backend(pg),
+                                       str(dtype).removeprefix("torch."), count, sent, recv,
+                                       seconds, source="torch",
+                                       redop=_redop(named.get("reduce_op")), phase=phase,
+                                       module=module, nbytes=count * dtype.itemsize, start=t0)
         if first is not None and first.is_cuda:
             work = _work_of(out)
             if work is not None:
