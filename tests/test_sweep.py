@@ -107,3 +107,59 @@ def test_a_pattern_study_row_is_the_per_sample_maximum_and_asks_for_its_counts()
     assert rows[0]["variant"] == "ddp" and rows[0]["time_us"] == pytest.approx(3000.0)
     name, args = world.calls[0]
     assert name == "run_pattern" and args[-2:] == (5, 2)  # ..., iters, warmup
+
+
+class _Echo:
+    """A world of ``size`` ranks whose every rank measures what it is asked: its row's figures
+    come from the (case, size) it was sent, so a row can be checked against its request."""
+
+    transports = ("gloo",)
+
+    def __init__(self, size=4):
+        self.size, self.asked = size, []
+
+    def run(self, fn, case, nbytes):
+        self.asked.append((fn.__name__, case.op, nbytes))
+        out = []
+        for r in range(self.size):
+            out.append({"times": [1e-3 * (r + 1)] * 3, "size": nbytes, "count": nbytes // 4,
+                        "wrong": r % 2, "sent": 10 * r, "recv": 20 * r, "pred_sent": 30 * r,
+                        "timeline": [("x", r)], "span": (r, r + 1)})
+        return out
+
+
+def test_a_series_row_by_row_from_what_each_rank_measured(tmp_path):
+    """Each size asked once (a size already in the record is skipped, the rest measured in
+    order); per row: the op's reduction and root only where it takes them, the busiest rank's
+    bytes, every rank's wrong elements summed, the slowest rank's time; printed, recorded,
+    written, and traced when asked."""
+    import json
+
+    from commbench.collectives.measure import Case
+    from commbench.studies.sweep import format_row, row_key, run_series
+
+    world, lines, timeline = _Echo(), [], []
+    record = {"rows": [{"op": "all_gather", "algo": "native", "transport": "gloo",
+                        "type": "float32", "redop": "-", "root": -1, "size": 4096}]}
+    path = str(tmp_path / "rows.json")
+    case = Case("all_gather", "gloo", root=3, redop="max", iters=3, warmup=0)
+    rows = run_series(world, case, [1024, 4096, 8192], record=record, path=path,
+                      emit=lines.append, timeline=timeline)
+    assert [a for _, _, a in world.asked] == [1024, 8192]  # 4096: in the record already
+    assert [r["size"] for r in rows] == [1024, 8192]
+    row = rows[0]
+    assert (row["redop"], row["root"], row["requested"]) == ("-", -1, 1024)  # takes neither
+    assert (row["sent"], row["recv"], row["pred_sent"], row["wrong"]) == (30, 60, 90, 2)
+    assert row["time_us"] == pytest.approx(4000.0)  # rank 3's, the slowest
+    assert lines == [format_row(r) for r in rows]
+    assert record["rows"][1:] == rows
+    assert json.load(open(path))["rows"][1:] == json.loads(json.dumps(rows))
+    assert [t[0] for t in timeline] == ["all_gather/native gloo 1024 B",
+                                        "all_gather/native gloo 8192 B"]
+    assert timeline[0][1] == [[("x", r)] for r in range(4)] and timeline[0][2][3] == (3, 4)
+    rooted = run_series(_Echo(), Case("broadcast", "gloo", root=6), [64], emit=lambda s: None)
+    reduced = run_series(_Echo(), Case("all_reduce", "gloo", redop="max"), [64],
+                         emit=lambda s: None)
+    assert (rooted[0]["root"], rooted[0]["redop"]) == (2, "-")  # root 6 of 4 ranks: rank 2
+    assert (reduced[0]["root"], reduced[0]["redop"]) == (-1, "max")
+    assert row_key(rows[0])[-1] == 1024
