@@ -193,3 +193,18 @@ def test_every_all_reduce_row_s_bus_bandwidth_by_hand(nodes, want):
         alg = bus * 0.5 if key[0] == "tree" else bus * n / (2 * (n - 1))
         assert table[key].alg_bw == pytest.approx(alg), key
         assert table[key].bus_bw == pytest.approx(alg * 2 * (n - 1) / n), key
+
+
+def test_loss_none_prices_no_embedding_on_dp():
+    """``loss=none`` leaves the embedding and head out: the vocabulary's size changes nothing
+    the gradients' all-reduce moves; with a loss it adds its V x h / tp gradient, in grad_bytes
+    (4 by default; a ring all-reduce on 2 ranks sends 2 (n-1)/n = 1 times its buffer)."""
+    from commbench.costmodel.layout import predict_layout
+
+    def dp_bytes(loss, vocab):
+        lay = Layout(tp=2, dp=2, loss=loss, vocab=vocab, layers=2, hidden=64, heads=4)
+        return next(r["bytes_per_rank"] for r in predict_layout(lay, load("dgx-h100"))
+                    if r["group"] == "dp")
+
+    assert dp_bytes("none", 2) == dp_bytes("none", 1000)
+    assert dp_bytes("megatron", 1000) - dp_bytes("megatron", 2) == (1000 - 2) * 64 // 2 * 4

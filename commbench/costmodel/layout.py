@@ -82,7 +82,7 @@ def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
             if c.axis in ("ep", "tp"):
                 out[c.axis].append((c, moe_layers * m))
     dense = L * (2 * h * h + 2 * h * kv * d + 4 * h + (0 if lay.experts else 2 * h * f)) // t \
-        + L * h * lay.experts + (lay.vocab * h // t if lay.pp == 1 else 0)
+        + L * h * lay.experts + (lay.vocab * h // t if lay.pp == 1 and lay.loss != "none" else 0)
     expert = moe_layers * (lay.experts // lay.ep) * 2 * h * f // t
     for group, n, psi in (("dp", lay.dp * lay.cp, dense), ("edp", lay.dp // lay.ep * lay.cp, expert)):
         if n > 1 and psi:
