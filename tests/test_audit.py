@@ -153,7 +153,8 @@ def test_device_time_comes_from_each_call_s_work_and_shows_as_a_column():
                                                          "commbench": ""},
               "measurement": {}, "rows": rows}
     assert "device time(us)" in audit_markdown(record)
-    plain = dict(record, rows=tables([[tuple(Entry(*t[:-1], 0.0)) for t in timed]]))
+    plain = dict(record, rows=tables([[tuple(Entry(*t)._replace(device_seconds=0.0))
+                                       for t in timed]]))
     assert "device time(us)" not in audit_markdown(plain)
 
 
@@ -378,3 +379,30 @@ def test_the_step_a_script_marks_is_compared_apart_from_its_set_up(tmp_path):
     assert "extra broadcast: 1 more of 3 elements" in whole.stdout
     missing = audit("--step", "3")
     assert missing.returncode == 2 and "the script marked steps [1, 2]" in missing.stderr
+
+
+def _p2p_peers(ctx):
+    import torch.distributed as dist
+
+    booked = run_script(ctx, os.path.join(EXAMPLES, "torch_pipelining.py"), [])
+    out = Counter((t[0], t[17]) for t in booked if t[3] == "float32")
+    return dist.get_rank(), out
+
+
+@pytest.mark.world(sizes=[4])
+def test_a_point_to_point_call_names_its_peer(world):
+    """Stage r of 4 sends its activations to r+1 and its gradients to r-1, receives from
+    the same neighbours; the tables name the peer beside the group."""
+    from commbench.studies.audit import _group_cell
+
+    for rank, got in world.run(_p2p_peers):
+        want = Counter()
+        if rank < 3:
+            want.update({("send", rank + 1): 4, ("recv", rank + 1): 4})
+        if rank > 0:
+            want.update({("recv", rank - 1): 4, ("send", rank - 1): 4})
+        assert got == want, rank
+    row = {"group": [0, 1, 2, 3], "op": "send", "peer": 2}
+    assert _group_cell(row) == "[0, 1, 2, 3] to 2"
+    assert _group_cell(dict(row, op="recv")) == "[0, 1, 2, 3] from 2"
+    assert _group_cell(dict(row, op="all_reduce", peer=-1)) == "[0, 1, 2, 3]"

@@ -114,9 +114,9 @@ def run_script(ctx, path: str, argv: list[str]) -> list[tuple]:
 
 
 def tables(per_rank: list[list[tuple]]) -> dict:
-    """Per (group, op, dtype, redop, phase): calls, elements, bytes sent and tensor bytes of the
-    busiest rank, host and (GPU) device seconds summed over calls (slowest rank), ranks that
-    made such calls; per module: calls and bytes of the busiest rank."""
+    """Per (group, op, dtype, redop, phase, peer): calls, elements, bytes sent and tensor bytes
+    of the busiest rank, host and (GPU) device seconds summed over calls (slowest rank), ranks
+    that made such calls; per module: calls and bytes of the busiest rank."""
     fields = ("calls", "elements", "sent", "tensor_bytes", "seconds", "device_seconds")
     groups: dict[tuple, dict] = {}
     modules: dict[str, dict] = {}
@@ -124,7 +124,7 @@ def tables(per_rank: list[list[tuple]]) -> dict:
         mine: dict[tuple, list] = {}
         by_module: dict[str, list] = {}
         for e in map(Entry._make, entries):
-            key = (e.group, e.op, e.dtype, e.redop or "-", e.phase or "-")
+            key = (e.group, e.op, e.dtype, e.redop or "-", e.phase or "-", e.peer)
             for acc, vals in ((mine.setdefault(key, [0, 0, 0, 0, 0.0, 0.0]),
                                (1, e.count, e.sent, e.nbytes, e.seconds, e.device_seconds)),
                               (by_module.setdefault(e.module or "(no module)", [0, 0]),
@@ -139,7 +139,7 @@ def tables(per_rank: list[list[tuple]]) -> dict:
             row = modules.setdefault(name, {"calls": 0, "sent": 0})
             row.update(calls=max(row["calls"], calls), sent=max(row["sent"], sent))
     group_rows = [{"group": list(k[0]), "op": k[1], "dtype": k[2], "redop": k[3],
-                   "phase": k[4], **row} for k, row in groups.items()]
+                   "phase": k[4], "peer": k[5], **row} for k, row in groups.items()]
     module_rows = [{"module": name, **row} for name, row in sorted(modules.items())]
     return {"groups": group_rows, "modules": module_rows, "steps": step_rows(per_rank)}
 
@@ -165,6 +165,14 @@ def in_steps(entries: list[tuple], first: int, count: int) -> list[tuple]:
     return [t for t in entries if first <= step_of(Entry._make(t).scope) < first + count]
 
 
+def _group_cell(row: dict) -> str:
+    """The group; a point-to-point call's also names its peer (``[0, 1] to 1``)."""
+    peer = row.get("peer", -1)
+    if peer is None or peer < 0:
+        return str(row["group"])
+    return f"{row['group']} {'to' if row['op'] in ('send', 'isend') else 'from'} {peer}"
+
+
 def audit_markdown(record: dict) -> str:
     from tabulate import tabulate
 
@@ -172,7 +180,7 @@ def audit_markdown(record: dict) -> str:
 
     head = markdown(dict(record, rows=[])).rstrip()
     device = any(r.get("device_seconds") for r in record["rows"]["groups"])
-    groups = tabulate([[r["group"], r["op"], r["dtype"], r["redop"], r["phase"], r["calls"],
+    groups = tabulate([[_group_cell(r), r["op"], r["dtype"], r["redop"], r["phase"], r["calls"],
                         r["elements"], r["sent"], r["tensor_bytes"], f"{r['seconds'] * 1e6:.0f}"]
                        + ([f"{r['device_seconds'] * 1e6:.0f}"] if device else [])
                        for r in record["rows"]["groups"]],

@@ -42,6 +42,7 @@ class Entry(NamedTuple):
     nbytes: int = 0  # the tensor's own bytes, beside the modelled sent/recv (watcher)
     start: float = 0.0  # time.perf_counter() when the call began (watcher), for a timeline
     device_seconds: float = 0.0  # the collective's own time on the GPU (watcher, NCCL timing)
+    peer: int = -1  # a point-to-point call's other end, a global rank (watcher); -1: none
 
     def as_dict(self) -> dict:
         d = self._asdict()

@@ -256,13 +256,16 @@ class watch(TorchDispatchMode):
         dtype = first.dtype if first is not None else torch.uint8
         sent, recv = booked(op, pg.size(), pg.rank(), count, dtype.itemsize, **vol)
         phase, module = self._context(op)
+        end = named.get("dst", named.get("src")) if op in ("send", "recv") else None
+        peer = _ranks(pg)[end] if isinstance(end, int) and 0 <= end < pg.size() else -1
         n = steps.current()
         with self.ledger.scope(f"step {n}") if n else contextlib.nullcontext():
             entry = self.ledger.record(op, _ranks(pg), self.transport or _backend(pg),
                                        str(dtype).removeprefix("torch."), count, sent, recv,
                                        seconds, source="torch",
                                        redop=_redop(named.get("reduce_op")), phase=phase,
-                                       module=module, nbytes=count * dtype.itemsize, start=t0)
+                                       module=module, nbytes=count * dtype.itemsize, start=t0,
+                                       peer=peer)
         if first is not None and first.is_cuda:
             work = _work_of(out)
             if work is not None:
