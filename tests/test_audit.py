@@ -406,3 +406,35 @@ def test_a_point_to_point_call_names_its_peer(world):
     assert _group_cell(row) == "[0, 1, 2, 3] to 2"
     assert _group_cell(dict(row, op="recv")) == "[0, 1, 2, 3] from 2"
     assert _group_cell(dict(row, op="all_reduce", peer=-1)) == "[0, 1, 2, 3]"
+
+
+PROFILED = """
+import torch
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile
+
+dist.init_process_group("gloo")
+dist.broadcast(torch.zeros(2), src=0)  # before the profiler: set-up
+with profile(activities=[ProfilerActivity.CPU]) as prof:
+    for k in range(3):
+        dist.all_reduce(torch.ones(k + 1))
+        prof.step()
+"""
+
+
+def _profiled(ctx, path):
+    from commbench.wire.steps import step_of
+
+    return [(t[0], t[4], step_of(t[8])) for t in run_script(ctx, path, [])]
+
+
+@pytest.mark.world(sizes=[2])
+@pytest.mark.local  # the script is written on the driver's disk
+def test_the_profiler_s_steps_mark_the_steps_of_a_script_that_marks_none(world, tmp_path):
+    """ProfilerStep#0 opens with the profiler, each prof.step() the next: the all-reduce of
+    k + 1 elements is step k + 1; the broadcast before the profiler is set-up (0)."""
+    path = tmp_path / "profiled.py"
+    path.write_text(PROFILED)
+    for got in world.run(_profiled, str(path)):
+        assert got == [("broadcast", 2, 0), ("all_reduce", 1, 1), ("all_reduce", 2, 2),
+                       ("all_reduce", 3, 3)]

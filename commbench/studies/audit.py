@@ -106,7 +106,7 @@ def run_script(ctx, path: str, argv: list[str]) -> list[tuple]:
     sys.argv = [path, *argv]
     steps.restart()
     try:
-        with _process_group_kept(), _looks_like_torchrun(ctx):
+        with _process_group_kept(), _looks_like_torchrun(ctx), steps.profiler_steps():
             entries = audit(runpy.run_path, path, run_name="__main__", ledger=ctx.ledger)
     finally:
         sys.argv = saved
