@@ -438,3 +438,24 @@ def test_the_profiler_s_steps_mark_the_steps_of_a_script_that_marks_none(world, 
     for got in world.run(_profiled, str(path)):
         assert got == [("broadcast", 2, 0), ("all_reduce", 1, 1), ("all_reduce", 2, 2),
                        ("all_reduce", 3, 3)]
+
+
+def _fsdp2(ctx, flags):
+    booked = run_script(ctx, os.path.join(EXAMPLES, "fsdp2.py"), flags)
+    return Counter((t[0], t[4], t[12]) for t in booked if t[3] == "float32")
+
+
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.parametrize("reshard", [True, False])
+def test_fsdp2_with_and_without_resharding_by_hand(world, reshard):
+    """Two Linear layers of 8 x 16 + 16 = 144 and 16 x 8 + 8 = 136 parameters, each its own
+    FSDP2 unit over P ranks: forward all-gathers each rank's 144/P and 136/P; backward gathers
+    them again unless ``reshard_after_forward=False`` kept them; each gradient is
+    reduce-scattered (the whole 144 and 136 in, averaged)."""
+    P = world.size
+    want = Counter({("all_gather", 144 // P, "forward"): 1, ("all_gather", 136 // P, "forward"): 1,
+                    ("reduce_scatter", 144, "backward"): 1, ("reduce_scatter", 136, "backward"): 1})
+    if reshard:
+        want.update({("all_gather", 144 // P, "backward"): 1, ("all_gather", 136 // P, "backward"): 1})
+    for got in world.run(_fsdp2, [] if reshard else ["--no-reshard"]):
+        assert got == want
