@@ -442,7 +442,8 @@ def test_the_profiler_s_steps_mark_the_steps_of_a_script_that_marks_none(world, 
 
 def _fsdp2(ctx, flags):
     booked = run_script(ctx, os.path.join(EXAMPLES, "fsdp2.py"), flags)
-    return Counter((t[0], t[4], t[12]) for t in booked if t[3] == "float32")
+    calls = Counter((t[0], t[4], t[12]) for t in booked if t[3] == "float32")
+    return calls, {(t[4], t[13]) for t in booked if t[3] == "float32"}
 
 
 @pytest.mark.world(sizes=[2, 4])
@@ -451,11 +452,15 @@ def test_fsdp2_with_and_without_resharding_by_hand(world, reshard):
     """Two Linear layers of 8 x 16 + 16 = 144 and 16 x 8 + 8 = 136 parameters, each its own
     FSDP2 unit over P ranks: forward all-gathers each rank's 144/P and 136/P; backward gathers
     them again unless ``reshard_after_forward=False`` kept them; each gradient is
-    reduce-scattered (the whole 144 and 136 in, averaged)."""
+    reduce-scattered (the whole 144 and 136 in, averaged). Every call is under the layer whose
+    parameters it carries, the backward gathers prefetched for the next layer and the final
+    reduce-scatters included."""
     P = world.size
     want = Counter({("all_gather", 144 // P, "forward"): 1, ("all_gather", 136 // P, "forward"): 1,
                     ("reduce_scatter", 144, "backward"): 1, ("reduce_scatter", 136, "backward"): 1})
     if reshard:
         want.update({("all_gather", 144 // P, "backward"): 1, ("all_gather", 136 // P, "backward"): 1})
-    for got in world.run(_fsdp2, [] if reshard else ["--no-reshard"]):
+    for got, modules in world.run(_fsdp2, [] if reshard else ["--no-reshard"]):
         assert got == want
+        assert modules == {(144 // P, "FSDPSequential.0"), (144, "FSDPSequential.0"),
+                           (136 // P, "FSDPSequential.2"), (136, "FSDPSequential.2")}

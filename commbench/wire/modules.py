@@ -1,6 +1,7 @@
 """Where a call comes from, for the watcher's ``module`` and ``phase`` columns
 (:mod:`commbench.wire.watch`): torch's module tracker, made safe for every way of taking a
-gradient, and the phase a library gives a call it makes outside the autograd engine.
+gradient; the module whose parameters a library's call carries (FSDP2's parameter groups);
+and the phase a library gives a call it makes outside the autograd engine.
 
 Phase: ``backward`` while the autograd engine runs a backward pass. Libraries also move
 gradients outside it: DeepSpeed's ZeRO-1/2 reduce them after ``loss.backward()`` returns (in
@@ -20,7 +21,7 @@ import sys
 
 import torch
 
-__all__ = ["library_phase", "module_tracker"]
+__all__ = ["library_module", "library_phase", "module_tracker", "origin"]
 
 _BACKWARD = {"backward", "bwd", "gradients", "grads"}
 _FORWARD = {"forward", "fwd"}
@@ -56,6 +57,38 @@ def library_phase(frame=None, op: str = "", depth: int = 64) -> str:
                 return _batch_says(desc, op)
         elif _says(name):
             return _says(name)
+        f = f.f_back
+    return ""
+
+
+def origin(tracker, op: str, frame) -> tuple[str, str]:
+    """(phase, module's qualified name) of a call of ``op`` booked from ``frame``: backward
+    while the engine runs one, else as the library says; the module whose parameters a
+    library's call carries, else the innermost module the tracker is in."""
+    names = [p for p in tracker.parents if p != "Global"]
+    carried = library_module(frame, getattr(tracker, "_known_modules", {}))
+    if torch._C._current_graph_task_id() != -1 or tracker.is_bw:
+        phase = "backward"
+    else:  # a gradient a library moves outside the engine
+        phase = library_phase(frame, op) or "forward"
+    return phase, carried or max(names, key=len, default="")
+
+
+def library_module(frame, known, depth: int = 64) -> str:
+    """The module whose parameters a library's call carries, by the library's own record on
+    the stack: an FSDP2 parameter group's first module (its all-gathers prefetched for the
+    next module, its reduce-scatters after the whole backward, run where the tracker names
+    another module or none); ``known``: module -> qualified name. '' where none says."""
+    f = frame
+    for _ in range(depth):
+        if f is None:
+            return ""
+        if "fsdp" in f.f_code.co_filename:
+            group = f.f_locals.get("self")
+            modules = getattr(group, "modules", None) if type(group).__name__ == \
+                "FSDPParamGroup" else None
+            if modules:
+                return known.get(modules[0], "")
         f = f.f_back
     return ""
 

@@ -38,6 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from commbench.wire import steps
 from commbench.wire.ledger import Ledger
+from commbench.wire.modules import origin
 from commbench.wire.ops import booked
 
 __all__ = ["quiet", "watch"]
@@ -223,17 +224,6 @@ class watch(TorchDispatchMode):
         finally:
             self._modules.__exit__(*exc)
 
-    def _context(self, op: str) -> tuple[str, str]:
-        """(phase, innermost module's qualified name) of the call being booked."""
-        names = [p for p in self._modules.parents if p != "Global"]
-        if torch._C._current_graph_task_id() != -1 or self._modules.is_bw:
-            phase = "backward"
-        else:  # a gradient a library moves outside the engine (commbench.wire.modules)
-            from commbench.wire.modules import library_phase
-
-            phase = library_phase(sys._getframe(2), op) or "forward"
-        return phase, max(names, key=len, default="")
-
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = f"{func.namespace}.{func._schema.name.split('::')[1]}"
@@ -255,7 +245,7 @@ class watch(TorchDispatchMode):
         first = None if op == "barrier" else _first(list(named.values()))
         dtype = first.dtype if first is not None else torch.uint8
         sent, recv = booked(op, pg.size(), pg.rank(), count, dtype.itemsize, **vol)
-        phase, module = self._context(op)
+        phase, module = origin(self._modules, op, sys._getframe(1))
         end = named.get("dst", named.get("src")) if op in ("send", "recv") else None
         peer = _ranks(pg)[end] if isinstance(end, int) and 0 <= end < pg.size() else -1
         n = steps.current()
