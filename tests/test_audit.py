@@ -464,3 +464,30 @@ def test_fsdp2_with_and_without_resharding_by_hand(world, reshard):
         assert got == want
         assert modules == {(144 // P, "FSDPSequential.0"), (144, "FSDPSequential.0"),
                            (136 // P, "FSDPSequential.2"), (136, "FSDPSequential.2")}
+
+
+FSDP2_LAYOUT = ("layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,"
+                "loss=none,act-bytes=4,grad-bytes=4")
+
+
+@pytest.mark.local
+@pytest.mark.parametrize("np_", [2, 4])
+def test_fsdp2_makes_the_calls_of_the_layout_s_fsdp2_flavour(np_, tmp_path):
+    """Per layer of 3136 parameters (2 x 16^2 attention, 2 x 16 x 16 for k and v, 4 x 16 for
+    the LayerNorms, 2 x 16 x 64 for the MLP), sharded over P: an all-gather of 3136/P forward
+    and again backward, a reduce-scatter of 3136. ``impl=fsdp2`` predicts exactly that;
+    Megatron's flavour (one all-reduce of the gradients) does not, and a planted all-reduce is
+    flagged."""
+    def audit(spec, *args):
+        return subprocess.run([sys.executable, "-m", "commbench", "audit",
+                               os.path.join(EXAMPLES, "fsdp2_layers.py"), "--np", str(np_),
+                               "--no-write", "--layout", f"{spec},dp={np_},{FSDP2_LAYOUT}", "--",
+                               *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    ok = audit("impl=fsdp2")
+    assert ok.returncode == 0 and "No difference" in ok.stdout, ok.stdout[-1500:] + ok.stderr
+    assert f"| dp     | all_gather     |   {3136 // np_:>8} |" in ok.stdout
+    megatron = audit("impl=megatron")
+    assert megatron.returncode == 1 and "missing all_reduce" in megatron.stdout
+    extra = audit("impl=fsdp2", "--extra")
+    assert extra.returncode == 1 and "extra all_reduce: 1 more of 8 elements on dp" in extra.stdout

@@ -45,7 +45,7 @@ from commbench.patterns.tp.layer_pattern import activation_calls, replicated_syn
 from commbench.patterns.tp.vocab import VocabConfig
 from commbench.wire.ops import OPS, booked
 
-__all__ = ["Layout", "dp_calls", "group_ranks", "group_span", "predict_layout", "step_bytes"]
+__all__ = ["Layout", "dp_calls", "fsdp2_calls", "group_ranks", "group_span", "predict_layout", "step_bytes"]
 
 def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     """group -> [(a call of rank 0, times per step)] (the module docstring)."""
@@ -81,11 +81,14 @@ def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
         for c in moe_calls(moe, "capacity", 0):
             if c.axis in ("ep", "tp"):
                 out[c.axis].append((c, moe_layers * m))
-    dense = L * (2 * h * h + 2 * h * kv * d + 4 * h + (0 if lay.experts else 2 * h * f)) // t \
-        + L * h * lay.experts + (lay.vocab * h // t if lay.pp == 1 and lay.loss != "none" else 0)
+    layer = (2 * h * h + 2 * h * kv * d + 4 * h + (0 if lay.experts else 2 * h * f)) // t
+    emb = lay.vocab * h // t if lay.pp == 1 and lay.loss != "none" else 0  # embedding, head
+    dense = L * layer + L * h * lay.experts + emb
     expert = moe_layers * (lay.experts // lay.ep) * 2 * h * f // t
     for group, n, psi in (("dp", lay.dp * lay.cp, dense), ("edp", lay.dp // lay.ep * lay.cp, expert)):
-        if n > 1 and psi:
+        if n > 1 and psi and lay.impl == "fsdp2":  # dense only (validate): layers and root
+            out[group] += _group(fsdp2_calls(layer, L, emb, n, m, lay.grad_bytes), group, n)
+        elif n > 1 and psi:
             out[group] += _group(dp_calls(psi, n, lay.zero, m, lay.grad_bytes), group, n)
     if lay.pp > 1:
         rows = tokens // t if lay.sp else tokens
@@ -95,6 +98,21 @@ def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
             c.sent for c in pattern.predicted(pp, "1f1b", r)))
         out["pp"] += [(c, 1) for c in pattern.predicted(pp, "1f1b", busiest)]
     return {k: v for k, v in out.items() if v}
+
+
+def fsdp2_calls(per_layer: int, layers: int, root: int, n: int, m: int, g: int
+                ) -> list[tuple[str, int, int, int]]:
+    """torch 2.13's FSDP2 with ``fully_shard`` on each of ``layers`` layers of ``per_layer``
+    elements and on the root (``root`` elements: the embedding and head), over ``n`` ranks,
+    ``m`` micro-batches, in ``g``-byte elements: per micro-batch each layer all-gathers its
+    shard for forward and, resharded after it, again for backward, and reduce-scatters its
+    gradient; the root gathers once per micro-batch (it is not resharded after forward) and
+    reduce-scatters its gradient (sizes divisible by n: FSDP2 pads each parameter's dim 0)."""
+    calls = [("all_gather", per_layer // n, g, 2 * layers * m),
+             ("reduce_scatter", per_layer, g, layers * m)]
+    if root:
+        calls += [("all_gather", root // n, g, m), ("reduce_scatter", root, g, m)]
+    return calls
 
 
 def _group(calls: list[tuple[str, int, int, int]], axis: str, n: int) -> list[tuple[Call, int]]:

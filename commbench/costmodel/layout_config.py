@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-__all__ = ["DTYPE", "Layout"]
+__all__ = ["DTYPE", "IMPLS", "Layout"]
 
 DTYPE = {1: "int8", 2: "bfloat16", 4: "float32", 8: "float64"}  # bytes per element -> dtype
+IMPLS = ("megatron", "fsdp2")  # whose data-parallel calls the layout predicts
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Layout:
     dp: int = 1
     pp: int = 1
     zero: int = 0
+    impl: str = "megatron"  # whose data-parallel calls: megatron | fsdp2 (fully_shard per layer)
     act_bytes: int = 2
     grad_bytes: int = 4
 
@@ -74,6 +76,12 @@ class Layout:
             raise ValueError("regather=True: the backward re-gather exists under sp only")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero={self.zero}: must be 0, 1, 2 or 3")
+        if self.impl not in IMPLS:
+            raise ValueError(f"impl={self.impl!r}: must be one of {', '.join(IMPLS)}")
+        if self.impl == "fsdp2" and (self.zero not in (0, 3) or self.experts or self.pp > 1):
+            raise ValueError(f"impl='fsdp2': shards every layer as ZeRO-3 does, on a dense model "
+                             f"without pipeline stages (zero={self.zero}, experts={self.experts}, "
+                             f"pp={self.pp})")
         if not self.capacity_factor > 0:
             raise ValueError(f"capacity_factor={self.capacity_factor}: must be > 0")
 
