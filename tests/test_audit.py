@@ -428,7 +428,7 @@ def _profiled(ctx, path):
     return [(t[0], t[4], step_of(t[8])) for t in run_script(ctx, path, [])]
 
 
-@pytest.mark.world(sizes=[2])
+@pytest.mark.world(sizes=[2, 4])
 @pytest.mark.local  # the script is written on the driver's disk
 def test_the_profiler_s_steps_mark_the_steps_of_a_script_that_marks_none(world, tmp_path):
     """ProfilerStep#0 opens with the profiler, each prof.step() the next: the all-reduce of

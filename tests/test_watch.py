@@ -255,7 +255,7 @@ class _Copy(torch.nn.Module):
         return _CopyToRegion.apply(x)
 
 
-@pytest.mark.world(sizes=[1, 2])
+@pytest.mark.world(sizes=[1, 2, 4])
 def test_a_gradient_by_autograd_grad_is_watched_not_broken(world):
     for shape, got in world.run(_gradient_by_autograd_grad):
         assert tuple(shape) == (2, 3)
