@@ -354,12 +354,20 @@ SP_LAYOUT = ("tp=2,sp,layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micr
              "loss=none,act-bytes=4,grad-bytes=4")
 
 
-@pytest.mark.local
-def test_the_step_a_script_marks_is_compared_apart_from_its_set_up(tmp_path):
+def _stepped(ctx, path, examples):
+    return run_script(ctx, path, [examples])
+
+
+@pytest.mark.world(sizes=[2])
+@pytest.mark.local  # the script is written on the driver's disk, the command run here
+def test_the_step_a_script_marks_is_compared_apart_from_its_set_up(world, tmp_path):
     """A set-up broadcast, then Megatron's SP layer twice, each a marked step: ``--step 2``
-    compares one step and finds the layout's calls; the whole script has the set-up call and
-    twice the layout's; ``--steps 2`` takes both steps; a step the script never marked is
-    refused naming those it did."""
+    compares one step and finds the layout's calls (the command, end to end); the whole script
+    has the set-up call and twice the layout's; two steps together are the layout's twice; a
+    step the script never marked is refused naming those it did."""
+    from commbench.studies.audit import in_steps
+    from commbench.studies.audit_layout import compare, parse_layout
+
     script = tmp_path / "stepped.py"
     script.write_text(STEPPED)
 
@@ -373,12 +381,13 @@ def test_the_step_a_script_marks_is_compared_apart_from_its_set_up(tmp_path):
     assert one.returncode == 0, one.stdout[-1500:] + one.stderr[-1500:]
     assert "rank 0's calls in steps 2..2 the script marked" in one.stdout
     assert "| set-up |" in one.stdout and "No difference" in one.stdout
-    assert audit("--step", "1", "--steps", "2").returncode == 0
-    whole = audit()
-    assert whole.returncode == 1 and "unexpected group" not in whole.stdout
-    assert "extra broadcast: 1 more of 3 elements" in whole.stdout
     missing = audit("--step", "3")
     assert missing.returncode == 2 and "the script marked steps [1, 2]" in missing.stderr
+    entries = world.run(_stepped, str(script), os.path.abspath(EXAMPLES))[0]
+    lay = parse_layout(SP_LAYOUT, 2)
+    assert compare(lay, in_steps(entries, 1, 2), steps=2)["flags"] == []
+    whole = compare(lay, entries)["flags"]
+    assert "extra broadcast: 1 more of 3 elements on tp than the layout makes (0)" in whole
 
 
 def _p2p_peers(ctx):
@@ -470,24 +479,29 @@ FSDP2_LAYOUT = ("layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-bat
                 "loss=none,act-bytes=4,grad-bytes=4")
 
 
-@pytest.mark.local
-@pytest.mark.parametrize("np_", [2, 4])
-def test_fsdp2_makes_the_calls_of_the_layout_s_fsdp2_flavour(np_, tmp_path):
+def _fsdp2_layers(ctx, args):
+    return run_script(ctx, os.path.join(EXAMPLES, "fsdp2_layers.py"), args)
+
+
+@pytest.mark.world(sizes=[2, 4])
+def test_fsdp2_makes_the_calls_of_the_layout_s_fsdp2_flavour(world):
     """Per layer of 3136 parameters (2 x 16^2 attention, 2 x 16 x 16 for k and v, 4 x 16 for
     the LayerNorms, 2 x 16 x 64 for the MLP), sharded over P: an all-gather of 3136/P forward
     and again backward, a reduce-scatter of 3136. ``impl=fsdp2`` predicts exactly that;
     Megatron's flavour (one all-reduce of the gradients) does not, and a planted all-reduce is
     flagged."""
-    def audit(spec, *args):
-        return subprocess.run([sys.executable, "-m", "commbench", "audit",
-                               os.path.join(EXAMPLES, "fsdp2_layers.py"), "--np", str(np_),
-                               "--no-write", "--layout", f"{spec},dp={np_},{FSDP2_LAYOUT}", "--",
-                               *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    from commbench.studies.audit_layout import compare, parse_layout
 
-    ok = audit("impl=fsdp2")
-    assert ok.returncode == 0 and "No difference" in ok.stdout, ok.stdout[-1500:] + ok.stderr
-    assert f"| dp     | all_gather     |   {3136 // np_:>8} |" in ok.stdout
-    megatron = audit("impl=megatron")
-    assert megatron.returncode == 1 and "missing all_reduce" in megatron.stdout
-    extra = audit("impl=fsdp2", "--extra")
-    assert extra.returncode == 1 and "extra all_reduce: 1 more of 8 elements on dp" in extra.stdout
+    P = world.size
+
+    def flags(spec, *args):
+        lay = parse_layout(f"{spec},dp={P},{FSDP2_LAYOUT}", P)
+        return compare(lay, world.run(_fsdp2_layers, list(args))[0])
+
+    ok = flags("impl=fsdp2")
+    assert ok["flags"] == []
+    assert {(r["op"], r["elements"], r["observed"]) for r in ok["rows"]} == {
+        ("all_gather", 3136 // P, 4), ("reduce_scatter", 3136, 2)}
+    assert any(f.startswith("missing all_reduce") for f in flags("impl=megatron")["flags"])
+    assert flags("impl=fsdp2", "--extra")["flags"] == [
+        "extra all_reduce: 1 more of 8 elements on dp than the layout makes (0)"]
