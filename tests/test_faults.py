@@ -221,19 +221,13 @@ def test_fuzzed_tp_configs_are_accepted_or_refused_with_the_rule(
 
 
 def test_more_ranks_than_the_launcher_gave_is_refused_before_starting(capsys):
+    from unittest import mock
+
     from commbench.cli.main import main
 
     env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "9"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, env):
         assert main(["run", "all_reduce", "--np", "8"]) == 2
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     err = capsys.readouterr().err
     assert "--np 8: the launcher (torchrun) started 2 ranks" in err, err
 

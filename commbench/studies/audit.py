@@ -83,18 +83,12 @@ def _looks_like_torchrun(ctx):
         from commbench.runtime.launch import detect
 
         local = detect().local_size or 1
+    from unittest import mock
+
     env = {k: v for k, v in torchrun_env(ctx.rank, ctx.size, ctx.local_rank, local).items()
            if k not in os.environ}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, env):  # put back as it was, whatever the script set
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def run_script(ctx, path: str, argv: list[str]) -> list[tuple]:
