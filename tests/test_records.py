@@ -1,0 +1,65 @@
+"""The result records' helpers at their edges: percentiles of none, one and many samples, the
+row statistics, CSV columns, atomic writes, machine labels."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+
+import pytest
+
+from commbench.results.machine import LABEL_MAX, machine_class, slug
+from commbench.results.records import csv_text, percentile, summarize_iters, write_atomic, write_json
+
+pytestmark = pytest.mark.foundation
+
+
+def test_percentile_at_its_edges():
+    """Nearest rank of the sorted samples, in any input order; none: NaN."""
+    assert math.isnan(percentile([], 50))
+    assert percentile([7.0], 0) == percentile([7.0], 99) == 7.0
+    xs = [5.0, 1.0, 4.0, 2.0, 3.0]  # sorted 1..5, k = round(q/100 * 4)
+    assert [percentile(xs, q) for q in (0, 10, 50, 99, 100)] == [1.0, 1.0, 3.0, 5.0, 5.0]
+    # ranks 0.5 and 1.5 round half to even: to 0 and 2
+    assert percentile(xs, 12.5) == 1.0 and percentile(xs, 37.5) == 3.0
+    assert percentile(xs, -50) == 1.0 and percentile(xs, 150) == 5.0  # clamped to the samples
+
+
+def test_row_statistics_in_microseconds():
+    got = summarize_iters([3e-6, 1e-6, 2e-6, 10e-6])
+    assert got == {"time_us": pytest.approx(2.5), "min_us": pytest.approx(1.0),
+                   "avg_us": pytest.approx(4.0), "p10_us": pytest.approx(1.0),
+                   "max_us": pytest.approx(10.0), "p99_us": pytest.approx(10.0), "n_samples": 4}
+    one = summarize_iters([5e-6])
+    assert one["time_us"] == one["min_us"] == one["max_us"] == pytest.approx(5.0)
+
+
+def test_csv_has_every_field_any_row_has_in_first_seen_order():
+    rows = [{"op": "a", "size": 8, "samples_s": [1.0]}, {"op": "b", "extra": [1, 2], "size": 16}]
+    lines = csv_text(rows).splitlines()
+    assert lines == ["op,size,extra", "a,8,", 'b,16,"[1, 2]"']  # samples kept out, lists as JSON
+    assert csv_text([]) == "\n"
+
+
+def test_an_atomic_write_leaves_the_old_file_or_the_new_one_and_is_readable(tmp_path):
+    path = tmp_path / "sub" / "r.json"
+    write_json(str(path), {"a": 1})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+    with pytest.raises(TypeError):
+        write_json(str(path), {"a": object()})  # fails while writing the temporary file
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temporary left
+    write_atomic(str(path), "")
+    assert path.read_text() == ""
+
+
+def test_a_machine_label_at_its_limits():
+    assert machine_class("a" * LABEL_MAX) == "a" * LABEL_MAX
+    with pytest.raises(ValueError, match=f"--label of {LABEL_MAX + 1} characters: at most"):
+        machine_class("a" * (LABEL_MAX + 1))
+    with pytest.raises(ValueError, match="use lower-case letters, digits and '-' \\(e.g. 'my-box'\\)"):
+        machine_class("My Box")
+    assert slug("") == "unknown" and slug("(R)(TM)") == "unknown"
