@@ -38,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from commbench.wire import steps
 from commbench.wire.ledger import Ledger
-from commbench.wire.modules import origin
+from commbench.wire.modules import module_tracker, origin
 from commbench.wire.ops import booked
 
 __all__ = ["quiet", "watch"]
@@ -210,8 +210,6 @@ class watch(TorchDispatchMode):
         super().__init__()
         self.ledger, self.transport = ledger, transport
         self.works: list[tuple] = []  # (entry, c10d Work) of the calls on CUDA tensors
-        from commbench.wire.modules import module_tracker
-
         self._modules = module_tracker()
 
     def __enter__(self):
