@@ -37,6 +37,7 @@ TOPICS = {
     "model": "cost model and topologies",
     "bench": "benchmarks (suites/)",
     "faults": "fault injection: hangs, dead ranks, bad input",
+    "traces": "a job's own traces: analyze and replay",
     "gpu": "needs a CUDA device; skipped without one",
 }
 

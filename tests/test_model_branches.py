@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import pytest
 
-from commbench.costmodel.layout import _time_us, group_ranks, group_span
+from commbench.costmodel.layout import call_time_us, group_ranks, group_span
 from commbench.costmodel.layout_config import Layout
 from commbench.costmodel.nccl import nccl_predict, nccl_table
 from commbench.costmodel.topology import load
@@ -137,14 +137,14 @@ def test_layout_prices_point_to_point_and_all_to_all_on_the_links_they_cross():
     more. An all-to-all of 16 ranks, 8 per node, sending S: 8/15 of S crosses the net."""
     topo = load("cluster-h100-ndr", 2)
     send = Call("isend", "pp", 10**6, 10**6, 0)
-    t, pick = _time_us(send, 2, topo, (2, 1), "2.30.7")
+    t, pick = call_time_us(send, 2, topo, (2, 1), "2.30.7")
     assert (t, pick) == (pytest.approx(22.4 + 10**6 / (1000 * 48)), "p2p")
-    assert _time_us(send, 2, topo, (1, 2), "2.30.7")[0] == pytest.approx(11.8 + 10**6 / 370.8e3)
-    assert _time_us(Call("irecv", "pp", 10**6, 0, 10**6), 2, topo, (2, 1), "2.30.7")[0] == 0.0
+    assert call_time_us(send, 2, topo, (1, 2), "2.30.7")[0] == pytest.approx(11.8 + 10**6 / 370.8e3)
+    assert call_time_us(Call("irecv", "pp", 10**6, 0, 10**6), 2, topo, (2, 1), "2.30.7")[0] == 0.0
     S = 15 * 10**6
     a2a = Call("all_to_all", "ep", S, S, S)
     cross = S * 8 / 15
-    assert _time_us(a2a, 16, topo, (2, 8), "2.30.7")[0] == pytest.approx(
+    assert call_time_us(a2a, 16, topo, (2, 8), "2.30.7")[0] == pytest.approx(
         22.4 + (S - cross) / 370.8e3 + cross / 48e3)
 
 
@@ -154,15 +154,15 @@ def test_layout_prices_a_collective_at_nccl_tests_size_on_the_groups_own_part():
     topo = load("cluster-h100-ndr", 2)
     part = topo.part(2, 8)
     ag = Call("all_gather", "dp", MIB, 15 * MIB, 15 * MIB)
-    t, pick = _time_us(ag, 16, topo, (2, 8), "2.30.7")
+    t, pick = call_time_us(ag, 16, topo, (2, 8), "2.30.7")
     want = nccl_predict("all_gather", 16 * MIB, part)
     assert (t, pick) == (pytest.approx(want.time_us), f"{want.algo}/{want.proto}")
     ar = Call("all_reduce", "dp", MIB, 0, 0)
-    assert _time_us(ar, 16, topo, (2, 8), "2.30.7")[0] == pytest.approx(
+    assert call_time_us(ar, 16, topo, (2, 8), "2.30.7")[0] == pytest.approx(
         nccl_predict("all_reduce", MIB, part).time_us)
     # the same all-reduce on 2 GPUs of one node is cheaper than across the 2 nodes
-    assert _time_us(ar, 2, topo, (1, 2), "2.30.7")[0] < _time_us(ar, 2, topo, (2, 1), "2.30.7")[0]
-    assert math.isclose(_time_us(ar, 2, topo, (2, 1), "2.30.7")[0],
+    assert call_time_us(ar, 2, topo, (1, 2), "2.30.7")[0] < call_time_us(ar, 2, topo, (2, 1), "2.30.7")[0]
+    assert math.isclose(call_time_us(ar, 2, topo, (2, 1), "2.30.7")[0],
                         nccl_predict("all_reduce", MIB, topo.part(2, 1)).time_us)
 
 

@@ -321,3 +321,20 @@ def test_a_start_whose_mpi_init_failed_is_tried_once_more_and_only_once(monkeypa
     with pytest.raises(InitFailed):
         world.start()
     assert len(tries) == 1
+
+
+def _unsorted_group(ctx):
+    try:
+        ctx.group(tuple(reversed(range(ctx.size))))
+    except ValueError as exc:
+        return str(exc)
+    return ""
+
+
+@pytest.mark.world(min_size=2)
+def test_a_group_s_ranks_out_of_order_are_refused_before_any_collective(world):
+    """torch sorts a new group's ranks, MPI's split keeps the order given: a group listed out of
+    order would number its members two ways."""
+    said = world.run(_unsorted_group)
+    assert all("ranks must be in ascending order" in s for s in said)
+    assert all(s == said[0] for s in said)

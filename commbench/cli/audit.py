@@ -25,6 +25,9 @@ def add_parser(sub) -> None:
                         "training script may run for hours)")
     a.add_argument("--trace", default="", metavar="FILE", help="also write every rank's calls "
                    "as a Chrome trace (open it in Perfetto or chrome://tracing)")
+    a.add_argument("--kineto", default="", metavar="DIR",
+                   help="also write one Kineto-shaped trace per rank (record_param_comms with "
+                        "torch's arguments) for commbench analyze and replay")
     a.add_argument("--layout", default="", metavar="SPEC",
                    help="compare rank 0's calls with this layout's (the predict layout flags: "
                         "tp=2,sp,hidden=4096,...; pp=1); exit 1 on a difference")
@@ -42,6 +45,8 @@ def command(a) -> int:
     size, launcher = a.world_size, a.launcher
     if a.trace:
         checks.check_file(a.trace, "--trace")
+    if a.kineto:
+        checks.check_out(a.kineto, "--kineto")
     if a.step is not None and (a.step < 1 or a.steps < 1):
         raise UsageError(f"--step {a.step} --steps {a.steps}: both must be >= 1")
     if a.step is not None and not a.layout:
@@ -58,6 +63,7 @@ def command(a) -> int:
     from commbench.results.machine import machine_class
     from commbench.results.trace import chrome_trace
     from commbench.studies.audit import audit_markdown, run_script, tables
+    from commbench.wire.ledger import Entry
 
     # NCCL records each collective's start and end on the GPU (the device time of the tables)
     os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
@@ -96,6 +102,8 @@ def command(a) -> int:
                         machine_class(a.label), {"what": "the calls a script issued, booked"})
     record["script"] = os.path.basename(a.script)
     record["rows"] = tables(per_rank)
+    # every rank's calls in order, what commbench replay re-issues
+    record["calls"] = [[Entry._make(t).as_dict() for t in es] for es in per_rank]
     if lay is not None:
         from commbench.studies.audit_layout import compare
 
@@ -122,6 +130,13 @@ def command(a) -> int:
         if a.trace:
             res.write_json(a.trace, chrome_trace([(record['script'], per_rank)]))
             print(f"# wrote {a.trace}")
+        if a.kineto:
+            from commbench.traces.write import kineto_traces
+
+            os.makedirs(a.kineto, exist_ok=True)
+            for r, doc in enumerate(kineto_traces(per_rank)):
+                res.write_json(os.path.join(a.kineto, f"rank{r}.pt.trace.json"), doc)
+            print(f"# wrote {size} traces under {a.kineto}")
     flags = record.get("layout", {}).get("flags", [])
     if prints and flags:
         print(f"# {len(flags)} difference(s) from the layout:", *flags, sep="\n#   ")

@@ -1,4 +1,4 @@
-"""``commbench``: info, list, run, compare, claims, predict, audit, gpu-check.
+"""``commbench``: info, list, run, compare, claims, predict, audit, analyze, replay, gpu-check.
 
     commbench info                      launcher, world, transports, versions, devices
     commbench list                      every pattern (markers, variants, groups) and algorithm
@@ -10,6 +10,8 @@
     commbench run versus --np 2         the transport's own all-reduce against ours, side by side
     commbench compare OLD.json NEW.json per-row ratios; exit 1 on a regression
     commbench audit train.py --np 2     every collective your own script issues, per group/module
+    commbench analyze traces/           a job's profiler traces: each call against the wire
+    commbench replay traces/ --np 4     a recorded job's calls re-issued and timed, no model
 
 Exit codes: 0 all good; 1 wrong results (#wrong > 0, booked != predicted calls, a failed claim,
 a regression); 2 bad input (arguments, files, configs), found before any rank starts wherever it
@@ -33,7 +35,8 @@ __all__ = ["COMMANDS", "main"]
 # command -> module; each module has add_parser(sub) and command(args) -> exit code, and imports
 # nothing heavy (torch) at its top, so that --help answers at once
 COMMANDS = {"info": "info", "list": "listing", "run": "run", "compare": "compare",
-            "claims": "claims", "predict": "predict", "audit": "audit", "gpu-check": "gpu_check"}
+            "claims": "claims", "predict": "predict", "audit": "audit", "analyze": "analyze",
+            "replay": "replay", "gpu-check": "gpu_check"}
 
 
 class Terminated(KeyboardInterrupt):

@@ -45,7 +45,8 @@ from commbench.patterns.tp.layer_pattern import activation_calls, replicated_syn
 from commbench.patterns.tp.vocab import VocabConfig
 from commbench.wire.ops import OPS, booked
 
-__all__ = ["Layout", "dp_calls", "fsdp2_calls", "group_ranks", "group_span", "predict_layout", "step_bytes"]
+__all__ = ["Layout", "call_time_us", "dp_calls", "fsdp2_calls", "group_ranks", "group_span",
+           "predict_layout", "step_bytes"]
 
 def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     """group -> [(a call of rank 0, times per step)] (the module docstring)."""
@@ -160,7 +161,7 @@ def group_span(ranks: tuple[int, ...], per_node: int) -> tuple[int, int]:
 P2P = ("isend", "send", "recv", "irecv")
 
 
-def _time_us(call: Call, n: int, topo: Topology, span, version: str):
+def call_time_us(call: Call, n: int, topo: Topology, span, version: str):
     """NCCL's model for a collective; latency plus bytes over the link for point-to-point and
     all-to-all (a receive costs nothing more than its send)."""
     nodes, here = span
@@ -201,7 +202,7 @@ def predict_layout(lay: Layout, topo: Topology, version: str = "2.30.7") -> list
         picks = set()
         for call, k in calls:
             sent += k * call.sent
-            t, pick = _time_us(call, n, topo, span, version)
+            t, pick = call_time_us(call, n, topo, span, version)
             secs += k * t
             if call.op not in ("irecv", "recv"):
                 picks.add(f"{call.op}: {pick}")

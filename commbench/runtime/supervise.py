@@ -36,7 +36,7 @@ SUPERVISED = "COMMBENCH_SUPERVISED"  # set in the child, so that it does the wor
 _ADDRESS_FD = "COMMBENCH_SUPERVISOR_FD"  # the pipe on which the child writes its store's address
 DEATH_KEY = "commbench/dead"
 POLL_S = 2.0  # how often a rank's watchdog looks for a death notice
-COMMANDS = ("run", "audit", "gpu-check")
+COMMANDS = ("run", "audit", "replay", "gpu-check")
 _PASSED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
            signal.SIGQUIT)
 

@@ -86,7 +86,8 @@ class Comm(PointToPoint):
         itemsize = dtype.itemsize
         sent, recv = booked(op, group.size, group.index, count, itemsize, **vol)
         self.ledger.record(op, group.ranks, self.transport, dtype_name(dtype), count, sent, recv,
-                           seconds, axis=group.name, start=t0)
+                           seconds, axis=group.name, start=t0,
+                           peer=group.ranks[peer] if op in ("send", "recv") else -1)
         return result
 
     def _agree(self, group: Group, fp: list[int]) -> None:

@@ -42,11 +42,13 @@ class Entry(NamedTuple):
     nbytes: int = 0  # the tensor's own bytes, beside the modelled sent/recv (watcher)
     start: float = 0.0  # time.perf_counter() when the call began (watcher), for a timeline
     device_seconds: float = 0.0  # the collective's own time on the GPU (watcher, NCCL timing)
-    peer: int = -1  # a point-to-point call's other end, a global rank (watcher); -1: none
+    peer: int = -1  # a point-to-point call's other end, a global rank; -1: none
+    splits: tuple = ()  # an all-to-all's (elements to each member, from each member) (watcher)
 
     def as_dict(self) -> dict:
         d = self._asdict()
         d["group"] = list(self.group)
+        d["splits"] = [list(s) for s in self.splits]
         return d
 
 

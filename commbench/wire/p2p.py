@@ -90,7 +90,7 @@ class PointToPoint:
         posted = self._post_p2p(op, group, peer, buf.numel(), buf.dtype, tag)
         with quiet():
             handle = getattr(self.backend, op)(buf, group, peer, tag)
-        return Work(handle, buf, self._booker(op, group, buf, t0, posted))
+        return Work(handle, buf, self._booker(op, group, buf, t0, posted, peer))
 
     def exchange(self, sends: list[tuple[torch.Tensor, int]],
                  recvs: list[tuple[torch.Tensor, int]], group: Group, *,
@@ -130,9 +130,10 @@ class PointToPoint:
                 handles = [self.backend.irecv(o, group, p, tag) for o, p in rx]
                 handles += [self.backend.isend(t, group, p, tag) for t, p in tx]
         return Exchange(handles[:len(rx)], handles[len(rx):], outs,
-                        [self._booker(recv_op, group, o, t0, k) for (o, _), k in zip(rx, posted)],
-                        [self._booker("isend", group, t, t0, k)
-                         for (t, _), k in zip(tx, posted[len(rx):])])
+                        [self._booker(recv_op, group, o, t0, k, p)
+                         for (o, p), k in zip(rx, posted)],
+                        [self._booker("isend", group, t, t0, k, p)
+                         for (t, p), k in zip(tx, posted[len(rx):])])
 
     # -- helpers ----------------------------------------------------------------------------
     def _grouped(self):
@@ -149,7 +150,9 @@ class PointToPoint:
                                peer=group.ranks[peer], nbytes=count * dtype.itemsize,
                                dtype=dtype_name(dtype), count=count, tag=tag)
 
-    def _booker(self, op: str, group: Group, buf: torch.Tensor, t0: float, posted: int):
+    def _booker(self, op: str, group: Group, buf: torch.Tensor, t0: float, posted: int,
+                peer: int):
+        """Books the message at its wait; ``peer``: its other end's position in ``group``."""
         nbytes = buf.numel() * buf.element_size()
         sent, recv = (nbytes, 0) if op == "isend" else (0, nbytes)  # ops.booked's p2p rule
         ledger, transport, posts = self.ledger, self.transport, self.posts
@@ -161,6 +164,7 @@ class PointToPoint:
             # the wait may be computation (a prefetched receive)
             start = waited if op == "recv" and waited is not None else t0
             ledger.record(op, group.ranks, transport, dtype_name(buf.dtype), buf.numel(), sent,
-                          recv, time.perf_counter() - start, axis=group.name, start=start)
+                          recv, time.perf_counter() - start, axis=group.name, start=start,
+                          peer=group.ranks[peer])
 
         return done

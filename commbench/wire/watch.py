@@ -246,14 +246,16 @@ class watch(TorchDispatchMode):
         phase, module = origin(self._modules, op, sys._getframe(1))
         end = named.get("dst", named.get("src")) if op in ("send", "recv") else None
         peer = _ranks(pg)[end] if isinstance(end, int) and 0 <= end < pg.size() else -1
-        n = steps.current()
+        n, row = steps.current(), vol.get("row", 1)  # an all-to-all's splits in elements:
+        splits = tuple(tuple(int(s) * row for s in vol[k]) for k in ("in_splits", "out_splits")) \
+            if "in_splits" in vol else ()
         with self.ledger.scope(f"step {n}") if n else contextlib.nullcontext():
             entry = self.ledger.record(op, _ranks(pg), self.transport or _backend(pg),
                                        str(dtype).removeprefix("torch."), count, sent, recv,
                                        seconds, source="torch",
                                        redop=_redop(named.get("reduce_op")), phase=phase,
                                        module=module, nbytes=count * dtype.itemsize, start=t0,
-                                       peer=peer)
+                                       peer=peer, splits=splits)
         if first is not None and first.is_cuda:
             work = _work_of(out)
             if work is not None:

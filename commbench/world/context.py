@@ -235,6 +235,11 @@ class Context:
         bad = [r for r in key if not 0 <= r < self.size]
         if bad:
             raise ValueError(f"group {list(key)}: ranks {bad} are outside the world 0..{self.size - 1}")
+        if list(key) != sorted(key):
+            # torch's new_group sorts a group's ranks (its members' positions are their order),
+            # MPI's split would keep the order given: they would disagree on every position
+            raise ValueError(f"group {list(key)}: ranks must be in ascending order, as torch "
+                             f"numbers a group's members: give {sorted(key)}")
         return key
 
     def _make_groups(self, groups: list[tuple[int, ...]], names: dict) -> None:

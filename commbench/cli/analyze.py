@@ -1,0 +1,104 @@
+"""``commbench analyze TRACE...``: a job's own profiler traces, every call against the bytes it
+must move, NCCL's model and the committed sweep (commbench/traces/)."""
+
+from __future__ import annotations
+
+from commbench.cli.common import UsageError
+
+__all__ = ["add_parser", "command"]
+
+
+def add_parser(sub) -> None:
+    a = sub.add_parser("analyze", help="a job's PyTorch-profiler traces: every call's bytes, "
+                       "busbw, skew and exposed time, against the wire",
+                       description="Reads one Kineto trace per rank (a folder is one job; "
+                       ".json or .json.gz), matches each collective across ranks by group and "
+                       "sequence number, and prints the worst calls first, then per group, per "
+                       "op and size, and per step. Example: commbench analyze traces/ "
+                       "--topology dgx-h100 --nodes 2 --baseline results/collectives_X-nccl-x8.json")
+    a.add_argument("traces", nargs="+", help="trace files, or a folder of one trace per rank")
+    a.add_argument("--topology", default="", metavar="PRESET|FILE",
+                   help="NCCL's model beside each call (default: the preset the traces' device "
+                        "names point to, if any)")
+    a.add_argument("--nodes", type=int, default=None,
+                   help="nodes of the topology (default: as many as the world needs)")
+    a.add_argument("--baseline", default="", metavar="FILE",
+                   help="a committed sweep (results/collectives_*.json): its busbw beside each call")
+    a.add_argument("--layout", default="", metavar="SPEC",
+                   help="compare rank 0's calls with this layout's, as commbench audit --layout; "
+                        "exit 1 on a difference")
+    a.add_argument("--step", type=int, default=None, metavar="N",
+                   help="with --layout: compare only ProfilerStep#N (and --steps K from it)")
+    a.add_argument("--steps", type=int, default=1, metavar="K", help="with --step: K steps")
+    a.add_argument("--top", type=int, default=20, help="worst calls shown")
+    a.add_argument("--json", default="", metavar="FILE", help="also write the record as JSON")
+    a.add_argument("--markdown", default="", metavar="FILE", help="also write the markdown")
+
+
+def command(a) -> int:
+    from commbench.traces import wire
+    from commbench.traces.analysis import match
+    from commbench.traces.calls import TraceError
+    from commbench.traces.job import load
+    from commbench.traces.report import markdown, record
+
+    if a.top < 0:
+        raise UsageError(f"--top {a.top}: must be >= 0")
+    if a.nodes is not None and a.nodes < 1:
+        raise UsageError(f"--nodes {a.nodes}: must be >= 1")
+    if a.step is not None and (a.step < 0 or a.steps < 1):
+        raise UsageError(f"--step {a.step} --steps {a.steps}: must be >= 0 and >= 1")
+    if a.step is not None and not a.layout:
+        raise UsageError(f"--step {a.step}: selects the steps --layout compares; give --layout")
+    try:
+        traces = load(a.traces)
+        rows = match(traces)
+        extra: dict = {}
+        topo = wire.topology(traces, a.topology or None, a.nodes)
+        if topo is not None:
+            wire.add_model(rows, topo)
+            extra["topology"] = f"{topo.name} x{topo.nodes} node(s)"
+        if a.baseline:
+            extra["baseline"] = wire.add_baseline(rows, a.baseline)
+    except (TraceError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    if a.layout:
+        extra["layout"] = _layout(a, traces)
+    rec = record(traces, rows, extra)
+    text = markdown(rec, a.top)
+    print(text)
+    from commbench.results.records import write_atomic, write_json
+
+    if a.json:
+        write_json(a.json, rec)
+        print(f"# wrote {a.json}")
+    if a.markdown:
+        write_atomic(a.markdown, text)
+        print(f"# wrote {a.markdown}")
+    flags = rec.get("layout", {}).get("flags", [])
+    if flags:
+        print(f"# {len(flags)} difference(s) from the layout:", *flags, sep="\n#   ")
+    return 1 if flags else 0
+
+
+def _layout(a, traces) -> dict:
+    from commbench.studies.audit_layout import compare, parse_layout
+    from commbench.traces.wire import as_entries
+
+    world = max([t.world_size for t in traces] + [len(traces)])
+    try:
+        lay = parse_layout(a.layout, world)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    zero = next((t for t in traces if t.rank == 0), None)
+    if zero is None:
+        raise UsageError("--layout: compares rank 0's calls; rank 0's trace is not given")
+    span = None if a.step is None else (a.step, a.step + a.steps - 1)
+    if span is not None:
+        marked = {n for n, _, _ in zero.steps}
+        if not set(range(span[0], span[1] + 1)) <= marked:
+            raise UsageError(f"--step {a.step} --steps {a.steps}: rank 0's trace has "
+                             f"ProfilerStep# {sorted(marked) or 'none'}")
+    steps = a.steps if span is not None else 1
+    return {"spec": a.layout, "settings": lay.as_dict(), "step": a.step, "steps": steps,
+            **compare(lay, as_entries(zero, span), steps)}

@@ -1,0 +1,186 @@
+"""A job's calls matched across ranks, with their bandwidth, skew and exposed time (pure).
+
+* **Matching**: a collective is the same call on every member when it has the same group
+  (ranks) and sequence number (``Seq``, or its place among the group's collectives).
+  Point-to-point calls stay one row per rank.
+* **Time and bandwidth**: a matched call's time runs from its last member's start to its last
+  member's end (the wire's part; the early members' wait is the skew): algbw = size / time,
+  busbw = algbw * nccl-tests' factor for the group's size.
+* **Skew**: the spread of the members' start times (how long the first waited for the last),
+  and the slowest rank, the one that started last.
+* **Exposed time**: the part of a call on a rank that no computation kernel covers (kernels that
+  are not NCCL's, on any stream); a call's figure is the most any member spent uncovered. Per
+  step (``ProfilerStep#N``, or the whole trace: step 0): the union of the rank's communication,
+  the part of it left uncovered, and the overlap fraction 1 - exposed / communication.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from dataclasses import dataclass, field
+
+from commbench.results.busbw import factor
+from commbench.traces.calls import Call
+from commbench.traces.kineto import P2P, RankTrace
+
+__all__ = ["Matched", "bucket", "exposed", "match", "per_group", "per_size", "per_step"]
+
+
+@dataclass
+class Matched:
+    """One call of the job: its members' records (one per rank present)."""
+
+    calls: list[Call]
+    time_us: float = 0.0
+    skew_us: float | None = None
+    slowest: int = -1
+    exposed_us: float = 0.0
+    algbw: float = 0.0
+    busbw: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def first(self) -> Call:
+        return self.calls[0]
+
+
+class _Cover:
+    """The union of one rank's computation intervals, sorted and merged, for overlap queries."""
+
+    def __init__(self, t: RankTrace) -> None:
+        pairs = sorted(zip(t.compute_ts, t.compute_end, strict=True))
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        for a, b in pairs:
+            if self.hi and a <= self.hi[-1]:
+                self.hi[-1] = max(self.hi[-1], b)
+            else:
+                self.lo.append(a)
+                self.hi.append(b)
+
+    def covered(self, a: float, b: float) -> float:
+        """Microseconds of [a, b) inside the union."""
+        i = bisect.bisect_right(self.hi, a)
+        total = 0.0
+        while i < len(self.lo) and self.lo[i] < b:
+            total += max(0.0, min(b, self.hi[i]) - max(a, self.lo[i]))
+            i += 1
+        return total
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def exposed(calls: list[Call], cover: _Cover) -> tuple[float, float]:
+    """(communication, uncovered) microseconds of the union of ``calls`` on one rank."""
+    spans = _union([(c.ts, c.end) for c in calls])
+    comm = sum(b - a for a, b in spans)
+    return comm, comm - sum(cover.covered(a, b) for a, b in spans)
+
+
+def match(traces: list[RankTrace]) -> list[Matched]:
+    """Every call of the job, in the order of its first member's start."""
+    covers = {t.rank: _Cover(t) for t in traces}
+    groups: dict[tuple, list[Call]] = {}
+    rows: list[Matched] = []
+    for t in traces:
+        for c in t.calls:
+            if c.op in P2P:
+                rows.append(Matched([c]))
+            else:
+                groups.setdefault((c.group, c.seq), []).append(c)
+    rows += [Matched(sorted(cs, key=lambda c: c.rank)) for cs in groups.values()]
+    for m in rows:
+        cs = m.calls
+        if len(cs) > 1 and sorted(c.rank for c in cs) == sorted(cs[0].group):
+            last = max(cs, key=lambda c: (c.ts, c.rank))
+            m.time_us = max(c.end for c in cs) - last.ts
+            m.skew_us = last.ts - min(c.ts for c in cs)
+            m.slowest = last.rank
+        else:  # one rank's record, or members whose files are not here: no cross-rank figures
+            m.time_us = min(c.dur for c in cs)
+        m.exposed_us = max(c.dur - covers[c.rank].covered(c.ts, c.end) for c in cs)
+        size, n = cs[0].size, len(cs[0].group)
+        m.algbw = size / m.time_us / 1e3 if m.time_us > 0 else 0.0
+        try:
+            m.busbw = m.algbw * factor("sendrecv" if cs[0].op in P2P else cs[0].op, n)
+        except ValueError:
+            m.busbw = None
+    rows.sort(key=lambda m: (min(c.ts for c in m.calls), m.first.rank))
+    return rows
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def per_group(rows: list[Matched]) -> list[dict]:
+    """Per group: calls, bytes, communication and exposed time, median busbw."""
+    out: dict[tuple, dict] = {}
+    for m in rows:
+        c = m.first
+        g = out.setdefault(c.group, {"group": list(c.group), "name": c.group_name,
+                                     "desc": c.group_desc, "calls": 0, "bytes": 0,
+                                     "time_us": 0.0, "exposed_us": 0.0, "_bw": []})
+        g["calls"] += 1
+        g["bytes"] += c.size
+        g["time_us"] += m.time_us
+        g["exposed_us"] += m.exposed_us
+        if m.busbw is not None:
+            g["_bw"].append(m.busbw)
+    for g in out.values():
+        g["busbw_median"] = _median(g.pop("_bw"))
+    return sorted(out.values(), key=lambda g: -g["exposed_us"])
+
+
+def bucket(size: int) -> int:
+    """The power of two at or below ``size`` (0 for 0)."""
+    return 1 << (size.bit_length() - 1) if size > 0 else 0
+
+
+def per_size(rows: list[Matched]) -> list[dict]:
+    """Per (op, group size, size bucket): calls, median time and busbw, and any extra figures
+    (model, baseline) as medians."""
+    out: dict[tuple, dict] = {}
+    for m in rows:
+        c = m.first
+        key = (c.op, len(c.group), bucket(c.size))
+        b = out.setdefault(key, {"op": c.op, "ranks": len(c.group), "bucket": key[2],
+                                 "calls": 0, "_t": [], "_bw": [], "_x": {}})
+        b["calls"] += 1
+        b["_t"].append(m.time_us)
+        if m.busbw is not None:
+            b["_bw"].append(m.busbw)
+        for k, v in m.extra.items():
+            if isinstance(v, int | float):
+                b["_x"].setdefault(k, []).append(v)
+    for b in out.values():
+        b["time_us_median"] = _median(b.pop("_t"))
+        b["busbw_median"] = _median(b.pop("_bw"))
+        for k, vs in b.pop("_x").items():
+            b[k] = _median(vs)
+    return [out[k] for k in sorted(out)]
+
+
+def per_step(traces: list[RankTrace]) -> list[dict]:
+    """Per rank and step: communication time, its exposed part, the overlap fraction."""
+    out = []
+    for t in traces:
+        cover = _Cover(t)
+        steps: dict[int, list[Call]] = {}
+        for c in t.calls:
+            steps.setdefault(c.step, []).append(c)
+        for n in sorted(steps):
+            comm, bare = exposed(steps[n], cover)
+            out.append({"rank": t.rank, "step": n, "calls": len(steps[n]), "comm_us": comm,
+                        "exposed_us": bare,
+                        "overlap": (1 - bare / comm) if comm > 0 else None})
+    return out

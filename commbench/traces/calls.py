@@ -1,0 +1,131 @@
+"""One communication call read off a trace, and the trace's names for ops and dtypes (pure).
+
+torch's ``record_param_comms`` and NCCL's kernels carry the call's arguments: ``Collective name``
+(``allreduce``, ``allgather_into_tensor_coalesced``, ``all_to_allv``, ``send``, ...), ``In msg
+nelems`` / ``Out msg nelems``, ``dtype`` (``Float``, ``BFloat16``, ...), ``Group size``,
+``Process Group Name`` / ``Description`` / ``Ranks``, ``Seq`` and, for all-to-allv, ``In split
+size`` / ``Out split size``. A kernel's name says NCCL's algorithm and protocol:
+``ncclDevKernel_AllReduce_Sum_bf16_RING_LL(...)`` (newer NCCL) or
+``ncclKernel_AllReduce_RING_LL_Sum_float(...)`` (older); point-to-point runs as
+``ncclDevKernel_SendRecv``.
+
+Bytes follow nccl-tests' size column (:mod:`commbench.results.busbw`): one rank's buffer for
+all-reduce, broadcast, reduce and send/recv, the whole output of an all-gather, the whole input of
+a reduce-scatter, one rank's whole send of an all-to-all.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+__all__ = ["COLLECTIVE", "DTYPES", "Call", "TraceError", "kernel_choice", "op_of", "ranks_of"]
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read as one: one line naming the file and what is wrong."""
+
+
+# torch's "Collective name" -> commbench's op (names of torch 2.0 to 2.13's c10d)
+COLLECTIVE = {
+    "allreduce": "all_reduce", "allreduce_coalesced": "all_reduce", "all_reduce": "all_reduce",
+    "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather",
+    "allgather_into_tensor_coalesced": "all_gather", "all_gather_into_tensor": "all_gather",
+    "allgather_coalesced": "all_gather",
+    "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+    "all_to_all": "all_to_all", "all_to_allv": "all_to_all", "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",
+    "gather": "gather", "scatter": "scatter", "send": "send", "recv": "recv",
+    "barrier": "barrier",
+}
+# torch's ScalarType names as the profiler writes them -> (commbench's dtype, bytes)
+DTYPES = {"Float": ("float32", 4), "Double": ("float64", 8), "Half": ("float16", 2),
+          "BFloat16": ("bfloat16", 2), "Long": ("int64", 8), "Int": ("int32", 4),
+          "Short": ("int16", 2), "Char": ("int8", 1), "Byte": ("uint8", 1), "Bool": ("bool", 1),
+          "Float8_e4m3fn": ("float8_e4m3fn", 1), "Float8_e5m2": ("float8_e5m2", 1)}
+ALGOS = ("NVLS_TREE", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "TREE", "RING", "PAT")
+PROTOS = ("LL128", "LL", "SIMPLE")
+
+
+@dataclass(slots=True)  # a big trace holds many: no per-object dict
+class Call:
+    """One call on one rank. Times in microseconds on the trace's clock; ``source`` says where
+    they come from: ``kernel`` (the GPU's own run) or ``cpu`` (``record_param_comms``: on NCCL
+    the time to enqueue, on gloo the blocking call)."""
+
+    rank: int
+    op: str
+    name: str  # the trace's own "Collective name"
+    group: tuple[int, ...]
+    group_name: str
+    group_desc: str
+    dtype: str
+    itemsize: int
+    in_elems: int
+    out_elems: int
+    ts: float
+    dur: float
+    seq: int = -1
+    source: str = "cpu"
+    algo: str = ""
+    proto: str = ""
+    in_splits: tuple[int, ...] = ()
+    out_splits: tuple[int, ...] = ()
+    stream: str = ""
+    step: int = 0
+    peer: int = -1
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+    @property
+    def size(self) -> int:
+        """nccl-tests' size column, bytes."""
+        elems = {"all_gather": self.out_elems, "gather": self.out_elems,
+                 "reduce_scatter": self.in_elems}.get(self.op, self.in_elems)
+        return elems * self.itemsize
+
+    def key(self) -> tuple:
+        return (self.group, self.seq)
+
+
+def op_of(name: str) -> str:
+    """commbench's op for the trace's ``Collective name`` (itself when unknown)."""
+    return COLLECTIVE.get(name.strip().lower(), name.strip().lower())
+
+
+def ranks_of(text, where: str) -> tuple[int, ...]:
+    """``"[0, 1, 2, 3]"`` (or a list) as a tuple of ranks."""
+    if isinstance(text, list):
+        raw = text
+    else:
+        try:
+            raw = json.loads(str(text))
+        except json.JSONDecodeError:
+            raise TraceError(f"{where}: Process Group Ranks {text!r} is not a list of ranks") \
+                from None
+    if not isinstance(raw, list) or not all(isinstance(r, int) and r >= 0 for r in raw):
+        raise TraceError(f"{where}: Process Group Ranks {text!r} is not a list of ranks")
+    return tuple(raw)
+
+
+def kernel_choice(name: str) -> tuple[str, str] | None:
+    """(algorithm, protocol) from an NCCL kernel's name, ``("", "")`` for a kernel without them
+    (send/recv), None when ``name`` is not NCCL's."""
+    base = name.split("(", 1)[0]
+    if not base.startswith(("ncclDevKernel_", "ncclKernel_")):
+        return None
+    parts = base.split("_")[1:]
+    algo = proto = ""
+    joined = "_".join(parts)
+    for a in ALGOS:  # longest names first: NVLS_TREE before NVLS and TREE
+        if f"_{a}_" in f"_{joined}_":
+            algo = a
+            break
+    for p in PROTOS:
+        if p in parts:
+            proto = p
+            break
+    return algo.lower(), {"LL128": "LL128", "LL": "LL", "SIMPLE": "Simple"}.get(proto, "")

@@ -1,0 +1,175 @@
+"""PyTorch's execution trace (``ExecutionTraceObserver``, the Chakra host trace PARAM replays)
+as the calls each rank must re-issue (pure).
+
+One JSON file per rank (the rank from its name: ``...rank<N>...``); ``nodes`` in execution
+order (by ``id``). Groups come from the ``## process_group:init ##`` node (a JSON list of
+``{pg_name, pg_desc, ranks, group_size}``; no ranks: every rank). Calls come from:
+
+* ``record_param_comms`` nodes (NCCL jobs): inputs ``[tensor(s), seq, [pg_name, pg_desc], peer,
+  collective name, in splits, out splits, ...]`` (no leading tensor for wait and barrier);
+* otherwise the ``c10d::`` ops (gloo jobs, which record no ``record_param_comms``). Their process
+  group is an opaque object in the trace, so they are replayed only where the job has one group
+  of more than one rank.
+
+A tensor is written ``[tensor id, storage id, offset, elements, item size, device]`` and its
+type ``Tensor(float)``, ``GenericList[Tensor(c10::BFloat16)]``, ...
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from commbench.traces.calls import COLLECTIVE, TraceError
+from commbench.traces.recorded import Rec
+from commbench.traces.stream import events
+
+__all__ = ["from_et", "is_et"]
+
+TYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "half": "float16",
+         "c10::BFloat16": "bfloat16", "int": "int32", "long int": "int64", "long": "int64",
+         "signed char": "int8", "unsigned char": "uint8", "bool": "bool"}
+# c10d op -> (commbench op, index of the input whose elements are booked, index of the peer)
+C10D = {"c10d::allreduce_": ("all_reduce", 0, None),
+        "c10d::allreduce_coalesced_": ("all_reduce", 0, None),
+        "c10d::_allgather_base_": ("all_gather", 1, None), "c10d::allgather_": ("all_gather", 1, None),
+        "c10d::reduce_scatter_": ("reduce_scatter", 1, None),
+        "c10d::allgather_into_tensor_coalesced_": ("all_gather", 1, None),
+        "c10d::_reduce_scatter_base_": ("reduce_scatter", 1, None),
+        "c10d::reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1, None),
+        "c10d::alltoall_base_": ("all_to_all", 1, None), "c10d::broadcast_": ("broadcast", 0, None),
+        "c10d::reduce_": ("reduce", 0, None), "c10d::send": ("send", 0, 2),
+        "c10d::recv_": ("recv", 0, 2), "c10d::barrier": ("barrier", None, None)}
+
+
+def is_et(path: str) -> bool:
+    """Whether ``path`` looks like an execution trace (its head names a chakra schema or nodes)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            head = f.read(2048)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return '"nodes"' in head or "chakra" in head
+
+
+def _elements(value) -> int:
+    """Elements of a tensor or a (nested) list of tensors as the trace writes them."""
+    if isinstance(value, list) and len(value) == 6 and isinstance(value[3], int) \
+            and isinstance(value[5], str):
+        return value[3]
+    if isinstance(value, list):
+        return sum(_elements(v) for v in value)
+    return 0
+
+
+def _dtype(kind: str, where: str) -> str:
+    m = re.search(r"Tensor\(([^)]*)\)", kind)
+    if not m or m.group(1) not in TYPES:
+        raise TraceError(f"{where}: tensor type {kind!r} unknown; known: {', '.join(TYPES)}")
+    return TYPES[m.group(1)]
+
+
+def _groups(node: dict, where: str) -> dict[str, tuple[int, ...]]:
+    try:
+        pgs = json.loads(node["inputs"]["values"][0])
+        return {str(g["pg_name"]): tuple(g.get("ranks") or range(int(g["group_size"])))
+                for g in pgs}
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise TraceError(f"{where}: its process_group:init node cannot be read") from None
+
+
+def _rank(path: str) -> int:
+    m = re.search(r"rank[_-]?(\d+)", os.path.basename(path))
+    if not m:
+        raise TraceError(f"{path}: an execution trace's rank comes from its name "
+                         "(rank<N> in it, e.g. et_rank3.json)")
+    return int(m.group(1))
+
+
+def _node_rec(n: dict, groups: dict, where: str, params: bool) -> Rec | None:
+    """The call of node ``n`` (None: not a call); ``params``: the trace has record_param_comms
+    nodes, which then are the calls (the c10d ops above them would count each twice)."""
+    vals, types = n["inputs"]["values"], n["inputs"]["types"]
+    name = n["name"]
+    if name == "record_param_comms":
+        shift = 0 if types and "Tensor" in types[0] else 1
+        coll = str(vals[4 - shift]).lower()
+        op = COLLECTIVE.get(coll)
+        if op is None or coll == "init":
+            return None
+        pg = vals[2 - shift]
+        group = groups.get(str(pg[0] if isinstance(pg, list) else pg))
+        if group is None:
+            raise TraceError(f"{where}: node {n['id']} ({coll}): group {pg!r} is not in the "
+                             "process_group:init node")
+        count = _elements(vals[0]) if shift == 0 else 0
+        dtype = _dtype(types[0], where) if shift == 0 else "uint8"
+        peer = group[vals[3 - shift]] if op in ("send", "recv") else -1
+        ins = tuple(vals[5]) if op == "all_to_all" and shift == 0 and vals[5] else ()
+        outs = tuple(vals[6]) if op == "all_to_all" and shift == 0 and vals[6] else ()
+        return Rec(op, group, dtype, count, ins, outs, peer)
+    if name not in C10D or params:
+        return None
+    op, arg, peer_at = C10D[name]
+    wide = {g for g in groups.values() if len(g) > 1}  # groups of one rank move nothing
+    if len(wide) != 1:
+        raise TraceError(f"{where}: node {n['id']} ({name}): a c10d op does not say its group "
+                         f"in an execution trace and this job's groups are {sorted(wide)}; "
+                         "replay its Kineto trace or its commbench audit instead")
+    group = wide.pop()
+    count = _elements(vals[arg]) if arg is not None else 0
+    dtype = _dtype(types[arg], where) if arg is not None else "uint8"
+    peer = group[vals[peer_at]] if peer_at is not None else -1
+    ins = outs = ()
+    if op == "all_to_all" and (vals[3] or vals[4]):  # splits in rows of the input's dim 0
+        rows = n["inputs"]["shapes"][1][0]
+        row = count // rows if rows else 0
+        ins = tuple(int(k) * row for k in (vals[4] or [rows // len(group)] * len(group)))
+        outs = tuple(int(k) * row for k in (vals[3] or [rows // len(group)] * len(group)))
+    return Rec(op, group, dtype, count, ins, outs, peer)
+
+
+def _under(node, taken: set, parent: dict) -> bool:
+    """Whether ``node`` or one of its ancestors is a call already read."""
+    for _ in range(len(parent) + 1):  # a bound: a malformed trace may hold a cycle
+        if node is None or node not in parent:
+            return False
+        if node in taken:
+            return True
+        node = parent[node]
+    return False
+
+
+def from_et(paths: list[str]) -> tuple[int, dict[int, list[Rec]]]:
+    """(world size, each rank's calls) from one execution trace per rank."""
+    plan: dict[int, list[Rec]] = {}
+    world = 0
+    for path in paths:
+        rank = _rank(path)
+        if rank in plan:
+            raise TraceError(f"{path}: rank {rank} is given twice")
+        top: dict = {}
+        nodes = sorted(events(path, top, key="nodes"), key=lambda n: n.get("id", 0))
+        params = any(n.get("name") == "record_param_comms" for n in nodes)
+        groups: dict[str, tuple[int, ...]] = {}
+        recs: list[Rec] = []
+        taken: set = set()  # ids of the call nodes read
+        parent = {n.get("id"): n.get("ctrl_deps") for n in nodes}
+        for n in nodes:
+            if _under(n.get("ctrl_deps"), taken, parent):
+                continue  # a call's own re-dispatch (a dispatch mode on): the same call again
+            try:
+                if "process_group:init" in n.get("name", ""):
+                    groups = _groups(n, path)
+                    world = max([world] + [len(g) for g in groups.values()])
+                    continue
+                rec = _node_rec(n, groups, path, params)
+            except (KeyError, IndexError, TypeError) as exc:
+                raise TraceError(f"{path}: node {n.get('id')} ({n.get('name')}) cannot be read "
+                                 f"({type(exc).__name__}: {exc})") from None
+            if rec is not None:
+                recs.append(rec)
+                taken.add(n.get("id"))
+        plan[rank] = recs
+    return max(world, len(plan)), plan

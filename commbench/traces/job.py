@@ -1,0 +1,82 @@
+"""A job's traces: the files of one folder (or those named) read and checked as one job (pure).
+
+A folder is one job: every rank of ``distributedInfo.world_size`` has its file, no rank twice,
+and a group name means the same ranks in every file. A single file is analysed on its own.
+"""
+
+from __future__ import annotations
+
+import os
+
+from commbench.traces.calls import TraceError
+from commbench.traces.kineto import RankTrace, read
+
+__all__ = ["files", "load"]
+
+
+def files(names: list[str]) -> tuple[list[str], bool]:
+    """The trace files ``names`` stand for (a folder: its ``*.json[.gz]``), and whether a
+    folder was given (a folder is a whole job)."""
+    out, folder = [], False
+    for name in names:
+        if os.path.isdir(name):
+            folder = True
+            found = sorted(os.path.join(name, f) for f in os.listdir(name)
+                           if f.endswith((".json", ".json.gz")))
+            if not found:
+                raise TraceError(f"{name}: no trace files (*.json, *.json.gz) in the folder")
+            out += found
+        elif os.path.isfile(name):
+            out.append(name)
+        else:
+            raise TraceError(f"{name}: no such file or folder")
+    return out, folder or len(out) > 1
+
+
+def load(names: list[str], progress: bool = True) -> list[RankTrace]:
+    """Every rank's trace, checked as one job (TraceError: one line naming what is wrong)."""
+    paths, whole = files(names)
+    traces = [read(p, progress) for p in paths]
+    if len(traces) == 1 and traces[0].rank < 0:
+        traces[0].rank = 0
+        for c in traces[0].calls:
+            c.rank = 0
+    by_rank: dict[int, RankTrace] = {}
+    for t in traces:
+        if t.rank < 0:
+            raise TraceError(f"{t.path}: no distributedInfo.rank: cannot tell which rank it is")
+        if t.rank in by_rank:
+            raise TraceError(f"{t.path} and {by_rank[t.rank].path} are both rank {t.rank}")
+        by_rank[t.rank] = t
+    sizes = {t.world_size for t in traces if t.world_size}
+    if len(sizes) > 1:
+        raise TraceError(f"the traces disagree on world_size: {sorted(sizes)}")
+    world = sizes.pop() if sizes else len(traces)
+    bad = sorted(r for r in by_rank if not 0 <= r < world)
+    if bad:
+        raise TraceError(f"ranks {bad}: outside world_size {world} ({by_rank[bad[0]].path})")
+    if whole and len(traces) > 1:
+        missing = sorted(set(range(world)) - set(by_rank))
+        if missing:
+            raise TraceError(f"ranks {missing} are missing: world_size {world}, "
+                             f"{len(traces)} files")
+    _same_groups(traces)
+    return [by_rank[r] for r in sorted(by_rank)]
+
+
+def _same_groups(traces: list[RankTrace]) -> None:
+    seen: dict[str, tuple[tuple[int, ...], str]] = {}
+    for t in traces:
+        named = dict(t.groups)
+        for c in t.calls:
+            if c.group_name:
+                if named.get(c.group_name, c.group) != c.group:
+                    raise TraceError(f"{t.path}: group {c.group_name!r} is ranks "
+                                     f"{list(named[c.group_name])} in distributedInfo and "
+                                     f"{list(c.group)} in a {c.name} call")
+                named[c.group_name] = c.group
+        for name, ranks in named.items():
+            if name in seen and seen[name][0] != ranks:
+                raise TraceError(f"group {name!r}: ranks {list(seen[name][0])} in "
+                                 f"{seen[name][1]} and {list(ranks)} in {t.path}")
+            seen.setdefault(name, (ranks, t.path))

@@ -1,0 +1,230 @@
+"""Read one rank's PyTorch-profiler (Kineto) trace in one pass, with bounded memory (pure).
+
+The file (``.json`` or gzipped) is parsed incrementally: the top-level object key by key, and
+``traceEvents`` one event at a time, so that a trace of several hundred MB never sits in memory
+as one document. What is kept: the communication calls (:class:`commbench.traces.calls.Call`),
+the computation kernels' intervals (two float arrays), the ``ProfilerStep#N`` annotations and
+``distributedInfo``.
+
+Where the trace has NCCL kernels, the calls are the kernels (their device time; arguments from
+the kernel, or from the ``record_param_comms`` op it shares an ``External id`` with); otherwise
+the ``record_param_comms`` CPU ops (gloo jobs, and the audit's own traces). A collective without
+a ``Seq`` is numbered in its group in start order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from array import array
+from dataclasses import dataclass, field, replace
+
+from commbench.traces import stream
+from commbench.traces.calls import DTYPES, Call, TraceError, kernel_choice, op_of, ranks_of
+
+__all__ = ["RankTrace", "read"]
+
+P2P = ("send", "recv")
+
+
+@dataclass
+class RankTrace:
+    path: str
+    rank: int
+    world_size: int
+    backend: str = ""
+    nccl_version: str = ""
+    groups: dict[str, tuple[int, ...]] = field(default_factory=dict)  # pg_name -> ranks
+    devices: list[str] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    compute_ts: array = field(default_factory=lambda: array("d"))
+    compute_end: array = field(default_factory=lambda: array("d"))
+    steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start, end)
+    events: int = 0
+
+
+def _call(e: dict, args: dict, where: str, ranks: tuple[int, ...] | None, groups: dict) -> Call:
+    name = sys.intern(str(args.get("Collective name", "")))
+    op = op_of(name)
+    try:
+        n_in, n_out = int(args["In msg nelems"]), int(args["Out msg nelems"])
+    except (KeyError, TypeError, ValueError):
+        raise TraceError(f"{where}: {name or e.get('name')} at ts {e.get('ts')}: its sizes "
+                         "cannot be read (In msg nelems / Out msg nelems)") from None
+    dtype, itemsize = DTYPES.get(str(args.get("dtype", "")), (str(args.get("dtype", "")), 0))
+    if itemsize == 0 and op != "barrier":
+        raise TraceError(f"{where}: {name} at ts {e.get('ts')}: dtype {args.get('dtype')!r} "
+                         f"unknown; known: {', '.join(DTYPES)}")
+    pg = sys.intern(str(args.get("Process Group Name", "")))
+    if ranks is not None:
+        pass
+    elif pg in groups:
+        ranks = groups[pg]
+    else:
+        raise TraceError(f"{where}: {name} at ts {e.get('ts')}: no Process Group Ranks and "
+                         f"group {pg!r} is not in distributedInfo.pg_config")
+    splits = [_splits(args.get(k), where, name) for k in ("In split size", "Out split size")]
+    peer = -1
+    if op in P2P and isinstance(args.get("Rank"), int) and 0 <= args["Rank"] < len(ranks):
+        peer = ranks[args["Rank"]]  # the peer, group-local in torch's record
+    try:
+        ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
+    except (KeyError, TypeError, ValueError):
+        raise TraceError(f"{where}: {name}: an event without a time (ts)") from None
+    seq = args.get("Seq")
+    return Call(-1, op, name, ranks, pg,
+                sys.intern(str(args.get("Process Group Description", ""))), dtype, itemsize,
+                n_in, n_out, ts, dur, int(seq) if isinstance(seq, int) else -1,
+                in_splits=splits[0], out_splits=splits[1],
+                stream=sys.intern(str(e.get("tid", ""))), peer=peer)
+
+
+def _splits(raw, where: str, name: str) -> tuple[int, ...]:
+    """A split list, written as a list or as its text (``"[2, 2]"``, ``"[]"``)."""
+    if raw in (None, ""):
+        return ()
+    try:
+        vals = json.loads(raw) if isinstance(raw, str) else raw
+        return tuple(int(x) for x in vals)
+    except (TypeError, ValueError):
+        raise TraceError(f"{where}: {name}: split sizes {raw!r} cannot be read") from None
+
+
+def read(path: str, progress: bool = True) -> RankTrace:
+    """One rank's trace (TraceError naming the file on bad input). Each call is made into a
+    :class:`Call` as it is read (its arguments dropped), so memory grows with the calls kept,
+    not with the file."""
+    top: dict = {}
+    out = RankTrace(path, -1, 0)
+    make = _Maker(path)
+    kernels: list[Call] = []
+    pending: list[tuple[dict, tuple[str, str]]] = []  # NCCL kernels whose op holds the args
+    cpu: list[Call] = []
+    by_id: dict = {}  # External id -> the record_param_comms call, to link kernels to
+    later: list[tuple[dict, dict, tuple[str, str] | None]] = []  # calls naming only their group
+    say = stream.progress_line(path) if progress and os.path.getsize(path) > \
+        stream.PROGRESS_BYTES else None
+    for e in stream.events(path, top, say):
+        out.events += 1
+        if e.get("ph") != "X":
+            continue
+        name, cat = str(e.get("name", "")), str(e.get("cat", "")).lower()
+        if cat == "kernel":
+            choice = kernel_choice(name)
+            if choice is None:
+                try:
+                    ts = float(e["ts"])
+                    out.compute_ts.append(ts)
+                    out.compute_end.append(ts + float(e.get("dur", 0.0)))
+                except (KeyError, TypeError, ValueError):
+                    raise TraceError(f"{path}: kernel {name[:60]}: no time (ts, dur)") from None
+            elif "Collective name" in (e.get("args") or {}):
+                c = make.call(e, e["args"], choice)
+                if c is None:
+                    later.append((e, e["args"], choice))
+                else:
+                    kernels.append(c)
+            else:
+                pending.append((_slim(e), choice))
+        elif name == "record_param_comms":
+            args = e.get("args") or {}
+            c = make.call(e, args, None)
+            if c is None:
+                later.append((e, args, None))
+            else:
+                cpu.append(c)
+                if args.get("External id") is not None:
+                    by_id[args["External id"]] = c
+        elif name.startswith("ProfilerStep#") and cat in ("user_annotation", "cpu_op", ""):
+            try:
+                out.steps.append((int(name.split("#", 1)[1]), float(e["ts"]),
+                                  float(e["ts"]) + float(e.get("dur", 0.0))))
+            except (KeyError, TypeError, ValueError):
+                raise TraceError(f"{path}: {name}: not a step annotation with a time") from None
+    _info(out, top, path)
+    make.groups = out.groups
+    for e, args, choice in later:  # their ranks are in distributedInfo, read last
+        c = make.call(e, args, choice, needed=True)
+        if choice is not None:
+            kernels.append(c)
+        else:
+            cpu.append(c)
+            if args.get("External id") is not None:
+                by_id[args["External id"]] = c
+    for e, (algo, proto) in pending:
+        base = by_id.get(e["args"].get("External id"))
+        if base is not None:  # else a kernel whose call the trace does not describe
+            kernels.append(replace(base, ts=float(e["ts"]), dur=float(e.get("dur") or 0.0),
+                                   stream=str(e.get("tid", "")), source="kernel", algo=algo,
+                                   proto=proto))
+    out.calls = kernels or cpu
+    _number(out)
+    return out
+
+
+class _Maker:
+    """Calls from events, their group tuples and names shared between calls."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.groups = path, None
+        self.ranks: dict[str, tuple[int, ...]] = {}
+
+    def call(self, e: dict, args: dict, choice, needed: bool = False) -> Call | None:
+        """The call, or None when its group is named only and the names are not read yet."""
+        raw = args.get("Process Group Ranks")
+        if raw is None and self.groups is None and not needed:
+            return None
+        key = raw if isinstance(raw, str) else None
+        ranks = self.ranks.get(key) if key is not None else None
+        if ranks is None and raw is not None:
+            ranks = ranks_of(raw, self.path)
+            if key is not None:
+                self.ranks[key] = ranks
+        c = _call(e, args, self.path, ranks, self.groups or {})
+        if choice is not None:
+            c.source, c.algo, c.proto = "kernel", choice[0], choice[1]
+        return c
+
+
+def _slim(e: dict) -> dict:
+    """What a call needs of its event (the event itself may carry much more)."""
+    return {"name": e.get("name"), "ts": e.get("ts"), "dur": e.get("dur", 0.0),
+            "tid": e.get("tid", ""), "args": {k: v for k, v in (e.get("args") or {}).items()
+                                               if k == "External id"}}
+
+
+def _info(out: RankTrace, top: dict, path: str) -> None:
+    info = top.get("distributedInfo") or {}
+    if not isinstance(info, dict):
+        raise TraceError(f"{path}: distributedInfo is not an object")
+    try:
+        out.rank = int(info.get("rank", -1))
+        out.world_size = int(info.get("world_size", 0))
+    except (TypeError, ValueError):
+        raise TraceError(f"{path}: distributedInfo rank/world_size are not numbers") from None
+    out.backend = str(info.get("backend", ""))
+    out.nccl_version = str(info.get("nccl_version", ""))
+    for g in info.get("pg_config") or []:
+        if isinstance(g, dict) and "pg_name" in g:
+            out.groups[str(g["pg_name"])] = ranks_of(g.get("ranks", []), path)
+    for d in top.get("deviceProperties") or []:
+        if isinstance(d, dict) and d.get("name"):
+            out.devices.append(str(d["name"]))
+
+
+def _number(out: RankTrace) -> None:
+    """Calls in start order, each collective's rank in its process; a missing Seq counted per
+    group (point-to-point calls are numbered apart, per group and peer)."""
+    out.calls.sort(key=lambda c: c.ts)
+    counters: dict[tuple, int] = {}
+    for c in out.calls:
+        c.rank = out.rank
+        if c.seq < 0:
+            k = (c.group, c.peer) if c.op in P2P else (c.group,)
+            c.seq = counters.get(k, 0)
+            counters[k] = c.seq + 1
+        for n, t0, t1 in out.steps:
+            if t0 <= c.ts < t1:
+                c.step = n
+                break

@@ -1,0 +1,151 @@
+"""A recorded job's calls as each rank must re-issue them, and the checks that keep a replay from
+hanging (pure).
+
+Sources: a folder of Kineto traces (:mod:`commbench.traces.job`), PyTorch's execution traces
+(:mod:`commbench.traces.et`), or a ``commbench audit`` result (its ``calls``: every rank's
+booked entries in order). A recording is replayed only when
+it cannot hang: every member of a group recorded the same collectives on it in the same order
+(op, dtype, elements), every send has its receive (same pair, same elements, in order), and
+every group lies inside the world.
+
+``--scale`` keeps the groups' shapes on a smaller world: only the calls on groups of rank 0 (of
+at most the new world's size) are kept, and a group's i-th member is played by rank i; rank i
+re-issues rank 0's calls with member i's own sizes where the recording has them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from commbench.names import DTYPE_NAMES
+from commbench.traces.calls import TraceError
+
+__all__ = ["Rec", "check", "from_audit", "from_traces", "scale"]
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+               "gather", "scatter", "barrier")
+P2P = ("send", "recv")
+
+
+@dataclass(frozen=True)
+class Rec:
+    """One call to re-issue. ``count``: this rank's input elements as the ledger books them
+    (an all-gather's contribution, a reduce-scatter's whole input, an all-to-all's whole send);
+    ``peer``: a point-to-point call's other end, a global rank."""
+
+    op: str
+    group: tuple[int, ...]
+    dtype: str
+    count: int
+    in_splits: tuple[int, ...] = ()
+    out_splits: tuple[int, ...] = ()
+    peer: int = -1
+    redop: str = "sum"
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        # torch numbers a group's members in ascending order, whatever order a record gives
+        object.__setattr__(self, "group", tuple(sorted(self.group)))
+
+    def key(self) -> tuple:
+        return (self.op, self.dtype, self.count, self.in_splits if self.op != "all_to_all" else ())
+
+
+def from_traces(names: list[str]) -> tuple[int, dict[int, list[Rec]]]:
+    from commbench.traces.job import load as load_job
+
+    traces = load_job(names)
+    world = max([t.world_size for t in traces] + [len(traces)])
+    plan = {t.rank: [Rec(c.op, c.group, c.dtype, c.in_elems, c.in_splits, c.out_splits,
+                         c.peer, step=c.step) for c in sorted(t.calls, key=lambda c: c.ts)]
+            for t in traces}
+    return world, plan
+
+
+def from_audit(path: str, record: dict) -> tuple[int, dict[int, list[Rec]]]:
+    calls = record.get("calls")
+    if not isinstance(calls, list):
+        raise TraceError(f"{path}: a commbench audit result without calls (written by an older "
+                         "commbench; audit the script again)")
+    plan: dict[int, list[Rec]] = {}
+    for rank, entries in enumerate(calls):
+        out = []
+        for k, e in enumerate(entries):
+            try:
+                op = {"isend": "send", "irecv": "recv"}.get(e["op"], e["op"])
+                sp = e.get("splits") or [[], []]
+                out.append(Rec(op, tuple(e["group"]), e["dtype"], int(e["count"]),
+                               tuple(sp[0]), tuple(sp[1]), int(e.get("peer", -1)),
+                               e.get("redop") or "sum"))
+            except (KeyError, TypeError, ValueError, IndexError):
+                raise TraceError(f"{path}: rank {rank}'s call {k} cannot be read") from None
+        plan[rank] = out
+    return len(calls), plan
+
+
+def check(world: int, plan: dict[int, list[Rec]]) -> None:
+    """TraceError unless ``plan`` can run on ``world`` ranks without a hang."""
+    missing = sorted(set(range(world)) - set(plan))
+    if missing:
+        raise TraceError(f"ranks {missing} have no recorded calls: a replay needs every rank's")
+    per_group: dict[tuple, dict[int, list[tuple]]] = {}
+    sends: dict[tuple[int, int], list[int]] = {}
+    recvs: dict[tuple[int, int], list[int]] = {}
+    for rank, recs in plan.items():
+        for k, r in enumerate(recs):
+            if r.op not in COLLECTIVES + P2P:
+                raise TraceError(f"rank {rank}, call {k}: op {r.op!r} cannot be replayed; "
+                                 f"replayed: {', '.join(COLLECTIVES + P2P)}")
+            if r.dtype not in DTYPE_NAMES and r.op != "barrier":
+                raise TraceError(f"rank {rank}, call {k} ({r.op}): dtype {r.dtype!r} cannot be "
+                                 f"replayed; replayed: {', '.join(DTYPE_NAMES)}")
+            bad = [x for x in r.group if not 0 <= x < world]
+            if bad or rank not in r.group:
+                raise TraceError(f"rank {rank}, call {k} ({r.op}): group {list(r.group)} is not "
+                                 f"a group of this rank in a world of {world}")
+            if r.op in P2P:
+                if r.peer not in r.group or r.peer == rank:
+                    raise TraceError(f"rank {rank}, call {k} ({r.op}): its peer is not recorded")
+                pair = (rank, r.peer) if r.op == "send" else (r.peer, rank)
+                (sends if r.op == "send" else recvs).setdefault(pair, []).append(r.count)
+            else:
+                per_group.setdefault(r.group, {}).setdefault(rank, []).append(r.key())
+    for group, by in sorted(per_group.items()):
+        lists = [by.get(m, []) for m in group]
+        for m, got in zip(group, lists, strict=True):
+            if got != lists[0]:
+                i = next((j for j, (a, b) in enumerate(zip(lists[0], got)) if a != b),
+                         min(len(got), len(lists[0])))
+                raise TraceError(f"group {list(group)}: rank {group[0]} and rank {m} recorded "
+                                 f"different collectives on it ({len(lists[0])} and {len(got)} "
+                                 f"calls, first difference at call {i}): a replay would hang")
+    for pair in sorted(set(sends) | set(recvs)):
+        if sends.get(pair, []) != recvs.get(pair, []):
+            raise TraceError(f"rank {pair[0]} -> rank {pair[1]}: {len(sends.get(pair, []))} "
+                             f"sends and {len(recvs.get(pair, []))} receives of other sizes or "
+                             "number: a replay would hang")
+
+
+def scale(world: int, plan: dict[int, list[Rec]], np: int) -> dict[int, list[Rec]]:
+    """Rank 0's groups of at most ``np`` members, played by ranks 0.. of each group (above)."""
+    if 0 not in plan:
+        raise TraceError("--scale: replays rank 0's groups; rank 0's calls are not recorded")
+    pos = {}  # (recorded group, index in it) -> that member's calls on the group
+    for rank, recs in plan.items():
+        for r in recs:
+            if r.op not in P2P:
+                pos.setdefault((r.group, r.group.index(rank)), []).append(r)
+    out: dict[int, list[Rec]] = {i: [] for i in range(np)}
+    seen: dict[tuple, int] = {}
+    for r in plan[0]:
+        n = len(r.group)
+        if n > np or r.op in P2P:
+            continue
+        k = seen.get(r.group, 0)
+        seen[r.group] = k + 1
+        local = tuple(range(n))
+        for i in range(n):
+            own = pos.get((r.group, i), [])
+            mine = own[k] if k < len(own) and own[k].op == r.op else r
+            out[i].append(replace(mine, group=local))
+    return out

@@ -1,0 +1,102 @@
+"""``commbench analyze``'s record (JSON) and its markdown: the worst calls first, then per group,
+per op and size bucket, per step, and the layout's comparison where one was asked for."""
+
+from __future__ import annotations
+
+from commbench.traces.analysis import Matched, per_group, per_size, per_step
+from commbench.traces.kineto import RankTrace
+
+__all__ = ["markdown", "record"]
+
+
+def _call_row(m: Matched) -> dict:
+    c = m.first
+    return {"op": c.op, "name": c.name, "group": list(c.group), "group_name": c.group_name,
+            "ranks": sorted(x.rank for x in m.calls), "seq": c.seq, "step": c.step,
+            "dtype": c.dtype, "in_elems": c.in_elems, "out_elems": c.out_elems,
+            "in_splits": list(c.in_splits), "out_splits": list(c.out_splits), "peer": c.peer,
+            "bytes": c.size, "source": c.source, "algo": c.algo, "proto": c.proto,
+            "start_us": min(x.ts for x in m.calls), "time_us": m.time_us,
+            "algbw": m.algbw, "busbw": m.busbw, "skew_us": m.skew_us, "slowest": m.slowest,
+            "exposed_us": m.exposed_us, **m.extra}
+
+
+def record(traces: list[RankTrace], rows: list[Matched], extra: dict) -> dict:
+    import datetime
+
+    from commbench.version import __version__
+
+    calls = sorted((_call_row(m) for m in rows), key=lambda r: (-r["exposed_us"], -r["time_us"]))
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return {"schema": "commbench.analyze/1", "suite": "analyze", "created": now,
+            "commbench": __version__, "files": [t.path.rsplit("/", 1)[-1] for t in traces],
+            "ranks": [t.rank for t in traces],
+            "world_size": max([t.world_size for t in traces] + [len(traces)]),
+            "backend": traces[0].backend, "nccl_version": traces[0].nccl_version,
+            "source": sorted({c.source for t in traces for c in t.calls}),
+            "calls": calls, "groups": per_group(rows), "sizes": per_size(rows),
+            "steps": per_step(traces), **extra}
+
+
+def _f(x, fmt: str = ".1f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def markdown(rec: dict, top: int = 20) -> str:
+    from tabulate import tabulate
+
+    model = any("model_us" in c for c in rec["calls"])
+    base = any("baseline_busbw" in c for c in rec["calls"])
+    head = (f"# commbench analyze: {len(rec['files'])} trace(s), ranks {rec['ranks']} of "
+            f"{rec['world_size']}, backend {rec['backend'] or '?'}, NCCL "
+            f"{rec['nccl_version'] or '?'}; times from {', '.join(rec['source']) or 'no calls'}")
+    if rec.get("topology"):
+        head += f"\n# NCCL's model on {rec['topology']}"
+    if rec.get("baseline"):
+        b = rec["baseline"]
+        head += f"\n# baseline {b['path']} ({b['hardware']}, {b['world_size']} ranks)"
+    rows = []
+    for c in rec["calls"][:top]:
+        rows.append([c["op"], ",".join(map(str, c["group"])), c["dtype"], c["bytes"],
+                     f"{c['algo']}/{c['proto']}" if c["algo"] else "-", _f(c["time_us"]),
+                     _f(c["busbw"], ".3g"), _f(c["skew_us"]),
+                     c["slowest"] if c["slowest"] >= 0 else "-", _f(c["exposed_us"])]
+                    + ([_f(c.get("model_us")), _f(c.get("model_busbw"), ".3g"),
+                        _f(c.get("efficiency"), ".2f")] if model else [])
+                    + ([_f(c.get("baseline_busbw"), ".3g")] if base else []))
+    heads = (["op", "group", "dtype", "bytes", "algo", "time(us)", "busbw(GB/s)", "skew(us)",
+              "slowest", "exposed(us)"] + (["model(us)", "model busbw", "eff"] if model else [])
+             + (["baseline busbw"] if base else []))
+    text = (f"{head}\n\nThe {min(top, len(rec['calls']))} worst of {len(rec['calls'])} calls "
+            f"(most exposed time first; time: from the last member's start to the end):\n\n"
+            f"{tabulate(rows, headers=heads, tablefmt='github')}\n")
+    groups = tabulate([[",".join(map(str, g["group"])), g["name"] or "-", g["calls"], g["bytes"],
+                        _f(g["time_us"]), _f(g["exposed_us"]), _f(g["busbw_median"], ".3g")]
+                       for g in rec["groups"]],
+                      headers=["group", "name", "calls", "bytes", "time(us)", "exposed(us)",
+                               "median busbw"], tablefmt="github")
+    sizes = tabulate([[s["op"], s["ranks"], s["bucket"], s["calls"], _f(s["time_us_median"]),
+                       _f(s["busbw_median"], ".3g")]
+                      + ([_f(s.get("model_busbw"), ".3g")] if model else [])
+                      + ([_f(s.get("baseline_busbw"), ".3g")] if base else [])
+                      for s in rec["sizes"]],
+                     headers=["op", "ranks", "size >=", "calls", "median time(us)",
+                              "median busbw"] + (["model busbw"] if model else [])
+                     + (["baseline busbw"] if base else []), tablefmt="github")
+    steps = tabulate([[s["rank"], s["step"] or "whole", s["calls"], _f(s["comm_us"]),
+                       _f(s["exposed_us"]), _f(s["overlap"], ".2f")] for s in rec["steps"]],
+                     headers=["rank", "step", "calls", "comm(us)", "exposed(us)", "overlap"],
+                     tablefmt="github")
+    text += (f"\nPer group:\n\n{groups}\n\nPer op and size:\n\n{sizes}\n\nPer rank and step "
+             f"(ProfilerStep#N; comm: the union of its calls; exposed: the part no computation "
+             f"kernel covers):\n\n{steps}\n")
+    lay = rec.get("layout")
+    if lay:
+        rows = tabulate([[r["axis"], r["op"], r["elements"], r["dtype"], r["predicted"],
+                          r["observed"], r["flag"]] for r in lay["rows"]],
+                        headers=["axis", "op", "elements", "dtype", "layout", "traced", "flag"],
+                        tablefmt="github")
+        verdict = ("\n".join(f"- {f}" for f in lay["flags"]) if lay["flags"]
+                   else "No difference: every call is one the layout makes.")
+        text += f"\nRank 0 against the layout `{lay['spec']}`:\n\n{rows}\n\n{verdict}\n"
+    return text

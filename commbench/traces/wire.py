@@ -1,0 +1,133 @@
+"""A job's calls against what the wire allows: NCCL's model on a topology, a committed sweep's
+busbw at the same op and size, and the layout the job was meant to have (pure).
+
+* ``model_us``/``model_busbw``: NCCL's tuning model (:mod:`commbench.costmodel.nccl`) for the
+  call's op and size on the part of the topology its group spans (nodes, most members on one
+  node; ranks numbered node by node); all-to-all and point-to-point by the layout's link model.
+  ``efficiency`` = model time / measured time (1: as fast as the model says the wire allows).
+* ``baseline_busbw``: the committed sweep's native row of the same op at the nearest size (on a
+  log scale), with that row's size and world size beside it.
+* The layout: rank 0's calls as the audit's entries, compared per axis by
+  :func:`commbench.studies.audit_layout.compare`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from commbench.costmodel.topology import Topology, load
+from commbench.traces.analysis import Matched
+from commbench.traces.calls import Call, TraceError
+from commbench.traces.kineto import P2P, RankTrace
+from commbench.wire.ledger import Entry
+from commbench.wire.ops import OPS, booked
+
+__all__ = ["add_baseline", "add_model", "as_entries", "guess_topology", "topology"]
+
+# a device name's GPU -> the preset of its machine
+GPUS = (("H200", "dgx-h200"), ("H100", "dgx-h100"), ("A100", "dgx-a100"))
+
+
+def guess_topology(traces: list[RankTrace]) -> str | None:
+    """The preset the traces' device names point to (deviceProperties), or None."""
+    names = {d for t in traces for d in t.devices}
+    for key, preset in GPUS:
+        if any(re.search(key, n, re.I) for n in names):
+            return preset
+    return None
+
+
+def topology(traces: list[RankTrace], name: str | None, nodes: int | None) -> Topology | None:
+    """The topology named, or the one the device names point to, over as many nodes as the
+    world needs (ValueError on a bad name); None when neither says."""
+    name = name or guess_topology(traces)
+    if name is None:
+        return None
+    topo = load(name)
+    world = max([t.world_size for t in traces] + [len(traces)])
+    want = nodes if nodes is not None else max(1, math.ceil(world / topo.gpus_per_node))
+    return load(name, want) if want != topo.nodes else topo
+
+
+def model_us(c: Call, topo: Topology, version: str = "2.30.7") -> tuple[float, str] | None:
+    """NCCL's modelled time of ``c`` on ``topo`` and its pick, or None (an op it has no model
+    for, or a group wider than the topology)."""
+    from commbench.costmodel.layout import call_time_us, group_span
+    from commbench.patterns.base import Call as Priced
+
+    n = len(c.group)
+    if n < 2 or c.op not in OPS or max(c.group) >= topo.ranks or c.op in ("barrier", "gather",
+                                                                           "scatter"):
+        return None
+    count = c.in_elems
+    kw = {"in_splits": list(c.in_splits), "out_splits": list(c.out_splits)} \
+        if c.op == "all_to_all" and c.in_splits and c.out_splits else {}
+    me = c.group.index(c.rank) if c.rank in c.group else 0
+    sent, recv = booked(c.op, n, me, count, c.itemsize, **kw)
+    size = c.size // n if OPS[c.op].input == "block" else c.size
+    return call_time_us(Priced(c.op, "", size, sent, recv), n, topo,
+                        group_span(c.group, topo.gpus_per_node), version)
+
+
+def add_model(rows: list[Matched], topo: Topology) -> None:
+    from commbench.results.busbw import factor
+
+    for m in rows:
+        got = model_us(m.first, topo)
+        if got is None or got[0] <= 0:
+            continue
+        t, pick = got
+        m.extra["model_us"] = t
+        m.extra["model_pick"] = pick
+        op = "sendrecv" if m.first.op in P2P else m.first.op
+        m.extra["model_busbw"] = m.first.size / t / 1e3 * factor(op, len(m.first.group))
+        m.extra["efficiency"] = t / m.time_us if m.time_us > 0 else None
+
+
+def add_baseline(rows: list[Matched], path: str) -> dict:
+    """The committed sweep's busbw beside each call of an op it has; its header."""
+    from commbench.results.compare import CompareError
+    from commbench.results.compare import load as load_results
+
+    try:
+        record = load_results(path)
+    except CompareError as exc:
+        raise TraceError(str(exc)) from None
+    native: dict[str, list[dict]] = {}
+    for row in record["rows"]:
+        if row.get("algo") == "native" and row.get("busbw") is not None:
+            native.setdefault(row["op"], []).append(row)
+    for m in rows:
+        op = "sendrecv" if m.first.op in P2P else m.first.op
+        cands = native.get(op)
+        if not cands or m.first.size <= 0:
+            continue
+        best = min(cands, key=lambda r: abs(math.log2(max(r["size"], 1)) -
+                                            math.log2(m.first.size)))
+        m.extra["baseline_busbw"] = best["busbw"]
+        m.extra["baseline_size"] = best["size"]
+    return {"path": path, "hardware": record.get("hardware"),
+            "world_size": record.get("world_size"), "launch": record.get("launch")}
+
+
+def as_entries(t: RankTrace, steps: tuple[int, int] | None = None) -> list[tuple]:
+    """One rank's calls as the audit's ledger entries (``steps``: from, to inclusive)."""
+    out = []
+    for c in t.calls:
+        if steps is not None and not steps[0] <= c.step <= steps[1]:
+            continue
+        n = len(c.group)
+        me = c.group.index(c.rank) if c.rank in c.group else 0
+        if c.op in OPS and n > 0:
+            kw = {"in_splits": list(c.in_splits), "out_splits": list(c.out_splits)} \
+                if c.op == "all_to_all" and c.in_splits and c.out_splits else {}
+            try:
+                sent, recv = booked(c.op, n, me, c.in_elems, c.itemsize, **kw)
+            except (ValueError, ZeroDivisionError, IndexError):
+                sent = recv = 0
+        else:
+            sent = recv = 0
+        out.append(tuple(Entry(c.op, c.group, "trace", c.dtype, c.in_elems, sent, recv,
+                               c.dur / 1e6, start=c.ts / 1e6, peer=c.peer)))
+    return out

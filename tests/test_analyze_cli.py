@@ -1,0 +1,135 @@
+"""``commbench analyze`` and ``replay`` from the command line: NCCL's model and a committed
+sweep beside each call, the topology guessed from the device names, the layout's comparison, a
+replay's rows, and bad input (a recording that would hang too) in one line with exit 2."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+from said import said
+
+from commbench.cli.main import main
+from commbench.costmodel.nccl import nccl_predict
+from commbench.costmodel.topology import load as load_topology
+from commbench.traces.generate import Planned, generate
+
+pytestmark = pytest.mark.traces
+
+RESULTS = os.path.join(os.path.dirname(__file__), "..", "results")
+BASELINE = os.path.join(RESULTS, "collectives_intel-xeon-2c-gloo-x4.json")
+PLAN = [Planned("allreduce", (0, 1, 2, 3), 1 << 20, "BFloat16", 200.0, (0, 30, 5, 12), 80.0),
+        Planned("allreduce", (0, 8), 1 << 16, "Float", 40.0),
+        Planned("_allgather_base", (0, 1, 2, 3, 4, 5, 6, 7), 4096, "Float", 50.0)]
+
+
+def _run(tmp_path, *extra) -> tuple[int, dict]:
+    generate(16, PLAN, str(tmp_path / "job"))
+    out = tmp_path / "a.json"
+    code = main(["analyze", str(tmp_path / "job"), "--json", str(out), *extra])
+    return code, json.loads(out.read_text())
+
+
+def test_nccl_s_model_and_the_committed_sweep_sit_beside_each_call(tmp_path, capsys):
+    code, rec = _run(tmp_path, "--topology", "dgx-h100", "--nodes", "2", "--baseline", BASELINE)
+    assert code == 0
+    topo = load_topology("dgx-h100", 2)
+    calls = {(c["op"], tuple(c["group"])): c for c in rec["calls"]}
+    # 4 ranks on one node, a pair across two nodes (rank 8 is node 1's first), 8 on one node
+    for (op, group), part in {("all_reduce", (0, 1, 2, 3)): topo.part(1, 4),
+                              ("all_reduce", (0, 8)): topo.part(2, 1),
+                              ("all_gather", tuple(range(8))): topo.part(1, 8)}.items():
+        c = calls[(op, group)]
+        want = nccl_predict(op, c["bytes"], part)
+        assert c["model_us"] == pytest.approx(want.time_us)
+        assert c["model_pick"] == f"{want.algo}/{want.proto}"
+        assert c["efficiency"] == pytest.approx(want.time_us / c["time_us"])
+    base = json.load(open(BASELINE))
+    native = [r for r in base["rows"] if r["op"] == "all_reduce" and r["algo"] == "native"]
+    for c in (calls[("all_reduce", (0, 1, 2, 3))], calls[("all_reduce", (0, 8))]):
+        near = min(native, key=lambda r: abs(math.log2(r["size"]) - math.log2(c["bytes"])))
+        assert (c["baseline_busbw"], c["baseline_size"]) == (near["busbw"], near["size"])
+    text = capsys.readouterr().out
+    assert "NCCL's model on dgx-h100 x2 node(s)" in text and "baseline busbw" in text
+
+
+def test_the_topology_comes_from_the_device_names_when_not_given(tmp_path, capsys):
+    code, rec = _run(tmp_path)  # the generator's devices are H100s; 16 ranks: two nodes of 8
+    assert code == 0 and rec["topology"] == "dgx-h100 x2 node(s)"
+    assert all("model_us" in c for c in rec["calls"])
+
+
+def test_the_worst_calls_come_first(tmp_path):
+    _, rec = _run(tmp_path)
+    exposed = [c["exposed_us"] for c in rec["calls"]]
+    assert exposed == sorted(exposed, reverse=True) and exposed[0] == pytest.approx(200 + 30 - 80)
+
+
+def test_a_layout_that_the_trace_does_not_follow_exits_1_with_its_differences(tmp_path, capsys):
+    generate(2, [Planned("allreduce", (0, 1), 64, "Float", 10.0)], str(tmp_path / "job"))
+    code = main(["analyze", str(tmp_path / "job"), "--layout",
+                 "tp=2,sp,layers=1,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,loss=none,"
+                 "act-bytes=4,grad-bytes=4"])
+    out = capsys.readouterr().out
+    assert code == 1 and "difference(s) from the layout" in out and "missing" in out
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["analyze", "nowhere.json"], "nowhere.json: no such file or folder"),
+    (["analyze", "{job}", "--top", "-1"], "--top -1: must be >= 0"),
+    (["analyze", "{job}", "--step", "1"], "--step 1: selects the steps --layout compares"),
+    (["analyze", "{job}", "--layout", "tp=3"], "tp=3"),
+    (["analyze", "{job}", "--topology", "nope"], "topology 'nope': no such preset"),
+    (["analyze", "{job}", "--baseline", "{job}/rank0.pt.trace.json"], "not a commbench results"),
+    (["analyze", "{job}", "--layout", "tp=2", "--step", "7"], "ProfilerStep# [1]"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, says):
+    generate(2, [Planned("allreduce", (0, 1), 64, "Float", 10.0)], str(tmp_path / "job"))
+    argv = [a.replace("{job}", str(tmp_path / "job")) for a in argv]
+    assert main(argv) == 2
+    err = said(capsys)
+    assert says in err and err.count("\n") == 1, err
+
+
+@pytest.mark.local
+def test_replay_from_the_command_line_writes_its_rows_and_exits_0(tmp_path):
+    import subprocess
+    import sys
+
+    generate(2, [Planned("allreduce", (0, 1), 256, "Float"),
+                 Planned("send", (0, 1), 9, "Int")], str(tmp_path / "job"))
+    out = subprocess.run([sys.executable, "-m", "commbench", "replay", str(tmp_path / "job"),
+                          "--np", "2", "--out", str(tmp_path), "--label", "t", "--iters", "2"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "every call booked as recorded" in out.stdout
+    rec = json.loads((tmp_path / "replay_t-x2.json").read_text())
+    assert [(r["op"], r["size"], r["n_samples"]) for r in rec["rows"]] == [
+        ("all_reduce", 1024, 2), ("send->1", 36, 2), ("recv<-0", 36, 2)]
+    assert rec["mismatches"] == []
+
+
+def _hanging(folder) -> str:
+    generate(2, [Planned("allreduce", (0, 1), 256, "Float")], str(folder))
+    doc = json.loads((folder / "rank1.pt.trace.json").read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in ("kernel", "cpu_op")]
+    (folder / "rank1.pt.trace.json").write_text(json.dumps(doc))  # rank 1 never joins
+    return str(folder)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["replay", "{job}", "--np", "3"], "--np 3: the recording has 2 ranks"),
+    (["replay", "{job}", "--iters", "0"], "--iters 0 --warmup 1: must be >= 1"),
+    (["replay", "{hang}"], "rank 0 and rank 1 recorded different collectives"),
+    (["replay", "{job}/rank0.pt.trace.json"], "ranks [1] have no recorded calls"),
+])
+def test_a_replay_that_cannot_run_is_refused_in_one_line_before_any_rank_starts(
+        tmp_path, capsys, argv, says):
+    generate(2, [Planned("allreduce", (0, 1), 256, "Float")], str(tmp_path / "job"))
+    hang = _hanging(tmp_path / "hang")
+    argv = [a.replace("{job}", str(tmp_path / "job")).replace("{hang}", hang) for a in argv]
+    assert main(argv) == 2
+    err = said(capsys)
+    assert says in err and err.count("\n") == 1, err

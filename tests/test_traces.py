@@ -1,0 +1,263 @@
+"""``commbench analyze``: a generated NCCL job's traces read back to the figures put in (bytes,
+busbw to the factor, skew to the microsecond, exposed time to the kernel), and each of the
+analyzer's rules, broken on purpose, caught by the same judge."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from commbench.traces import analysis, calls, kineto, stream
+from commbench.traces.analysis import match, per_step
+from commbench.traces.calls import TraceError, kernel_choice
+from commbench.traces.generate import Planned, expected, generate
+from commbench.traces.job import load
+
+pytestmark = pytest.mark.traces
+
+NAMES = {"all_reduce": "allreduce", "all_gather": "_allgather_base",
+         "reduce_scatter": "_reduce_scatter_base", "broadcast": "broadcast",
+         "all_to_all": "all_to_allv"}
+
+
+def judge(plan: list[Planned], rows) -> list[str]:
+    """Every figure the analyzer read that differs from the one the generator put in."""
+    colls = [m for m in rows if m.first.op not in ("send", "recv")]
+    bad = []
+    if len(colls) != len(plan):
+        return [f"{len(colls)} calls read, {len(plan)} planned"]
+    for p, m in zip(plan, sorted(colls, key=lambda m: min(c.ts for c in m.calls)), strict=True):
+        want = expected(p)
+        got = {"bytes": m.first.size, "time_us": m.time_us, "busbw": m.busbw,
+               "skew_us": m.skew_us, "slowest": m.slowest, "exposed_us": m.exposed_us}
+        for k, v in want.items():
+            if not (got[k] == pytest.approx(v, rel=1e-9, abs=1e-6)):
+                bad.append(f"{p.name} on {p.group}: {k} {got[k]} != {v}")
+        if (m.first.algo, m.first.proto) != (p.algo.lower(), {"SIMPLE": "Simple"}.get(p.proto,
+                                                                                     p.proto)):
+            bad.append(f"{p.name}: algo/proto {m.first.algo}/{m.first.proto}")
+    return bad
+
+
+@st.composite
+def plans(draw):
+    world = draw(st.sampled_from([2, 4, 8]))
+    out = []
+    for _ in range(draw(st.integers(1, 6))):
+        op = draw(st.sampled_from(sorted(NAMES)))
+        n = draw(st.sampled_from([k for k in (2, 4, 8) if k <= world]))
+        start = draw(st.integers(0, world - n))
+        group = tuple(range(start, start + n))
+        elems = draw(st.integers(1, 1 << 20)) * n
+        dur = draw(st.floats(1.0, 5000.0, allow_nan=False))
+        out.append(Planned(NAMES[op], group, elems, draw(st.sampled_from(
+            ["Float", "BFloat16", "Half", "Long"])), dur,
+            tuple(draw(st.integers(0, 600)) / 2 for _ in group),  # a trace's ts: 1 ns steps
+            draw(st.floats(0, dur, allow_nan=False)),
+            draw(st.sampled_from(["RING", "TREE", "NVLS", "NVLS_TREE", "COLLNET_DIRECT", "PAT"])),
+            draw(st.sampled_from(["LL", "LL128", "SIMPLE"]))))
+    return world, out
+
+
+PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@PROPERTY
+@given(case=plans(), old=st.booleans(), link=st.booleans(), gz=st.booleans())
+def test_the_analyzer_reads_back_every_figure_the_generator_put_in(tmp_path_factory, case, old,
+                                                                   link, gz):
+    world, plan = case
+    folder = str(tmp_path_factory.mktemp("job"))
+    generate(world, plan, folder, old_names=old, link=link, compress=gz)
+    assert judge(plan, match(load([folder]))) == []
+
+
+PLAN = [Planned("allreduce", (0, 1, 2, 3), 1 << 20, "BFloat16", 200.0, (0, 30, 5, 12), 80.0),
+        Planned("_allgather_base", (0, 1), 4096, "Float", 50.0, (10, 0), 0.0, "RING", "SIMPLE"),
+        Planned("_reduce_scatter_base", (2, 3), 8192, "Half", 70.0, (3, 9), 70.0, "PAT", "LL128")]
+
+
+def _broken_time(traces):  # the wait counted as wire time: the first member's start
+    rows = match(traces)
+    for m in rows:
+        m.time_us = max(c.end for c in m.calls) - min(c.ts for c in m.calls)
+    return rows
+
+
+def _broken_skew(traces):  # the skew read off rank 0 alone
+    rows = match(traces)
+    for m in rows:
+        if m.skew_us is not None:
+            m.skew_us = m.calls[-1].ts - m.calls[0].ts
+    return rows
+
+
+BROKEN = {
+    "time includes the wait": ("match", _broken_time),
+    "skew from two members": ("match", _broken_skew),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_each_broken_rule_of_the_matcher_is_caught(tmp_path, name):
+    generate(4, PLAN, str(tmp_path))
+    assert judge(PLAN, match(load([str(tmp_path)]))) == []
+    assert judge(PLAN, BROKEN[name][1](load([str(tmp_path)]))), name
+
+
+def test_a_size_read_from_the_wrong_count_is_caught(tmp_path, monkeypatch):
+    generate(4, PLAN, str(tmp_path))
+    monkeypatch.setattr(calls.Call, "size", property(lambda c: c.in_elems * c.itemsize))
+    assert any("bytes" in b for b in judge(PLAN, match(load([str(tmp_path)]))))
+
+
+def test_an_overlap_that_ignores_the_computation_is_caught(tmp_path, monkeypatch):
+    generate(4, PLAN, str(tmp_path))
+    monkeypatch.setattr(analysis._Cover, "covered", lambda self, a, b: 0.0)
+    assert any("exposed" in b for b in judge(PLAN, match(load([str(tmp_path)]))))
+
+
+def _last_two_tokens(name: str):  # newer NCCL's spelling only: (algo, proto) at the end
+    parts = name.split("(", 1)[0].split("_")
+    if not parts[0].startswith("nccl"):
+        return None
+    return parts[-2].lower(), {"SIMPLE": "Simple"}.get(parts[-1], parts[-1])
+
+
+def test_an_algorithm_read_from_the_name_s_last_tokens_is_caught_on_older_names(tmp_path,
+                                                                                  monkeypatch):
+    generate(4, PLAN, str(tmp_path), old_names=True)
+    assert judge(PLAN, match(load([str(tmp_path)]))) == []
+    monkeypatch.setattr(kineto, "kernel_choice", _last_two_tokens)
+    assert any("algo/proto" in b for b in judge(PLAN, match(load([str(tmp_path)]))))
+
+
+@pytest.mark.parametrize("name, want", [
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", ("ring", "LL")),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+     ("ring", "LL")),
+    ("ncclDevKernel_AllGather_RING_LL128(ncclDevKernelArgsStorage<4096ul>)", ("ring", "LL128")),
+    ("ncclDevKernel_AllReduce_Sum_f32_NVLS_TREE_SIMPLE(x)", ("nvls_tree", "Simple")),
+    ("ncclDevKernel_AllReduce_Sum_f32_NVLS_SIMPLE(x)", ("nvls", "Simple")),
+    ("ncclDevKernel_ReduceScatter_Sum_f16_PAT_SIMPLE(x)", ("pat", "Simple")),
+    ("ncclDevKernel_AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE(x)", ("collnet_direct", "Simple")),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", ("", "")),
+    ("ampere_sgemm_128x64_nn", None), ("void at::native::vectorized_elementwise_kernel<4>", None),
+])
+def test_an_nccl_kernel_s_name_gives_its_algorithm_and_protocol(name, want):
+    assert kernel_choice(name) == want
+
+
+def test_per_step_communication_exposed_part_and_overlap(tmp_path):
+    plan = [Planned("allreduce", (0, 1), 1000, dur_us=100.0, skew_us=(0.0, 40.0), covered_us=60.0),
+            Planned("allreduce", (0, 1), 1000, dur_us=50.0, covered_us=0.0, step=2)]
+    generate(2, plan, str(tmp_path))
+    rows = {(r["rank"], r["step"]): r for r in per_step(load([str(tmp_path)]))}
+    # rank 0 waits 40 us for rank 1, then 100 us of wire of which 60 are covered
+    assert rows[(0, 1)]["comm_us"] == pytest.approx(140.0)
+    assert rows[(0, 1)]["exposed_us"] == pytest.approx(80.0)
+    assert rows[(0, 1)]["overlap"] == pytest.approx(60 / 140)
+    assert rows[(1, 1)]["exposed_us"] == pytest.approx(40.0)
+    assert rows[(1, 2)] == {"rank": 1, "step": 2, "calls": 1, "comm_us": pytest.approx(50.0),
+                            "exposed_us": pytest.approx(50.0), "overlap": pytest.approx(0.0)}
+
+
+def test_point_to_point_calls_keep_their_peer_and_stay_one_row_per_rank(tmp_path):
+    generate(2, [Planned("send", (0, 1), 500, "Float", 20.0)], str(tmp_path))
+    rows = match(load([str(tmp_path)]))
+    assert sorted((m.first.op, m.first.rank, m.first.peer) for m in rows) == [
+        ("recv", 1, 0), ("send", 0, 1)]
+    assert all(m.busbw == pytest.approx(2000 / 20 / 1e3) and m.skew_us is None for m in rows)
+
+
+def test_one_rank_s_file_alone_has_every_figure_but_the_cross_rank_ones(tmp_path):
+    paths = generate(4, PLAN, str(tmp_path))
+    rows = match(load([paths[2]]))
+    assert [(m.first.op, m.skew_us, m.slowest) for m in rows] == [
+        ("all_reduce", None, -1), ("reduce_scatter", None, -1)]
+    assert rows[0].time_us == pytest.approx(200.0 + 30 - 5)  # its own kernel, wait included
+
+
+def test_reading_in_small_chunks_gives_the_same_calls(tmp_path, monkeypatch):
+    paths = generate(4, PLAN, str(tmp_path))
+    whole = [(c.op, c.ts, c.dur, c.in_elems) for c in kineto.read(paths[0]).calls]
+    monkeypatch.setattr(stream, "CHUNK", 7)  # numbers and strings cut at every chunk's end
+    assert [(c.op, c.ts, c.dur, c.in_elems) for c in kineto.read(paths[0]).calls] == whole
+
+
+def test_top_level_keys_after_the_events_are_read_too(tmp_path):
+    doc = json.loads(open(generate(2, PLAN[1:2], str(tmp_path))[0]).read())
+    info = doc.pop("distributedInfo")
+    path = tmp_path / "late.json"
+    path.write_text(json.dumps({"traceEvents": doc["traceEvents"], "distributedInfo": info}))
+    t = kineto.read(str(path))
+    assert (t.rank, t.world_size, len(t.calls)) == (0, 2, 1)
+
+
+def test_a_big_trace_says_how_far_it_got(tmp_path, monkeypatch, capsys):
+    paths = generate(4, PLAN, str(tmp_path))
+    monkeypatch.setattr(stream, "PROGRESS_BYTES", 1000)
+    monkeypatch.setattr(stream, "CHUNK", 1000)
+    kineto.read(paths[0])
+    assert "MB read" in capsys.readouterr().err
+
+
+def _write(path, text, gz=False):
+    if gz:
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("[1, 2]", "not a Kineto trace"), ('{"a": 1}', "no traceEvents"), ("{", "not a Kineto"),
+    ('{"traceEvents": [{"ph": "X"', "not valid JSON"), ("not json", "not a Kineto trace"),
+])
+def test_a_file_that_is_not_a_kineto_trace_is_named_in_one_line(tmp_path, text, says):
+    with pytest.raises(TraceError, match=says) as info:
+        kineto.read(_write(tmp_path / "x.json", text))
+    assert "x.json" in str(info.value) and "\n" not in str(info.value)
+
+
+def _one(args: dict, name="record_param_comms", cat="cpu_op") -> str:
+    return json.dumps({"distributedInfo": {"rank": 0, "world_size": 2},
+                       "traceEvents": [{"ph": "X", "cat": cat, "name": name, "ts": 1, "dur": 2,
+                                        "args": args}]})
+
+
+GOOD = {"Collective name": "allreduce", "In msg nelems": 4, "Out msg nelems": 4,
+        "dtype": "Float", "Process Group Name": "0", "Process Group Ranks": "[0, 1]"}
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"In msg nelems": None}, "sizes cannot be read"), ({"Out msg nelems": "x"}, "sizes"),
+    ({"dtype": "Quad"}, "dtype 'Quad' unknown"), ({"Process Group Ranks": "[0, a]"}, "Ranks"),
+    ({"In split size": "[1, x]"}, "split sizes"),
+])
+def test_a_call_whose_fields_cannot_be_read_is_named(tmp_path, change, says):
+    with pytest.raises(TraceError, match=says):
+        kineto.read(_write(tmp_path / "x.json", _one({**GOOD, **change})))
+
+
+def test_a_folder_missing_ranks_or_holding_one_twice_or_disagreeing_on_a_group(tmp_path):
+    paths = generate(4, PLAN, str(tmp_path / "job"))
+    import os
+
+    os.remove(paths[3])
+    with pytest.raises(TraceError, match=r"ranks \[3\] are missing"):
+        load([str(tmp_path / "job")])
+    a = _write(tmp_path / "a.json", _one(GOOD))
+    b = _write(tmp_path / "b.json.gz", _one(GOOD), gz=True)
+    with pytest.raises(TraceError, match="are both rank 0"):
+        load([a, b])
+    other = json.loads(_one({**GOOD, "Process Group Ranks": "[1, 0]"}))
+    other["distributedInfo"]["rank"] = 1
+    c = _write(tmp_path / "c.json", json.dumps(other))
+    with pytest.raises(TraceError, match="group '0': ranks"):
+        load([a, c])
