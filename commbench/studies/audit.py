@@ -194,12 +194,9 @@ def audit_markdown(record: dict) -> str:
                  f"outside every step):\n\n{per_step}\n")
     lay = record.get("layout")
     if lay:
-        rows = tabulate([[r["axis"], r["op"], r["elements"], r["dtype"], r["predicted"],
-                          r["observed"], r["flag"]] for r in lay["rows"]],
-                        headers=["axis", "op", "elements", "dtype", "layout", "audited", "flag"],
-                        tablefmt="github")
-        verdict = ("\n".join(f"- {f}" for f in lay["flags"]) if lay["flags"]
-                   else "No difference: every call is one the layout makes.")
+        from commbench.studies.audit_layout import layout_tables
+
+        rows, verdict = layout_tables(lay, "audited")
         which = (f"rank 0's calls in steps {lay['step']}..{lay['step'] + lay['steps'] - 1} "
                  f"the script marked" if lay.get("step") else "rank 0's calls, the whole script")
         text += (f"\nAgainst the layout `{lay['spec']}` ({which}, by axis; elements per "

@@ -22,7 +22,7 @@ from commbench.costmodel.layout_config import Layout
 from commbench.names import ITEMSIZE
 from commbench.wire.ledger import Entry
 
-__all__ = ["compare", "layout_groups", "parse_layout"]
+__all__ = ["compare", "layout_groups", "layout_tables", "parse_layout"]
 
 AXES = ("tp", "cp", "ep", "dp", "edp")
 WIDTH = {"tp": "act_bytes", "cp": "act_bytes", "ep": "act_bytes", "dp": "grad_bytes",
@@ -133,3 +133,16 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
                      "dtype": ",".join(sorted(dtypes.get(key, ()))) or "-",
                      "predicted": want, "observed": got, "flag": flag})
     return {"rows": rows, "flags": flags}
+
+
+def layout_tables(lay: dict, seen: str) -> tuple[str, str]:
+    """A comparison's table (``seen``: the observed column's name) and its verdict lines."""
+    from tabulate import tabulate
+
+    rows = tabulate([[r["axis"], r["op"], r["elements"], r["dtype"], r["predicted"],
+                      r["observed"], r["flag"]] for r in lay["rows"]],
+                    headers=["axis", "op", "elements", "dtype", "layout", seen, "flag"],
+                    tablefmt="github")
+    verdict = ("\n".join(f"- {f}" for f in lay["flags"]) if lay["flags"]
+               else "No difference: every call is one the layout makes.")
+    return rows, verdict

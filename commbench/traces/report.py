@@ -92,11 +92,8 @@ def markdown(rec: dict, top: int = 20) -> str:
              f"kernel covers):\n\n{steps}\n")
     lay = rec.get("layout")
     if lay:
-        rows = tabulate([[r["axis"], r["op"], r["elements"], r["dtype"], r["predicted"],
-                          r["observed"], r["flag"]] for r in lay["rows"]],
-                        headers=["axis", "op", "elements", "dtype", "layout", "traced", "flag"],
-                        tablefmt="github")
-        verdict = ("\n".join(f"- {f}" for f in lay["flags"]) if lay["flags"]
-                   else "No difference: every call is one the layout makes.")
+        from commbench.studies.audit_layout import layout_tables
+
+        rows, verdict = layout_tables(lay, "traced")
         text += f"\nRank 0 against the layout `{lay['spec']}`:\n\n{rows}\n\n{verdict}\n"
     return text
