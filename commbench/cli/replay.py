@@ -32,9 +32,11 @@ def add_parser(sub) -> None:
 def rows_of(per_rank: list[list[dict]]) -> tuple[list[dict], list[str]]:
     """One row per recorded call (a collective over its members: per-sample max over them;
     a run of point-to-point calls per rank), and every booking that differs."""
+    from commbench.names import ITEMSIZE
     from commbench.results.busbw import factor
     from commbench.results.records import summarize_iters
-    from commbench.traces.recorded import P2P, Rec
+    from commbench.traces.calls import P2P
+    from commbench.traces.recorded import Rec
     from commbench.traces.replay import mismatches
     from commbench.wire.ops import OPS
 
@@ -61,8 +63,6 @@ def rows_of(per_rank: list[list[dict]]) -> tuple[list[dict], list[str]]:
                 m["times"] = [max(a, b) for a, b in zip(m["times"], u["times"], strict=True)]
                 m["ranks"].append(rank)
     rows = []
-    from commbench.names import ITEMSIZE
-
     for i, key in enumerate(order):
         m = merged[key]
         r, n = m["recs"][0], len(m["recs"][0].group)

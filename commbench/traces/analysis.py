@@ -21,8 +21,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from commbench.results.busbw import factor
-from commbench.traces.calls import Call
-from commbench.traces.kineto import P2P, RankTrace
+from commbench.traces.calls import P2P, Call
+from commbench.traces.kineto import RankTrace
 
 __all__ = ["Matched", "bucket", "exposed", "match", "per_group", "per_size", "per_step"]
 

@@ -21,12 +21,9 @@ from array import array
 from dataclasses import dataclass, field, replace
 
 from commbench.traces import stream
-from commbench.traces.calls import DTYPES, Call, TraceError, kernel_choice, op_of, ranks_of
+from commbench.traces.calls import DTYPES, P2P, Call, TraceError, kernel_choice, op_of, ranks_of
 
 __all__ = ["RankTrace", "read"]
-
-P2P = ("send", "recv")
-
 
 @dataclass
 class RankTrace:
@@ -41,7 +38,6 @@ class RankTrace:
     compute_ts: array = field(default_factory=lambda: array("d"))
     compute_end: array = field(default_factory=lambda: array("d"))
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start, end)
-    events: int = 0
 
 
 def _call(e: dict, args: dict, where: str, ranks: tuple[int, ...] | None, groups: dict) -> Call:
@@ -106,7 +102,6 @@ def read(path: str, progress: bool = True) -> RankTrace:
     say = stream.progress_line(path) if progress and os.path.getsize(path) > \
         stream.PROGRESS_BYTES else None
     for e in stream.events(path, top, say):
-        out.events += 1
         if e.get("ph") != "X":
             continue
         name, cat = str(e.get("name", "")), str(e.get("cat", "")).lower()

@@ -18,13 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from commbench.names import DTYPE_NAMES
-from commbench.traces.calls import TraceError
+from commbench.traces.calls import P2P, TraceError
 
 __all__ = ["Rec", "check", "from_audit", "from_traces", "scale"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                "gather", "scatter", "barrier")
-P2P = ("send", "recv")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from dataclasses import astuple
 
 import torch
 
-from commbench.traces.recorded import P2P, Rec
+from commbench.traces.calls import P2P
+from commbench.traces.recorded import Rec
 from commbench.wire.ledger import Entry
 
 __all__ = ["BROKEN", "mismatches", "replay_rank", "units"]

@@ -18,8 +18,8 @@ import re
 
 from commbench.costmodel.topology import Topology, load
 from commbench.traces.analysis import Matched
-from commbench.traces.calls import Call, TraceError
-from commbench.traces.kineto import P2P, RankTrace
+from commbench.traces.calls import P2P, Call, TraceError
+from commbench.traces.kineto import RankTrace
 from commbench.wire.ledger import Entry
 from commbench.wire.ops import OPS, booked
 
