@@ -26,19 +26,19 @@ NAMES = {"all_reduce": "allreduce", "all_gather": "_allgather_base",
 
 def judge(plan: list[Planned], rows) -> list[str]:
     """Every figure the analyzer read that differs from the one the generator put in."""
-    colls = [m for m in rows if m.first.op not in ("send", "recv")]
     bad = []
-    if len(colls) != len(plan):
-        return [f"{len(colls)} calls read, {len(plan)} planned"]
-    for p, m in zip(plan, sorted(colls, key=lambda m: min(c.ts for c in m.calls)), strict=True):
+    if len(rows) != len(plan):
+        return [f"{len(rows)} calls read, {len(plan)} planned"]
+    for p, m in zip(plan, sorted(rows, key=lambda m: min(c.ts for c in m.calls)), strict=True):
         want = expected(p)
         got = {"bytes": m.first.size, "time_us": m.time_us, "busbw": m.busbw,
                "skew_us": m.skew_us, "slowest": m.slowest, "exposed_us": m.exposed_us}
         for k, v in want.items():
             if not (got[k] == pytest.approx(v, rel=1e-9, abs=1e-6)):
                 bad.append(f"{p.name} on {p.group}: {k} {got[k]} != {v}")
-        if (m.first.algo, m.first.proto) != (p.algo.lower(), {"SIMPLE": "Simple"}.get(p.proto,
-                                                                                     p.proto)):
+        algo = ("", "") if p.op in ("send", "recv") else (
+            p.algo.lower(), {"SIMPLE": "Simple"}.get(p.proto, p.proto))
+        if (m.first.algo, m.first.proto) != algo:
             bad.append(f"{p.name}: algo/proto {m.first.algo}/{m.first.proto}")
     return bad
 
@@ -53,6 +53,12 @@ def plans(draw):
         start = draw(st.integers(0, world - n))
         group = tuple(range(start, start + n))
         elems = draw(st.integers(1, 1 << 20)) * n
+        if draw(st.integers(0, 5)) == 0:  # a send between two ranks of the group, either way
+            ends = tuple(draw(st.permutations(group))[:2])
+            out.append(Planned("send", group, elems, "Float", draw(st.floats(1.0, 500.0)),
+                               (draw(st.integers(0, 600)) / 2, draw(st.integers(0, 600)) / 2),
+                               ends=ends))
+            continue
         dur = draw(st.floats(1.0, 5000.0, allow_nan=False))
         out.append(Planned(NAMES[op], group, elems, draw(st.sampled_from(
             ["Float", "BFloat16", "Half", "Long"])), dur,
@@ -166,12 +172,57 @@ def test_per_step_communication_exposed_part_and_overlap(tmp_path):
                             "exposed_us": pytest.approx(50.0), "overlap": pytest.approx(0.0)}
 
 
-def test_point_to_point_calls_keep_their_peer_and_stay_one_row_per_rank(tmp_path):
-    generate(2, [Planned("send", (0, 1), 500, "Float", 20.0)], str(tmp_path))
+# rank 0 sends to 1 twice and to 2 once; 2 sends to 0; on one group of 4, each with its own
+# sizes, durations and skews
+P2P_PLAN = [Planned("send", (0, 1, 2, 3), 500, "Float", 20.0, (0, 7), ends=(0, 1)),
+            Planned("send", (0, 1, 2, 3), 64, "Float", 30.0, (4, 0), ends=(0, 2)),
+            Planned("send", (0, 1, 2, 3), 8, "Half", 12.0, (2.5, 0), ends=(0, 1)),
+            Planned("send", (0, 1, 2, 3), 1000, "Float", 40.0, (0, 11), ends=(2, 0))]
+
+
+def test_a_send_and_its_receive_are_one_call_with_its_skew_and_slowest_rank(tmp_path):
+    generate(4, P2P_PLAN, str(tmp_path))
     rows = match(load([str(tmp_path)]))
-    assert sorted((m.first.op, m.first.rank, m.first.peer) for m in rows) == [
-        ("recv", 1, 0), ("send", 0, 1)]
-    assert all(m.busbw == pytest.approx(2000 / 20 / 1e3) and m.skew_us is None for m in rows)
+    assert judge(P2P_PLAN, rows) == []
+    assert [(m.first.op, m.first.rank, m.first.peer, [c.rank for c in m.calls]) for m in rows] == [
+        ("send", 0, 1, [0, 1]), ("send", 0, 2, [0, 2]), ("send", 0, 1, [0, 1]),
+        ("send", 2, 0, [2, 0])]
+    assert rows[0].busbw == pytest.approx(2000 / 20 / 1e3)
+
+
+def _p2p_alone(traces):  # every send and receive its own row, as if never matched
+    rows = []
+    for m in match(traces):
+        rows += [analysis.Matched([c], c.dur, None, -1, m.exposed_us, m.algbw, m.busbw)
+                 for c in m.calls] if m.first.op == "send" else [m]
+    return rows
+
+
+def _p2p_by_place(monkeypatch):  # the k-th point-to-point call of a rank, whatever its peer
+    def keys(traces):
+        out = {}
+        for t in traces:
+            for k, c in enumerate(c for c in t.calls if c.op in ("send", "recv")):
+                out[id(c)] = (c.group, "p2p", min(c.rank, c.peer), max(c.rank, c.peer), k)
+        return out
+    monkeypatch.setattr(analysis, "_p2p_keys", keys)
+    return match
+
+
+@pytest.mark.parametrize("broken", ["alone", "by place"])
+def test_each_broken_pairing_of_sends_and_receives_is_caught(tmp_path, monkeypatch, broken):
+    generate(4, P2P_PLAN, str(tmp_path))
+    run = _p2p_alone if broken == "alone" else _p2p_by_place(monkeypatch)
+    assert judge(P2P_PLAN, run(load([str(tmp_path)]))), broken
+
+
+def test_one_rank_s_sends_and_receives_alone_keep_their_own_durations(tmp_path):
+    paths = generate(4, P2P_PLAN, str(tmp_path))
+    rows = match(load([paths[0]]))
+    assert [(m.first.op, m.first.peer, m.skew_us, m.slowest) for m in rows] == [
+        ("send", 1, None, -1), ("send", 2, None, -1), ("send", 1, None, -1), ("recv", 2, None, -1)]
+    assert rows[0].time_us == pytest.approx(20.0 + 7)  # its own kernel, the wait for 1 in it
+    assert rows[1].time_us == pytest.approx(30.0)  # 2 started first: no wait on 0
 
 
 def test_one_rank_s_file_alone_has_every_figure_but_the_cross_rank_ones(tmp_path):

@@ -1,8 +1,11 @@
 """A job's calls matched across ranks, with their bandwidth, skew and exposed time (pure).
 
 * **Matching**: a collective is the same call on every member when it has the same group
-  (ranks) and sequence number (``Seq``, or its place among the group's collectives).
-  Point-to-point calls stay one row per rank.
+  (ranks) and sequence number (``Seq``, or its place among the group's collectives). A send
+  and a receive are one call when they join the same two ranks on the same group in the same
+  place: the k-th send from a to b meets b's k-th receive from a (messages between two ranks do
+  not overtake each other, in NCCL as in MPI); one whose other end is not in the traces stays
+  alone.
 * **Time and bandwidth**: a matched call's time runs from its last member's start to its last
   member's end (the wire's part; the early members' wait is the skew): algbw = size / time,
   busbw = algbw * nccl-tests' factor for the group's size.
@@ -86,21 +89,39 @@ def exposed(calls: list[Call], cover: _Cover) -> tuple[float, float]:
     return comm, comm - sum(cover.covered(a, b) for a, b in spans)
 
 
+def _p2p_keys(traces: list[RankTrace]) -> dict[int, tuple]:
+    """Each point-to-point call's meeting key (by ``id``): (group, sender, receiver, k), k its
+    place among the sender's sends to that receiver on the group (or the receiver's receives
+    from that sender), in start order."""
+    out: dict[int, tuple] = {}
+    for t in traces:
+        seen: dict[tuple, int] = {}
+        for c in sorted((c for c in t.calls if c.op in P2P), key=lambda c: c.ts):
+            pair = (c.rank, c.peer) if c.op == "send" else (c.peer, c.rank)
+            k = seen.get((c.group, c.op, pair), 0)
+            seen[(c.group, c.op, pair)] = k + 1
+            out[id(c)] = (c.group, "p2p", *pair, k)
+    return out
+
+
+def _members(c: Call) -> list[int]:
+    """The ranks a complete call has: the group's, or a point-to-point call's two ends."""
+    return sorted((c.rank, c.peer)) if c.op in P2P else sorted(c.group)
+
+
 def match(traces: list[RankTrace]) -> list[Matched]:
     """Every call of the job, in the order of its first member's start."""
     covers = {t.rank: _Cover(t) for t in traces}
+    keys = _p2p_keys(traces)
     groups: dict[tuple, list[Call]] = {}
-    rows: list[Matched] = []
     for t in traces:
         for c in t.calls:
-            if c.op in P2P:
-                rows.append(Matched([c]))
-            else:
-                groups.setdefault((c.group, c.seq), []).append(c)
-    rows += [Matched(sorted(cs, key=lambda c: c.rank)) for cs in groups.values()]
+            groups.setdefault(keys[id(c)] if c.op in P2P else (c.group, c.seq), []).append(c)
+    # a pair's row leads with its send
+    rows = [Matched(sorted(cs, key=lambda c: (c.op != "send", c.rank))) for cs in groups.values()]
     for m in rows:
         cs = m.calls
-        if len(cs) > 1 and sorted(c.rank for c in cs) == sorted(cs[0].group):
+        if len(cs) > 1 and sorted(c.rank for c in cs) == _members(cs[0]):
             last = max(cs, key=lambda c: (c.ts, c.rank))
             m.time_us = max(c.end for c in cs) - last.ts
             m.skew_us = last.ts - min(c.ts for c in cs)

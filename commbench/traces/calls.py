@@ -44,7 +44,7 @@ DTYPES = {"Float": ("float32", 4), "Double": ("float64", 8), "Half": ("float16",
           "BFloat16": ("bfloat16", 2), "Long": ("int64", 8), "Int": ("int32", 4),
           "Short": ("int16", 2), "Char": ("int8", 1), "Byte": ("uint8", 1), "Bool": ("bool", 1),
           "Float8_e4m3fn": ("float8_e4m3fn", 1), "Float8_e5m2": ("float8_e5m2", 1)}
-P2P = ("send", "recv")  # point-to-point calls: one row per rank, never matched
+P2P = ("send", "recv")  # point-to-point calls: matched by their two ends, not by Seq
 ALGOS = ("NVLS_TREE", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "TREE", "RING", "PAT")
 PROTOS = ("LL128", "LL", "SIMPLE")
 

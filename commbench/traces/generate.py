@@ -44,10 +44,18 @@ class Planned:
     algo: str = "RING"
     proto: str = "LL"
     step: int = 1
+    ends: tuple[int, int] | None = None
 
     @property
     def op(self) -> str:
         return op_of(self.name)
+
+    @property
+    def members(self) -> tuple[int, ...]:
+        """The ranks that run the call: a send's two ends, a collective's group."""
+        if self.op in ("send", "recv"):
+            return self.ends or self.group[:2]
+        return self.group
 
     def out_elems(self) -> int:
         n = len(self.group)
@@ -75,7 +83,7 @@ def _base_times(plan: list[Planned], gap_us: float) -> list[float]:
     out, t = [], 1000.0
     for p in plan:
         out.append(t)
-        t += max((p.skew(i) for i in range(len(p.group))), default=0.0) + p.dur_us + gap_us
+        t += max((p.skew(i) for i in range(len(p.members))), default=0.0) + p.dur_us + gap_us
     return out
 
 
@@ -97,10 +105,10 @@ def generate(world: int, plan: list[Planned], folder: str, *, gap_us: float = 50
         seqs: dict[tuple, int] = {}
         steps: dict[int, list[float]] = {}
         for k, (p, t0) in enumerate(zip(plan, base, strict=True)):
-            if r not in p.group:
+            if r not in p.members:
                 continue
-            i = p.group.index(r)
-            top = max((p.skew(j) for j in range(len(p.group))), default=0.0)
+            i = p.members.index(r)
+            top = max((p.skew(j) for j in range(len(p.members))), default=0.0)
             ts, end = t0 + p.skew(i), t0 + top + p.dur_us
             gname = names.get(p.group, "0")
             seq = seqs.get(p.group, 0) if p.op not in ("send", "recv") else None
@@ -115,7 +123,7 @@ def generate(world: int, plan: list[Planned], folder: str, *, gap_us: float = 50
             if seq is not None:
                 args["Seq"] = seq
             if p.op in ("send", "recv"):
-                args["Rank"] = 1 - i  # the peer, group-local, as torch records it
+                args["Rank"] = p.group.index(p.members[1 - i])  # the peer, group-local
             xid = 10_000 + k
             events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": r,
                            "tid": 1, "ts": t0 - 20.0, "dur": 5.0,
@@ -154,10 +162,10 @@ def expected(p: Planned) -> dict:
     n, item = len(p.group), DTYPES[p.dtype][1]
     elems = {"all_gather": p.out_elems(), "reduce_scatter": p.elems}.get(p.op, p.elems)
     size = elems * item
-    delays = [p.skew(i) for i in range(n)]
+    delays = [p.skew(i) for i in range(len(p.members))]
     top, low = max(delays), min(delays)
-    last = max(range(n), key=lambda i: (delays[i], p.group[i]))
+    last = max(range(len(delays)), key=lambda i: (delays[i], p.members[i]))
     op = "sendrecv" if p.op in ("send", "recv") else p.op
     return {"bytes": size, "time_us": p.dur_us, "busbw": size / p.dur_us / 1e3 * factor(op, n),
-            "skew_us": top - low, "slowest": p.group[last],
+            "skew_us": top - low, "slowest": p.members[last],
             "exposed_us": p.dur_us + top - low - min(p.covered_us, p.dur_us)}

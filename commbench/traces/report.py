@@ -11,7 +11,8 @@ __all__ = ["markdown", "record"]
 
 def _call_row(m: Matched) -> dict:
     c = m.first
-    return {"op": c.op, "name": c.name, "group": list(c.group), "group_name": c.group_name,
+    return {"op": c.op, "rank": c.rank, "name": c.name, "group": list(c.group),
+            "group_name": c.group_name,
             "ranks": sorted(x.rank for x in m.calls), "seq": c.seq, "step": c.step,
             "dtype": c.dtype, "in_elems": c.in_elems, "out_elems": c.out_elems,
             "in_splits": list(c.in_splits), "out_splits": list(c.out_splits), "peer": c.peer,
@@ -57,7 +58,9 @@ def markdown(rec: dict, top: int = 20) -> str:
         head += f"\n# baseline {b['path']} ({b['hardware']}, {b['world_size']} ranks)"
     rows = []
     for c in rec["calls"][:top]:
-        rows.append([c["op"], ",".join(map(str, c["group"])), c["dtype"], c["bytes"],
+        op = f"{c['op']} {c['rank']}->{c['peer']}" if c["op"] == "send" else (
+            f"recv {c['peer']}->{c['rank']}" if c["op"] == "recv" else c["op"])
+        rows.append([op, ",".join(map(str, c["group"])), c["dtype"], c["bytes"],
                      f"{c['algo']}/{c['proto']}" if c["algo"] else "-", _f(c["time_us"]),
                      _f(c["busbw"], ".3g"), _f(c["skew_us"]),
                      c["slowest"] if c["slowest"] >= 0 else "-", _f(c["exposed_us"])]
