@@ -8,7 +8,7 @@ TORCH_SPEC     ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 NP ?= 4
 
-.PHONY: bench test test-% suites gpu-check cluster-check cluster-bench mutate lint info clean
+.PHONY: bench test test-libs test-% suites gpu-check cluster-check cluster-bench mutate lint info clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ bench: $(VENV)/.installed  ## set up, run the default suite on a local CPU world
 
 test: $(VENV)/.installed  ## set up, run the test suite
 	$(BIN)/python -m pytest
+
+# megatron-core and DeepSpeed (pure Python: DS_BUILD_OPS=0); DeepSpeed builds its shared-memory
+# op the first time (minutes), the test's own step before the audits
+test-libs: $(VENV)/.installed  ## the audit on megatron-core's and DeepSpeed's own code (the libs extra)
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -e ".[libs]"
+	$(BIN)/python -m pytest -p no:cacheprovider -rs tests/test_audit_libs.py
 
 test-%: $(VENV)/.installed  ## the test suite under mpiexec with % ranks, e.g. make test-4
 	$(BIN)/mpiexec -n $* $(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)

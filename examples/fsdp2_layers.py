@@ -1,6 +1,5 @@
-"""FSDP2 on a transformer-shaped model: ``fully_shard`` on each layer (attention's q, k, v and
-output projections, two LayerNorms, a two-matrix MLP, no biases in the linears) and on the
-root, one step of one micro-batch: the calls ``predict layout --impl fsdp2`` prices.
+"""FSDP2 on a transformer-shaped model: ``fully_shard`` on each layer (examples/layers.py) and
+on the root, one step of one micro-batch: the calls ``predict layout --impl fsdp2`` prices.
 
     commbench audit examples/fsdp2_layers.py --np 2 --layout impl=fsdp2,dp=2,layers=2,\
 hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,loss=none,act-bytes=4
@@ -12,18 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
-
-class Layer(torch.nn.Module):
-    def __init__(self, h: int, f: int) -> None:
-        super().__init__()
-        self.ln1, self.ln2 = torch.nn.LayerNorm(h), torch.nn.LayerNorm(h)
-        self.q, self.k, self.v, self.o = (torch.nn.Linear(h, h, bias=False) for _ in range(4))
-        self.fc1, self.fc2 = torch.nn.Linear(h, f, bias=False), torch.nn.Linear(f, h, bias=False)
-
-    def forward(self, x):
-        a = self.ln1(x)
-        x = x + self.o(torch.softmax(self.q(a) @ self.k(a).transpose(-1, -2), -1) @ self.v(a))
-        return x + self.fc2(torch.relu(self.fc1(self.ln2(x))))
+from layers import Layer  # examples/layers.py
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.foundation, pytest.mark.local]
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 NEEDS = {"megatron_core_sp.py": ("megatron.core", "megatron-core"),
-         "deepspeed_ulysses.py": ("deepspeed", "deepspeed")}
+         "deepspeed_ulysses.py": ("deepspeed", "deepspeed"),
+         "deepspeed_zero.py": ("deepspeed", "deepspeed")}
 
 
 def _needs(name: str) -> None:
@@ -40,7 +41,7 @@ def _needs(name: str) -> None:
 def _warm(name: str) -> None:
     """Build the library's compiled op ahead of the audit (a no-op once it is cached), with
     its own time: the audit's 300 s are for the audit."""
-    if name != "deepspeed_ulysses.py":
+    if not name.startswith("deepspeed"):
         return
     code = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
     try:
@@ -91,3 +92,70 @@ def test_a_library_s_own_calls_are_booked(tmp_path, name, args, P):
 
 def test_the_library_examples_exist():
     assert all(os.path.isfile(os.path.join(EXAMPLES, n)) for n in NEEDS)
+
+
+SHAPE = "layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,loss=none"
+
+
+def _zero(tmp_path, P: int, stage: int, m: int, *args: str) -> tuple[int, dict, list]:
+    """``commbench audit examples/deepspeed_zero.py`` against ``impl=deepspeed`` in its third
+    step (the first two trace ZeRO-3's parameter order): exit code, the comparison and rank 0's
+    booked calls."""
+    _needs("deepspeed_zero.py")
+    _warm("deepspeed_zero.py")
+    spec = f"impl=deepspeed,zero={stage},dp={P},micro-batches={m},{SHAPE}"
+    cmd = [sys.executable, "-m", "commbench", "audit", os.path.join(EXAMPLES, "deepspeed_zero.py"),
+           "--np", str(P), "--out", str(tmp_path), "--label", "t", "--step", "3", "--layout",
+           spec, "--", "--stage", str(stage), "--micro-batches", str(m), "--steps", "3", *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "DS_ACCELERATOR": "cpu"})
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    (path,) = tmp_path.glob("audit_*.json")
+    rec = json.loads(path.read_text())
+    return out.returncode, rec["layout"], rec["calls"][0]
+
+
+@pytest.mark.parametrize("P", [2, 4])
+@pytest.mark.parametrize("stage, m", [(1, 2), (2, 2), (3, 1)])
+def test_deepspeed_s_zero_makes_the_calls_of_the_deepspeed_flavour(tmp_path, P, stage, m):
+    """DeepSpeed 0.19.8, 6272 float32 parameters over P ranks. ZeRO-1: the gradient all-reduced
+    once per step, ZeRO-2 after each of the m micro-batches; then the 6272/P partitions
+    all-gathered. ZeRO-3: the 6272/P shards gathered and the gradient reduce-scattered per
+    micro-batch. Each: one all-reduce of the gradients' norm (float64 in ZeRO-3)."""
+    code, lay, _ = _zero(tmp_path, P, stage, m)
+    assert code == 0 and lay["flags"] == [], lay["flags"]
+    want = {1: {("all_reduce", 6272, 1), ("all_gather", 6272 // P, 1), ("all_reduce", 1, 1)},
+            2: {("all_reduce", 6272, m), ("all_gather", 6272 // P, 1), ("all_reduce", 1, 1)},
+            3: {("all_gather", 6272 // P, m), ("reduce_scatter", 6272, m), ("all_reduce", 1, 1)}}
+    assert {(r["op"], r["elements"], r["observed"]) for r in lay["rows"]} == want[stage]
+
+
+def test_deepspeed_s_zero_against_megatron_s_flavour_and_a_planted_call(tmp_path):
+    """ZeRO-2 is not Megatron's reduce-scatter; an all-reduce the script adds is flagged."""
+    from commbench.studies.audit import in_steps
+    from commbench.studies.audit_layout import compare, parse_layout
+    from commbench.wire.ledger import Entry
+
+    code, lay, calls = _zero(tmp_path, 2, 2, 1, "--extra")
+    assert code == 1
+    assert lay["flags"] == ["extra all_reduce: 1 more of 8 elements on dp than the layout makes (0)"]
+    mine = in_steps([tuple(e[f] for f in Entry._fields) for e in calls], 3, 1)
+    megatron = compare(parse_layout(f"zero=2,dp=2,micro-batches=1,{SHAPE}", 2), mine)["flags"]
+    assert "missing reduce_scatter: 1 fewer of 6272 elements on dp than the layout makes (1)" in \
+        megatron and "extra all_reduce: 1 more of 6272 elements on dp than the layout makes (0)" \
+        in megatron, megatron
+
+
+def test_deepspeed_s_zero_under_torchrun_makes_the_calls_of_its_flavour(tmp_path):
+    """As a user runs it: torchrun's ranks, DeepSpeed reading their variables."""
+    _needs("deepspeed_zero.py")
+    _warm("deepspeed_zero.py")
+    spec = f"impl=deepspeed,zero=2,dp=2,micro-batches=1,{SHAPE}"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--no-python",
+           sys.executable, "-m", "commbench", "audit", "--no-write",
+           os.path.join(EXAMPLES, "deepspeed_zero.py"), "--step", "3", "--layout", spec, "--",
+           "--stage", "2", "--steps", "3"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**os.environ, "DS_ACCELERATOR": "cpu"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "No difference: every call is one the layout makes." in out.stdout, out.stdout[-2000:]

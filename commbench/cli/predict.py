@@ -37,9 +37,12 @@ LAYOUT_HELP = {
     "capacity_factor": "expert capacity as a multiple of the even share of tokens",
     "dp": "data-parallel group size (ranks)", "pp": "pipeline stages",
     "zero": "ZeRO stage: 0 (DDP), 1, 2 or 3", "act_bytes": "bytes per activation element",
-    "impl": "whose data-parallel calls: megatron (ZeRO's stage calls of one flat vector) or "
+    "impl": "whose data-parallel calls: megatron (ZeRO's stage calls of one flat vector), "
             "fsdp2 (torch's fully_shard per layer: gathers per layer forward and backward, a "
-            "reduce-scatter per layer)",
+            "reduce-scatter per layer), deepspeed (ZeRO 1/2: the whole gradient all-reduced, "
+            "the partitions all-gathered; 3: the model gathered and the gradient "
+            "reduce-scattered per micro-batch) or torch-ddp (DDP's rebuilt buckets)",
+    "bucket_mb": "torch-ddp: DistributedDataParallel's bucket_cap_mb",
     "grad_bytes": "bytes per gradient element (the all-reduce's dtype)",
 }
 EXAMPLES = {

@@ -28,6 +28,14 @@ patterns can run agrees with their ledger to the byte (tests/test_layout.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from commbench.costmodel.flavours import (
+    ddp_buckets,
+    deepspeed_calls,
+    fsdp2_calls,
+    layer_params,
+)
 from commbench.costmodel.layout_config import DTYPE, Layout
 from commbench.costmodel.nccl import constants, nccl_predict
 from commbench.costmodel.topology import Topology
@@ -45,8 +53,15 @@ from commbench.patterns.tp.layer_pattern import activation_calls, replicated_syn
 from commbench.patterns.tp.vocab import VocabConfig
 from commbench.wire.ops import OPS, booked
 
-__all__ = ["Layout", "call_time_us", "dp_calls", "fsdp2_calls", "group_ranks", "group_span",
+__all__ = ["Layout", "Priced", "call_time_us", "dp_calls", "group_ranks", "group_span",
            "predict_layout", "step_bytes"]
+
+
+@dataclass(frozen=True, slots=True)
+class Priced(Call):
+    """A call whose elements are not the axis's width (DeepSpeed's float64 gradient norm)."""
+
+    itemsize: int = 0
 
 def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     """group -> [(a call of rank 0, times per step)] (the module docstring)."""
@@ -86,11 +101,21 @@ def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     emb = lay.vocab * h // t if lay.pp == 1 and lay.loss != "none" else 0  # embedding, head
     dense = L * layer + L * h * lay.experts + emb
     expert = moe_layers * (lay.experts // lay.ep) * 2 * h * f // t
+    g = lay.grad_bytes
     for group, n, psi in (("dp", lay.dp * lay.cp, dense), ("edp", lay.dp // lay.ep * lay.cp, expert)):
-        if n > 1 and psi and lay.impl == "fsdp2":  # dense only (validate): layers and root
-            out[group] += _group(fsdp2_calls(layer, L, emb, n, m, lay.grad_bytes), group, n)
-        elif n > 1 and psi:
-            out[group] += _group(dp_calls(psi, n, lay.zero, m, lay.grad_bytes), group, n)
+        if n < 2 or not psi:
+            continue
+        if lay.impl == "fsdp2":  # dense only (validate): layers and root
+            calls = fsdp2_calls(layer, L, emb, n, m, g)
+        elif lay.impl == "deepspeed":
+            calls = deepspeed_calls(lay.zero, psi, n, m, g)
+        elif lay.impl == "torch-ddp":  # dense only: the embedding first, then the layers
+            params = ([emb] if emb else []) + layer_params(h, kv * d, f, t) * L
+            buckets = ddp_buckets(params, g, int(lay.bucket_mb * 2**20))
+            calls = [("all_reduce", b, g, m * k) for b, k in sorted(_count(buckets).items())]
+        else:
+            calls = dp_calls(psi, n, lay.zero, m, g)
+        out[group] += _group(calls, group, n, g)
     if lay.pp > 1:
         rows = tokens // t if lay.sp else tokens
         pp = PPConfig(stages=lay.pp, layers=lay.pp, hidden=h, batch=rows * m, micro=m, dtype=act)
@@ -101,23 +126,20 @@ def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     return {k: v for k, v in out.items() if v}
 
 
-def fsdp2_calls(per_layer: int, layers: int, root: int, n: int, m: int, g: int
-                ) -> list[tuple[str, int, int, int]]:
-    """torch 2.13's FSDP2 with ``fully_shard`` on each of ``layers`` layers of ``per_layer``
-    elements and on the root (``root`` elements: the embedding and head), over ``n`` ranks,
-    ``m`` micro-batches, in ``g``-byte elements: per micro-batch each layer all-gathers its
-    shard for forward and, resharded after it, again for backward, and reduce-scatters its
-    gradient; the root gathers once per micro-batch (it is not resharded after forward) and
-    reduce-scatters its gradient (sizes divisible by n: FSDP2 pads each parameter's dim 0)."""
-    calls = [("all_gather", per_layer // n, g, 2 * layers * m),
-             ("reduce_scatter", per_layer, g, layers * m)]
-    if root:
-        calls += [("all_gather", root // n, g, m), ("reduce_scatter", root, g, m)]
-    return calls
+def _count(xs: list[int]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for x in xs:
+        out[x] = out.get(x, 0) + 1
+    return out
 
 
-def _group(calls: list[tuple[str, int, int, int]], axis: str, n: int) -> list[tuple[Call, int]]:
-    return [(Call(op, axis, count * e, *booked(op, n, 0, count, e)), k) for op, count, e, k in calls]
+def _group(calls: list[tuple[str, int, int, int]], axis: str, n: int, width: int = 0
+           ) -> list[tuple[Call, int]]:
+    """(op, elements, bytes each, times) as priced calls on ``axis``; a call in another width
+    than ``width`` says its own."""
+    return [(Priced(op, axis, count * e, *booked(op, n, 0, count, e), e) if width and e != width
+             else Call(op, axis, count * e, *booked(op, n, 0, count, e)), k)
+            for op, count, e, k in calls]
 
 
 def dp_calls(psi: int, n: int, zero: int, m: int, g: int) -> list[tuple[str, int, int, int]]:

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 __all__ = ["DTYPE", "IMPLS", "Layout"]
 
 DTYPE = {1: "int8", 2: "bfloat16", 4: "float32", 8: "float64"}  # bytes per element -> dtype
-IMPLS = ("megatron", "fsdp2")  # whose data-parallel calls the layout predicts
+IMPLS = ("megatron", "fsdp2", "deepspeed", "torch-ddp")  # whose data-parallel calls (flavours.py)
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,8 @@ class Layout:
     dp: int = 1
     pp: int = 1
     zero: int = 0
-    impl: str = "megatron"  # whose data-parallel calls: megatron | fsdp2 (fully_shard per layer)
+    impl: str = "megatron"  # whose data-parallel calls: megatron | fsdp2 | deepspeed | torch-ddp
+    bucket_mb: float = 25.0  # torch-ddp: DistributedDataParallel's bucket_cap_mb
     act_bytes: int = 2
     grad_bytes: int = 4
 
@@ -82,6 +83,14 @@ class Layout:
             raise ValueError(f"impl='fsdp2': shards every layer as ZeRO-3 does, on a dense model "
                              f"without pipeline stages (zero={self.zero}, experts={self.experts}, "
                              f"pp={self.pp})")
+        if self.impl == "deepspeed" and (self.zero not in (1, 2, 3) or self.experts):
+            raise ValueError(f"impl='deepspeed': ZeRO stage 1, 2 or 3 on a dense model "
+                             f"(zero={self.zero}, experts={self.experts})")
+        if self.impl == "torch-ddp" and (self.zero or self.experts):
+            raise ValueError(f"impl='torch-ddp': replicates every parameter on a dense model "
+                             f"(zero={self.zero}, experts={self.experts})")
+        if not self.bucket_mb > 0:
+            raise ValueError(f"bucket_mb={self.bucket_mb}: must be > 0")
         if not self.capacity_factor > 0:
             raise ValueError(f"capacity_factor={self.capacity_factor}: must be > 0")
 

@@ -11,6 +11,7 @@ rank's entries into the rows ``commbench audit`` prints and writes.
 from __future__ import annotations
 
 import contextlib
+import os
 import runpy
 import sys
 from collections.abc import Callable
@@ -76,8 +77,6 @@ def _looks_like_torchrun(ctx):
     """A rank of a local world, to the script, is a rank of torchrun: its variables set while
     the script runs, then put back. A launched rank keeps every variable its launcher set and
     gets the others (mpirun and srun set no LOCAL_RANK that DeepSpeed reads)."""
-    import os
-
     local = ctx.size
     if ctx.launcher not in ("local", "none"):
         from commbench.runtime.launch import detect
@@ -93,17 +92,21 @@ def _looks_like_torchrun(ctx):
 
 def run_script(ctx, path: str, argv: list[str]) -> list[tuple]:
     """On a rank: ``path`` run as ``__main__`` with ``argv`` under the watcher, with torchrun's
-    variables; its entries as plain tuples (``Entry`` fields), for the driver."""
+    variables and, as ``python path`` has it, the script's folder first on ``sys.path`` (its
+    own modules import); its entries as plain tuples (``Entry`` fields), for the driver."""
     from commbench.wire import steps
 
-    saved = sys.argv
+    saved, folder = sys.argv, os.path.dirname(os.path.abspath(path))
     sys.argv = [path, *argv]
+    sys.path.insert(0, folder)
     steps.restart()
     try:
         with _process_group_kept(), _looks_like_torchrun(ctx), steps.profiler_steps():
             entries = audit(runpy.run_path, path, run_name="__main__", ledger=ctx.ledger)
     finally:
         sys.argv = saved
+        if folder in sys.path:
+            sys.path.remove(folder)
     return [tuple(e) for e in entries]
 
 

@@ -74,23 +74,29 @@ def layout_groups(lay: Layout) -> dict[tuple[int, ...], tuple[str, ...]]:
     return out
 
 
-def _predicted(lay: Layout) -> dict[tuple[str, str, int], int]:
+def _predicted(lay: Layout) -> tuple[dict[tuple[str, str, int], int], dict[tuple, int]]:
+    """(axis, op, elements) -> calls per step; and the width of those in another width than
+    their axis's (DeepSpeed's float64 gradient norm)."""
     from commbench.costmodel.layout import _calls
 
     out: dict[tuple[str, str, int], int] = {}
+    widths: dict[tuple, int] = {}
     for axis, calls in _calls(lay).items():
-        width = getattr(lay, WIDTH[axis])
         for call, times in calls:
+            width = getattr(call, "itemsize", 0) or getattr(lay, WIDTH[axis])
             key = (axis, call.op, call.size // width)
             out[key] = out.get(key, 0) + times
-    return out
+            if width != getattr(lay, WIDTH[axis]):
+                widths[key] = width
+    return out, widths
 
 
 def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
     """Rank 0's booked entries of ``steps`` steps against the layout: rows (axis, op, elements,
     dtypes, predicted, observed, flag) and the flags, one line each."""
     groups = layout_groups(lay)
-    predicted = {k: v * steps for k, v in _predicted(lay).items()}
+    counts, widths = _predicted(lay)
+    predicted = {k: v * steps for k, v in counts.items()}
     seen: dict[tuple[str, str, int], int] = {}
     dtypes: dict[tuple[str, str, int], set[str]] = {}
     flags: list[str] = []
@@ -120,7 +126,7 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
         elif got < want:
             flag = (f"missing {op}: {want - got} fewer of {count} elements on {axis} than the "
                     f"layout makes ({want})")
-        width = getattr(lay, WIDTH[axis])
+        width = widths.get(key, getattr(lay, WIDTH[axis]))
         wrong = sorted(d for d in dtypes.get(key, ()) if ITEMSIZE.get(d) != width)
         if wrong:
             what = "gradients" if WIDTH[axis] == "grad_bytes" else "activations"

@@ -53,7 +53,9 @@ class LauncherWorld:
         return True
 
     def close(self) -> None:
-        self.ctx.close(together_s=min(self.timeout_s, 30.0))  # see Context.close
+        # see Context.close; no timeout (the audit's default) waits as long as a bounded one
+        limit = 30.0 if self.timeout_s is None else min(self.timeout_s, 30.0)
+        self.ctx.close(together_s=limit)
 
     def run(self, fn, *args, timeout: float | None = None, **kwargs) -> list:
         outcomes = self.outcomes(fn, *args, timeout=timeout, **kwargs)

@@ -1,0 +1,107 @@
+"""Whose data-parallel calls the layout predicts (``--impl``): each library's calls per step, as
+(op, elements per call, bytes per element, calls per step), from its documented behaviour at
+the versions of the ``libs`` extra, each checked against the library's own booked calls
+(tests/test_audit_libs.py, tests/test_audit_layout.py).
+
+* ``megatron``: ZeRO's stage calls of one flat vector (:func:`commbench.costmodel.layout.dp_calls`).
+* ``fsdp2``: torch 2.13's ``fully_shard`` on every layer and on the root (:func:`fsdp2_calls`).
+* ``deepspeed``: DeepSpeed 0.19.8's ZeRO (:func:`deepspeed_calls`).
+* ``torch-ddp``: torch 2.13's DistributedDataParallel after its buckets are rebuilt
+  (:func:`ddp_buckets`).
+
+A layer's parameters (:func:`layer_params`) are those of the layout's transformer layer, in
+registration order: LayerNorm weight and bias, q, k, v and output projections, LayerNorm weight
+and bias, the MLP's two matrices, no biases in the linears (examples/layers.py is that layer).
+"""
+
+from __future__ import annotations
+
+__all__ = ["DS_BUCKET", "DS_PREFETCH", "FIRST_BUCKET", "ddp_buckets", "deepspeed_calls",
+           "fsdp2_calls", "layer_params"]
+
+Calls = list[tuple[str, int, int, int]]
+
+DS_BUCKET = 500_000_000   # DeepSpeed's reduce_bucket_size and allgather_bucket_size (elements)
+DS_PREFETCH = 50_000_000  # DeepSpeed's stage3_prefetch_bucket_size (elements)
+FIRST_BUCKET = 1 << 20    # torch's dist._DEFAULT_FIRST_BUCKET_BYTES
+
+
+def layer_params(h: int, kv_d: int, f: int, t: int) -> list[int]:
+    """One layer's parameters' elements on one TP rank, in registration order (above); each
+    split over the ``t`` TP ranks, as the layout counts a layer (its LayerNorms too)."""
+    return [x // t for x in (h, h, h * h, h * kv_d, h * kv_d, h * h, h, h, h * f, f * h)]
+
+
+def fsdp2_calls(per_layer: int, layers: int, root: int, n: int, m: int, g: int) -> Calls:
+    """torch 2.13's FSDP2 with ``fully_shard`` on each of ``layers`` layers of ``per_layer``
+    elements and on the root (``root`` elements: the embedding and head), over ``n`` ranks,
+    ``m`` micro-batches, in ``g``-byte elements: per micro-batch each layer all-gathers its
+    shard for forward and, resharded after it, again for backward, and reduce-scatters its
+    gradient; the root gathers once per micro-batch (it is not resharded after forward) and
+    reduce-scatters its gradient (sizes divisible by n: FSDP2 pads each parameter's dim 0)."""
+    calls = [("all_gather", per_layer // n, g, 2 * layers * m),
+             ("reduce_scatter", per_layer, g, layers * m)]
+    if root:
+        calls += [("all_gather", root // n, g, m), ("reduce_scatter", root, g, m)]
+    return calls
+
+
+def _chunks(total: int, cap: int) -> list[int]:
+    """``total`` elements in calls of at most ``cap``: the bytes exact, the cut approximate
+    (DeepSpeed cuts its buckets at parameter boundaries)."""
+    k = max(1, -(-total // cap))
+    return [total // k + (1 if i < total % k else 0) for i in range(k)]
+
+
+def _counted(calls: list[tuple[str, int, int]], times: int) -> Calls:
+    out: dict[tuple[str, int, int], int] = {}
+    for op, count, e in calls:
+        out[op, count, e] = out.get((op, count, e), 0) + times
+    return [(op, count, e, k) for (op, count, e), k in out.items()]
+
+
+def deepspeed_calls(zero: int, psi: int, n: int, m: int, g: int) -> Calls:
+    """DeepSpeed 0.19.8's ZeRO for ``psi`` gradient elements over ``n`` ranks, ``m``
+    micro-batches (``gradient_accumulation_steps``), ``g``-byte gradients, steady state (from
+    the third step on; the first two trace ZeRO-3's parameter order):
+
+    * stages 1 and 2: the whole gradient all-reduced (``reduce_bucket_size`` buckets) and,
+      after the optimizer's step on this rank's partition, the partitions all-gathered
+      (``allgather_bucket_size``); stage 1 reduces once per step, at the accumulation
+      boundary, stage 2 after every micro-batch's backward. About 1.5x the bytes of the
+      reduce-scatter the ``megatron`` flavour makes.
+    * stage 3, every parameter sharded (``stage3_param_persistence_threshold`` 0) and the model
+      within one prefetch bucket (``stage3_prefetch_bucket_size``) and the live-parameter
+      limit: the whole model gathered once per micro-batch and kept through backward, the
+      gradient reduce-scattered once per micro-batch (``reduce_bucket_size`` buckets).
+    * every stage: one all-reduce of the gradients' norm per step (float32; float64 in stage
+      3), whether or not clipping is on."""
+    if zero not in (1, 2, 3):
+        raise ValueError(f"impl='deepspeed': zero={zero}: must be 1, 2 or 3")
+    c = -(-psi // n)
+    if zero == 3:
+        prefetch = [("all_gather", k, g) for k in _chunks(c, DS_PREFETCH // n)]
+        reduce = [("reduce_scatter", k, g) for k in _chunks(c * n, DS_BUCKET)]
+        return _counted(prefetch + reduce, m) + [("all_reduce", 1, 8, 1)]
+    reduce = [("all_reduce", k, g) for k in _chunks(psi, DS_BUCKET)]
+    gather = [("all_gather", k, g) for k in _chunks(c, DS_BUCKET // n)]
+    return (_counted(reduce, m if zero == 2 else 1) + _counted(gather, 1)
+            + [("all_reduce", 1, 4, 1)])
+
+
+def ddp_buckets(params: list[int], g: int, cap_bytes: int) -> list[int]:
+    """torch 2.13's DistributedDataParallel after its first iteration rebuilds its buckets in
+    the order the gradients arrived (the reverse of registration, for a model run front to
+    back): a bucket closes once it holds at least its limit, the first bucket's limit
+    min(1 MiB, ``bucket_cap_mb``), every later one's ``bucket_cap_mb``. Each bucket is one
+    all-reduce of its elements per backward. (The first iteration puts every parameter in
+    buckets of registration order and is the set-up's: mark the step.)"""
+    out, acc, limit = [], 0, min(FIRST_BUCKET, cap_bytes)
+    for p in reversed(params):
+        acc += p
+        if acc * g >= limit:
+            out.append(acc)
+            acc, limit = 0, cap_bytes
+    if acc:
+        out.append(acc)
+    return out

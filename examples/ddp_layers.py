@@ -1,0 +1,51 @@
+"""torch's DistributedDataParallel on the transformer-shaped layers of examples/layers.py, its
+gradients all-reduced in buckets of ``--bucket-mb`` MB, ``--steps`` steps of
+``--micro-batches`` micro-batches each, each step marked for the audit's ``--step``: from the
+third step on, the buckets DDP rebuilt after the first (the second broadcasts their order), the
+calls of ``predict layout --impl torch-ddp``.
+
+    commbench audit examples/ddp_layers.py --np 2 --step 3 --layout impl=torch-ddp,dp=2,\\
+layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,loss=none,bucket-mb=0.004
+"""
+
+import argparse
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from layers import Layer  # examples/layers.py
+
+try:
+    import commbench
+
+    step = commbench.audit.step  # marks the step for commbench audit --step
+except ImportError:  # without commbench
+    from contextlib import nullcontext as step
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=16)
+    p.add_argument("--ffn", type=int, default=64)
+    p.add_argument("--seq", type=int, default=8)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--bucket-mb", type=float, default=0.004)
+    p.add_argument("--micro-batches", type=int, default=1)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--extra", action="store_true", help="one all-reduce no layout makes")
+    a = p.parse_args()
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[Layer(a.hidden, a.ffn) for _ in range(a.layers)])
+    ddp = DistributedDataParallel(model, bucket_cap_mb=a.bucket_mb)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for _ in range(a.steps):
+        with step():
+            opt.zero_grad()
+            for _ in range(a.micro_batches):
+                ddp(torch.randn(a.batch, a.seq, a.hidden)).sum().backward()
+            opt.step()
+            if a.extra:
+                dist.all_reduce(torch.ones(8))

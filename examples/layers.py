@@ -1,0 +1,20 @@
+"""A transformer-shaped layer for the examples: attention's q, k, v and output projections, two
+LayerNorms and a two-matrix MLP, no biases in the linears; its parameters are the ones
+``predict layout`` counts per layer (2h^2 + 2h kv d + 4h + 2hf at tp=1).
+
+Shapes: x [b, s, h] -> [b, s, h]."""
+
+import torch
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, h: int, f: int) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = torch.nn.LayerNorm(h), torch.nn.LayerNorm(h)
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(h, h, bias=False) for _ in range(4))
+        self.fc1, self.fc2 = torch.nn.Linear(h, f, bias=False), torch.nn.Linear(f, h, bias=False)
+
+    def forward(self, x):
+        a = self.ln1(x)
+        x = x + self.o(torch.softmax(self.q(a) @ self.k(a).transpose(-1, -2), -1) @ self.v(a))
+        return x + self.fc2(torch.relu(self.fc1(self.ln2(x))))

@@ -1,0 +1,119 @@
+"""The layout's library flavours against the libraries' own calls: torch's DDP after it rebuilds
+its buckets (``impl=torch-ddp``) on the session's world, at several bucket caps; DeepSpeed's
+ZeRO 1, 2 and 3 (``impl=deepspeed``) in tests/test_audit_libs.py. The flavours' arithmetic by
+hand here, single-process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from commbench.costmodel.flavours import ddp_buckets, deepspeed_calls, layer_params
+from commbench.studies.audit import in_steps, run_script
+from commbench.studies.audit_layout import compare, parse_layout
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+SHAPE = "layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,loss=none"
+PARAMS = layer_params(16, 16, 64, 1) * 2  # examples/layers.py's, 3136 a layer
+
+
+def test_a_layer_s_parameters_are_the_layout_s_layer():
+    assert PARAMS[:10] == [16, 16, 256, 256, 256, 256, 16, 16, 1024, 1024] and sum(PARAMS) == 6272
+    assert layer_params(16, 8, 64, 2) == [8, 8, 128, 64, 64, 128, 8, 8, 512, 512]
+
+
+@pytest.mark.parametrize("cap, want", [
+    # the last layer's fc2 (4096 B) is under 4194 B: fc1 closes the first bucket at 2048
+    (int(0.004 * 2**20), [2048, 1056, 1056, 1056, 1056]),
+    # 524 B: each matrix closes its own bucket, LayerNorm pairs ride with the next one
+    (int(0.0005 * 2**20), [1024, 1024, 288, 256, 256, 256, 1056, 1024, 288, 256, 256, 256, 32]),
+    (int(0.01 * 2**20), [2848, 2624, 800]),
+    (25 * 2**20, [6272]),  # the default: one bucket
+])
+def test_ddp_s_rebuilt_buckets_by_hand(cap, want):
+    assert ddp_buckets(PARAMS, 4, cap) == want
+
+
+def test_ddp_s_first_bucket_closes_at_1_mib_under_a_bigger_cap():
+    # 300,000 float32 (1.2 MB) cross 1 MiB at the second parameter; the rest fill 25 MiB
+    assert ddp_buckets([150_000] * 4, 4, 25 * 2**20) == [300_000, 300_000]
+    assert ddp_buckets([150_000] * 4, 4, 2**20) == [300_000, 300_000]
+    assert ddp_buckets([100_000] * 4, 4, 2**20) == [300_000, 100_000]
+    assert ddp_buckets([512, 256, 768], 4, 4096) == [1024, 512]  # exactly at the cap: closed
+
+
+def test_deepspeed_s_calls_by_hand():
+    psi, g = 6272, 4
+    assert deepspeed_calls(1, psi, 4, 3, g) == [("all_reduce", 6272, 4, 1),
+                                                ("all_gather", 1568, 4, 1), ("all_reduce", 1, 4, 1)]
+    assert deepspeed_calls(2, psi, 4, 3, g) == [("all_reduce", 6272, 4, 3),
+                                                ("all_gather", 1568, 4, 1), ("all_reduce", 1, 4, 1)]
+    assert deepspeed_calls(3, psi, 2, 2, g) == [("all_gather", 3136, 4, 2),
+                                                ("reduce_scatter", 6272, 4, 2), ("all_reduce", 1, 8, 1)]
+    # a model past the buckets: the bytes whole, in ceil(psi / bucket) calls
+    big = deepspeed_calls(1, 1_200_000_000, 8, 1, 2)
+    assert [(op, c, k) for op, c, _, k in big] == [
+        ("all_reduce", 400_000_000, 3), ("all_gather", 50_000_000, 3), ("all_reduce", 1, 1)]
+    with pytest.raises(ValueError, match="zero=0: must be 1, 2 or 3"):
+        deepspeed_calls(0, psi, 2, 1, g)
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("impl=deepspeed,zero=0", "impl='deepspeed': ZeRO stage 1, 2 or 3 on a dense model"),
+    ("impl=torch-ddp,zero=1", "impl='torch-ddp': replicates every parameter"),
+    ("impl=torch-ddp,bucket-mb=0", "bucket_mb=0.0: must be > 0"),
+    ("impl=horovod", "impl='horovod': must be one of megatron, fsdp2, deepspeed, torch-ddp"),
+])
+def test_a_flavour_that_cannot_hold_is_refused_naming_the_rule(spec, says):
+    with pytest.raises(ValueError, match=says.replace("(", r"\(")):
+        parse_layout(f"{spec},dp=2,{SHAPE}", 2)
+
+
+def _ddp_step_3(ctx, args):
+    booked = run_script(ctx, os.path.join(EXAMPLES, "ddp_layers.py"), ["--steps", "3", *args])
+    return in_steps(booked, 3, 1)
+
+
+@pytest.mark.world(sizes=[2, 4])
+def test_ddp_s_rebuilt_buckets_are_the_torch_ddp_flavour_s_calls(world):
+    """Step 3 (the first two build and then share the rebuilt bucket order) of DDP over the
+    example's layers at three caps: no difference from ``impl=torch-ddp``; Megatron's flavour
+    (one all-reduce of every gradient) differs at small caps; a planted all-reduce is flagged."""
+    P = world.size
+    for mb in ("0.004", "0.0005", "0.01"):
+        lay = parse_layout(f"impl=torch-ddp,bucket-mb={mb},dp={P},{SHAPE}", P)
+        got = compare(lay, world.run(_ddp_step_3, ["--bucket-mb", mb])[0])
+        assert got["flags"] == [], (mb, got["flags"])
+        assert sum(r["observed"] for r in got["rows"]) == len(ddp_buckets(
+            PARAMS, 4, int(float(mb) * 2**20)))
+    megatron = compare(parse_layout(f"dp={P},{SHAPE}", P),
+                       world.run(_ddp_step_3, ["--bucket-mb", "0.004"])[0])
+    assert "missing all_reduce: 1 fewer of 6272 elements on dp than the layout makes (1)" in \
+        megatron["flags"]
+    extra = compare(parse_layout(f"impl=torch-ddp,bucket-mb=0.004,dp={P},{SHAPE}", P),
+                    world.run(_ddp_step_3, ["--bucket-mb", "0.004", "--extra"])[0])
+    assert extra["flags"] == ["extra all_reduce: 1 more of 8 elements on dp than the layout "
+                              "makes (0)"]
+
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--no-python",
+            sys.executable, "-m", "commbench", "audit", "--no-write"]
+
+
+@pytest.mark.local
+@pytest.mark.parametrize("script, spec, args", [
+    ("ddp_layers.py", f"impl=torch-ddp,bucket-mb=0.004,dp=2,{SHAPE}", ["--step", "3"]),
+    ("fsdp2_layers.py", f"impl=fsdp2,dp=2,{SHAPE},act-bytes=4", []),
+], ids=["ddp", "fsdp2"])
+def test_the_flavours_examples_under_torchrun_make_their_flavour_s_calls(tmp_path, script, spec,
+                                                                          args):
+    """The examples run under torchrun as a user runs them (each rank its own process, the
+    launcher's variables), against their flavour: exit 0 and no difference."""
+    extra = ["--", "--steps", "3"] if script == "ddp_layers.py" else []
+    out = subprocess.run([*TORCHRUN, os.path.join(EXAMPLES, script), "--layout", spec, *args,
+                          *extra], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "No difference: every call is one the layout makes." in out.stdout, out.stdout[-2000:]
