@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from layers import Layer  # examples/layers.py
+from layers import Layer, shape_args  # examples/layers.py
 
 try:
     import commbench
@@ -25,11 +25,7 @@ except ImportError:  # without commbench
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--hidden", type=int, default=16)
-    p.add_argument("--ffn", type=int, default=64)
-    p.add_argument("--seq", type=int, default=8)
-    p.add_argument("--batch", type=int, default=2)
+    shape_args(p)
     p.add_argument("--bucket-mb", type=float, default=0.004)
     p.add_argument("--micro-batches", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)

@@ -17,7 +17,7 @@ import argparse
 import torch
 import torch.distributed as dist
 
-from layers import Layer  # examples/layers.py
+from layers import Layer, shape_args  # examples/layers.py
 
 try:
     import commbench
@@ -29,11 +29,7 @@ except ImportError:  # without commbench
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--stage", type=int, default=1, choices=(1, 2, 3))
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--hidden", type=int, default=16)
-    p.add_argument("--ffn", type=int, default=64)
-    p.add_argument("--seq", type=int, default=8)
-    p.add_argument("--batch", type=int, default=2)
+    shape_args(p)
     p.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation steps")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--extra", action="store_true", help="one all-reduce no layout makes")

@@ -11,16 +11,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
-from layers import Layer  # examples/layers.py
+from layers import Layer, shape_args  # examples/layers.py
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--hidden", type=int, default=16)
-    p.add_argument("--ffn", type=int, default=64)
-    p.add_argument("--seq", type=int, default=8)
-    p.add_argument("--batch", type=int, default=2)
+    shape_args(p)
     p.add_argument("--extra", action="store_true", help="one all-reduce no layout makes")
     a = p.parse_args()
     if not dist.is_initialized():

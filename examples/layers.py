@@ -18,3 +18,11 @@ class Layer(torch.nn.Module):
         a = self.ln1(x)
         x = x + self.o(torch.softmax(self.q(a) @ self.k(a).transpose(-1, -2), -1) @ self.v(a))
         return x + self.fc2(torch.relu(self.fc1(self.ln2(x))))
+
+
+def shape_args(p) -> None:
+    """The model's and batch's flags, as the layout names them: --layers, --hidden, --ffn,
+    --seq, --batch (sequences per micro-batch)."""
+    for flag, default in (("--layers", 2), ("--hidden", 16), ("--ffn", 64), ("--seq", 8),
+                          ("--batch", 2)):
+        p.add_argument(flag, type=int, default=default)

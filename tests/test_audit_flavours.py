@@ -11,7 +11,13 @@ import sys
 
 import pytest
 
-from commbench.costmodel.flavours import ddp_buckets, deepspeed_calls, layer_params
+from commbench.costmodel.flavours import (
+    _chunks,
+    ddp_buckets,
+    deepspeed_calls,
+    fsdp2_calls,
+    layer_params,
+)
 from commbench.studies.audit import in_steps, run_script
 from commbench.studies.audit_layout import compare, parse_layout
 
@@ -59,6 +65,20 @@ def test_deepspeed_s_calls_by_hand():
         ("all_reduce", 400_000_000, 3), ("all_gather", 50_000_000, 3), ("all_reduce", 1, 1)]
     with pytest.raises(ValueError, match="zero=0: must be 1, 2 or 3"):
         deepspeed_calls(0, psi, 2, 1, g)
+
+
+def test_buckets_of_a_bounded_size_keep_every_element():
+    assert _chunks(10, 4) == [4, 3, 3] and _chunks(8, 4) == [4, 4] and _chunks(3, 4) == [3]
+    assert _chunks(0, 4) == [0] and _chunks(9, 1) == [1] * 9
+
+
+def test_fsdp2_s_calls_by_hand():
+    """Two layers of 3136 over 2 ranks, 3 micro-batches: gathers forward and backward, a
+    reduce-scatter per layer per micro-batch; a root of 64 gathers once per micro-batch."""
+    assert fsdp2_calls(3136, 2, 0, 2, 3, 4) == [("all_gather", 1568, 4, 12),
+                                                ("reduce_scatter", 3136, 4, 6)]
+    assert fsdp2_calls(3136, 2, 64, 4, 1, 2)[2:] == [("all_gather", 16, 2, 1),
+                                                     ("reduce_scatter", 64, 2, 1)]
 
 
 @pytest.mark.parametrize("spec, says", [
