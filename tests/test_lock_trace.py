@@ -92,9 +92,10 @@ def test_a_trace_starts_at_its_earliest_call_or_step_in_microseconds():
 
 def test_the_bubble_read_off_a_trace_by_hand():
     """Rank 0's step 2 s, 0.5 s of it in a receive and 0.25 s in an isend (not idle); rank 1's
-    step 1.5 s, 0.5 s in a send, and it waits 0.5 s for rank 0's longer step:
+    step 1.5 s, 0.5 s in a send and a receive, and it waits 0.5 s for rank 0's longer step:
     ((0.5) + (0.5 + 0.5)) / (2 x 2) = 0.375."""
-    per_rank = [[_e("recv", 1.0, 0.5), _e("isend", 2.0, 0.25)], [_e("send", 1.0, 0.5)]]
+    per_rank = [[_e("recv", 1.0, 0.5), _e("isend", 2.0, 0.25)],
+                [_e("send", 1.0, 0.25), _e("recv", 1.25, 0.25)]]
     trace = chrome_trace([("pp", per_rank, [(0.0, 2.0), (0.0, 1.5)]),
                           ("other", per_rank, [(0.0, 9.0), (0.0, 9.0)])])
     assert idle_fraction(trace, "pp") == pytest.approx(0.375)
