@@ -143,7 +143,8 @@ def test_a_hundred_thousand_ranks_are_priced():
     (dict(zero=4), "zero=4: must be 0, 1, 2 or 3"),
     (dict(layers=30, pp=4), "layers=30: must be a multiple of pp=4"),
     (dict(cp_kind="tree"), "cp_kind='tree'"),
-    (dict(impl="deepspeed"), "impl='deepspeed': must be one of megatron, fsdp2"),
+    (dict(impl="horovod"), "impl='horovod': must be one of megatron, fsdp2, deepspeed, torch-ddp"),
+    (dict(impl="deepspeed"), "impl='deepspeed': ZeRO stage 1, 2 or 3 on a dense model"),
     (dict(impl="fsdp2", zero=1), "impl='fsdp2': shards every layer as ZeRO-3 does"),
 ])
 def test_layouts_that_cannot_work_are_refused(change, message):
