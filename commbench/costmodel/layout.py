@@ -63,6 +63,7 @@ class Priced(Call):
 
     itemsize: int = 0
 
+
 def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     """group -> [(a call of rank 0, times per step)] (the module docstring)."""
     t, m, L = lay.tp, lay.micro_batches, lay.layers // lay.pp
