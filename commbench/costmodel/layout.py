@@ -28,6 +28,7 @@ patterns can run agrees with their ledger to the byte (tests/test_layout.py).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from commbench.costmodel.flavours import (
@@ -113,7 +114,7 @@ def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
         elif lay.impl == "torch-ddp":  # dense only: the embedding first, then the layers
             params = ([emb] if emb else []) + layer_params(h, kv * d, f, t) * L
             buckets = ddp_buckets(params, g, int(lay.bucket_mb * 2**20))
-            calls = [("all_reduce", b, g, m * k) for b, k in sorted(_count(buckets).items())]
+            calls = [("all_reduce", b, g, m * k) for b, k in sorted(Counter(buckets).items())]
         else:
             calls = dp_calls(psi, n, lay.zero, m, g)
         out[group] += _group(calls, group, n, g)
@@ -125,13 +126,6 @@ def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
             c.sent for c in pattern.predicted(pp, "1f1b", r)))
         out["pp"] += [(c, 1) for c in pattern.predicted(pp, "1f1b", busiest)]
     return {k: v for k, v in out.items() if v}
-
-
-def _count(xs: list[int]) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for x in xs:
-        out[x] = out.get(x, 0) + 1
-    return out
 
 
 def _group(calls: list[tuple[str, int, int, int]], axis: str, n: int, width: int = 0
