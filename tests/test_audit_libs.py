@@ -122,12 +122,24 @@ def test_deepspeed_s_zero_makes_the_calls_of_the_deepspeed_flavour(tmp_path, P, 
     once per step, ZeRO-2 after each of the m micro-batches; then the 6272/P partitions
     all-gathered. ZeRO-3: the 6272/P shards gathered and the gradient reduce-scattered per
     micro-batch. Each: one all-reduce of the gradients' norm (float64 in ZeRO-3)."""
-    code, lay, _ = _zero(tmp_path, P, stage, m)
+    from commbench.studies.audit import in_steps
+    from commbench.wire.ledger import Entry
+
+    code, lay, calls = _zero(tmp_path, P, stage, m)
     assert code == 0 and lay["flags"] == [], lay["flags"]
     want = {1: {("all_reduce", 6272, 1), ("all_gather", 6272 // P, 1), ("all_reduce", 1, 1)},
             2: {("all_reduce", 6272, m), ("all_gather", 6272 // P, 1), ("all_reduce", 1, 1)},
             3: {("all_gather", 6272 // P, m), ("reduce_scatter", 6272, m), ("all_reduce", 1, 1)}}
     assert {(r["op"], r["elements"], r["observed"]) for r in lay["rows"]} == want[stage]
+    # the gradient's reduction is backward although ZeRO-1/2 issue it after autograd returns;
+    # the norm and the partitions' gather run in the optimizer's step
+    phase = {(op, n): "backward" if op != "all_gather" else "optimizer"
+             for op, n, _ in want[stage]} | {("all_reduce", 1): "optimizer"}
+    if stage == 3:
+        phase[("all_gather", 6272 // P)] = "forward"
+    mine = in_steps([tuple(e[f] for f in Entry._fields) for e in calls], 3, 1)
+    assert {(e.op, e.count, e.phase) for e in map(Entry._make, mine)} == \
+        {(op, n, p) for (op, n), p in phase.items()}
 
 
 def test_deepspeed_s_zero_against_megatron_s_flavour_and_a_planted_call(tmp_path):

@@ -255,6 +255,29 @@ class _Copy(torch.nn.Module):
         return _CopyToRegion.apply(x)
 
 
+def _zero_redundancy(ctx):
+    """torch's ZeroRedundancyOptimizer: DDP's all-reduce of the gradient in backward, then in
+    its step each rank's updated shard broadcast from its owner."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Sequential(*(torch.nn.Linear(4, 4)
+                                                          for _ in range(ctx.size))))
+    opt = ZeroRedundancyOptimizer(model.parameters(), torch.optim.SGD, lr=0.1)
+    with watch(ctx.ledger), ctx.ledger.capture() as cap:
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+    return [(e.op, e.phase) for e in cap.entries]
+
+
+@pytest.mark.world(sizes=[2, 4])
+def test_an_optimizer_s_step_is_a_phase_of_its_own(world):
+    for got in world.run(_zero_redundancy):
+        assert got[0] == ("all_reduce", "backward"), got
+        assert set(got[1:]) == {("broadcast", "optimizer")} and len(got) - 1 >= world.size, got
+
+
 @pytest.mark.world(sizes=[1, 2, 4])
 def test_a_gradient_by_autograd_grad_is_watched_not_broken(world):
     for shape, got in world.run(_gradient_by_autograd_grad):
@@ -289,6 +312,24 @@ def test_the_phase_a_library_gives_a_call_outside_the_engine():
     def _batch_p2p(ops, desc=None):
         return [here(op) for op in ops]
 
+    class ZeROOptimizer:  # DeepSpeed's base: no torch Optimizer
+        def step(self):
+            return self.get_grad_norm_direct()
+
+        def get_grad_norm_direct(self):
+            return here()
+
+    class Stage(ZeROOptimizer):
+        def reduce_gradients(self):
+            return here()
+
+        def step(self):  # a gradient reduction inside the step is still backward
+            return super().step(), self.reduce_gradients()
+
+    class Schedule:  # a step that is no optimizer's decides nothing
+        def step(self):
+            return here()
+
     assert backward() == "backward" and allreduce_gradients() == "backward"
     assert forward_backward_no_pipelining(forward_step) == "forward"
     assert forward_backward_no_pipelining(here) == ""
@@ -298,4 +339,6 @@ def test_the_phase_a_library_gives_a_call_outside_the_engine():
     assert _batch_p2p(["isend"], desc=None) == [""]
     assert _batch_p2p(["send", "recv"], desc="fwd_recv") == ["forward", "forward"]  # one way
     assert _batch_p2p(["all_reduce"], desc="fwd_send_bwd_recv") == [""]  # neither kind
+    assert ZeROOptimizer().step() == "optimizer" and Schedule().step() == ""
+    assert Stage().step() == ("optimizer", "backward")
     assert _batch_p2p(["isend"], desc="FWD_SEND") == [""]  # torch's labels are lower case

@@ -37,7 +37,7 @@ class Entry(NamedTuple):
     source: str = "commbench"  # or "torch" for calls seen by the watcher
     axis: str = ""  # the group's name: its grid axis (tp, dp, ...), "world", or "" (watcher)
     redop: str = ""  # sum, max, avg, ... for reductions (watcher)
-    phase: str = ""  # forward or backward (watcher: backward while autograd runs one)
+    phase: str = ""  # forward, backward or optimizer (the watcher: modules.library_phase)
     module: str = ""  # the innermost module active, by qualified name (watcher)
     nbytes: int = 0  # the tensor's own bytes, beside the modelled sent/recv (watcher)
     start: float = 0.0  # time.perf_counter() when the call began (watcher), for a timeline

@@ -6,12 +6,15 @@ and the phase a library gives a call it makes outside the autograd engine.
 Phase: ``backward`` while the autograd engine runs a backward pass. Libraries also move
 gradients outside it: DeepSpeed's ZeRO-1/2 reduce them after ``loss.backward()`` returns (in
 ``engine.backward`` / ``allreduce_gradients``), torch's pipelining sends and receives them in
-batches it labels ``bwd_send`` / ``bwd_recv``. :func:`library_phase` reads those labels off the
-call's stack: the innermost frame that says forward or backward decides, by a pipelining
-batch's ``desc`` (``fwd_send_bwd_recv``: the sends forward, the receives backward) or by the
-words of its function's name (``backward``, ``bwd``, ``gradients``,
-``grads``; ``forward``, ``fwd``; a name with words of both, such as Megatron's
-``forward_backward_no_pipelining``, decides nothing).
+batches it labels ``bwd_send`` / ``bwd_recv``. An optimizer's step is a phase of its own,
+``optimizer``: DeepSpeed's all-reduce of the gradients' norm and its ZeRO-1/2 all-gather of the
+updated partitions, a distributed optimizer's parameter gather. :func:`library_phase` reads
+these off the call's stack: the innermost frame that says decides, by a pipelining batch's
+``desc`` (``fwd_send_bwd_recv``: the sends forward, the receives backward), by an optimizer's
+``step`` (a method ``step`` of a class whose name, or a base's, has ``Optimizer`` in it:
+torch's optimizers, DeepSpeed's ZeRO optimizers, Megatron's), or by the words of its
+function's name (``backward``, ``bwd``, ``gradients``, ``grads``; ``forward``, ``fwd``; a name
+with words of both, such as Megatron's ``forward_backward_no_pipelining``, decides nothing).
 """
 
 from __future__ import annotations
@@ -43,9 +46,18 @@ def _batch_says(desc: str, op: str) -> str:
     return {"fwd": "forward", "bwd": "backward"}.get(way, "")
 
 
+def _optimizer_step(frame) -> bool:
+    """Whether ``frame`` runs an optimizer's ``step`` method."""
+    if frame.f_code.co_name != "step" or "self" not in frame.f_code.co_varnames[:1]:
+        return False
+    kinds = type(frame.f_locals.get("self")).__mro__
+    return any("Optimizer" in k.__name__ for k in kinds)
+
+
 def library_phase(frame=None, op: str = "", depth: int = 64) -> str:
-    """``forward`` or ``backward`` for a call of ``op`` as the innermost deciding frame of the
-    stack above ``frame`` (default: the caller's) says; '' where none does."""
+    """``forward``, ``backward`` or ``optimizer`` for a call of ``op`` as the innermost
+    deciding frame of the stack above ``frame`` (default: the caller's) says; '' where none
+    does."""
     f = sys._getframe(1) if frame is None else frame
     for _ in range(depth):
         if f is None:
@@ -57,14 +69,17 @@ def library_phase(frame=None, op: str = "", depth: int = 64) -> str:
                 return _batch_says(desc, op)
         elif _says(name):
             return _says(name)
+        elif _optimizer_step(f):
+            return "optimizer"
         f = f.f_back
     return ""
 
 
 def origin(tracker, op: str, frame) -> tuple[str, str]:
     """(phase, module's qualified name) of a call of ``op`` booked from ``frame``: backward
-    while the engine runs one, else as the library says; the module whose parameters a
-    library's call carries, else the innermost module the tracker is in."""
+    while the engine runs one, else as the library says (forward where nothing says); the
+    module whose parameters a library's call carries, else the innermost module the tracker
+    is in."""
     names = [p for p in tracker.parents if p != "Global"]
     carried = library_module(frame, getattr(tracker, "_known_modules", {}))
     if torch._C._current_graph_task_id() != -1 or tracker.is_bw:

@@ -15,10 +15,11 @@ all-gather a ``Shard @ Shard`` matmul needs, loss_parallel's three all-reduces) 
 ``wait_tensor`` moves nothing and is not booked. The time booked is the host time of the call:
 for async ops (NCCL, funcol) that is the launch, not the transfer.
 
-Each entry also carries the reduction (sum, max, ...), the phase (forward, or backward while
-autograd runs one) and the issuing module's qualified name (torch's ``ModuleTracker``: the
-innermost module active; a module's own forward hooks, such as torch TP's redistribution of an
-output, run once it has left), and the tensor's own bytes beside the modelled ones.
+Each entry also carries the reduction (sum, max, ...), the phase (backward while autograd runs
+one, else as the library says: :func:`~commbench.wire.modules.library_phase`) and the issuing
+module's qualified name (torch's ``ModuleTracker``: the innermost module active; a module's own
+forward hooks, such as torch TP's redistribution of an output, run once it has left), and the
+tensor's own bytes beside the modelled ones.
 
 Calls made by commbench's own comm layer are booked by the comm layer and skipped here.
 """
