@@ -1,5 +1,6 @@
 """FSDP2 on a transformer-shaped model: ``fully_shard`` on each layer (examples/layers.py) and
-on the root, one step of one micro-batch: the calls ``predict layout --impl fsdp2`` prices.
+on the root, one step of one micro-batch: the calls ``predict layout --impl fsdp2`` prices
+(with ``--no-reshard``: those of ``impl=fsdp2,no-reshard``).
 
     commbench audit examples/fsdp2_layers.py --np 2 --layout impl=fsdp2,dp=2,layers=2,\
 hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,loss=none,act-bytes=4
@@ -17,6 +18,8 @@ from layers import Layer, shape_args  # examples/layers.py
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     shape_args(p)
+    p.add_argument("--no-reshard", action="store_true",
+                   help="reshard_after_forward=False: the layers stay gathered for backward")
     p.add_argument("--extra", action="store_true", help="one all-reduce no layout makes")
     a = p.parse_args()
     if not dist.is_initialized():
@@ -24,7 +27,7 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[Layer(a.hidden, a.ffn) for _ in range(a.layers)])
     for layer in model:
-        fully_shard(layer)
+        fully_shard(layer, reshard_after_forward=not a.no_reshard)
     fully_shard(model)
     model(torch.randn(a.batch, a.seq, a.hidden)).sum().backward()
     if a.extra:

@@ -505,3 +505,10 @@ def test_fsdp2_makes_the_calls_of_the_layout_s_fsdp2_flavour(world):
     assert any(f.startswith("missing all_reduce") for f in flags("impl=megatron")["flags"])
     assert flags("impl=fsdp2", "--extra")["flags"] == [
         "extra all_reduce: 1 more of 8 elements on dp than the layout makes (0)"]
+    # reshard_after_forward=False: the layers stay gathered, backward gathers nothing
+    kept = flags("impl=fsdp2,no-reshard", "--no-reshard")
+    assert kept["flags"] == []
+    assert {(r["op"], r["elements"], r["observed"]) for r in kept["rows"]} == {
+        ("all_gather", 3136 // P, 2), ("reduce_scatter", 3136, 2)}
+    assert flags("impl=fsdp2", "--no-reshard")["flags"] == [
+        f"missing all_gather: 2 fewer of {3136 // P} elements on dp than the layout makes (4)"]

@@ -6,6 +6,7 @@ hand here, single-process."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -79,6 +80,9 @@ def test_fsdp2_s_calls_by_hand():
                                                 ("reduce_scatter", 3136, 4, 6)]
     assert fsdp2_calls(3136, 2, 64, 4, 1, 2)[2:] == [("all_gather", 16, 2, 1),
                                                      ("reduce_scatter", 64, 2, 1)]
+    assert fsdp2_calls(3136, 2, 64, 2, 3, 4, reshard=False) == [
+        ("all_gather", 1568, 4, 6), ("reduce_scatter", 3136, 4, 6), ("all_gather", 32, 4, 3),
+        ("reduce_scatter", 64, 4, 3)]
 
 
 @pytest.mark.parametrize("spec, says", [
@@ -86,9 +90,11 @@ def test_fsdp2_s_calls_by_hand():
     ("impl=torch-ddp,zero=1", "impl='torch-ddp': replicates every parameter"),
     ("impl=torch-ddp,bucket-mb=0", "bucket_mb=0.0: must be > 0"),
     ("impl=horovod", "impl='horovod': must be one of megatron, fsdp2, deepspeed, torch-ddp"),
+    ("impl=torch-ddp,no-reshard", "no_reshard=True: FSDP2's reshard_after_forward; needs "
+                                  "impl='fsdp2' (impl='torch-ddp')"),
 ])
 def test_a_flavour_that_cannot_hold_is_refused_naming_the_rule(spec, says):
-    with pytest.raises(ValueError, match=says.replace("(", r"\(")):
+    with pytest.raises(ValueError, match=re.escape(says)):
         parse_layout(f"{spec},dp=2,{SHAPE}", 2)
 
 
@@ -127,7 +133,8 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "
 @pytest.mark.parametrize("script, spec, args", [
     ("ddp_layers.py", f"impl=torch-ddp,bucket-mb=0.004,dp=2,{SHAPE}", ["--step", "3"]),
     ("fsdp2_layers.py", f"impl=fsdp2,dp=2,{SHAPE},act-bytes=4", []),
-], ids=["ddp", "fsdp2"])
+    ("fsdp2_layers.py", f"impl=fsdp2,no-reshard,dp=2,{SHAPE},act-bytes=4", ["--", "--no-reshard"]),
+], ids=["ddp", "fsdp2", "fsdp2-no-reshard"])
 def test_the_flavours_examples_under_torchrun_make_their_flavour_s_calls(tmp_path, script, spec,
                                                                           args):
     """The examples run under torchrun as a user runs them (each rank its own process, the

@@ -43,6 +43,7 @@ LAYOUT_HELP = {
             "the partitions all-gathered; 3: the model gathered and the gradient "
             "reduce-scattered per micro-batch) or torch-ddp (DDP's rebuilt buckets)",
     "bucket_mb": "torch-ddp: DistributedDataParallel's bucket_cap_mb",
+    "no_reshard": "fsdp2: reshard_after_forward=False (the layers stay gathered for backward)",
     "grad_bytes": "bytes per gradient element (the all-reduce's dtype)",
 }
 EXAMPLES = {

@@ -32,14 +32,17 @@ def layer_params(h: int, kv_d: int, f: int, t: int) -> list[int]:
     return [x // t for x in (h, h, h * h, h * kv_d, h * kv_d, h * h, h, h, h * f, f * h)]
 
 
-def fsdp2_calls(per_layer: int, layers: int, root: int, n: int, m: int, g: int) -> Calls:
+def fsdp2_calls(per_layer: int, layers: int, root: int, n: int, m: int, g: int,
+                reshard: bool = True) -> Calls:
     """torch 2.13's FSDP2 with ``fully_shard`` on each of ``layers`` layers of ``per_layer``
     elements and on the root (``root`` elements: the embedding and head), over ``n`` ranks,
     ``m`` micro-batches, in ``g``-byte elements: per micro-batch each layer all-gathers its
-    shard for forward and, resharded after it, again for backward, and reduce-scatters its
-    gradient; the root gathers once per micro-batch (it is not resharded after forward) and
-    reduce-scatters its gradient (sizes divisible by n: FSDP2 pads each parameter's dim 0)."""
-    calls = [("all_gather", per_layer // n, g, 2 * layers * m),
+    shard for forward and, resharded after it (``reshard_after_forward``, the default), again
+    for backward, and reduce-scatters its gradient; the root gathers once per micro-batch (it
+    is not resharded after forward) and reduce-scatters its gradient (sizes divisible by n:
+    FSDP2 pads each parameter's dim 0). Every layer is resharded after its backward, so each
+    micro-batch gathers again."""
+    calls = [("all_gather", per_layer // n, g, (2 if reshard else 1) * layers * m),
              ("reduce_scatter", per_layer, g, layers * m)]
     if root:
         calls += [("all_gather", root // n, g, m), ("reduce_scatter", root, g, m)]

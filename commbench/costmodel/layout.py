@@ -108,7 +108,7 @@ def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
         if n < 2 or not psi:
             continue
         if lay.impl == "fsdp2":  # dense only (validate): layers and root
-            calls = fsdp2_calls(layer, L, emb, n, m, g)
+            calls = fsdp2_calls(layer, L, emb, n, m, g, not lay.no_reshard)
         elif lay.impl == "deepspeed":
             calls = deepspeed_calls(lay.zero, psi, n, m, g)
         elif lay.impl == "torch-ddp":  # dense only: the embedding first, then the layers

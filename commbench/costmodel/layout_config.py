@@ -39,6 +39,7 @@ class Layout:
     zero: int = 0
     impl: str = "megatron"  # whose data-parallel calls: megatron | fsdp2 | deepspeed | torch-ddp
     bucket_mb: float = 25.0  # torch-ddp: DistributedDataParallel's bucket_cap_mb
+    no_reshard: bool = False  # fsdp2: reshard_after_forward=False (no backward re-gather)
     act_bytes: int = 2
     grad_bytes: int = 4
 
@@ -89,6 +90,9 @@ class Layout:
         if self.impl == "torch-ddp" and (self.zero or self.experts):
             raise ValueError(f"impl='torch-ddp': replicates every parameter on a dense model "
                              f"(zero={self.zero}, experts={self.experts})")
+        if self.no_reshard and self.impl != "fsdp2":
+            raise ValueError(f"no_reshard=True: FSDP2's reshard_after_forward; needs impl='fsdp2' "
+                             f"(impl={self.impl!r})")
         if not self.bucket_mb > 0:
             raise ValueError(f"bucket_mb={self.bucket_mb}: must be > 0")
         if not self.capacity_factor > 0:
