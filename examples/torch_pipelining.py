@@ -1,9 +1,15 @@
-"""torch's pipelining: a four-layer MLP cut into one stage per rank, four micro-batches through
-GPipe (``--schedule gpipe``, the default) or 1F1B (``--schedule 1f1b``): activations sent
-forward stage to stage, their gradients sent back.
+"""torch's pipelining: the transformer-shaped layers of examples/layers.py cut into one stage per
+rank, ``--micro-batches`` micro-batches through GPipe (``--schedule gpipe``, the default) or
+1F1B (``--schedule 1f1b``): each micro-batch's activations x [b, s, h] sent forward stage to
+stage, their gradients sent back. ``--steps`` steps, each marked for the audit's ``--step``.
 
     commbench audit examples/torch_pipelining.py --np 2
     commbench audit examples/torch_pipelining.py --np 4 -- --schedule 1f1b
+    commbench audit examples/torch_pipelining.py --np 2 --step 2 --layout pp=2,layers=2,\\
+hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=4,loss=none,act-bytes=4 -- --steps 2
+
+The first step also sends each stage's shapes ahead (torch infers them at run time): compare
+from the second.
 """
 
 import argparse
@@ -12,25 +18,43 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
+from layers import Layer, shape_args  # examples/layers.py
+
+try:
+    import commbench
+
+    step = commbench.audit.step  # marks the step for commbench audit --step
+except ImportError:  # without commbench
+    from contextlib import nullcontext as step
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe")
-    p.add_argument("--microbatches", type=int, default=4)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--hidden", type=int, default=16)
+    shape_args(p)
+    p.set_defaults(layers=0)  # 0: one layer per stage
+    p.add_argument("--micro-batches", type=int, default=4)
+    p.add_argument("--steps", type=int, default=1)
+    p.add_argument("--extra", action="store_true", help="one all-reduce no layout makes")
     a = p.parse_args()
     if not dist.is_initialized():
         dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
+    layers = a.layers or size
+    if layers % size:
+        p.error(f"--layers {layers}: must be a multiple of the {size} stages")
     torch.manual_seed(rank)
-    layers = torch.nn.Sequential(torch.nn.Linear(a.hidden, a.hidden), torch.nn.ReLU())
-    stage = PipelineStage(layers, rank, size, torch.device("cpu"))
+    part = torch.nn.Sequential(*[Layer(a.hidden, a.ffn) for _ in range(layers // size)])
+    stage = PipelineStage(part, rank, size, torch.device("cpu"))
     kind = ScheduleGPipe if a.schedule == "gpipe" else Schedule1F1B
-    schedule = kind(stage, a.microbatches, loss_fn=lambda out, target: out.pow(2).mean())
-    x = torch.randn(a.batch, a.hidden)
-    if rank == 0:
-        schedule.step(x)
-    elif rank == size - 1:
-        schedule.step(target=torch.zeros(a.batch, a.hidden))
-    else:
-        schedule.step()
+    schedule = kind(stage, a.micro_batches, loss_fn=lambda out, target: out.pow(2).mean())
+    rows = a.batch * a.micro_batches  # x [b m, s, h], cut into m micro-batches of b
+    for _ in range(a.steps):
+        with step():
+            if rank == 0:
+                schedule.step(torch.randn(rows, a.seq, a.hidden))
+            elif rank == size - 1:
+                schedule.step(target=torch.zeros(rows, a.seq, a.hidden))
+            else:
+                schedule.step()
+            if a.extra:
+                dist.all_reduce(torch.ones(8))

@@ -125,6 +125,41 @@ def test_ddp_s_rebuilt_buckets_are_the_torch_ddp_flavour_s_calls(world):
                               "makes (0)"]
 
 
+PIPE = "layers={P},hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,loss=none,act-bytes=4"
+
+
+def _pipelined_steps(ctx, args):
+    return run_script(ctx, os.path.join(EXAMPLES, "torch_pipelining.py"), ["--steps", "2", *args])
+
+
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_torch_pipelining_makes_the_calls_of_the_layout_s_first_stage(world, schedule):
+    """Rank 0, the first of P stages, in step 2 (step 1 also sends the stages' shapes ahead):
+    each of 4 micro-batches' activations [2, 8, 16] sent on and their gradients received back,
+    whatever the schedule's order: the layout's pp calls. The whole script has the shapes too;
+    a layout of 2 micro-batches misses half; a planted all-reduce is flagged on pp."""
+    P = world.size
+
+    def flags(spec, *args, step=2):
+        lay = parse_layout(f"pp={P},{PIPE.format(P=P)},{spec}", P)
+        got = world.run(_pipelined_steps, ["--schedule", schedule, *args])[0]
+        return compare(lay, in_steps(got, step, 1) if step else got)
+
+    ok = flags("micro-batches=4")
+    assert ok["flags"] == []
+    assert {(r["axis"], r["op"], r["elements"], r["observed"]) for r in ok["rows"]} == {
+        ("pp", "send", 256, 4), ("pp", "recv", 256, 4)}
+    whole = flags("micro-batches=4", step=0)["flags"]  # both steps, and the shapes' calls
+    assert "extra send: 4 more of 256 elements on pp than the layout makes (4)" in whole
+    assert len(whole) > 2 and all(f.startswith(("extra send", "extra recv")) for f in whole)
+    assert flags("micro-batches=2")["flags"] == [
+        f"extra {op}: 2 more of 256 elements on pp than the layout makes (2)"
+        for op in ("recv", "send")]
+    assert flags("micro-batches=4", "--extra")["flags"] == [
+        "extra all_reduce: 1 more of 8 elements on pp than the layout makes (0)"]
+
+
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--no-python",
             sys.executable, "-m", "commbench", "audit", "--no-write"]
 
@@ -134,7 +169,9 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "
     ("ddp_layers.py", f"impl=torch-ddp,bucket-mb=0.004,dp=2,{SHAPE}", ["--step", "3"]),
     ("fsdp2_layers.py", f"impl=fsdp2,dp=2,{SHAPE},act-bytes=4", []),
     ("fsdp2_layers.py", f"impl=fsdp2,no-reshard,dp=2,{SHAPE},act-bytes=4", ["--", "--no-reshard"]),
-], ids=["ddp", "fsdp2", "fsdp2-no-reshard"])
+    ("torch_pipelining.py", f"pp=2,micro-batches=4,{PIPE.format(P=2)}",
+     ["--step", "2", "--", "--steps", "2", "--schedule", "1f1b"]),
+], ids=["ddp", "fsdp2", "fsdp2-no-reshard", "pipelining"])
 def test_the_flavours_examples_under_torchrun_make_their_flavour_s_calls(tmp_path, script, spec,
                                                                           args):
     """The examples run under torchrun as a user runs them (each rank its own process, the

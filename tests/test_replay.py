@@ -155,6 +155,7 @@ from commbench.wire.ledger import Entry
 
 dist.init_process_group("gloo")
 rank, out = dist.get_rank(), sys.argv[1]
+sys.path.insert(0, %r)  # as python does for a script: the examples import examples/layers.py
 for name in sys.argv[2:]:
     path = os.path.join(out, name, f"et_rank{rank}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -162,7 +163,7 @@ for name in sys.argv[2:]:
     et.register_callback(path)
     et.start()
     sys.argv = [name]
-    booked = audit(runpy.run_path, os.path.join(%r, name), run_name="__main__")
+    booked = audit(runpy.run_path, os.path.join(sys.path[0], name), run_name="__main__")
     et.stop()
     et.unregister_callback()
     with open(path + ".booked", "w") as f:

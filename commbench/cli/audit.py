@@ -30,7 +30,8 @@ def add_parser(sub) -> None:
                         "torch's arguments) for commbench analyze and replay")
     a.add_argument("--layout", default="", metavar="SPEC",
                    help="compare rank 0's calls with this layout's (the predict layout flags: "
-                        "tp=2,sp,hidden=4096,...; pp=1); exit 1 on a difference")
+                        "tp=2,sp,hidden=4096,...; with pp > 1 rank 0 is the first stage, "
+                        "loss=none); exit 1 on a difference")
     a.add_argument("--step", type=int, default=None, metavar="N",
                    help="compare only step N (from 1) of those the script marks with "
                         "commbench.audit.step(); default: the whole script")

@@ -65,8 +65,10 @@ class Priced(Call):
     itemsize: int = 0
 
 
-def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
-    """group -> [(a call of rank 0, times per step)] (the module docstring)."""
+def _calls(lay: Layout, stage: int | None = None) -> dict[str, list[tuple[Call, int]]]:
+    """group -> [(a call of a rank of ``stage``, times per step)] (the module docstring);
+    ``stage`` None: the busiest. The pp calls are the stage's own; the head and loss are the
+    last stage's (a stage priced apart from the last takes none: audit it with loss=none)."""
     t, m, L = lay.tp, lay.micro_batches, lay.layers // lay.pp
     h, d = lay.hidden, lay.hidden // lay.heads
     kv, f = lay.kv_heads or lay.heads, lay.ffn or 4 * lay.hidden
@@ -84,7 +86,7 @@ def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
         vocab = [c for c in get("vocab").predicted(head, lay.loss, 0) if c.axis == "tp"]
         if lay.pp > 1:  # the last stage, the busiest: the head's half and the loss
             acts = 4 if lay.sp else 2  # embedding and head: RS+AG each (SP), or one all-reduce
-            vocab = vocab[:acts // 2] + vocab[acts:]
+            vocab = vocab[:acts // 2] + vocab[acts:] if stage in (None, lay.pp - 1) else []
         out["tp"] += [(c, m) for c in vocab]
     if lay.cp > 1:
         attn = AttnConfig(batch=lay.micro_batch, seq=lay.seq, heads=lay.heads // t,
@@ -122,9 +124,10 @@ def _calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
         rows = tokens // t if lay.sp else tokens
         pp = PPConfig(stages=lay.pp, layers=lay.pp, hidden=h, batch=rows * m, micro=m, dtype=act)
         pattern = get("pp")
-        busiest = max(range(lay.pp), key=lambda r: sum(
-            c.sent for c in pattern.predicted(pp, "1f1b", r)))
-        out["pp"] += [(c, 1) for c in pattern.predicted(pp, "1f1b", busiest)]
+        if stage is None:
+            stage = max(range(lay.pp), key=lambda r: sum(
+                c.sent for c in pattern.predicted(pp, "1f1b", r)))
+        out["pp"] += [(c, 1) for c in pattern.predicted(pp, "1f1b", stage)]
     return {k: v for k, v in out.items() if v}
 
 

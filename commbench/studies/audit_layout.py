@@ -1,17 +1,23 @@
 """An audited step against the calls its layout should make (``commbench audit --layout``).
 
 The layout (:mod:`commbench.costmodel.layout`) predicts rank 0's calls per step on each group
-axis (tp, cp, ep, dp, edp) from the patterns. Rank 0's booked calls are put on the same axes by
-their ranks (Megatron's order, TP fastest), then counted per (axis, op, elements) against the
-prediction. Each difference is flagged with what a reader looks for:
+axis (tp, cp, ep, dp, edp, pp) from the patterns. Rank 0's booked calls are put on the same axes
+by their ranks (Megatron's order, TP fastest; a point-to-point call by the group that holds its
+peer), then counted per (axis, op, elements) against the prediction, a send whether blocking or
+not (``isend`` is a ``send``, ``irecv`` a ``recv``). Each difference is flagged with what a
+reader looks for:
 
 * ``extra``/``missing``: more or fewer calls of that op and size than the layout makes (an
   all-gather the model has no reason for, a re-gather the layout was not told of);
 * ``dtype``: a call in another width than the layout's (``act_bytes`` on tp/cp/ep,
   ``grad_bytes`` on dp/edp): a gradient reduction in fp32 where bf16 was meant;
-* ``unexpected group``: a call on ranks that are none of the layout's groups.
+* ``unexpected group``: a call on ranks that are none of the layout's groups (a point-to-point
+  call: rank 0 and a peer that share none).
 
-Pipeline layouts (pp > 1) are refused: the layout prices the busiest stage, not rank 0.
+With pp > 1, rank 0 is the first stage: its pp calls are that stage's (the activations of each
+micro-batch sent on, their gradients received back: the ``pp`` pattern's, whatever the
+schedule's order), and the layout must say ``loss=none`` (the layout prices the head and loss
+on the last stage and not the first stage's embedding).
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ from commbench.wire.ledger import Entry
 
 __all__ = ["compare", "layout_groups", "layout_tables", "parse_layout"]
 
-AXES = ("tp", "cp", "ep", "dp", "edp")
+AXES = ("tp", "cp", "ep", "dp", "edp", "pp")
 WIDTH = {"tp": "act_bytes", "cp": "act_bytes", "ep": "act_bytes", "dp": "grad_bytes",
-         "edp": "grad_bytes"}
+         "edp": "grad_bytes", "pp": "act_bytes"}
+KIND = {"isend": "send", "irecv": "recv"}  # a point-to-point call, blocking or not
 
 
 def parse_layout(spec: str, world_size: int) -> Layout:
@@ -51,9 +58,9 @@ def parse_layout(spec: str, world_size: int) -> Layout:
             raise ValueError(f"--layout {item!r}: {raw!r} is not a {kind.__name__}") from None
     lay = Layout(**values)
     lay.validate()
-    if lay.pp > 1:
-        raise ValueError(f"--layout pp={lay.pp}: the layout prices the busiest pipeline stage, "
-                         "not rank 0; audit a layout with pp=1")
+    if lay.pp > 1 and lay.loss != "none":
+        raise ValueError(f"--layout pp={lay.pp} with loss={lay.loss!r}: rank 0 is the first "
+                         "stage, whose embedding the layout does not price; give loss=none")
     if lay.ranks != world_size:
         raise ValueError(f"--layout: tp*cp*dp*pp = {lay.ranks} ranks; the audit runs "
                          f"{world_size}")
@@ -81,10 +88,10 @@ def _predicted(lay: Layout) -> tuple[dict[tuple[str, str, int], int], dict[tuple
 
     out: dict[tuple[str, str, int], int] = {}
     widths: dict[tuple, int] = {}
-    for axis, calls in _calls(lay).items():
+    for axis, calls in _calls(lay, stage=0).items():  # rank 0: the first stage
         for call, times in calls:
             width = getattr(call, "itemsize", 0) or getattr(lay, WIDTH[axis])
-            key = (axis, call.op, call.size // width)
+            key = (axis, KIND.get(call.op, call.op), call.size // width)
             out[key] = out.get(key, 0) + times
             if width != getattr(lay, WIDTH[axis]):
                 widths[key] = width
@@ -104,12 +111,18 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
     for e in map(Entry._make, entries):
         if len(e.group) < 2 or e.op == "barrier":
             continue
-        axes = groups.get(tuple(sorted(e.group)))
+        op = KIND.get(e.op, e.op)
+        if e.peer >= 0:  # a point-to-point call: on the layout's group holding both ends
+            axes = tuple(x for ranks, held in groups.items() if {0, e.peer} <= set(ranks)
+                         for x in held) or None
+        else:
+            axes = groups.get(tuple(sorted(e.group)))
         if axes is None:
-            stray[(e.group, e.op)] = stray.get((e.group, e.op), 0) + 1
+            ranks = tuple(sorted({0, e.peer})) if e.peer >= 0 else e.group
+            stray[(ranks, op)] = stray.get((ranks, op), 0) + 1
             continue
-        axis = next((x for x in axes if (x, e.op, e.count) in predicted), axes[0])
-        key = (axis, e.op, e.count)
+        axis = next((x for x in axes if (x, op, e.count) in predicted), axes[0])
+        key = (axis, op, e.count)
         seen[key] = seen.get(key, 0) + 1
         dtypes.setdefault(key, set()).add(e.dtype)
     for (group, op), n in sorted(stray.items()):
