@@ -158,15 +158,16 @@ def test_deepspeed_s_zero_against_megatron_s_flavour_and_a_planted_call(tmp_path
         in megatron, megatron
 
 
-def test_deepspeed_s_zero_under_torchrun_makes_the_calls_of_its_flavour(tmp_path):
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_deepspeed_s_zero_under_torchrun_makes_the_calls_of_its_flavour(tmp_path, stage):
     """As a user runs it: torchrun's ranks, DeepSpeed reading their variables."""
     _needs("deepspeed_zero.py")
     _warm("deepspeed_zero.py")
-    spec = f"impl=deepspeed,zero=2,dp=2,micro-batches=1,{SHAPE}"
+    spec = f"impl=deepspeed,zero={stage},dp=2,micro-batches=1,{SHAPE}"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--no-python",
            sys.executable, "-m", "commbench", "audit", "--no-write",
            os.path.join(EXAMPLES, "deepspeed_zero.py"), "--step", "3", "--layout", spec, "--",
-           "--stage", "2", "--steps", "3"]
+           "--stage", str(stage), "--steps", "3"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
                          env={**os.environ, "DS_ACCELERATOR": "cpu"})
     assert out.returncode == 0, out.stderr[-2000:]
