@@ -30,6 +30,7 @@ PARAMS = layer_params(16, 16, 64, 1) * 2  # examples/layers.py's, 3136 a layer
 def test_a_layer_s_parameters_are_the_layout_s_layer():
     assert PARAMS[:10] == [16, 16, 256, 256, 256, 256, 16, 16, 1024, 1024] and sum(PARAMS) == 6272
     assert layer_params(16, 8, 64, 2) == [8, 8, 128, 64, 64, 128, 8, 8, 512, 512]
+    assert all(type(x) is int for x in layer_params(16, 8, 64, 2))
 
 
 @pytest.mark.parametrize("cap, want", [
@@ -64,6 +65,10 @@ def test_deepspeed_s_calls_by_hand():
     big = deepspeed_calls(1, 1_200_000_000, 8, 1, 2)
     assert [(op, c, k) for op, c, _, k in big] == [
         ("all_reduce", 400_000_000, 3), ("all_gather", 50_000_000, 3), ("all_reduce", 1, 1)]
+    big3 = deepspeed_calls(3, 1_200_000_000, 8, 1, 2)  # 150M per rank, gathers of 50M/8
+    assert [(op, c, k) for op, c, _, k in big3] == [
+        ("all_gather", 6_250_000, 24), ("reduce_scatter", 400_000_000, 3), ("all_reduce", 1, 1)]
+    assert all(type(c) is int for _, c, _, _ in big + big3)
     with pytest.raises(ValueError, match="zero=0: must be 1, 2 or 3"):
         deepspeed_calls(0, psi, 2, 1, g)
 
@@ -83,6 +88,8 @@ def test_fsdp2_s_calls_by_hand():
     assert fsdp2_calls(3136, 2, 64, 2, 3, 4, reshard=False) == [
         ("all_gather", 1568, 4, 6), ("reduce_scatter", 3136, 4, 6), ("all_gather", 32, 4, 3),
         ("reduce_scatter", 64, 4, 3)]
+    # elements are whole numbers (a float equals its int in a comparison, not in a ledger)
+    assert all(type(c) is int for _, c, _, _ in fsdp2_calls(3136, 2, 64, 4, 1, 2))
 
 
 @pytest.mark.parametrize("spec, says", [

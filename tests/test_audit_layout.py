@@ -13,7 +13,13 @@ import pytest
 
 from commbench.costmodel.layout_config import Layout
 from commbench.studies.audit import run_script
-from commbench.studies.audit_layout import _predicted, compare, layout_groups, parse_layout
+from commbench.studies.audit_layout import (
+    _predicted,
+    compare,
+    layout_groups,
+    layout_tables,
+    parse_layout,
+)
 from commbench.wire.ledger import Entry
 
 pytestmark = pytest.mark.foundation
@@ -119,3 +125,114 @@ def test_audit_layout_exits_1_with_the_differences_and_2_on_a_bad_spec(tmp_path)
     bad = subprocess.run([*cmd[:-1], "tp=3"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "tp=3" in bad.stderr
+
+
+def _p2p(op: str, peer: int, count: int, group=(0, 1, 2, 3), dtype="float32") -> tuple:
+    return tuple(Entry(op, group, "gloo", dtype, count, 0, 0, 0.0, peer=peer))
+
+
+def test_a_pipeline_layout_is_compared_on_the_first_stage_by_each_call_s_peer():
+    """tp=2, pp=2 on 4 ranks: rank 0's pp neighbour is rank 2. Per step the first stage sends
+    each of m=3 micro-batches' activations [2 x 8, 16/1] on and receives their gradients (the
+    pp pattern's 1F1B stage 0), blocking or not, named on the world group as torch's
+    pipelining does; its TP calls are those of 4/2 layers, without the last stage's head. A
+    send to rank 1 (tp, not pp) or rank 3 (no group of rank 0's) is flagged; a receive from
+    the wrong neighbour is not a pp call."""
+    spec = ("tp=2,pp=2,layers=4,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=3,"
+            "loss=none,act-bytes=4")
+    lay = parse_layout(spec, 4)
+    counts = _predicted(lay)[0]
+    assert {k: v for k, v in counts.items() if k[0] == "pp"} == {("pp", "send", 256): 3,
+                                                                 ("pp", "recv", 256): 3}
+    tp = [e for e in _entries(lay) if (e[0], e[4]) not in (("send", 256), ("recv", 256))]
+    assert sum(k for (axis, _, _), k in counts.items() if axis == "tp") == len(tp) > 0
+    pp = [_p2p("isend", 2, 256), _p2p("send", 2, 256), _p2p("send", 2, 256),
+          _p2p("irecv", 2, 256), _p2p("recv", 2, 256), _p2p("recv", 2, 256)]
+    ok = compare(lay, tp + pp)
+    assert ok["flags"] == []
+    assert [r for r in ok["rows"] if r["axis"] == "pp"] == [
+        {"axis": "pp", "op": op, "elements": 256, "dtype": "float32", "predicted": 3,
+         "observed": 3, "flag": ""} for op in ("recv", "send")]
+    assert compare(lay, tp + pp + [_p2p("isend", 1, 256)])["flags"] == [
+        "extra send: 1 more of 256 elements on tp than the layout makes (0)"]
+    assert compare(lay, tp + pp[1:] + [_p2p("send", 3, 256)])["flags"] == [
+        "unexpected group: 1 send on ranks [0, 3], none of the layout's groups",
+        "missing send: 1 fewer of 256 elements on pp than the layout makes (3)"]
+    assert compare(lay, tp + pp + [_p2p("recv", 2, 8, dtype="int64")])["flags"] == [
+        "extra recv: 1 more of 8 elements on pp than the layout makes (0); dtype: recv of 8 "
+        "elements on pp in int64; the layout's activations are 4 B per element (act_bytes=4)"]
+    # of 3 stages the busiest, which predict layout prices, is the middle one, not rank 0's
+    from commbench.costmodel.layout import _calls
+
+    three = Layout(pp=3, layers=3, hidden=16, heads=4, seq=8, micro_batches=3, loss="none")
+    assert len(_calls(three)["pp"]) == 12 and len(_calls(three, stage=0)["pp"]) == 6
+
+
+def test_a_pipeline_spec_prices_no_loss_on_the_first_stage():
+    """With a loss the layout prices the last stage's head (and never the first stage's
+    embedding): a pipeline spec for the audit must say loss=none."""
+    for loss in ("megatron", "fused", "naive"):
+        with pytest.raises(ValueError, match=f"pp=2 with loss='{loss}': rank 0 is the first "
+                                             "stage, whose embedding the layout does not price; "
+                                             "give loss=none"):
+            parse_layout(f"pp=2,layers=2,loss={loss}", 2)
+    from commbench.costmodel.layout import _calls
+
+    lay = Layout(tp=2, pp=2, layers=2, hidden=16, heads=4, seq=8, vocab=32, micro_batches=1)
+    tp = {0: _calls(lay, stage=0)["tp"], 1: _calls(lay, stage=1)["tp"], None: _calls(lay)["tp"]}
+    assert len(tp[0]) < len(tp[1]) == len(tp[None])  # the head and the loss: the last stage's
+
+
+def test_the_comparison_s_table_and_verdict_by_hand():
+    rows = [{"axis": "dp", "op": "all_reduce", "elements": 8, "dtype": "float32", "predicted": 1,
+             "observed": 2, "flag": "extra all_reduce"}]
+    table, verdict = layout_tables({"rows": rows, "flags": ["extra all_reduce", "dtype: x"]},
+                                   "audited")
+    assert table.splitlines() == [
+        "| axis   | op         |   elements | dtype   |   layout |   audited | flag             |",
+        "|--------|------------|------------|---------|----------|-----------|------------------|",
+        "| dp     | all_reduce |          8 | float32 |        1 |         2 | extra all_reduce |"]
+    assert verdict == "- extra all_reduce\n- dtype: x"
+    assert layout_tables({"rows": [], "flags": []}, "seen")[1] == \
+        "No difference: every call is one the layout makes."
+
+
+def test_the_comparison_s_edges():
+    """Settings read as the command line writes them; calls the comparison leaves out (a group
+    of one, a barrier) wherever they come; a call in a width of its own (DeepSpeed's float64
+    norm of the gradients) and a gradient in another dtype; two wrong dtypes of one call."""
+    base = "hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,loss=none,layers=2"
+    for raw, sp in (("1", True), ("true", True), ("Yes", True), ("TRUE", True), ("0", False),
+                    ("no", False)):
+        assert parse_layout(f"tp=2,sp={raw},{base}", 2).sp is sp
+    with pytest.raises(ValueError, match="'size=3': no such setting; known: layers, hidden, ffn, "):
+        parse_layout("size=3", 2)
+    lay = parse_layout(f"impl=deepspeed,zero=3,dp=2,{base},grad-bytes=4", 2)
+    assert _predicted(lay)[1] == {("dp", "all_reduce", 1): 8}
+    exact = _entries(lay, (0, 1))
+    norm = next(e for e in exact if e[4] == 1)
+    calls = [e if e is not norm else norm[:3] + ("float64",) + norm[4:] for e in exact]
+    one = tuple(Entry("all_reduce", (0,), "gloo", "float32", 8, 0, 0, 0.0))
+    barrier = tuple(Entry("barrier", (0, 1), "gloo", "uint8", 0, 0, 0, 0.0))
+    assert compare(lay, [one, barrier, *calls, one, barrier])["flags"] == []
+    flags = compare(lay, exact)["flags"]  # the norm in float32
+    assert flags == ["dtype: all_reduce of 1 elements on dp in float32; the layout makes this "
+                     "call in 8 B per element"]
+    grad = next(e for e in calls if e[0] == "reduce_scatter")
+    twice = [e if e is not grad else grad[:3] + ("bfloat16",) + grad[4:] for e in calls]
+    assert compare(lay, [*twice, grad[:3] + ("float16",) + grad[4:]])["flags"] == [
+        f"extra reduce_scatter: 1 more of {grad[4]} elements on dp than the layout makes (1); "
+        f"dtype: reduce_scatter of {grad[4]} elements on dp in bfloat16, float16; the layout's "
+        "gradients are 4 B per element (grad_bytes=4)"]
+    missing = compare(lay, [e for e in calls if e is not grad])
+    (row,) = [r for r in missing["rows"] if r["op"] == "reduce_scatter"]
+    assert row == {"axis": "dp", "op": "reduce_scatter", "elements": grad[4], "dtype": "-",
+                   "predicted": 1, "observed": 0, "flag": missing["flags"][0]}
+
+
+def test_three_stages_compare_rank_0_s_stage_not_the_busiest():
+    lay = parse_layout("pp=3,layers=3,hidden=16,heads=4,seq=8,micro-batch=2,micro-batches=2,"
+                       "loss=none,act-bytes=4", 3)
+    assert _predicted(lay)[0] == {("pp", "send", 256): 2, ("pp", "recv", 256): 2}
+    sends = [_p2p(op, 1, 256, group=(0, 1, 2)) for op in ("isend", "irecv") * 2]
+    assert compare(lay, sends)["flags"] == []

@@ -341,4 +341,14 @@ def test_the_phase_a_library_gives_a_call_outside_the_engine():
     assert _batch_p2p(["all_reduce"], desc="fwd_send_bwd_recv") == [""]  # neither kind
     assert ZeROOptimizer().step() == "optimizer" and Schedule().step() == ""
     assert Stage().step() == ("optimizer", "backward")
+    assert ZeROOptimizer().get_grad_norm_direct() == ""  # an optimizer's method, not its step
+    assert _batch_p2p(["send", "recv"], desc="fwd_send_bwd_recv") == ["forward", "backward"]
+
+    def neither(depth):  # the default frame is the caller's; depth bounds the walk
+        return library_phase(depth=depth), library_phase(sys._getframe(), depth=depth)
+
+    def grads_reduced(depth):
+        return neither(depth)
+
+    assert grads_reduced(1) == ("", "") and grads_reduced(2) == ("backward", "backward")
     assert _batch_p2p(["isend"], desc="FWD_SEND") == [""]  # torch's labels are lower case

@@ -139,12 +139,14 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
         elif got < want:
             flag = (f"missing {op}: {want - got} fewer of {count} elements on {axis} than the "
                     f"layout makes ({want})")
-        width = widths.get(key, getattr(lay, WIDTH[axis]))
+        own = widths.get(key, 0)  # a call in its own width (DeepSpeed's float64 norm)
+        width = own or getattr(lay, WIDTH[axis])
         wrong = sorted(d for d in dtypes.get(key, ()) if ITEMSIZE.get(d) != width)
         if wrong:
             what = "gradients" if WIDTH[axis] == "grad_bytes" else "activations"
-            dflag = (f"dtype: {op} of {count} elements on {axis} in {', '.join(wrong)}; the "
-                     f"layout's {what} are {width} B per element ({WIDTH[axis]}={width})")
+            why = (f"the layout makes this call in {width} B per element" if own else
+                   f"the layout's {what} are {width} B per element ({WIDTH[axis]}={width})")
+            dflag = f"dtype: {op} of {count} elements on {axis} in {', '.join(wrong)}; {why}"
             flag = f"{flag}; {dflag}" if flag else dflag
         if flag:
             flags.append(flag)
