@@ -137,9 +137,19 @@ def test_deepspeed_s_zero_makes_the_calls_of_the_deepspeed_flavour(tmp_path, P, 
              for op, n, _ in want[stage]} | {("all_reduce", 1): "optimizer"}
     if stage == 3:
         phase[("all_gather", 6272 // P)] = "forward"
-    mine = in_steps([tuple(e[f] for f in Entry._fields) for e in calls], 3, 1)
+    entries = [tuple(e[f] for f in Entry._fields) for e in calls]
+    mine = in_steps(entries, 3, 1)
     assert {(e.op, e.count, e.phase) for e in map(Entry._make, mine)} == \
         {(op, n, p) for (op, n), p in phase.items()}
+    if stage == 3:  # each gather and reduction under the module whose parameters it carries
+        root = "DeepSpeedEngine.module"
+        assert {(e.op, e.module) for e in map(Entry._make, mine)} == {
+            ("all_gather", root), ("reduce_scatter", root), ("all_reduce", root)}
+        leaves = {f"{root}.{i}.{n}" for i in range(2)
+                  for n in ("ln1", "q", "k", "v", "o", "ln2", "fc1", "fc2")}
+        first = Counter((e.module, e.phase) for e in map(Entry._make, in_steps(entries, 1, 1))
+                        if e.op == "all_gather")  # step 1: ZeRO-3 fetches module by module
+        assert first == Counter({(m, p): 1 for m in leaves for p in ("forward", "backward")})
 
 
 def test_deepspeed_s_zero_against_megatron_s_flavour_and_a_planted_call(tmp_path):

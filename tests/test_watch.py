@@ -5,6 +5,8 @@ The bytes for torch's tensor parallelism and FSDP2 are worked out by hand in eac
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -344,11 +346,41 @@ def test_the_phase_a_library_gives_a_call_outside_the_engine():
     assert ZeROOptimizer().get_grad_norm_direct() == ""  # an optimizer's method, not its step
     assert _batch_p2p(["send", "recv"], desc="fwd_send_bwd_recv") == ["forward", "backward"]
 
-    def neither(depth):  # the default frame is the caller's; depth bounds the walk
-        return library_phase(depth=depth), library_phase(sys._getframe(), depth=depth)
+    def neither(depth):  # depth bounds the walk
+        return library_phase(sys._getframe(), depth=depth)
 
     def grads_reduced(depth):
         return neither(depth)
 
-    assert grads_reduced(1) == ("", "") and grads_reduced(2) == ("backward", "backward")
+    assert grads_reduced(1) == "" and grads_reduced(2) == "backward"
     assert _batch_p2p(["isend"], desc="FWD_SEND") == [""]  # torch's labels are lower case
+
+
+def test_the_module_a_zero_3_call_carries_by_hand():
+    """A DeepSpeed frame naming its parameters (ZeRO-3's gather of ``params``, its reduction of
+    ``params_to_reduce``): the innermost module holding all of them, a prefetched layer's
+    gather under that layer wherever the tracker stands; no ``ds_id``, no DeepSpeed frame or
+    no known owner: nothing said."""
+    from commbench.wire.modules import holder, library_module
+
+    model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)),
+                                torch.nn.Linear(2, 2))
+    known = {m: "Sequential" + (f".{n}" if n else "") for n, m in model.named_modules()}
+    inner, first, second, last = model[0], model[0][0], model[0][1], model[1]
+    assert holder([first.weight], known) == "Sequential.0.0"
+    assert holder([first.weight, second.bias], known) == "Sequential.0"
+    assert holder(list(model.parameters()), known) == "Sequential"
+    assert holder([torch.nn.Parameter(torch.ones(1))], known) == ""
+    assert holder([inner[0].weight, last.weight], {first: "A.b.c", last: "A.bc"}) == "A"
+    for p in model.parameters():
+        p.ds_id = 0
+    code = compile("def all_gather_coalesced(params):\n    return look(sys._getframe())\n",
+                   "site-packages/deepspeed/runtime/zero/partition_parameters.py", "exec")
+    scope = {"sys": __import__("sys"), "look": lambda f: library_module(f, known)}
+    exec(code, scope)
+    gather = scope["all_gather_coalesced"]
+    assert gather([second.weight, second.bias]) == "Sequential.0.1"
+    assert gather(p for p in [last.weight]) == ""  # not a list: no record
+    assert gather([]) == "" and gather([torch.ones(1)]) == ""  # no ds_id
+    here = sys._getframe()
+    assert library_module(here, known) == ""  # not DeepSpeed's frame

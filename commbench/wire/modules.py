@@ -20,11 +20,10 @@ with words of both, such as Megatron's ``forward_backward_no_pipelining``, decid
 from __future__ import annotations
 
 import re
-import sys
 
 import torch
 
-__all__ = ["library_module", "library_phase", "module_tracker", "origin"]
+__all__ = ["holder", "library_module", "library_phase", "module_tracker", "origin"]
 
 _BACKWARD = {"backward", "bwd", "gradients", "grads"}
 _FORWARD = {"forward", "fwd"}
@@ -54,11 +53,11 @@ def _optimizer_step(frame) -> bool:
     return any("Optimizer" in k.__name__ for k in kinds)
 
 
-def library_phase(frame=None, op: str = "", depth: int = 64) -> str:
+def library_phase(frame, op: str = "", depth: int = 64) -> str:
     """``forward``, ``backward`` or ``optimizer`` for a call of ``op`` as the innermost
-    deciding frame of the stack above ``frame`` (default: the caller's) says; '' where none
-    does."""
-    f = sys._getframe(1) if frame is None else frame
+    deciding frame of the stack from ``frame`` out says, within ``depth`` frames; '' where
+    none does."""
+    f = frame
     for _ in range(depth):
         if f is None:
             return ""
@@ -89,23 +88,54 @@ def origin(tracker, op: str, frame) -> tuple[str, str]:
     return phase, carried or max(names, key=len, default="")
 
 
+_DS_PARAMS = ("params", "params_to_reduce", "params_in_bucket", "param_list")  # ZeRO-3's
+
+
 def library_module(frame, known, depth: int = 64) -> str:
     """The module whose parameters a library's call carries, by the library's own record on
     the stack: an FSDP2 parameter group's first module (its all-gathers prefetched for the
     next module, its reduce-scatters after the whole backward, run where the tracker names
-    another module or none); ``known``: module -> qualified name. '' where none says."""
+    another module or none); the innermost module holding every parameter a DeepSpeed ZeRO-3
+    gather or gradient reduction carries (its list of parameters, which have a ``ds_id``, in
+    the innermost DeepSpeed frame that names one: prefetched gathers, buckets of gradients);
+    ``known``: module -> qualified name. '' where none says."""
     f = frame
     for _ in range(depth):
         if f is None:
             return ""
-        if "fsdp" in f.f_code.co_filename:
+        where = f.f_code.co_filename
+        if "fsdp" in where:
             group = f.f_locals.get("self")
             modules = getattr(group, "modules", None) if type(group).__name__ == \
                 "FSDPParamGroup" else None
             if modules:
                 return known.get(modules[0], "")
+        elif "/deepspeed/" in where.replace("\\", "/"):  # the package, not a script's name
+            for name in _DS_PARAMS:
+                params = f.f_locals.get(name)
+                if isinstance(params, list | tuple | set) and params and \
+                        all(hasattr(p, "ds_id") for p in params):
+                    return holder(params, known)
         f = f.f_back
     return ""
+
+
+def holder(params, known) -> str:
+    """The qualified name of the innermost module of ``known`` (module -> name) whose
+    parameters include every one of ``params``: their owners' longest common prefix of dotted
+    names. '' where no owner is known."""
+    ids = {id(p) for p in params}
+    names = [name.split(".") for module, name in known.items()
+             for p in module._parameters.values() if p is not None and id(p) in ids]
+    if not names:
+        return ""
+    common = names[0]
+    for parts in names[1:]:
+        k = 0
+        while k < min(len(common), len(parts)) and common[k] == parts[k]:
+            k += 1
+        common = common[:k]
+    return ".".join(common)
 
 
 def module_tracker():
