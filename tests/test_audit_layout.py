@@ -155,8 +155,8 @@ def test_a_pipeline_layout_is_compared_on_the_first_stage_by_each_call_s_peer():
          "observed": 3, "flag": ""} for op in ("recv", "send")]
     assert compare(lay, tp + pp + [_p2p("isend", 1, 256)])["flags"] == [
         "extra send: 1 more of 256 elements on tp than the layout makes (0)"]
-    assert compare(lay, tp + pp[1:] + [_p2p("send", 3, 256)])["flags"] == [
-        "unexpected group: 1 send on ranks [0, 3], none of the layout's groups",
+    assert compare(lay, [_p2p("send", 3, 256)] * 2 + tp + pp[1:])["flags"] == [
+        "unexpected group: 2 send on ranks [0, 3], none of the layout's groups",
         "missing send: 1 fewer of 256 elements on pp than the layout makes (3)"]
     assert compare(lay, tp + pp + [_p2p("recv", 2, 8, dtype="int64")])["flags"] == [
         "extra recv: 1 more of 8 elements on pp than the layout makes (0); dtype: recv of 8 "
@@ -220,10 +220,12 @@ def test_the_comparison_s_edges():
                      "call in 8 B per element"]
     grad = next(e for e in calls if e[0] == "reduce_scatter")
     twice = [e if e is not grad else grad[:3] + ("bfloat16",) + grad[4:] for e in calls]
-    assert compare(lay, [*twice, grad[:3] + ("float16",) + grad[4:]])["flags"] == [
+    both = compare(lay, [*twice, grad[:3] + ("float16",) + grad[4:]])
+    assert both["flags"] == [
         f"extra reduce_scatter: 1 more of {grad[4]} elements on dp than the layout makes (1); "
         f"dtype: reduce_scatter of {grad[4]} elements on dp in bfloat16, float16; the layout's "
         "gradients are 4 B per element (grad_bytes=4)"]
+    assert [r["dtype"] for r in both["rows"] if r["op"] == "reduce_scatter"] == ["bfloat16,float16"]
     missing = compare(lay, [e for e in calls if e is not grad])
     (row,) = [r for r in missing["rows"] if r["op"] == "reduce_scatter"]
     assert row == {"axis": "dp", "op": "reduce_scatter", "elements": grad[4], "dtype": "-",

@@ -384,3 +384,28 @@ def test_the_module_a_zero_3_call_carries_by_hand():
     assert gather([]) == "" and gather([torch.ones(1)]) == ""  # no ds_id
     here = sys._getframe()
     assert library_module(here, known) == ""  # not DeepSpeed's frame
+    assert holder([first.weight, last.weight], {first: "A.x", last: "B.x"}) == ""
+    # the innermost frame that names parameters with a ds_id decides, past one that does not
+    outer = compile("def __avg_scatter_grads(params_to_reduce, inner):\n"
+                    "    return inner([torch.ones(1)], sys._getframe())\n",
+                    "site-packages/deepspeed/runtime/zero/stage3.py", "exec")
+    scope["torch"] = torch
+    exec(outer, scope)
+    inner = compile("def reduce_scatter_coalesced(params, frame):\n"
+                    "    return look(sys._getframe()), library_module(sys._getframe(), known, 1)\n",
+                    "site-packages/deepspeed/runtime/comm/coalesced_collectives.py", "exec")
+    scope.update(library_module=library_module, known=known)
+    exec(inner, scope)
+    assert scope["__avg_scatter_grads"]([first.weight, second.weight],
+                                        scope["reduce_scatter_coalesced"]) == ("Sequential.0", "")
+    # FSDP2: a parameter group's first module, wherever the tracker stands
+    fsdp = compile("class FSDPParamGroup:\n"
+                   "    def __init__(self, modules):\n        self.modules = modules\n"
+                   "    def post_backward(self):\n        return look(sys._getframe())\n"
+                   "class Other(FSDPParamGroup):\n    pass\n",
+                   "site-packages/torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py", "exec")
+    exec(fsdp, scope)
+    group, other = scope["FSDPParamGroup"], scope["Other"]
+    assert group([second, first]).post_backward() == "Sequential.0.1"
+    assert group([]).post_backward() == "" and other([first]).post_backward() == ""
+    assert group([torch.nn.Linear(1, 1)]).post_backward() == ""  # a module not known

@@ -17,10 +17,10 @@ class FolderBusy(Exception):
     """Another run holds the folder's lock."""
 
 
-@contextmanager
-def folder_lock(folder: str):
-    """Hold ``folder``'s lock for the ``with`` block; :class:`FolderBusy` naming the holder's
-    pid when another process holds it."""
+def _acquire(folder: str) -> tuple[int, str]:
+    """Take ``folder``'s lock and write this process's pid in it: (its descriptor, its path);
+    :class:`FolderBusy` naming the holder's pid when another process holds it. A plain
+    function, apart from the context manager, so that ``make mutate`` reaches it."""
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, NAME)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -33,6 +33,18 @@ def folder_lock(folder: str):
                              "wait for it or give --out another folder") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, path
+
+
+@contextmanager
+def folder_lock(folder: str):
+    """Hold ``folder``'s lock for the ``with`` block; :class:`FolderBusy` naming the holder's
+    pid when another process holds it."""
+    fd, path = _acquire(folder)
+    try:
         yield path
     finally:
         os.close(fd)
