@@ -38,6 +38,24 @@ def test_a_second_hold_is_refused_naming_the_holder_and_taken_once_released(tmp_
         pass
 
 
+def test_the_refusal_says_what_to_do_and_reads_a_garbled_holder(tmp_path):
+    """The whole message; a lock file whose pid is garbled (not UTF-8) or empty still names
+    something; the lock file is not executable (0o644 under the umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    with folder_lock(str(tmp_path)) as path:
+        assert os.stat(path).st_mode & 0o777 == 0o644 & ~umask
+        for text, shown in ((b"\xff42", "\ufffd42"), (b"", "unknown")):
+            with open(path, "r+b") as f:
+                f.truncate(0)
+                f.write(text)
+            with pytest.raises(FolderBusy) as err:
+                with folder_lock(str(tmp_path)):
+                    pass
+            assert str(err.value) == (f"{tmp_path}: another commbench run (pid {shown}) is "
+                                      "writing there; wait for it or give --out another folder")
+
+
 def test_a_lock_held_by_another_process_is_refused_and_freed_when_it_dies(tmp_path):
     code = ("import sys, time; from commbench.results.lock import folder_lock\n"
             "with folder_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(600)")
