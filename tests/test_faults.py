@@ -94,12 +94,19 @@ def test_hangs_without_debug_and_stalls_are_named_by_the_timeout(fn, expected):
             assert text in str(info.value)
 
 
+def _in_the_foreground() -> None:
+    """SIGINT as a terminal's foreground job has it: a shell starts a background job (``make
+    test &``, a CI step run in the background) with SIGINT ignored, the sweep would inherit
+    that and rightly run on through the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _sweep(tmp_path, *extra):
     return subprocess.Popen(
         [sys.executable, "-m", "commbench", "run", "all_reduce", "--np", "2", "--launch", "plain",
          "--transport", "gloo", "--algo", "native,ring,naive", "-b", "8", "-e", "64M", "-f", "2",
          "-n", "3", "-w", "1", "--out", str(tmp_path), "--label", "test-box", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_in_the_foreground,
         env={k: v for k, v in os.environ.items() if k != "COMMBENCH_DEBUG"})  # as a user runs it
 
 
