@@ -16,6 +16,8 @@ and bias, the MLP's two matrices, no biases in the linears (examples/layers.py i
 
 from __future__ import annotations
 
+from collections import Counter
+
 __all__ = ["DS_BUCKET", "DS_PREFETCH", "FIRST_BUCKET", "ddp_buckets", "deepspeed_calls",
            "fsdp2_calls", "layer_params"]
 
@@ -57,10 +59,8 @@ def _chunks(total: int, cap: int) -> list[int]:
 
 
 def _counted(calls: list[tuple[str, int, int]], times: int) -> Calls:
-    out: dict[tuple[str, int, int], int] = {}
-    for op, count, e in calls:
-        out[op, count, e] = out.get((op, count, e), 0) + times
-    return [(op, count, e, k) for (op, count, e), k in out.items()]
+    """Equal calls as one, with how often they run (``times`` each), in first-seen order."""
+    return [(op, count, e, k * times) for (op, count, e), k in Counter(calls).items()]
 
 
 def deepspeed_calls(zero: int, psi: int, n: int, m: int, g: int) -> Calls:

@@ -19,6 +19,7 @@ with words of both, such as Megatron's ``forward_backward_no_pipelining``, decid
 
 from __future__ import annotations
 
+import os
 import re
 
 import torch
@@ -127,15 +128,7 @@ def holder(params, known) -> str:
     ids = {id(p) for p in params}
     names = [name.split(".") for module, name in known.items()
              for p in module._parameters.values() if p is not None and id(p) in ids]
-    if not names:
-        return ""
-    common = names[0]
-    for parts in names[1:]:
-        k = 0
-        while k < min(len(common), len(parts)) and common[k] == parts[k]:
-            k += 1
-        common = common[:k]
-    return ".".join(common)
+    return ".".join(os.path.commonprefix(names))  # element-wise on lists of name parts
 
 
 def module_tracker():
