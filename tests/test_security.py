@@ -85,3 +85,164 @@ def test_a_hang_status_read_from_a_store_is_never_unpickled():
     for hostile in (pickle.dumps(Boom()), b'{"a": 1}', b'["x", "y", "z"]', b"\xff\xfe"):
         with pytest.raises(ValueError):
             _status(hostile)
+
+
+# -- crash logs and the folders of killed drivers (commbench.runtime.crashlog) -------------------
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_crash_logs_go_to_the_users_private_state_folder(tmp_path, monkeypatch):
+    from commbench.runtime import crashlog
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert crashlog.log_dir() == str(tmp_path / "state" / "commbench" / "logs")
+    log = crashlog.write_log("Traceback: secret\n")
+    assert os.path.dirname(log) == crashlog.log_dir()
+    assert open(log).read() == "Traceback: secret\n"
+    assert _mode(log) == 0o600 and _mode(crashlog.log_dir()) == 0o700
+    # a relative or empty XDG_STATE_HOME is ignored, as the base directory rules say
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for value in ("relative/state", ""):
+        monkeypatch.setenv("XDG_STATE_HOME", value)
+        assert crashlog.log_dir() == str(tmp_path / "home" / ".local" / "state" / "commbench"
+                                         / "logs")
+
+
+def test_a_link_planted_at_a_logs_name_is_never_followed(tmp_path, monkeypatch):
+    from commbench.runtime import crashlog
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    logs = tmp_path / "logs"
+    logs.mkdir(mode=0o700)
+    planted = ["commbench-planted-1.log", "commbench-planted-2.log"]
+    for name in planted:
+        os.symlink(victim, logs / name)
+    names = iter([*planted, "commbench-fresh.log"])
+    monkeypatch.setattr(crashlog, "_name", lambda: next(names))
+    log = crashlog.write_log("trace\n", directory=str(logs))
+    assert log == str(logs / "commbench-fresh.log") and open(log).read() == "trace\n"
+    assert victim.read_text() == "precious\n"
+    # every name taken: no log at all, the victim untouched
+    monkeypatch.setattr(crashlog, "_name", lambda: planted[0])
+    with pytest.raises(FileExistsError):
+        crashlog.write_log("trace\n", directory=str(logs))
+    assert victim.read_text() == "precious\n"
+
+
+def test_the_log_folder_must_be_the_users_own_real_folder(tmp_path):
+    from commbench.runtime import crashlog
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, tmp_path / "logs")
+    with pytest.raises(OSError):
+        crashlog.write_log("trace\n", directory=str(tmp_path / "logs"))
+    assert os.listdir(elsewhere) == []
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o755)
+    os.chmod(loose, 0o777)
+    crashlog.write_log("trace\n", directory=str(loose))
+    assert _mode(loose) == 0o700  # taken down to the owner's
+    if os.getuid() == 0:  # root can give a folder away: another user's folder is refused
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 12345, 12345)
+        with pytest.raises(PermissionError, match="owned by uid 12345"):
+            crashlog.write_log("trace\n", directory=str(theirs))
+
+
+def test_only_the_newest_logs_are_kept(tmp_path):
+    from commbench.runtime import crashlog
+
+    for i in range(crashlog.KEEP + 5):
+        path = tmp_path / f"commbench-old-{i:02d}.log"
+        path.write_text("old\n")
+        os.utime(path, ns=(i * 10**9, i * 10**9))
+    (tmp_path / "notes.txt").write_text("mine\n")
+    os.symlink(tmp_path / "notes.txt", tmp_path / "commbench-link.log")
+    new = crashlog.write_log("new\n", directory=str(tmp_path))
+    kept = sorted(n for n in os.listdir(tmp_path) if n.startswith("commbench-old-"))
+    assert kept == [f"commbench-old-{i:02d}.log" for i in range(6, crashlog.KEEP + 5)]
+    assert os.path.exists(new) and (tmp_path / "notes.txt").exists()
+    assert os.path.islink(tmp_path / "commbench-link.log")  # not a log of ours: left alone
+
+
+def test_a_failure_line_names_its_private_log(tmp_path, monkeypatch, capsys):
+    from commbench.cli.main import _failed
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert _failed(RuntimeError("boom"), "run", debug=False) == 3
+    err = capsys.readouterr().err
+    log = err.rsplit("traceback in ", 1)[1].strip()
+    assert log.startswith(str(tmp_path / "commbench" / "logs")) and _mode(log) == 0o600
+    assert "RuntimeError: boom" in open(log).read()
+    # no folder to be had: the line says so instead of a path
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "a-file"))
+    (tmp_path / "a-file").write_text("a file, not a folder\n")
+    assert _failed(RuntimeError("boom"), "run", debug=False) == 3
+    assert "traceback in (no log: " in capsys.readouterr().err
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_the_folders_of_killed_drivers_are_removed_and_no_others(tmp_path):
+    from commbench.runtime import crashlog
+
+    dead = _dead_pid()
+    stale = tmp_path / f"{crashlog.WORLD_PREFIX}{dead}-abc"
+    live = tmp_path / f"{crashlog.WORLD_PREFIX}{os.getppid()}-abc"
+    unnamed = tmp_path / f"{crashlog.WORLD_PREFIX}abc"
+    for d in (stale, live, unnamed):
+        d.mkdir()
+        (d / "store").write_text("")
+    target = tmp_path / "kept"
+    target.mkdir()
+    os.symlink(target, tmp_path / f"{crashlog.WORLD_PREFIX}{dead}-link")
+    assert crashlog.remove_stale_worlds(str(tmp_path)) == [str(stale)]
+    assert not stale.exists() and live.exists() and unnamed.exists() and target.exists()
+    if os.getuid() == 0:
+        theirs = tmp_path / f"{crashlog.WORLD_PREFIX}{dead}-theirs"
+        theirs.mkdir()
+        os.chown(theirs, 12345, 12345)
+        assert crashlog.remove_stale_worlds(str(tmp_path)) == [] and theirs.exists()
+
+
+@pytest.mark.local
+def test_a_new_local_world_removes_the_folder_a_killed_driver_left(tmp_path, monkeypatch):
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from commbench.runtime import crashlog
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    code = ("import os, sys, time; from commbench.world.local.world import LocalWorld; "
+            "w = LocalWorld(1, launch='plain').start(); print(w._dir, flush=True); time.sleep(60)")
+    driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    left = driver.stdout.readline().strip()
+    assert os.path.basename(left).startswith(f"{crashlog.WORLD_PREFIX}{driver.pid}-")
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    assert os.path.isdir(left)  # SIGKILL: the driver could not remove it
+    from commbench.world.local.world import LocalWorld
+
+    world = LocalWorld(1, launch="plain").start()
+    try:
+        assert not os.path.exists(left)
+        assert os.path.dirname(world._dir) == str(tmp_path)
+    finally:
+        world.close()
+    monkeypatch.undo()
+    tempfile.tempdir = None

@@ -17,9 +17,10 @@ Exit codes: 0 all good; 1 wrong results (#wrong > 0, booked != predicted calls, 
 a regression); 2 bad input (arguments, files, configs), found before any rank starts wherever it
 can be; 3 a run that failed (a dead rank, a timeout, a world that cannot start, an allocation or
 a write that fails); 130 interrupted (143: SIGTERM), finished rows saved. Every non-zero exit
-prints one line; the traceback goes to the log file that line names (--debug, or
-COMMBENCH_DEBUG=1, prints it too). Under a launcher (mpirun, srun, torchrun) the ranks are the
-launcher's and rank 0 prints.
+prints one line; the traceback goes to the private log file that line names (mode 0600 under
+~/.local/state/commbench/logs, commbench.runtime.crashlog; --debug, or COMMBENCH_DEBUG=1, prints
+it too). Under a launcher (mpirun, srun, torchrun) the ranks are the launcher's and rank 0
+prints.
 """
 
 from __future__ import annotations
@@ -151,18 +152,15 @@ def _what_to_do(exc: BaseException) -> str:
 
 def _failed(exc: BaseException, cmd: str, debug: bool) -> int:
     """One line naming what failed and where its traceback is kept; exit code 3."""
-    import datetime
-    import tempfile
     import traceback
 
+    from commbench.runtime import crashlog
+
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    log = os.path.join(tempfile.gettempdir(), f"commbench-{stamp}-{os.getpid()}.log")
     try:
-        with open(log, "w") as f:
-            f.write(f"commbench {' '.join(sys.argv[1:])}\n{text}")
-    except OSError:
-        log = "(no log: the temporary folder is not writable)"
+        log = crashlog.write_log(f"commbench {' '.join(sys.argv[1:])}\n{text}")
+    except OSError as err:
+        log = f"(no log: {crashlog.log_dir()}: {err.strerror or err})"
     if debug:
         print(text, file=sys.stderr, end="")
     print(f"commbench: {cmd} failed: {type(exc).__name__}: {_one_line(exc)}; "

@@ -33,6 +33,7 @@ import time
 import weakref
 from multiprocessing.connection import Listener, wait
 
+from commbench.runtime import crashlog
 from commbench.runtime.errors import Outcome, SPMDError, WorldError
 from commbench.runtime.pdeathsig import parent_death_signal
 from commbench.world.local import shm, spawn
@@ -96,7 +97,8 @@ class LocalWorld(FailureReports):
                              "'__main__':` guard, as with multiprocessing)")
         self.close()
         key = secrets.token_bytes(16)
-        self._dir = tempfile.mkdtemp(prefix="commbench-world-")
+        crashlog.remove_stale_worlds()  # those of drivers killed before they could close
+        self._dir = tempfile.mkdtemp(prefix=crashlog.world_prefix())
         # every rank connects at once: with the default backlog of 1, a connection that found
         # the queue full stayed open on the rank's side only, its rank waiting for ever
         listener = Listener(("127.0.0.1", 0), authkey=key, backlog=max(128, self.size))
