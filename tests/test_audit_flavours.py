@@ -22,6 +22,8 @@ from commbench.costmodel.flavours import (
 from commbench.studies.audit import in_steps, run_script
 from commbench.studies.audit_layout import compare, parse_layout
 
+pytestmark = pytest.mark.foundation
+
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 SHAPE = "layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,loss=none"
 PARAMS = layer_params(16, 16, 64, 1) * 2  # examples/layers.py's, 3136 a layer

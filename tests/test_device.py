@@ -11,6 +11,8 @@ import torch
 
 from commbench.patterns.device import DeviceError, device_guard
 
+pytestmark = pytest.mark.foundation
+
 HERE = (os.path.dirname(os.path.abspath(__file__)),)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+pytestmark = pytest.mark.foundation
+
 
 def test_gpu_check_refuses_a_machine_without_cuda(capsys):
     """`make gpu-check` must not pass with everything skipped: without CUDA it says so, exit 3."""

@@ -15,6 +15,8 @@ from commbench.results.lock import NAME, FolderBusy, folder_lock
 from commbench.results.trace import chrome_trace, idle_fraction
 from commbench.wire.ledger import Entry
 
+pytestmark = pytest.mark.foundation
+
 
 def test_the_lock_makes_its_folder_and_holds_this_process_s_pid(tmp_path):
     folder = tmp_path / "not" / "yet"

@@ -62,6 +62,7 @@ def test_every_broken_variant_fails_the_contract(world_of, name, broken, size):
             f"{name}: broken variant {broken} ({b.why}) passed at {cfg}"
 
 
+@pytest.mark.foundation
 def test_every_pattern_declares_the_whole_interface():
     for name, p in PATTERNS.items():
         assert p.name == name and p.markers and p.axes
@@ -71,6 +72,7 @@ def test_every_pattern_declares_the_whole_interface():
         assert p.bench_configs(4), f"{name}: nothing for its study to sweep"
 
 
+@pytest.mark.foundation
 def test_calls_match_takes_any_order_and_names_what_differs():
     from commbench.patterns.base import Call, calls_diff, calls_match
 
@@ -84,6 +86,7 @@ def test_calls_match_takes_any_order_and_names_what_differs():
                                             "[('all_reduce', 'tp', 64, 48, 48)]")
 
 
+@pytest.mark.foundation
 @pytest.mark.world(sizes=[2, 4])
 def test_a_timed_pattern_run_takes_its_iterations_after_its_warm_up(world):
     """``iters`` timed samples per rank, whatever ``warmup`` is (the two swapped give 1)."""
@@ -97,6 +100,7 @@ def test_a_timed_pattern_run_takes_its_iterations_after_its_warm_up(world):
     assert [len(o["times"]) for o in outs] == [3] * n
 
 
+@pytest.mark.foundation
 @pytest.mark.world(sizes=[2, 4])
 def test_one_extra_call_of_a_kind_already_booked_fails_the_contract(world):
     """ZeRO-1 gathering its parameters twice holds the right values: only the booked calls,

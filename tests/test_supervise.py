@@ -20,6 +20,8 @@ import pytest
 from commbench.runtime import supervise
 from commbench.world.local.spawn import find_mpiexec, mpi_usable
 
+pytestmark = pytest.mark.faults
+
 needs_mpiexec = pytest.mark.skipif(not mpi_usable(), reason="needs mpi4py and mpiexec")
 SWEEP = ["run", "all_reduce", "-b", "8", "-e", "1M", "-f", "2", "--algo", "native,ring"]
 
