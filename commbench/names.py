@@ -1,15 +1,17 @@
 """The names the command line accepts, without importing torch: collectives, dtypes, reductions,
-and the other tools' names for the same collectives (nccl-tests' binaries, OSU's benchmarks)."""
+and the other tools' names for the same collectives (nccl-tests' binaries, OSU's benchmarks).
+The collectives and their names are their records' (:mod:`commbench.ops`)."""
 
 from __future__ import annotations
+
+from commbench.ops import OPS, benchmarked
 
 __all__ = ["ALIASES", "COLLECTIVES", "DTYPE_NAMES", "ITEMSIZE", "REDOPS", "ROOTED", "UNITS", "canonical",
            "check_dtype", "named", "parse_size", "sizes_between"]
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
-               "gather", "scatter", "sendrecv", "pingpong")
+COLLECTIVES = benchmarked()
 # collectives with a root rank (-r)
-ROOTED = ("broadcast", "reduce", "gather", "scatter")
+ROOTED = tuple(op for op in COLLECTIVES if OPS[op].rooted)
 DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64")
 ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1,
             "int32": 4, "int64": 8}
@@ -39,7 +41,8 @@ def _aliases() -> dict[str, str]:
         flat = op.replace("_", "")  # allreduce, alltoall, sendrecv
         for name in (flat, f"{op}_perf", f"{flat}_perf", f"osu_{flat}", f"osu_{op}"):
             out.setdefault(name, op)
-    out.update(osu_latency="pingpong", osu_bcast="broadcast")  # OSU: half a round trip
+    for op in COLLECTIVES:  # OSU's own names (osu_bcast; osu_latency: half a round trip)
+        out.update(dict.fromkeys(OPS[op].names.osu, op))
     return {k: v for k, v in out.items() if k not in COLLECTIVES}
 
 

@@ -25,11 +25,11 @@ import pytest
 import torch
 
 from commbench.collectives import ALGORITHMS
+from commbench.ops import OPS, split_sizes
 from commbench.timing import verify
 from commbench.verdict import Verdict
 from commbench.wire.comm import Comm
 from commbench.wire.dtypes import DTYPES
-from commbench.wire.ops import OPS, split_sizes
 
 
 class CorruptingComm(Comm):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from commbench.names import parse_size, sizes_between
+from commbench.ops import counts_for
 from commbench.results.busbw import busbw, factor
 from commbench.timing.clock import SampleClock
-from commbench.wire.ops import counts_for
 
 pytestmark = pytest.mark.collectives
 
@@ -15,7 +15,8 @@ pytestmark = pytest.mark.collectives
 ROWS = [("all_reduce", 8, 2 * 7 / 8), ("all_reduce", 1, 0.0), ("all_gather", 4, 0.75),
         ("reduce_scatter", 2, 0.5), ("all_to_all", 8, 7 / 8), ("broadcast", 8, 1.0),
         ("reduce", 3, 1.0), ("scatter", 4, 0.75), ("gather", 8, 7 / 8), ("all_to_allv", 3, 2 / 3),
-        ("sendrecv", 8, 1.0), ("pingpong", 2, 1.0), ("gather", 1, 0.0), ("scatter", 2, 0.5)]
+        ("sendrecv", 8, 1.0), ("pingpong", 2, 1.0), ("gather", 1, 0.0), ("scatter", 2, 0.5),
+        ("barrier", 4, 1.0)]  # barrier: size 0, so its busbw is 0 whatever the factor
 
 
 @pytest.mark.parametrize(("op", "n", "f"), ROWS)
@@ -25,7 +26,7 @@ def test_factors(op, n, f):
 
 def test_every_collective_has_a_factor_row():
     from commbench.names import COLLECTIVES
-    from commbench.wire.ops import OPS
+    from commbench.ops import OPS
 
     with_bus = {o.name for o in OPS.values() if o.bus is not None}
     assert {op for op, _, _ in ROWS} == with_bus >= set(COLLECTIVES)

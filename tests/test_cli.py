@@ -315,7 +315,7 @@ def test_the_default_suite_runs_every_collective_and_algorithm(tmp_path):
     rows = [line.split() for line in out.stdout.splitlines() if line and not line.startswith("#")]
     ops = {r[0] for r in rows}
     assert ops == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
-                   "reduce", "gather", "scatter", "sendrecv", "pingpong"}
+                   "reduce", "gather", "scatter", "sendrecv", "pingpong", "all_to_allv", "barrier"}
     assert all(r[15] == "0" and r[16] == r[17] for r in rows)  # #wrong, sent = predicted
 
 

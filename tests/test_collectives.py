@@ -82,3 +82,54 @@ def test_a_transport_that_cannot_refuses_clearly():
 
     pytest.importorskip("mpi4py")
     assert "MPI has no reduction" in MPIBackend().unsupported("sum", torch.bfloat16)
+
+
+# -- all-to-allv and barrier as the benchmark times them (commbench.timing.native) ---------------
+def _measured(ctx, op, transport, nbytes, reversed_rows=False):
+    """One benchmark row's measurement of ``op`` on this rank; ``reversed_rows``: the broken
+    variant, every member sending its uneven counts to the members in reverse order (the
+    exchange stays consistent, the data lands where the record says it must not)."""
+    from commbench.collectives.measure import Case, measure
+    from commbench.timing import native
+
+    original = native.vsplits
+    if reversed_rows:
+        native.vsplits = lambda n, count: [row[::-1] for row in original(n, count)]
+    try:
+        out = measure(ctx, Case(op, transport, iters=2, warmup=1), nbytes)
+    finally:
+        native.vsplits = original
+    return {k: out[k] for k in ("wrong", "sent", "recv", "pred_sent", "pred_recv", "size", "count")}
+
+
+@pytest.mark.world(sizes=[1, 2, 3, 4])
+@pytest.mark.parametrize("nbytes", [16, 4000, 1 << 16])
+def test_the_benchmarked_all_to_allv_is_exact_and_booked_at_its_uneven_counts(world, nbytes):
+    from commbench.ops import vsplits
+
+    n = world.size
+    for transport in world.transports:
+        outs = world.run(_measured, "all_to_allv", transport, nbytes)
+        count = outs[0]["count"]
+        m = vsplits(n, count)
+        for i, out in enumerate(outs):
+            assert out["wrong"] == 0
+            assert out["sent"] == out["pred_sent"] == (count - m[i][i]) * 4
+            assert out["recv"] == out["pred_recv"] == (sum(m[j][i] for j in range(n))
+                                                       - m[i][i]) * 4
+        assert outs[0]["size"] == count * 4
+
+
+@pytest.mark.world(sizes=[3, 4])
+def test_the_all_to_allv_check_catches_counts_sent_to_the_wrong_members(world):
+    for transport in world.transports:
+        outs = world.run(_measured, "all_to_allv", transport, 4000, True)
+        assert sum(o["wrong"] for o in outs) > 0, transport
+
+
+@pytest.mark.world(sizes=[1, 2, 4])
+def test_the_benchmarked_barrier_moves_nothing_and_has_one_row_of_size_0(world):
+    for transport in world.transports:
+        for out in world.run(_measured, "barrier", transport, 1 << 20):
+            assert out == {"wrong": 0, "sent": 0, "recv": 0, "pred_sent": 0, "pred_recv": 0,
+                           "size": 0, "count": 0}

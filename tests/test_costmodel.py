@@ -184,7 +184,7 @@ def test_native_bytes_terms_against_the_ledger_formula(n, op):
     term is the busiest rank's booked bytes; broadcast and reduce are priced as binomial trees
     (lg n sends of the whole buffer on the critical path) but booked as the bandwidth-optimal
     chain (each rank forwards it once); gather's term is what its root receives."""
-    from commbench.wire.ops import booked
+    from commbench.ops import booked
 
     S = 4 * 16 * n * 3  # bytes, float32, every split even
     count = {"all_gather": S // 4 // n, "gather": S // 4 // n}.get(op, S // 4)

@@ -2,10 +2,11 @@
 function bodies included, and the operators a pattern names as ``"module:attribute"``), and no
 module imports from a floor above its own.
 
-Floors, lowest first: the names every layer shares; the runtime (launchers, groups, errors,
-the supervisor); the wire (comms, ledger, transports, NCCL's rules); the world a rank is given
-(context, local and launched worlds), the timing loop and the result records; the collective
-algorithms; the patterns; the cost model; the studies; the command line and the pytest plugin.
+Floors, lowest first: the names and the collectives' records (commbench.ops) every layer
+shares; the runtime (launchers, groups, errors, the supervisor); the wire (comms, ledger,
+transports, NCCL's rules); the world a rank is given (context, local and launched worlds), the
+timing loop and the result records; the collective algorithms; the patterns; the cost model; the
+studies; the command line and the pytest plugin.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.foundation
 ROOT = os.path.join(os.path.dirname(__file__), "..", "commbench")
 NAMED = re.compile(r"^([a-z_][a-z0-9_.]*):\w*$")  # a pattern's part: "seq.ulysses_comms:s2h"
 NAMING = ("commbench.patterns", "commbench.collectives")  # the packages whose records name parts
-FLOORS = {"names": 0, "version": 0, "verdict": 0, "runtime": 1, "wire": 2, "world": 3, "timing": 3,
+FLOORS = {"names": 0, "ops": 0, "version": 0, "verdict": 0, "runtime": 1, "wire": 2, "world": 3, "timing": 3,
           "results": 3, "collectives": 4, "patterns": 5, "costmodel": 6, "studies": 7, "traces": 7,
           "cli": 8, "pytest_plugin": 8, "__main__": 8, "": 8}
 

@@ -1,7 +1,7 @@
 """The ledger books every op with the exact bytes this rank sends and receives.
 
-Expected bytes are written here by hand from each op's schedule (commbench.wire.ops's docstring),
-independently of commbench.wire.ops's code: closed forms where the count divides, a literal table
+Expected bytes are written here by hand from each op's schedule (commbench.ops's docstring),
+independently of commbench.ops's code: closed forms where the count divides, a literal table
 where it does not, and conservation (what all ranks send, all ranks receive) everywhere.
 """
 

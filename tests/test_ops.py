@@ -1,4 +1,4 @@
-"""The native collectives' records (commbench/wire/ops.py): one per collective, each complete,
+"""The native collectives' records (commbench/ops.py): one per collective, each complete,
 and the expected data made from a record's segments alone."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from commbench.names import COLLECTIVES, ROOTED
+from commbench.ops import OPS, Op, booked, split_sizes
 from commbench.timing import verify
-from commbench.wire.ops import OPS, Op, booked, split_sizes
 
 pytestmark = pytest.mark.collectives
 
@@ -18,8 +18,11 @@ pytestmark = pytest.mark.collectives
 def test_every_collective_has_a_whole_record():
     for op in COLLECTIVES:
         r = OPS[op]
-        assert r.size and r.input in ("whole", "block", "blocks") and r.bus and r.terms, op
-        assert (r.expected is None) == r.one_way == (op == "pingpong"), op
+        assert r.size and r.input in ("whole", "block", "blocks", "none") and r.bus, op
+        # terms for the model study: all but the uneven all-to-allv and the bufferless barrier
+        assert (r.terms is None) == (op in ("all_to_allv", "barrier")), op
+        assert (r.expected is None) == (r.one_way or r.input == "none"), op
+        assert r.one_way == (op == "pingpong") and (r.input == "none") == (op == "barrier")
         assert r.rooted == (op in ROOTED)
     assert [o for o in OPS.values() if o.reduces] == [OPS["all_reduce"], OPS["reduce_scatter"],
                                                       OPS["reduce"]]
@@ -78,7 +81,7 @@ def test_a_record_with_wrong_segments_is_caught(monkeypatch):
 
 
 def test_an_op_without_a_record_is_refused_by_name():
-    from commbench.wire.ops import booked, counts_for
+    from commbench.ops import booked, counts_for
 
     for call in (lambda: booked("fax", 2, 0, 8, 4), lambda: counts_for("fax", 8, 2, 4)):
         with pytest.raises(ValueError, match="op 'fax': no record; known: all_reduce, "):
@@ -163,8 +166,8 @@ def test_whole_numbers_and_the_rules_in_the_errors():
 
 
 def test_busbw_edges_and_errors():
+    from commbench.ops import OPS
     from commbench.results.busbw import algbw, busbw, factor
-    from commbench.wire.ops import OPS
 
     assert algbw(10**9, 1.0) == 1.0 and algbw(10**9, 0.0) == 0.0 and algbw(5, -1.0) == 0.0
     assert busbw("all_gather", 4, 0, 1.0) == 0.0
@@ -173,3 +176,53 @@ def test_busbw_edges_and_errors():
         factor("fax", 4)
     with pytest.raises(ValueError, match="n=0: must be >= 1"):
         factor("all_reduce", 0)
+
+
+def test_every_name_a_record_gives_reads_back_as_that_collective():
+    """The record is the one place a collective's names are written: what a trace, an execution
+    trace, nccl-tests or OSU call it reads back as the record (isend and irecv as the send and
+    receive torch records them as), and the tables the rest of commbench keeps are the records'."""
+    from commbench.costmodel.nccl import OPS as MODELLED
+    from commbench.names import ALIASES, COLLECTIVES, ROOTED, canonical
+    from commbench.runtime.debug import OP_CODES
+    from commbench.traces.calls import op_of
+    from commbench.traces.et import C10D
+    from commbench.traces.recorded import COLLECTIVES as REPLAYED
+    from commbench.traces.write import NAMES
+
+    base = {"isend": "send", "irecv": "recv"}
+    for record in OPS.values():
+        for name in record.names.torch:
+            assert op_of(name) == base.get(record.name, record.name), name
+        for name, _, _ in record.names.c10d:
+            assert C10D[name][0] == record.name
+        for name in record.names.osu:
+            assert canonical(name) == record.name
+        if record.names.torch:
+            assert op_of(NAMES[record.name]) == base.get(record.name, record.name)
+    for op in COLLECTIVES:
+        assert OPS[op].bench and canonical(f"{op}_perf") == op
+    assert set(ALIASES.values()) <= set(COLLECTIVES)
+    assert ROOTED == tuple(op for op in COLLECTIVES if OPS[op].rooted)
+    assert list(OP_CODES) == list(REPLAYED) == [o.name for o in OPS.values() if o.agreed]
+    assert set(MODELLED) == {o.name for o in OPS.values() if o.nccl}
+
+
+def test_the_all_to_allv_counts_are_uneven_whole_and_the_same_on_every_rank():
+    from commbench.ops import WEIGHTS, vsplits
+
+    for n in (1, 2, 3, 4, 8):
+        for count in (0, 1, 7, 1024, 65536):
+            m = vsplits(n, count)
+            assert m == vsplits(n, count)  # every rank computes the same matrix
+            assert all(sum(row) == count and len(row) == n for row in m)
+            if count >= 1024:  # at most WEIGHTS times as much to one member as to another
+                assert all(max(row) <= WEIGHTS * min(row) + WEIGHTS for row in m)
+    assert len({c for row in vsplits(4, 1024) for c in row}) > 4  # uneven, not one split
+    # by hand: one member sends everything to itself
+    assert vsplits(1, 10) == [[10]]
+    # the receive side of member r is column r; its expected data is each sender's block for r
+    m = vsplits(3, 300)
+    segs = OPS["all_to_allv"].expected(1, 3, 300, 0)
+    assert [(r, hi - lo) for _, r, lo, hi in segs] == [(j, m[j][1]) for j in range(3)]
+    assert segs[0][2] == m[0][0]  # sender 0's block for member 1 starts after its block for 0

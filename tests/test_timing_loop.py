@@ -84,5 +84,5 @@ def test_bandwidth_at_its_edges():
     assert busbw("all_reduce", 4, 10**9, 0.5) == pytest.approx(2.0 * 2 * 3 / 4)
     with pytest.raises(ValueError, match="n=0: must be >= 1"):
         factor("all_reduce", 0)
-    with pytest.raises(ValueError, match="op 'barrier': no busbw factor"):
-        factor("barrier", 2)
+    with pytest.raises(ValueError, match="op 'send': no busbw factor"):
+        factor("send", 2)

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from commbench.ops import booked, split_sizes
 from commbench.patterns.run import run_pattern
 from commbench.patterns.seq.configs import AttnConfig, head_ranges, kv_ranges
 from commbench.patterns.seq.ulysses_comms import (
@@ -21,7 +22,6 @@ from commbench.patterns.seq.ulysses_comms import (
     seq_to_head,
 )
 from commbench.runtime.errors import SPMDError
-from commbench.wire.ops import booked, split_sizes
 
 pytestmark = [pytest.mark.ulysses]
 

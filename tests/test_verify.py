@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from commbench.ops import booked
 from commbench.timing.verify import expected, seeded, wrong
-from commbench.wire.ops import booked
 
 pytestmark = pytest.mark.collectives
 

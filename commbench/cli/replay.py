@@ -33,12 +33,12 @@ def rows_of(per_rank: list[list[dict]]) -> tuple[list[dict], list[str]]:
     """One row per recorded call (a collective over its members: per-sample max over them;
     a run of point-to-point calls per rank), and every booking that differs."""
     from commbench.names import ITEMSIZE
+    from commbench.ops import OPS
     from commbench.results.busbw import factor
     from commbench.results.records import summarize_iters
     from commbench.traces.calls import P2P
     from commbench.traces.recorded import Rec
     from commbench.traces.replay import mismatches
-    from commbench.wire.ops import OPS
 
     bad: list[str] = []
     merged: dict[tuple, dict] = {}

@@ -222,7 +222,7 @@ def _check_transports(a, ops: list[str]) -> None:
     bad = [t for t in wanted if t not in have]
     if bad:
         raise UsageError(f"--transport {','.join(bad)}: this world will have {', '.join(have)}")
-    from commbench.wire.ops import OPS
+    from commbench.ops import OPS
 
     reducing = [op for op in ops if OPS[op].reduces]
     if "mpi" in wanted and reducing:

@@ -2,7 +2,7 @@
 record per (collective, algorithm): ``ALGORITHMS[(op, name)]``.
 
 ``native`` is the transport's own collective (gloo's, MPI's, NCCL's): its bytes and terms are
-its record's (:mod:`commbench.wire.ops`). The others are built here from send/recv, every
+its record's (:mod:`commbench.ops`). The others are built here from send/recv, every
 message through the comm layer, one family per file: ``ring``, ``doubling``
 (recursive doubling, Rabenseifner), ``tree`` (binomial broadcast and reduce, the naive
 all-reduce), ``alltoall`` (pairwise, Bruck), ``hierarchical`` (two-level all-reduce over a rank
@@ -19,7 +19,7 @@ from commbench.collectives import alltoall, doubling, hierarchical, ring, tree
 from commbench.collectives.algorithm import Algorithm
 from commbench.collectives.compiled.steps import BROKEN, CHUNKED
 from commbench.names import COLLECTIVES
-from commbench.wire.ops import OPS
+from commbench.ops import OPS
 
 __all__ = ["ALGORITHMS", "Algorithm", "algorithms_of"]
 

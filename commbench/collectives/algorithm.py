@@ -30,7 +30,7 @@ from functools import partial
 from typing import Any
 
 from commbench.names import named
-from commbench.wire.ops import OPS
+from commbench.ops import OPS
 
 __all__ = ["Algorithm", "BrokenAlgorithm", "Step", "any_world", "resolve"]
 

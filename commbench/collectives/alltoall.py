@@ -16,7 +16,7 @@ Shapes: x [sum(in_splits), *] -> out [sum(out_splits), *]; Bruck needs x [P*b, *
 from __future__ import annotations
 
 from commbench.collectives.algorithm import Algorithm
-from commbench.wire.ops import lg
+from commbench.ops import lg
 
 __all__ = ["RECORDS", "bruck_blocks_per_step", "pairwise_elements"]
 

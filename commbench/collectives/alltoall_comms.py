@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 
 from commbench.collectives._p2p import exchange
+from commbench.ops import offsets
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
-from commbench.wire.ops import offsets
 
 __all__ = ["bruck_all_to_all", "pairwise_all_to_all"]
 

@@ -1,7 +1,7 @@
 """How the algorithms built from send/recv pick their blocks and peers, read by both their
 records (bytes, step lists) and their send/recv code: recursive doubling's fold of a
 non-power-of-two group, recursive halving's block ranges, the binomial tree. (The ring's chunks
-are :func:`commbench.wire.ops.split_sizes`.) Pure: no torch."""
+are :func:`commbench.ops.split_sizes`.) Pure: no torch."""
 
 from __future__ import annotations
 

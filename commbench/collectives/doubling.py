@@ -14,7 +14,7 @@ its odd neighbour and sits out, leaving p active members numbered ``new = i // 2
   the current block range on this side of ``new``'s bit, send the other half), then recursive
   doubling all-gather back up. Each active member moves about 2(p-1)/p * S: the large-message one.
 
-Blocks are the p chunks of :func:`commbench.wire.ops.split_sizes`, so any count works.
+Blocks are the p chunks of :func:`commbench.ops.split_sizes`, so any count works.
 Shapes: x [*] -> out [*], the same on every member.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from commbench.collectives.algorithm import Algorithm, Step
 from commbench.collectives.blocks import fold_layout, halving_ranges, member
-from commbench.wire.ops import offsets, split_sizes
+from commbench.ops import offsets, split_sizes
 
 __all__ = ["RECORDS", "doubling_steps", "rabenseifner_steps"]
 

@@ -7,9 +7,9 @@ import torch
 
 from commbench.collectives._p2p import combine, exchange, finish_avg, flat
 from commbench.collectives.blocks import fold_layout, halving_ranges, member
+from commbench.ops import offsets, split_sizes
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
-from commbench.wire.ops import offsets, split_sizes
 
 __all__ = ["rabenseifner_all_reduce", "recursive_doubling_all_reduce"]
 

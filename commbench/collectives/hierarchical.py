@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from commbench.collectives.algorithm import Algorithm
 from commbench.collectives.ring import ar_elements, rs_elements
-from commbench.wire.ops import split_sizes
+from commbench.ops import split_sizes
 
 __all__ = ["LOCAL", "RECORDS"]
 

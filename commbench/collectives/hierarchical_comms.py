@@ -7,9 +7,9 @@ import torch
 
 from commbench.collectives._p2p import flat
 from commbench.collectives.ring_comms import ring_all_gather, ring_all_reduce, ring_reduce_scatter
+from commbench.ops import split_sizes
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
-from commbench.wire.ops import split_sizes
 
 __all__ = ["hierarchical_all_reduce"]
 

@@ -29,13 +29,13 @@ from commbench.collectives import ALGORITHMS
 from commbench.collectives.compiled.schedule import Compiled
 from commbench.collectives.compiled.steps import step_list
 from commbench.names import COLLECTIVES
+from commbench.ops import OPS
 from commbench.timing import verify
 from commbench.timing.loop import timed
 from commbench.timing.native import Prepared, prepare_native, restore
 from commbench.wire.buffers import like
 from commbench.wire.dtypes import DTYPES
 from commbench.wire.ledger import Entry
-from commbench.wire.ops import OPS
 
 __all__ = ["COLLECTIVES", "MEASUREMENT", "Case", "cadence", "measure"]
 

@@ -3,7 +3,7 @@ Their records (bytes, terms, broken variants) and the all-reduce's step list; th
 is :mod:`commbench.collectives.ring_comms`.
 
 The ring of the notes ("Ring All-reduce = Reduce-scatter + All-gather", Patarasuk and Yuan 2009):
-the buffer is cut in P chunks (:func:`commbench.wire.ops.split_sizes`; the first ``count % P`` one
+the buffer is cut in P chunks (:func:`commbench.ops.split_sizes`; the first ``count % P`` one
 element longer, so any count works). Member i sends to i+1 and receives from i-1.
 
 * reduce-scatter, step k = 0..P-2: send the running sum of chunk i-k-1, receive chunk i-k-2 and add
@@ -22,7 +22,7 @@ S - c_{i+1} and receives S - c_i; all-reduce sends 2S - c_i - c_{i+1}: 2(P-1)/P 
 from __future__ import annotations
 
 from commbench.collectives.algorithm import Algorithm, BrokenAlgorithm, Step
-from commbench.wire.ops import offsets, split_sizes
+from commbench.ops import offsets, split_sizes
 
 __all__ = ["RECORDS", "off_by_one_chunks", "ring_steps"]
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import torch
 
 from commbench.collectives._p2p import combine, exchange, finish_avg, flat
+from commbench.ops import offsets, split_sizes
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
-from commbench.wire.ops import offsets, split_sizes
 
 __all__ = ["RING", "RingParts", "ring_all_gather", "ring_all_reduce", "ring_reduce_scatter",
            "skip_last_rs_step"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from commbench.collectives.algorithm import Algorithm, Step
 from commbench.collectives.blocks import tree_children
-from commbench.wire.ops import lg, split_sizes
+from commbench.ops import lg, split_sizes
 
 __all__ = ["RECORDS", "naive_steps"]
 

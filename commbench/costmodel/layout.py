@@ -40,6 +40,7 @@ from commbench.costmodel.flavours import (
 from commbench.costmodel.layout_config import DTYPE, Layout
 from commbench.costmodel.nccl import constants, nccl_predict
 from commbench.costmodel.topology import Topology
+from commbench.ops import OPS, booked
 from commbench.patterns.base import Call
 from commbench.patterns.dp.zero import stage_calls
 from commbench.patterns.moe.configs import MoEConfig
@@ -52,7 +53,6 @@ from commbench.patterns.seq.ulysses import ulysses_calls
 from commbench.patterns.tp.configs import TPConfig
 from commbench.patterns.tp.layer_pattern import activation_calls, replicated_sync
 from commbench.patterns.tp.vocab import VocabConfig
-from commbench.wire.ops import OPS, booked
 
 __all__ = ["Layout", "Priced", "call_time_us", "dp_calls", "group_ranks", "group_span",
            "predict_layout", "step_bytes"]

@@ -21,15 +21,16 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from commbench import ops as op_records
 from commbench.costmodel.topology import Graph, Topology, graphs
-from commbench.wire import ops as op_records
 
 __all__ = ["ALGOS", "PROTOS", "Choice", "constants", "hierarchical_all_reduce", "nccl_predict",
            "nccl_table", "versions"]
 
 ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 PROTOS = ("LL", "LL128", "Simple")
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+# the collectives NCCL's tuning model prices: those whose record says NCCL's ring (Op.nccl)
+OPS = tuple(o.name for o in op_records.OPS.values() if o.nccl)
 
 
 @cache
@@ -62,9 +63,7 @@ def _node_index(nodes: int) -> int:
 
 # per op: the ring's steps over n ranks (NCCL's nsteps), and of those, the steps per node
 # boundary that cross the network (0: a chain, priced per step)
-_STEPS = {"all_reduce": (lambda n: 2 * (n - 1), 2), "all_gather": (lambda n: n - 1, 1),
-          "reduce_scatter": (lambda n: n - 1, 1), "broadcast": (lambda n: n, 0),
-          "reduce": (lambda n: n, 0)}
+_STEPS = {op: op_records.OPS[op].nccl for op in OPS}
 # per algorithm: the ops NCCL runs with it (ring: every op)
 _RUNS = {"tree": {"all_reduce"}, "collnet_direct": {"all_reduce"}, "collnet_chain": {"all_reduce"},
          "nvls": {"all_reduce", "all_gather", "reduce_scatter"},

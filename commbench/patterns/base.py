@@ -71,7 +71,7 @@ class Call:
 
     op: the comm layer's name (``all_reduce``, ``all_to_all``, ``isend``, ...); axis: the group
     axis it runs on; size: bytes of this rank's buffer (the ledger's count x itemsize); sent /
-    recv: bytes this rank sends and receives (:mod:`commbench.wire.ops`).
+    recv: bytes this rank sends and receives (:mod:`commbench.ops`).
     """
 
     op: str

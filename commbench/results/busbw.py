@@ -19,13 +19,13 @@ Tree on two nodes), and it counts one direction.
 
 from __future__ import annotations
 
-from commbench.wire.ops import OPS
+from commbench.ops import OPS
 
 __all__ = ["algbw", "busbw", "factor"]
 
 
 def factor(op: str, n: int) -> float:
-    """nccl-tests' bus factor of ``op`` at ``n`` ranks (:attr:`commbench.wire.ops.Op.bus`)."""
+    """nccl-tests' bus factor of ``op`` at ``n`` ranks (:attr:`commbench.ops.Op.bus`)."""
     record = OPS.get(op)
     if record is None or record.bus is None:
         known = ", ".join(o.name for o in OPS.values() if o.bus is not None)

@@ -17,11 +17,12 @@ import zlib
 
 import torch
 
+from commbench.ops import OPS
+
 __all__ = ["DTYPE_CODES", "OP_CODES", "agree", "fingerprint"]
 
-OP_CODES = {name: k for k, name in enumerate(
-    ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather",
-     "scatter", "barrier"))}
+# the calls members must agree on (Op.agreed), numbered in the records' order
+OP_CODES = {name: k for k, name in enumerate(o.name for o in OPS.values() if o.agreed)}
 DTYPE_CODES = {d: k for k, d in enumerate(
     (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
      torch.int16, torch.int32, torch.int64, torch.bool, torch.float8_e4m3fn, torch.float8_e5m2))}
@@ -48,8 +49,7 @@ def _describe(fp: list[int]) -> str:
         text += f"[{fp[2]}]"
     if fp[3]:
         text += f" op={REDOPS[fp[3]]}"
-    if fp[0] in (OP_CODES["broadcast"], OP_CODES["reduce"], OP_CODES["gather"],
-                 OP_CODES["scatter"]):
+    if fp[0] in ops and OPS[ops[fp[0]]].rooted:
         text += f" root={fp[4]}"
     return text
 

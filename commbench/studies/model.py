@@ -36,7 +36,8 @@ from __future__ import annotations
 import os
 
 from commbench.collectives.measure import Case, cadence, placement
-from commbench.names import sizes_between
+from commbench.names import COLLECTIVES, sizes_between
+from commbench.ops import OPS
 from commbench.results import records as res
 from commbench.results.pieces import or_none
 from commbench.studies.model_judge import (
@@ -202,8 +203,8 @@ def run_model(s: StudySettings, world, transports: list[str], sizes: list[int], 
     from commbench.results.pieces import study_pieces
 
     n = world.size
-    ops = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
-           "gather", "scatter", "sendrecv"] + (["pingpong"] if n >= 2 else [])
+    # every benchmarked collective with alpha-beta terms that a world of n runs
+    ops = [op for op in COLLECTIVES if OPS[op].terms is not None and not OPS[op].needs(n)]
     cases = [(op, algo) for op in ops for algo in algorithms_of(op)
              if not ALGORITHMS[(op, algo)].needs(n)]
     lo = s.lo if s.lo is not None else 4 * KiB

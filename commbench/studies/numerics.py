@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from commbench.collectives import ALGORITHMS
-from commbench.wire.ops import split_sizes
+from commbench.ops import split_sizes
 
 __all__ = ["ALGOS", "DISTRIBUTIONS", "NumericsCase", "bound", "depth", "draw", "judge_numerics",
            "numerics_case"]

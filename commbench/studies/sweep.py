@@ -57,7 +57,7 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
     row's traced call: (label, every rank's entries, every rank's (start, end)).
     """
     from commbench.names import ITEMSIZE
-    from commbench.wire.ops import OPS, counts_for
+    from commbench.ops import OPS, counts_for
 
     n = world.size
     rows = []

@@ -13,10 +13,10 @@ from functools import partial
 
 import torch
 
+from commbench.ops import OPS, vsplits
 from commbench.runtime.group import Group
 from commbench.wire.buffers import like
 from commbench.wire.comm import Comm
-from commbench.wire.ops import OPS
 
 __all__ = ["PREPARE", "Prepared", "prepare_native", "restore"]
 
@@ -77,6 +77,22 @@ def _all_to_all(comm, be, g, redop, root, src, count) -> Prepared:
                     {"in_splits": splits, "out_splits": splits})
 
 
+def _all_to_allv(comm, be, g, redop, root, src, count) -> Prepared:
+    """Uneven counts per peer (:func:`commbench.ops.vsplits`): what this member sends each
+    member, and receives from each."""
+    m = vsplits(g.size, count)
+    ins, outs = m[g.index], [m[j][g.index] for j in range(g.size)]
+    out = like(src, sum(outs))
+    return Prepared(lambda: be.all_to_all(out, src, g, outs, ins), _none,
+                    lambda: comm.all_to_all(src, g, ins, outs), lambda: out,
+                    {"in_splits": ins, "out_splits": outs})
+
+
+def _barrier(comm, be, g, redop, root, src, count) -> Prepared:
+    call = be.bind("barrier", None, None, g) or (lambda: be.barrier(g))
+    return Prepared(call, _none, lambda: comm.barrier(g), lambda: None)
+
+
 def _scatter(comm, be, g, redop, root, src, count) -> Prepared:
     out = like(src, count // g.size)
     s = src if g.index == root else None
@@ -104,7 +120,8 @@ def _none() -> None:
 PREPARE = {"all_reduce": _in_place("all_reduce"), "broadcast": _in_place("broadcast"),
            "reduce": _in_place("reduce"), "all_gather": _all_gather, "gather": _gather,
            "reduce_scatter": _reduce_scatter, "all_to_all": _all_to_all, "scatter": _scatter,
-           "sendrecv": _sendrecv_prepared, "pingpong": _pingpong_prepared}
+           "sendrecv": _sendrecv_prepared, "pingpong": _pingpong_prepared,
+           "all_to_allv": _all_to_allv, "barrier": _barrier}
 
 
 def prepare_native(comm: Comm, g: Group, op: str, redop: str, root: int, src: torch.Tensor,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from commbench.wire.ops import OPS
+from commbench.ops import OPS
 
 __all__ = ["expected", "seeded", "wrong"]
 
@@ -70,7 +70,7 @@ def expected(op: str, seed: int, rank: int, n: int, count: int, dtype: torch.dty
 
     count: elements of each rank's input (for ``scatter``, of the root's whole buffer; for
     ``all_to_all``, of each rank's whole send buffer, split evenly). The parts a rank receives
-    are its op's record's (:attr:`commbench.wire.ops.Op.expected`).
+    are its op's record's (:attr:`commbench.ops.Op.expected`).
     """
     record = OPS.get(op)
     if record is None or record.expected is None:

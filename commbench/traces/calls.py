@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from commbench.ops import OPS
+
 __all__ = ["COLLECTIVE", "DTYPES", "P2P", "Call", "TraceError", "kernel_choice", "op_of", "ranks_of"]
 
 
@@ -26,19 +28,16 @@ class TraceError(ValueError):
     """A trace that cannot be read as one: one line naming the file and what is wrong."""
 
 
-# torch's "Collective name" -> commbench's op (names of torch 2.0 to 2.13's c10d)
-COLLECTIVE = {
-    "allreduce": "all_reduce", "allreduce_coalesced": "all_reduce", "all_reduce": "all_reduce",
-    "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather",
-    "allgather_into_tensor_coalesced": "all_gather", "all_gather_into_tensor": "all_gather",
-    "allgather_coalesced": "all_gather",
-    "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
-    "reduce_scatter_tensor_coalesced": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
-    "all_to_all": "all_to_all", "all_to_allv": "all_to_all", "alltoall": "all_to_all",
-    "alltoall_base": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",
-    "gather": "gather", "scatter": "scatter", "send": "send", "recv": "recv",
-    "barrier": "barrier",
-}
+def _collective_names() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for record in OPS.values():  # the first record to claim a name has it (send before isend)
+        for name in record.names.torch:
+            out.setdefault(name, record.name)
+    return out
+
+
+# torch's "Collective name" -> commbench's op (names of torch 2.0 to 2.13's c10d: Names.torch)
+COLLECTIVE = _collective_names()
 # torch's ScalarType names as the profiler writes them -> (commbench's dtype, bytes)
 DTYPES = {"Float": ("float32", 4), "Double": ("float64", 8), "Half": ("float16", 2),
           "BFloat16": ("bfloat16", 2), "Long": ("int64", 8), "Int": ("int32", 4),
@@ -84,8 +83,8 @@ class Call:
     @property
     def size(self) -> int:
         """nccl-tests' size column, bytes."""
-        elems = {"all_gather": self.out_elems, "gather": self.out_elems,
-                 "reduce_scatter": self.in_elems}.get(self.op, self.in_elems)
+        record = OPS.get(self.op)
+        elems = record.size_elems(self.in_elems, self.out_elems) if record else self.in_elems
         return elems * self.itemsize
 
     def key(self) -> tuple:

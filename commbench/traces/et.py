@@ -21,6 +21,7 @@ import json
 import os
 import re
 
+from commbench.ops import OPS
 from commbench.traces.calls import COLLECTIVE, TraceError
 from commbench.traces.recorded import Rec
 from commbench.traces.stream import events
@@ -30,17 +31,9 @@ __all__ = ["from_et", "is_et"]
 TYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "half": "float16",
          "c10::BFloat16": "bfloat16", "int": "int32", "long int": "int64", "long": "int64",
          "signed char": "int8", "unsigned char": "uint8", "bool": "bool"}
-# c10d op -> (commbench op, index of the input whose elements are booked, index of the peer)
-C10D = {"c10d::allreduce_": ("all_reduce", 0, None),
-        "c10d::allreduce_coalesced_": ("all_reduce", 0, None),
-        "c10d::_allgather_base_": ("all_gather", 1, None), "c10d::allgather_": ("all_gather", 1, None),
-        "c10d::reduce_scatter_": ("reduce_scatter", 1, None),
-        "c10d::allgather_into_tensor_coalesced_": ("all_gather", 1, None),
-        "c10d::_reduce_scatter_base_": ("reduce_scatter", 1, None),
-        "c10d::reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1, None),
-        "c10d::alltoall_base_": ("all_to_all", 1, None), "c10d::broadcast_": ("broadcast", 0, None),
-        "c10d::reduce_": ("reduce", 0, None), "c10d::send": ("send", 0, 2),
-        "c10d::recv_": ("recv", 0, 2), "c10d::barrier": ("barrier", None, None)}
+# c10d op -> (commbench op, index of the input whose elements are booked, index of the peer):
+# the records' Names.c10d
+C10D = {name: (o.name, arg, peer) for o in OPS.values() for name, arg, peer in o.names.c10d}
 
 
 def is_et(path: str) -> bool:

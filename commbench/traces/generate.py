@@ -16,13 +16,13 @@ import json
 import os
 from dataclasses import dataclass
 
+from commbench.ops import OPS
 from commbench.results.busbw import factor
 from commbench.traces.calls import DTYPES, op_of
 
 __all__ = ["Planned", "expected", "generate"]
 
-KERNEL = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter",
-          "broadcast": "Broadcast", "reduce": "Reduce"}
+KERNEL = {o.name: o.names.kernel for o in OPS.values() if o.nccl}
 SHORT = {"Float": "f32", "BFloat16": "bf16", "Half": "f16", "Double": "f64", "Long": "i64",
          "Int": "i32", "Char": "i8", "Byte": "u8"}
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from commbench.names import DTYPE_NAMES
+from commbench.ops import OPS
 from commbench.traces.calls import P2P, TraceError
 
 __all__ = ["Rec", "check", "from_audit", "from_traces", "scale"]
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
-               "gather", "scatter", "barrier")
+# what a replay re-issues as one collective: the calls every member makes alike (Op.agreed)
+COLLECTIVES = tuple(o.name for o in OPS.values() if o.agreed)
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ import math
 import re
 
 from commbench.costmodel.topology import Topology, load
+from commbench.ops import OPS, booked
 from commbench.traces.analysis import Matched
 from commbench.traces.calls import P2P, Call, TraceError
 from commbench.traces.kineto import RankTrace
 from commbench.wire.ledger import Entry
-from commbench.wire.ops import OPS, booked
 
 __all__ = ["add_baseline", "add_model", "as_entries", "guess_topology", "topology"]
 

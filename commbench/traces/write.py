@@ -13,29 +13,22 @@ from __future__ import annotations
 
 import json
 
+from commbench.ops import OPS
 from commbench.traces.calls import DTYPES
 from commbench.wire.ledger import Entry
 from commbench.wire.steps import step_of
 
 __all__ = ["NAMES", "kineto_traces"]
 
-# commbench's op -> the Collective name torch 2.13 records for it
-NAMES = {"all_reduce": "allreduce", "all_gather": "_allgather_base",
-         "reduce_scatter": "_reduce_scatter_base", "all_to_all": "all_to_allv",
-         "broadcast": "broadcast", "reduce": "reduce", "gather": "gather", "scatter": "scatter",
-         "send": "send", "isend": "send", "recv": "recv", "irecv": "recv", "barrier": "barrier"}
+# commbench's op -> the Collective name torch 2.13 records for it (the first of Names.torch)
+NAMES = {o.name: o.names.torch[0] for o in OPS.values() if o.names.torch}
 TORCH_DTYPES = {name: key for key, (name, _) in DTYPES.items()}
 
 
 def _elems(e: Entry) -> tuple[int, int]:
-    n = len(e.group)
-    if e.op in ("all_gather", "gather"):
-        return e.count, e.count * n
-    if e.op in ("reduce_scatter", "scatter"):
-        return e.count, e.count // n
-    if e.op == "all_to_all" and e.splits:
+    if OPS[e.op].split and e.splits:
         return sum(e.splits[0]), sum(e.splits[1])
-    return e.count, e.count
+    return OPS[e.op].call_elems(e.count, len(e.group))
 
 
 def kineto_traces(per_rank: list[list[tuple]]) -> list[dict]:

@@ -7,7 +7,7 @@ transport is chosen when the ``Comm`` is made, the group is passed to every call
    anything is sent (a bad call never reaches the wire, so it cannot hang the others),
 2. tells the tracker which op it enters (so a hang can be named from outside),
 3. runs the transport's op and books an :class:`~commbench.wire.ledger.Entry` with its bytes
-   (:func:`commbench.wire.ops.booked`) and wall time.
+   (:func:`commbench.ops.booked`) and wall time.
 
 Conventions: tensors are split and joined along dim 0; roots and peers are positions within the
 group; inputs are never modified unless ``inplace=True`` is asked for; ``avg`` is a sum divided by
@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from commbench.ops import booked
 from commbench.runtime.debug import OP_CODES, agree, fingerprint
 from commbench.runtime.group import Group
 from commbench.runtime.status import Tracker
@@ -38,7 +39,6 @@ from commbench.wire.checks import (
     work_buffer,
 )
 from commbench.wire.ledger import Ledger
-from commbench.wire.ops import booked
 from commbench.wire.p2p import PointToPoint
 from commbench.wire.posts import Posts
 from commbench.wire.transport import Work

@@ -2,7 +2,7 @@
 
 An :class:`Entry` is one call on one rank: the op, the group (its global ranks, and its axis
 name), the transport,
-dtype, element count, the bytes this rank sent and received (see :mod:`commbench.wire.ops` for how a
+dtype, element count, the bytes this rank sent and received (see :mod:`commbench.ops` for how a
 native collective is booked) and the wall time of the call on this rank (on NCCL the time to
 enqueue it: the call returns before the GPU runs it). The comm layer writes
 entries; :mod:`commbench.wire.watch` writes them for third-party code that calls torch.distributed.

@@ -2,7 +2,7 @@
 
 ``with watch(ledger): model(x).sum().backward()`` books every collective and point-to-point call
 that torch's own tensor parallelism, FSDP2, DTensor, a Megatron or DeepSpeed layer makes, with the
-same fields and byte conventions as commbench's comm layer (:mod:`commbench.wire.ops`).
+same fields and byte conventions as commbench's comm layer (:mod:`commbench.ops`).
 
 How: a ``TorchDispatchMode``. Every torch.distributed entry point ends in one dispatcher op: the
 c10d ops behind ``dist.all_reduce``, ``all_gather_into_tensor`` and the rest (``c10d.allreduce_``,
@@ -35,10 +35,10 @@ import time
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from commbench.ops import booked
 from commbench.wire import steps
 from commbench.wire.ledger import Ledger
 from commbench.wire.modules import module_tracker, origin
-from commbench.wire.ops import booked
 from commbench.wire.watch_rules import RULES, first_tensor, pg_of, ranks_of, redop_name
 
 __all__ = ["quiet", "watch"]

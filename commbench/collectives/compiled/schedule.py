@@ -43,10 +43,10 @@ from commbench.collectives.algorithm import Step
 from commbench.collectives.compiled.reduce import reducer, tiny_reducer
 from commbench.collectives.compiled.steps import SPLIT, pieces, step_list
 from commbench.collectives.compiled.waiting import checked, wait_mode, waiter
+from commbench.ops import split_sizes
 from commbench.runtime.group import Group
 from commbench.wire.buffers import like
 from commbench.wire.checks import check_op, dtype_name
-from commbench.wire.ops import split_sizes
 from commbench.wire.watch import quiet
 
 __all__ = ["COMPILED", "Compiled", "CompiledParts", "MPI_SEGMENT", "SPLIT", "compiled_all_reduce",

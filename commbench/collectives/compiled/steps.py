@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from commbench.collectives import doubling, ring, tree
 from commbench.collectives.algorithm import BrokenAlgorithm, Step
-from commbench.wire.ops import split_sizes
+from commbench.ops import split_sizes
 
 __all__ = ["BROKEN", "CHUNKED", "SCHEDULES", "SPLIT", "pieces", "step_list"]
 

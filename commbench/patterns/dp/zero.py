@@ -8,9 +8,9 @@ dp/zero_comms.py; the oracle: dp/zero_model.py; the config: dp/configs.py.
 from __future__ import annotations
 
 from commbench.names import ITEMSIZE
+from commbench.ops import booked
 from commbench.patterns.base import Broken, Call, Pattern, Tolerance, drawn
 from commbench.patterns.dp.configs import STAGES, ZeroConfig, flat_size
-from commbench.wire.ops import booked
 
 __all__ = ["Zero", "pad_to", "stage_calls", "zero_calls"]
 

@@ -19,9 +19,9 @@ Per step, with L = E/P local experts, C' = C/t, e bytes per element:
 from __future__ import annotations
 
 from commbench.names import ITEMSIZE
+from commbench.ops import booked
 from commbench.patterns.base import Broken, Call, Pattern, Tolerance, drawn
 from commbench.patterns.moe.configs import MoEConfig, group_capacity, span
-from commbench.wire.ops import booked
 
 __all__ = ["ExpertParallel", "moe_calls"]
 

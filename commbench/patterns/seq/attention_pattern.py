@@ -11,9 +11,9 @@ ring attention's: seq/ring_attention.py.
 from __future__ import annotations
 
 from commbench.names import ITEMSIZE
+from commbench.ops import booked
 from commbench.patterns.base import Call, Pattern, Tolerance, drawn, float32_references
 from commbench.patterns.seq.configs import AttnConfig
-from commbench.wire.ops import booked
 
 __all__ = ["ATTN_MODELS", "AttentionPattern", "attn_configs", "example", "naive_calls"]
 

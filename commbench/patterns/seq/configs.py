@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from commbench.names import check_dtype
-from commbench.wire.ops import split_sizes
+from commbench.ops import split_sizes
 
 __all__ = ["AttnConfig", "Ranges", "head_ranges", "kv_ranges", "projection_chunk",
            "projection_numel"]

@@ -13,10 +13,10 @@ GQA: each of the 8 moves (P-1)/P^2 * b s H d elements per rank.
 from __future__ import annotations
 
 from commbench.names import ITEMSIZE
+from commbench.ops import booked
 from commbench.patterns.base import Broken, Call
 from commbench.patterns.seq.attention_pattern import ATTN_MODELS, AttentionPattern, example
 from commbench.patterns.seq.configs import AttnConfig, head_ranges, kv_ranges
-from commbench.wire.ops import booked
 
 __all__ = ["Ulysses", "ulysses_calls"]
 

@@ -13,12 +13,12 @@ ZeRO-3's gather and reduce-scatter to Ulysses' (seq/ulysses.py).
 from __future__ import annotations
 
 from commbench.names import ITEMSIZE
+from commbench.ops import booked
 from commbench.patterns.base import Broken, Call, Pattern, float32_references
 from commbench.patterns.dp.zero import pad_to
 from commbench.patterns.seq.attention_pattern import TOLERANCE, attn_configs, naive_calls
 from commbench.patterns.seq.configs import AttnConfig, projection_chunk
 from commbench.patterns.seq.ulysses import ulysses_calls
-from commbench.wire.ops import booked
 
 __all__ = ["UlyssesZero3"]
 

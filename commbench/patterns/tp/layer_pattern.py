@@ -19,6 +19,7 @@ the layer, 1 for the MLP block):
 from __future__ import annotations
 
 from commbench.names import ITEMSIZE
+from commbench.ops import booked
 from commbench.patterns.base import Call, Pattern, Tolerance, drawn, float32_references
 from commbench.patterns.tp.configs import (
     MODELS,
@@ -28,7 +29,6 @@ from commbench.patterns.tp.configs import (
     param_sizes,
     replicated,
 )
-from commbench.wire.ops import booked
 
 __all__ = ["TOLERANCE", "LayerPattern", "activation_calls", "ddp_calls", "replicated_sync",
            "tp_calls", "tp_configs"]

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from commbench.names import ITEMSIZE, check_dtype
+from commbench.ops import booked
 from commbench.patterns.base import Broken, Call, Pattern, drawn, float32_references
 from commbench.patterns.tp.layer_pattern import TOLERANCE
-from commbench.wire.ops import booked
 
 __all__ = ["VocabConfig", "VocabHead"]
 

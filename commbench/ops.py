@@ -1,7 +1,10 @@
 """The native collectives, one :class:`Op` record each, as nccl-tests keeps one file per
 collective (its byte count, its data, its bandwidth): what a requested size means, the bytes a
-rank moves, nccl-tests' bus factor, the alpha-beta terms of the transport's own schedule, and the
-exact result a rank must hold. Pure: no torch here, so that prediction imports none.
+rank moves, nccl-tests' bus factor, the alpha-beta terms of the transport's own schedule, the
+exact result a rank must hold, NCCL's ring steps for its tuning model, and its names in the other
+tools (:class:`Names`: torch's profiler and execution traces, NCCL's kernels, nccl-tests, OSU).
+Every other module asks the record; none spells the list of collectives again. Pure: no torch
+here, so that prediction imports none.
 
 Bytes booked for a transport's own call are those of the bandwidth-optimal schedule NCCL runs for
 large messages, per rank and exactly, also when the count does not divide by the group size:
@@ -30,9 +33,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from commbench.names import ROOTED
-
-__all__ = ["OPS", "Op", "booked", "counts_for", "lg", "offsets", "split_sizes"]
+__all__ = ["OPS", "Names", "Op", "benchmarked", "booked", "counts_for", "lg", "offsets",
+           "split_sizes", "vsplits"]
 
 Segment = tuple[str, "int | None", int, int]
 
@@ -63,19 +65,45 @@ def lg(n: int) -> int:
 
 
 @dataclass(frozen=True)
+class Names:
+    """What other tools call a collective.
+
+    torch: the ``Collective name`` values torch's ``record_param_comms`` writes for it (torch
+    2.0 to 2.13), the first the one torch 2.13 writes; c10d: its dispatcher ops in an execution
+    trace (``c10d::allreduce_``), each with the index of the input whose elements are booked and
+    of the peer (None: none); kernel: the word of NCCL's kernel name
+    (``ncclDevKernel_AllReduce_...``); nccl_tests: the nccl-tests binary; osu: OSU's benchmark
+    names that do not follow from the collective's (``osu_bcast``). The flat spellings
+    (``allreduce``, ``all_reduce_perf``, ``osu_allreduce``) follow from the name itself
+    (:data:`commbench.names.ALIASES`).
+    """
+
+    torch: tuple[str, ...] = ()
+    c10d: tuple[tuple[str, int | None, int | None], ...] = ()
+    kernel: str = ""
+    osu: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Op:
     """One native collective.
 
     size: what nccl-tests' size column holds for it; input: how a requested size becomes each
-    rank's input, ``whole`` (the buffer), ``block`` (one rank's block: all-gather, gather) or
-    ``blocks`` (one block per member: reduce-scatter, all-to-all, scatter);
+    rank's input, ``whole`` (the buffer), ``block`` (one rank's block: all-gather, gather),
+    ``blocks`` (one block per member: reduce-scatter, all-to-all, scatter) or ``none`` (no
+    buffer: barrier);
     elements(n, i, count, root, in_splits, out_splits, row): elements member i sends and
     receives in one call; bus(n): nccl-tests' busbw factor; terms(n, S): steps, bytes sent and
     bytes reduced on the critical path of the transport's own schedule (MPICH's and gloo's:
     bandwidth-optimal at log latency); expected(rank, n, count, root): segments (above);
     one_way: a sample is a round trip, reported halved (OSU's latency); ranks: the fewest it
     runs on; reduces: it takes a reduction (``-o``); split: its buffers go out in one split per
-    member (all-to-all); rooted: it takes a root (``-r``; :data:`commbench.names.ROOTED`).
+    member (all-to-all); rooted: it takes a root (``-r``); agreed: every member of the group
+    calls it alike, so debug mode checks that they agree before it starts and a replay re-issues
+    it as one collective; bench: ``commbench run`` times it (``-b``..``-e``; the others are
+    booked when the comm layer issues them); nccl: NCCL's ring for its tuning model, (the
+    ring's steps over n ranks, the steps per node boundary that cross the network; 0: a chain,
+    priced per step), None where the tuning model has none; names: :class:`Names`.
     """
 
     name: str
@@ -89,10 +117,11 @@ class Op:
     ranks: int = 1
     reduces: bool = False
     split: bool = False
-
-    @property
-    def rooted(self) -> bool:
-        return self.name in ROOTED
+    rooted: bool = False
+    agreed: bool = False
+    bench: bool = False
+    nccl: tuple[Callable[[int], int], int] | None = None
+    names: Names = Names()
 
     def needs(self, n: int) -> str:
         """Why a group of ``n`` cannot run it ('' when it can)."""
@@ -103,11 +132,26 @@ class Op:
         size; split collectives round each rank's block down to a multiple of 16 bytes, as
         nccl-tests does."""
         elems = nbytes // itemsize
+        if self.input == "none":
+            return 0, 0
         if self.input == "whole":
             return elems, elems * itemsize
         align = max(16 // itemsize, 1)
         block = (elems // n) // align * align
         return (block if self.input == "block" else block * n), block * n * itemsize
+
+    def size_elems(self, in_elems: int, out_elems: int) -> int:
+        """nccl-tests' size column in elements, from a call's input and output elements: the
+        whole output where the input is one rank's block, else the input."""
+        return out_elems if self.input == "block" else in_elems
+
+    def call_elems(self, count: int, n: int) -> tuple[int, int]:
+        """(input, output) elements of one equal-split call whose input has ``count``."""
+        if self.input == "block":
+            return count, count * n
+        if self.input == "blocks" and not self.split:
+            return count, count // n
+        return count, count
 
 
 def _all_reduce(n, i, count, **kw):
@@ -170,48 +214,126 @@ def _block(rank: int, n: int, count: int) -> tuple[int, int]:
     return rank * (count // n), (rank + 1) * (count // n)
 
 
+VSEED = 0x5EED
+WEIGHTS = 8
+
+
+def _weight(seed: int, n: int, i: int, j: int) -> int:
+    """A weight in 1..WEIGHTS from (seed, n, i, j): splitmix64's finaliser over their mix."""
+    z = (seed * 0x9E3779B97F4A7C15 + n * 0xBF58476D1CE4E5B9 + i * 0x94D049BB133111EB + j + 1) \
+        & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (z ^ (z >> 31)) % WEIGHTS + 1
+
+
+def vsplits(n: int, count: int, seed: int = VSEED) -> list[list[int]]:
+    """The benchmarked all-to-allv's uneven counts: ``m[i][j]`` elements member i sends member
+    j. Each member's send of ``count`` elements is cut over the n members in proportion to
+    weights drawn uniformly from 1..WEIGHTS (at most 8 times as much to one peer as to another,
+    as a skewed MoE router's tokens per expert), each rank's draws seeded by (seed, n, i, j):
+    every rank computes the whole matrix alone. The cut is floor(count * w / sum(w)), the
+    remainder one element each to the first members. Every member sends ``count``; what each
+    receives differs."""
+    out = []
+    for i in range(n):
+        w = [_weight(seed, n, i, j) for j in range(n)]
+        cut = [count * wj // sum(w) for wj in w]
+        for j in range(count - sum(cut)):
+            cut[j] += 1
+        out.append(cut)
+    return out
+
+
+def _vsplit_elements(n, i, count, *, in_splits=None, out_splits=None, row=1, **kw):
+    """all_to_allv: the given splits (a trace's, the comm layer's), else :func:`vsplits`."""
+    if in_splits is None and out_splits is None:
+        m = vsplits(n, count)
+        in_splits, out_splits = m[i], [m[j][i] for j in range(n)]
+    return _all_to_all(n, i, count, in_splits=in_splits, out_splits=out_splits, row=row)
+
+
+def _vsplit_expected(rank: int, n: int, count: int, root: int) -> list[Segment]:
+    """What member ``rank`` holds after the benchmarked all-to-allv: member j's block for it."""
+    m = vsplits(n, count)
+    return [("input", j, offsets(m[j])[rank], offsets(m[j])[rank + 1]) for j in range(n)]
+
+
 _HALF = lambda n: (n - 1) / n  # noqa: E731
 _ONE = lambda n: 1.0  # noqa: E731
+_N = lambda n: n  # noqa: E731
 _RECORDS = [
     Op("all_reduce", "one rank's buffer", "whole", _all_reduce, lambda n: 2 * (n - 1) / n,
        lambda n, S: (2 * lg(n), 2 * (n - 1) / n * S, (n - 1) / n * S),
-       lambda rank, n, count, root: [("reduced", None, 0, count)], reduces=True),
+       lambda rank, n, count, root: [("reduced", None, 0, count)], reduces=True, agreed=True,
+       bench=True, nccl=(lambda n: 2 * (n - 1), 2),
+       names=Names(("allreduce", "allreduce_coalesced", "all_reduce"),
+                   (("c10d::allreduce_", 0, None), ("c10d::allreduce_coalesced_", 0, None)),
+                   "AllReduce")),
     Op("all_gather", "the whole output", "block", _ring, _HALF,
-       lambda n, S: (lg(n), (n - 1) / n * S, 0.0), _inputs),
+       lambda n, S: (lg(n), (n - 1) / n * S, 0.0), _inputs, agreed=True, bench=True,
+       nccl=(lambda n: n - 1, 1),
+       names=Names(("_allgather_base", "allgather", "all_gather",
+                    "allgather_into_tensor_coalesced", "all_gather_into_tensor",
+                    "allgather_coalesced"),
+                   (("c10d::_allgather_base_", 1, None), ("c10d::allgather_", 1, None),
+                    ("c10d::allgather_into_tensor_coalesced_", 1, None)), "AllGather")),
     Op("reduce_scatter", "the whole input", "blocks", _reduce_scatter, _HALF,
        lambda n, S: (lg(n), (n - 1) / n * S, (n - 1) / n * S),
        lambda rank, n, count, root: [("reduced", None, *_block(rank, n, count))],
-       reduces=True),
+       reduces=True, agreed=True, bench=True, nccl=(lambda n: n - 1, 1),
+       names=Names(("_reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor_coalesced",
+                    "reduce_scatter_tensor"),
+                   (("c10d::reduce_scatter_", 1, None), ("c10d::_reduce_scatter_base_", 1, None),
+                    ("c10d::reduce_scatter_tensor_coalesced_", 1, None)), "ReduceScatter")),
     Op("all_to_all", "one rank's whole send", "blocks", _all_to_all, _HALF,
        lambda n, S: (n - 1, (n - 1) / n * S, 0.0),
        lambda rank, n, count, root: _inputs(rank, n, count, root, *_block(rank, n, count)),
-       split=True),
+       split=True, agreed=True, bench=True,
+       names=Names(("all_to_allv", "all_to_all", "alltoall", "alltoall_base"),
+                   (("c10d::alltoall_base_", 1, None),))),
     Op("broadcast", "one rank's buffer", "whole", _broadcast, _ONE,
        lambda n, S: (lg(n), lg(n) * S, 0.0),
-       lambda rank, n, count, root: [("input", root, 0, count)]),
+       lambda rank, n, count, root: [("input", root, 0, count)], rooted=True, agreed=True,
+       bench=True, nccl=(_N, 0),
+       names=Names(("broadcast",), (("c10d::broadcast_", 0, None),), "Broadcast", ("osu_bcast",))),
     Op("reduce", "one rank's buffer", "whole", _reduce, _ONE,
        lambda n, S: (lg(n), lg(n) * S, lg(n) * S),
        lambda rank, n, count, root: [("reduced", None, 0, count)] if rank == root else None,
-       reduces=True),
+       reduces=True, rooted=True, agreed=True, bench=True, nccl=(_N, 0),
+       names=Names(("reduce",), (("c10d::reduce_", 0, None),), "Reduce")),
     Op("gather", "the whole output", "block", _gather, _HALF,
        lambda n, S: (lg(n), (n - 1) / n * S, 0.0),
-       lambda rank, n, count, root: _inputs(rank, n, count, root) if rank == root else None),
+       lambda rank, n, count, root: _inputs(rank, n, count, root) if rank == root else None,
+       rooted=True, agreed=True, bench=True, names=Names(("gather",))),
     Op("scatter", "the root's whole send", "blocks", _scatter, _HALF,
        lambda n, S: (lg(n), (n - 1) / n * S, 0.0),
-       lambda rank, n, count, root: [("input", root, *_block(rank, n, count))]),
+       lambda rank, n, count, root: [("input", root, *_block(rank, n, count))], rooted=True,
+       agreed=True, bench=True, names=Names(("scatter",))),
     Op("sendrecv", "one rank's buffer", "whole", _sendrecv, _ONE, lambda n, S: (1, S, 0.0),
-       lambda rank, n, count, root: [("input", (rank - 1) % n, 0, count)]),
+       lambda rank, n, count, root: [("input", (rank - 1) % n, 0, count)], bench=True),
     Op("pingpong", "one rank's buffer", "whole", _pingpong, _ONE, lambda n, S: (1, S, 0.0),
-       one_way=True, ranks=2),
+       one_way=True, ranks=2, bench=True, names=Names(osu=("osu_latency",))),
+    Op("all_to_allv", "one rank's whole send", "blocks", _vsplit_elements, _HALF,
+       expected=_vsplit_expected, split=True, bench=True),
+    Op("barrier", "nothing: no buffer", "none", lambda n, i, count, **kw: (0, 0), _ONE,
+       agreed=True, bench=True,
+       names=Names(("barrier",), (("c10d::barrier", None, None),))),
     # the comm layer's other calls: booked, never benchmarked on their own
-    Op("all_to_allv", "one rank's whole send", "blocks", _all_to_all, _HALF, split=True),
-    Op("send", "", "whole", lambda n, i, count, **kw: (count, 0)),
-    Op("isend", "", "whole", lambda n, i, count, **kw: (count, 0)),
-    Op("recv", "", "whole", lambda n, i, count, **kw: (0, count)),
-    Op("irecv", "", "whole", lambda n, i, count, **kw: (0, count)),
-    Op("barrier", "", "whole", lambda n, i, count, **kw: (0, 0)),
+    Op("send", "", "whole", lambda n, i, count, **kw: (count, 0),
+       names=Names(("send",), (("c10d::send", 0, 2),))),
+    # isend/irecv: torch records them as send/recv (a trace's "send" reads back as send)
+    Op("isend", "", "whole", lambda n, i, count, **kw: (count, 0), names=Names(("send",))),
+    Op("recv", "", "whole", lambda n, i, count, **kw: (0, count),
+       names=Names(("recv",), (("c10d::recv_", 0, 2),))),
+    Op("irecv", "", "whole", lambda n, i, count, **kw: (0, count), names=Names(("recv",))),
 ]
 OPS: dict[str, Op] = {o.name: o for o in _RECORDS}
+
+
+def benchmarked() -> tuple[str, ...]:
+    """The collectives ``commbench run`` times, in the records' order."""
+    return tuple(o.name for o in _RECORDS if o.bench)
 
 
 def op_record(op: str) -> Op:
