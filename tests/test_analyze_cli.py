@@ -10,11 +10,11 @@ import os
 
 import pytest
 from said import said
+from trace_generator import Planned, generate
 
 from commbench.cli.main import main
 from commbench.costmodel.nccl import nccl_predict
 from commbench.costmodel.topology import load as load_topology
-from commbench.traces.generate import Planned, generate
 
 pytestmark = pytest.mark.traces
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from thread_world import run_threads
 
 from commbench.collectives import ALGORITHMS
 from commbench.patterns.device import device_guard
@@ -17,7 +18,6 @@ from commbench.timing import verify
 from commbench.wire.comm import Comm
 from commbench.wire.nccl_rules import check
 from commbench.wire.posts import Posts
-from commbench.wire.transport.threads import run_threads
 
 pytestmark = [pytest.mark.foundation, pytest.mark.collectives]
 

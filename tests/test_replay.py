@@ -203,7 +203,7 @@ def test_torch_s_execution_trace_of_an_example_gives_the_audit_s_calls(tmp_path)
 
 @pytest.mark.world(sizes=[2, 4])
 def test_a_replay_of_a_generated_nccl_job_books_exactly_its_calls(world, tmp_path):
-    from commbench.traces.generate import Planned, generate
+    from trace_generator import Planned, generate
 
     _need_two(world)
     n = world.size

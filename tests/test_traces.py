@@ -10,11 +10,11 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from trace_generator import Planned, expected, generate
 
 from commbench.traces import analysis, calls, kineto, stream
 from commbench.traces.analysis import match, per_step
 from commbench.traces.calls import TraceError, kernel_choice
-from commbench.traces.generate import Planned, expected, generate
 from commbench.traces.job import load
 
 pytestmark = pytest.mark.traces
