@@ -110,3 +110,9 @@ def test_one_extra_call_of_a_kind_already_booked_fails_the_contract(world):
     problems = check(world, pattern, cfg, "zero1", 5, "parameters_gathered_twice")
     assert problems and all("booked but not predicted [('all_gather'" in p for p in problems), \
         problems
+
+
+@pytest.mark.foundation
+def test_every_pattern_lives_in_a_module_of_its_name():
+    for name, pattern in PATTERNS.items():
+        assert type(pattern).__module__.rsplit(".", 1)[1] == name, (name, type(pattern).__module__)

@@ -11,7 +11,8 @@ from commbench.patterns.pp.pp import Pipeline
 from commbench.patterns.seq.ring_attention import RingAttention
 from commbench.patterns.seq.ulysses import Ulysses
 from commbench.patterns.seq.ulysses_zero3 import UlyssesZero3
-from commbench.patterns.tp.tp_layer import TPMLP, TPLayer
+from commbench.patterns.tp.tp_layer import TPLayer
+from commbench.patterns.tp.tp_mlp import TPMLP
 from commbench.patterns.tp.vocab import VocabHead
 
 __all__ = ["PATTERNS", "get", "select"]

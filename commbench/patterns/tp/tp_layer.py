@@ -1,5 +1,5 @@
-"""Megatron tensor (and sequence) parallelism as patterns: ``tp_layer``, the transformer layer,
-and ``tp_mlp``, its MLP block alone (the layer's predicted calls and tolerance:
+"""Megatron tensor (and sequence) parallelism as a pattern: ``tp_layer``, the transformer layer
+(its MLP block alone: tp/tp_mlp.py; the layer's predicted calls and tolerance:
 tp/layer_pattern.py; the column- and row-parallel linears, the step and the broken parts:
 tp/tp_layer_comms.py; f and g and the SP all-gather / reduce-scatter: tp/mappings.py; the
 config: tp/configs.py; the oracle: tp/model.py)."""
@@ -10,10 +10,10 @@ from commbench.patterns.base import Broken
 from commbench.patterns.tp.configs import TPConfig
 from commbench.patterns.tp.layer_pattern import LayerPattern
 
-__all__ = ["TPLayer", "TPMLP"]
+__all__ = ["TPLayer", "example_configs"]
 
 
-def _example(P: int) -> list[TPConfig]:
+def example_configs(P: int) -> list[TPConfig]:
     return [TPConfig(batch=2, seq=2 * P, hidden=4 * P, ffn=2 * P, heads=P, vocab=2 * P, tp=P,
                      dtype=dtype) for dtype in ("float64", "float32")]
 
@@ -24,23 +24,10 @@ class TPLayer(LayerPattern):
     name, markers = "tp_layer", ("tp", "sp")
     broken = (
         Broken("f_without_all_reduce", "tp", {"f": "tp.tp_layer_comms:copy_without_all_reduce"},
-               "f whose backward forgets the all-reduce", _example),
+               "f whose backward forgets the all-reduce", example_configs),
         Broken("heads_off_by_one", "tp", {"shard": "tp.tp_layer_comms:heads_off_by_one"},
-               "attention heads sharded one head too far", _example),
+               "attention heads sharded one head too far", example_configs),
         Broken("no_replicated_sync", "sp", {"sync_replicated": "tp.tp_layer_comms:no_replicated_sync"},
-               "SP without the TP sum of LayerNorm and row-bias gradients", _example),
+               "SP without the TP sum of LayerNorm and row-bias gradients", example_configs),
     )
 
-
-class TPMLP(LayerPattern):
-    """The MLP block alone: column-parallel, GELU, row-parallel, between f and g (Shoeybi 2019
-    §3, Fig. 3a)."""
-
-    name, markers = "tp_mlp", ("tp", "sp")
-    mlp_only = True
-    broken = (
-        Broken("f_without_all_reduce", "tp", {"f": "tp.tp_layer_comms:copy_without_all_reduce"},
-               "f whose backward forgets the all-reduce", _example),
-        Broken("no_replicated_sync", "sp", {"sync_replicated": "tp.tp_layer_comms:no_replicated_sync"},
-               "SP without the TP sum of LayerNorm and row-bias gradients", _example),
-    )

@@ -1,0 +1,25 @@
+"""Megatron's MLP block alone as a pattern, ``tp_mlp``: column-parallel linear, GELU,
+row-parallel linear, between f and g (its record is the layer's: tp/layer_pattern.py with
+``mlp_only``; the operators: tp/tp_layer_comms.py and tp/mappings.py)."""
+
+from __future__ import annotations
+
+from commbench.patterns.base import Broken
+from commbench.patterns.tp.layer_pattern import LayerPattern
+from commbench.patterns.tp.tp_layer import example_configs
+
+__all__ = ["TPMLP"]
+
+
+class TPMLP(LayerPattern):
+    """The MLP block alone: column-parallel, GELU, row-parallel, between f and g (Shoeybi 2019
+    §3, Fig. 3a)."""
+
+    name, markers = "tp_mlp", ("tp", "sp")
+    mlp_only = True
+    broken = (
+        Broken("f_without_all_reduce", "tp", {"f": "tp.tp_layer_comms:copy_without_all_reduce"},
+               "f whose backward forgets the all-reduce", example_configs),
+        Broken("no_replicated_sync", "sp", {"sync_replicated": "tp.tp_layer_comms:no_replicated_sync"},
+               "SP without the TP sum of LayerNorm and row-bias gradients", example_configs),
+    )
