@@ -292,8 +292,8 @@ def test_a_sweep_compares_with_the_table_it_replaces(tmp_path):
 
 
 def test_a_table_measured_with_other_settings_is_not_written_over(tmp_path):
-    from commbench.cli.sweep import _previous
     from commbench.results import records as res
+    from commbench.studies.collectives import _previous
 
     path = str(tmp_path / "t.json")
     record = res.header("collectives", 2, "local-plain", "test-box", {})

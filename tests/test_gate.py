@@ -167,7 +167,7 @@ def _with_requested(rows):
 def test_the_sweep_counts_a_regression_only_when_measuring_it_again_confirms_it():
     """A slow spell slows a series once; the code slows it every time. The sweep measures the
     regressed rows again at once and reports only those slow twice."""
-    from commbench.cli.sweep import _against
+    from commbench.studies.collectives import _against
 
     sizes = [1 << 16, 1 << 17, 1 << 18]
     old = _rec([_row(s, 100.0) for s in sizes] + [_row(s, 100.0, algo="naive") for s in sizes])

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from commbench.cli.checks import PG_GRACE_S, refused_together
 from commbench.cli.common import UsageError
-from commbench.cli.run_args import add_parser, check_run_args, study_settings
-from commbench.studies.settings import StudySettings
+from commbench.cli.run_args import add_parser, check_run_args, study_settings, sweep_settings
 
 __all__ = ["STUDIES", "add_parser", "command", "run"]
 
@@ -76,7 +75,7 @@ def command(a) -> int:
 
 def run(a, ops: list[str], sizes: list[int], made=None) -> int:
     """Run the checked command; ``made``: the (world, prints) already started, or None."""
-    from commbench.cli.sweep import sweep
+    from commbench.studies.collectives import sweep
 
     wanted = [w for w in a.algo.split(",") if w]
     _check_algos(wanted, ops)
@@ -95,75 +94,18 @@ def run(a, ops: list[str], sizes: list[int], made=None) -> int:
                              f"{', '.join(world.transports)}")
         launch = f"local-{world.launch}" if world.launch in ("mpi", "plain") else world.launch
         if a.patterns:
-            return _patterns(study_settings(a), a.targets, a.patterns, world, launch, prints,
-                             emit)
+            from commbench.studies.patterns import run_patterns
+
+            return run_patterns(study_settings(a), a.targets, a.patterns, world, launch, prints,
+                                emit)
         study = STUDIES.get(a.targets[0]) if len(a.targets) == 1 else None
         if study is not None:
             return study(study_settings(a), world, transports, sizes, launch, prints, emit)
-        return sweep(a, world, ops, sizes, transports, wanted, launch, prints, emit)
+        return sweep(sweep_settings(a, wanted), world, ops, sizes, transports, launch, prints,
+                     emit)
     finally:
         if made is None:
             world.close()
-
-
-def _overhead(s: StudySettings, world, transports, sizes, launch, prints, emit) -> int:
-    from commbench.collectives.measure import MEASUREMENT
-    from commbench.results.records import overhead_markdown
-    from commbench.studies.overhead import overhead
-
-    measurement = dict(MEASUREMENT, iters=s.iters, warmup=s.warmup, rounds=s.rounds,
-                       order="ABBA: raw then commbench, then commbench then raw, ...")
-    emit(f"# commbench run overhead: MPI all-reduce, {world.size} ranks ({launch}); commbench's "
-         "reported time against a bare mpi4py loop of the same call, interleaved")
-    rows = overhead(world, sizes, s.iters, s.warmup, s.rounds, emit)
-    worst = max(r["ratio"] for r in rows)
-    emit(f"# worst ratio {worst:.3f} (target <= 1.10)")
-    _write_study(s, prints, world, launch, "overhead", measurement, rows,
-                 overhead_markdown, emit, transport="mpi")
-    return 0
-
-
-def _patterns(s: StudySettings, targets, patterns, world, launch, prints, emit) -> int:
-    from commbench.collectives.measure import MEASUREMENT
-    from commbench.results.pieces import study_pieces
-    from commbench.studies.patterns import pattern_markdown, pattern_study
-
-    measurement = dict(MEASUREMENT, iters=s.iters, warmup=s.warmup)
-    transport = world.transports[0]
-    emit(f"# commbench run {' '.join(targets)}: {', '.join(patterns)}; {world.size} ranks "
-         f"({launch}), transport {transport}")
-    timeline: list | None = [] if s.trace else None
-    pieces = study_pieces(world, s.stem("patterns", transport, world.size), emit, write=s.write,
-                          resume=s.resume, prints=prints, patterns=patterns, iters=s.iters,
-                          warmup=s.warmup)
-    rows = pattern_study(world, patterns, s.iters, s.warmup, emit, timeline=timeline,
-                         pieces=pieces)
-    if s.trace and prints:
-        from commbench.results import records as res
-        from commbench.results.trace import chrome_trace
-
-        res.write_json(s.trace, chrome_trace(timeline))
-        emit(f"# wrote {s.trace}")
-    bad = [r for r in rows if not r["calls_match"]]
-    emit(f"# calls booked = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
-    for name in patterns:
-        _write_study(s, prints, world, launch, name, measurement,
-                     [r for r in rows if r["pattern"] == name], pattern_markdown, emit)
-    pieces.finish()
-    return 1 if bad else 0
-
-
-def _write_study(s: StudySettings, prints, world, launch, suite, measurement, rows, to_markdown,
-                 emit, plot=None, transport: str = "") -> None:
-    """A study's table, written by the printing rank unless ``--no-write``."""
-    from commbench.results import records as res
-
-    if not (s.write and prints):
-        return
-    record = res.header(suite, world.size, launch, s.machine, measurement)
-    record["rows"] = rows
-    res.write_study(s.stem(suite, transport or world.transports[0], world.size), record,
-                    to_markdown, emit, plot)
 
 
 def _study(module: str, name: str):
@@ -175,19 +117,8 @@ def _study(module: str, name: str):
     return run
 
 
-def _numerics(s: StudySettings, world, transports, sizes, launch, prints, emit) -> int:
-    from commbench.studies.numerics import numerics_markdown, numerics_plot, run_numerics
-
-    emit(f"# commbench run numerics: {world.size} ranks ({launch}), gloo; error against the "
-         "exact sum in eps x sum|x| units, the bound from each algorithm's summation depth")
-    rows = run_numerics(world, emit)
-    over = [r for r in rows if r["max_err"] > r["bound"]]
-    emit(f"# within the bound: {len(rows) - len(over)} of {len(rows)} rows")
-    _write_study(s, prints, world, launch, "numerics", {"what": "rounding error, not time"},
-                 rows, numerics_markdown, emit, numerics_plot)
-    return 1 if over else 0
-
-
 # the studies of their own: target -> (settings, world, transports, sizes, launch, prints, emit)
-STUDIES = {"overhead": _overhead, "versus": _study("commbench.studies.versus", "run_versus"),
-           "model": _study("commbench.studies.model", "run_model"), "numerics": _numerics}
+STUDIES = {"overhead": _study("commbench.studies.overhead", "run_overhead"),
+           "versus": _study("commbench.studies.versus", "run_versus"),
+           "model": _study("commbench.studies.model", "run_model"),
+           "numerics": _study("commbench.studies.numerics", "run_numerics_study")}

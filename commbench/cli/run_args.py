@@ -14,7 +14,7 @@ from commbench.names import (
     parse_size,
     sizes_between,
 )
-from commbench.studies.settings import StudySettings
+from commbench.studies.settings import StudySettings, SweepSettings
 
 __all__ = ["SUITES", "add_parser", "check_run_args"]
 
@@ -241,6 +241,12 @@ def _check_transports(a, ops: list[str]) -> None:
         if why:
             raise UsageError(f"-d {a.datatype} -o {a.op} over nccl ({', '.join(reducing)}): "
                              f"{why}; choose another dtype")
+
+
+def sweep_settings(a, wanted: list[str]) -> SweepSettings:
+    """The settings of a sweep of collectives, once :func:`check_run_args` has checked ``a``."""
+    return SweepSettings(study_settings(a), tuple(a.targets or ()), a.datatype, a.op, a.root,
+                         a.check, tuple(wanted), a.topology or "", a.json, a.csv)
 
 
 def study_settings(a) -> StudySettings:

@@ -22,9 +22,10 @@ import torch
 
 from commbench.collectives import ALGORITHMS
 from commbench.ops import split_sizes
+from commbench.studies.settings import StudySettings, write_study
 
 __all__ = ["ALGOS", "DISTRIBUTIONS", "NumericsCase", "bound", "depth", "draw", "judge_numerics",
-           "numerics_case"]
+           "numerics_case", "run_numerics_study"]
 
 # op -> algorithms measured; "native" is the transport's own (its order is not documented)
 ALGOS = {"all_reduce": ("native", "ring", "recursive_doubling", "rabenseifner", "naive",
@@ -226,3 +227,16 @@ def numerics_plot(record: dict, path: str) -> str | None:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def run_numerics_study(s: StudySettings, world, transports, sizes, launch, prints, emit) -> int:
+    """``commbench run numerics``: every all-reduce's rounding error against its bound."""
+
+    emit(f"# commbench run numerics: {world.size} ranks ({launch}), gloo; error against the "
+         "exact sum in eps x sum|x| units, the bound from each algorithm's summation depth")
+    rows = run_numerics(world, emit)
+    over = [r for r in rows if r["max_err"] > r["bound"]]
+    emit(f"# within the bound: {len(rows) - len(over)} of {len(rows)} rows")
+    write_study(s, prints, world, launch, "numerics", {"what": "rounding error, not time"},
+                 rows, numerics_markdown, emit, numerics_plot)
+    return 1 if over else 0

@@ -18,8 +18,9 @@ import torch
 
 from commbench.collectives.measure import Case, measure
 from commbench.results import records as res
+from commbench.studies.settings import StudySettings, write_study
 
-__all__ = ["memcpy_bandwidth", "overhead", "raw_mpi_all_reduce"]
+__all__ = ["memcpy_bandwidth", "overhead", "raw_mpi_all_reduce", "run_overhead"]
 
 
 def raw_mpi_all_reduce(ctx, nbytes: int, iters: int, warmup: int) -> list[float]:
@@ -87,3 +88,20 @@ def memcpy_bandwidth(ctx, nbytes: int = 64 << 20, iters: int = 10) -> float:
         dst.copy_(src)
         times.append(time.perf_counter() - t0)
     return nbytes / statistics.median(times)
+
+
+def run_overhead(s: StudySettings, world, transports, sizes, launch, prints, emit) -> int:
+    """``commbench run overhead``: commbench's MPI all-reduce against a bare mpi4py loop."""
+    from commbench.collectives.measure import MEASUREMENT
+    from commbench.results.records import overhead_markdown
+
+    measurement = dict(MEASUREMENT, iters=s.iters, warmup=s.warmup, rounds=s.rounds,
+                       order="ABBA: raw then commbench, then commbench then raw, ...")
+    emit(f"# commbench run overhead: MPI all-reduce, {world.size} ranks ({launch}); commbench's "
+         "reported time against a bare mpi4py loop of the same call, interleaved")
+    rows = overhead(world, sizes, s.iters, s.warmup, s.rounds, emit)
+    worst = max(r["ratio"] for r in rows)
+    emit(f"# worst ratio {worst:.3f} (target <= 1.10)")
+    write_study(s, prints, world, launch, "overhead", measurement, rows,
+                 overhead_markdown, emit, transport="mpi")
+    return 0

@@ -18,9 +18,10 @@ from commbench.patterns.registry import get
 from commbench.patterns.run import run_pattern
 from commbench.results import records as res
 from commbench.results.pieces import or_none
+from commbench.studies.settings import StudySettings, write_study
 from commbench.timing.loop import slowest
 
-__all__ = ["HEADER", "pattern_markdown", "pattern_study"]
+__all__ = ["HEADER", "pattern_markdown", "pattern_study", "run_patterns"]
 
 HEADER = (f"#{'pattern':>14} {'variant':>12} {'config':>34} {'time(us)':>10} {'p99(us)':>10} "
           f"{'sent(B)':>10} {'pred(B)':>10} {'=pred':>5} {'vs opt':>6}  notes")
@@ -96,3 +97,33 @@ def pattern_markdown(record: dict) -> str:
         "and p99 over iterations of the per-iteration maximum over ranks. sent: bytes the "
         "busiest rank's ledger booked; predicted: the pattern's prediction for it; calls = "
         "predicted: every rank's booked calls equal its predicted calls (op, group, bytes).")
+
+
+def run_patterns(s: StudySettings, targets, patterns, world, launch, prints, emit) -> int:
+    """``commbench run PATTERN...``: each pattern's variants timed, booked and judged."""
+    from commbench.collectives.measure import MEASUREMENT
+    from commbench.results.pieces import study_pieces
+
+    measurement = dict(MEASUREMENT, iters=s.iters, warmup=s.warmup)
+    transport = world.transports[0]
+    emit(f"# commbench run {' '.join(targets)}: {', '.join(patterns)}; {world.size} ranks "
+         f"({launch}), transport {transport}")
+    timeline: list | None = [] if s.trace else None
+    pieces = study_pieces(world, s.stem("patterns", transport, world.size), emit, write=s.write,
+                          resume=s.resume, prints=prints, patterns=patterns, iters=s.iters,
+                          warmup=s.warmup)
+    rows = pattern_study(world, patterns, s.iters, s.warmup, emit, timeline=timeline,
+                         pieces=pieces)
+    if s.trace and prints:
+        from commbench.results import records as res
+        from commbench.results.trace import chrome_trace
+
+        res.write_json(s.trace, chrome_trace(timeline))
+        emit(f"# wrote {s.trace}")
+    bad = [r for r in rows if not r["calls_match"]]
+    emit(f"# calls booked = predicted in {len(rows) - len(bad)} of {len(rows)} rows")
+    for name in patterns:
+        write_study(s, prints, world, launch, name, measurement,
+                     [r for r in rows if r["pattern"] == name], pattern_markdown, emit)
+    pieces.finish()
+    return 1 if bad else 0

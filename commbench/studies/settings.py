@@ -1,5 +1,6 @@
 """What a study of ``commbench run`` is given: one frozen record, built once by its command
-(:func:`commbench.cli.run_args.study_settings`), so that no study reads the command line."""
+(:func:`commbench.cli.run_args.study_settings`), so that no study reads the command line; a
+sweep of collectives gets :class:`SweepSettings` around it."""
 
 from __future__ import annotations
 
@@ -44,3 +45,42 @@ class StudySettings:
     def stem(self, suite: str, transport: str, ranks: int) -> str:
         """``<out>/<suite>_<machine>-<transport>-x<ranks>``: a table's path without its suffix."""
         return os.path.join(self.out, f"{suite}_{self.machine}-{transport}-x{ranks}")
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """What a sweep of collectives is given (:mod:`commbench.studies.collectives`; built by
+    :func:`commbench.cli.run_args.sweep_settings`). study: the settings every study takes
+    (iterations, repeats, batch, results folder, machine label, writing, resuming, a trace's
+    path); targets: what the command named (empty: the default suite), as typed; dtype, redop,
+    root: ``-d``, ``-o``, ``-r``; check: ``-c`` (0 or 1, as recorded in the tables' settings);
+    algos: ``--algo`` (empty: every one); topology: ``--topology`` for the model column ('' none);
+    json, csv: ``-J`` and ``--csv`` ('' none)."""
+
+    study: StudySettings
+    targets: tuple[str, ...] = ()
+    dtype: str = "float32"
+    redop: str = "sum"
+    root: int = 0
+    check: int = 1
+    algos: tuple[str, ...] = ()
+    topology: str = ""
+    json: str = ""
+    csv: str = ""
+
+    def suite(self, ops: list[str]) -> str:
+        """The tables' name: ``collectives`` for the default suite, else the collectives joined."""
+        return "collectives" if self.targets in ((), ("collectives",)) else "_".join(ops)
+
+
+def write_study(s: StudySettings, prints, world, launch, suite, measurement, rows, to_markdown,
+                emit, plot=None, transport: str = "") -> None:
+    """A study's table, written by the printing rank unless ``--no-write``."""
+    from commbench.results import records as res
+
+    if not (s.write and prints):
+        return
+    record = res.header(suite, world.size, launch, s.machine, measurement)
+    record["rows"] = rows
+    res.write_study(s.stem(suite, transport or world.transports[0], world.size), record,
+                    to_markdown, emit, plot)

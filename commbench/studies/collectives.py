@@ -1,6 +1,11 @@
-"""``commbench run``'s collective sweep: every case (collective x algorithm x transport) at every
-size, each row printed and written as it finishes; compared at the end with the table it
-replaces, which a run with other settings must not write over."""
+"""The collectives study, ``commbench run``'s sweep: every case (collective x algorithm x
+transport) at every size, each row printed and written as it finishes; resumed from an
+interrupted table (``--resume``); compared at the end with the table it replaces (the regression
+gate, with its second look), which a run with other settings must not write over.
+
+It is given one frozen :class:`~commbench.studies.settings.SweepSettings`, built once by the command line
+(:func:`commbench.cli.run_args.sweep_settings`); nothing here reads the command line.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import statistics
 from commbench.collectives import ALGORITHMS, algorithms_of
 from commbench.collectives.measure import Case, cadence, placement
 from commbench.results import records as res
-from commbench.results.machine import machine_class
+from commbench.studies.settings import SweepSettings
 from commbench.studies.sweep import HEADER, merge_rounds, run_series
 
 __all__ = ["sweep"]
@@ -31,47 +36,47 @@ def _algorithms(op: str, wanted: list[str], world, emit) -> list[str]:
     return out
 
 
-def sweep(a, world, ops, sizes, transports, wanted, launch, prints, emit) -> int:
+def sweep(w: SweepSettings, world, ops, sizes, transports, launch, prints, emit) -> int:
+    """The sweep of ``ops`` at ``sizes`` on each of ``transports``; exit code 1 on a wrong
+    element, else 0."""
     from commbench.costmodel.topology import load
     from commbench.studies.overhead import memcpy_bandwidth
 
-    n = world.size
-    measurement = dict(cadence(a.batch), iters=a.iters, warmup=a.warmup_iters)
-    if a.repeat > 1:  # rows keep their best round (studies.sweep.merge_rounds)
-        measurement.update(repeat=a.repeat, rounds="whole sweep repeated; each row its best round")
+    s, n = w.study, world.size
+    measurement = dict(cadence(s.batch), iters=s.iters, warmup=s.warmup)
+    if s.repeat > 1:  # rows keep their best round (studies.sweep.merge_rounds)
+        measurement.update(repeat=s.repeat, rounds="whole sweep repeated; each row its best round")
     if "mpi" in transports:
         measurement["binding"] = placement(world)
-    topo = load(a.topology) if a.topology else None
+    topo = load(w.topology) if w.topology else None
     memcpy = statistics.median(world.run(memcpy_bandwidth))
-    emit(f"# commbench run {' '.join(a.targets or ['collectives'])}: {n} ranks ({launch}), "
-         f"transports {' '.join(transports)}, dtype {a.datatype}, op {a.op}")
+    emit(f"# commbench run {' '.join(w.targets or ['collectives'])}: {n} ranks ({launch}), "
+         f"transports {' '.join(transports)}, dtype {w.dtype}, op {w.redop}")
     emit(f"# {', '.join(f'{k}: {v}' for k, v in measurement.items())}")
     emit(f"# memory-copy bandwidth (64 MiB copy_, median over ranks): {memcpy / 1e9:.2f} GB/s")
-    suite = "collectives" if not a.targets or a.targets == ["collectives"] else "_".join(ops)
-    settings = {"ops": ops, "algos": sorted(wanted), "sizes": sizes, "dtype": a.datatype,
-                "op": a.op, "root": a.root, "check": a.check, "iters": a.iters,
-                "warmup": a.warmup_iters, "batch": a.batch, "repeat": a.repeat}
+    settings = {"ops": ops, "algos": sorted(w.algos), "sizes": sizes, "dtype": w.dtype,
+                "op": w.redop, "root": w.root, "check": w.check, "iters": s.iters,
+                "warmup": s.warmup, "batch": s.batch, "repeat": s.repeat}
     # float32 and sum keep the plain name; another dtype or reduction is a table of its own
-    kind = "" if (a.datatype, a.op) == ("float32", "sum") else f"-{a.datatype}-{a.op}"
-    stems = {t: os.path.join(a.out, f"{suite}_{machine_class(a.label)}-{t}-x{n}{kind}")
-             for t in transports}
-    previous = {} if a.resume or a.no_write else \
+    kind = "" if (w.dtype, w.redop) == ("float32", "sum") else f"-{w.dtype}-{w.redop}"
+    suite = w.suite(ops)
+    stems = {t: s.stem(suite, t, n) + kind for t in transports}
+    previous = {} if s.resume or not s.write else \
         {t: _previous(stem + ".json", settings) for t, stem in stems.items()}
     records: list[dict] = []  # every transport's record, for -J and --csv
-    timeline: list | None = [] if a.trace else None  # each row's traced call, for --trace
+    timeline: list | None = [] if s.trace else None  # each row's traced call, for --trace
     try:
-        wrong = _transports(a, world, transports, stems, previous, settings, measurement, topo,
-                            memcpy, suite, launch, prints, emit, records, sizes, ops, wanted,
-                            timeline)
+        wrong = _transports(w, world, transports, stems, previous, settings, measurement, topo,
+                            memcpy, suite, launch, prints, emit, records, sizes, ops, timeline)
     finally:
         every = [r for record in records for r in record["rows"]]
         if prints:
-            _extra_files(a, suite, every, n, launch, measurement, settings, emit)
+            _extra_files(w, suite, every, n, launch, measurement, settings, emit)
             if timeline:
                 from commbench.results.trace import chrome_trace
 
-                res.write_json(a.trace, chrome_trace(timeline))
-                emit(f"# wrote {a.trace}")
+                res.write_json(s.trace, chrome_trace(timeline))
+                emit(f"# wrote {s.trace}")
     if every:
         emit(f"# Avg bus bandwidth    : {statistics.fmean(r['busbw'] for r in every):.3f} GB/s "
              f"(mean over {len(every)} rows, as nccl-tests prints it)")
@@ -79,39 +84,39 @@ def sweep(a, world, ops, sizes, transports, wanted, launch, prints, emit) -> int
     return 1 if wrong else 0
 
 
-def _transports(a, world, transports, stems, previous, settings, measurement, topo, memcpy,
-                suite, launch, prints, emit, records, sizes, ops, wanted,
+def _transports(w: SweepSettings, world, transports, stems, previous, settings, measurement,
+                topo, memcpy, suite, launch, prints, emit, records, sizes, ops,
                 timeline: list | None = None) -> int:
     """Each transport's sweep, its record appended to ``records``; the count of wrong elements."""
     from commbench.studies.model import annotate, stored_fit
 
-    n, wrong = world.size, 0
+    s, n, wrong = w.study, world.size, 0
     for transport in transports:
         stem = stems[transport]
-        path = None if a.no_write or not prints else stem + ".json"
-        record = _resumed(stem + ".json", n, measurement, settings, emit) if a.resume else None
+        path = None if not s.write or not prints else stem + ".json"
+        record = _resumed(stem + ".json", n, measurement, settings, emit) if s.resume else None
         if record is None:
-            record = res.header(suite, n, launch, machine_class(a.label), measurement)
+            record = res.header(suite, n, launch, s.machine, measurement)
         record["settings"] = settings
         records.append(record)
         record["memcpy_GBps"] = memcpy / 1e9
-        model, where = stored_fit(a.out, transport, n, a.label)
+        model, where = stored_fit(s.out, transport, n, s.label)
         emit(f"# model: {where}" if model else f"# model: none (commbench run model --np {n} "
              f"writes {where})")
         emit("#\n" + HEADER)
-        cases = [Case(op, transport, algo, a.datatype, a.op, a.root, a.iters, a.warmup_iters,
-                      bool(a.check), batch=a.batch, trace=bool(a.trace))
-                 for op in ops for algo in _algorithms(op, wanted, world, emit)]
+        cases = [Case(op, transport, algo, w.dtype, w.redop, w.root, s.iters, s.warmup,
+                      bool(w.check), batch=s.batch, trace=bool(s.trace))
+                 for op in ops for algo in _algorithms(op, list(w.algos), world, emit)]
         rounds = []
-        for k in range(a.repeat):  # the whole sweep again: a slow spell hits one round
-            if a.repeat > 1:
-                emit(f"# round {k + 1} of {a.repeat}")
-            rounds.append([run_series(world, case, sizes, record if a.repeat == 1 else None,
+        for k in range(s.repeat):  # the whole sweep again: a slow spell hits one round
+            if s.repeat > 1:
+                emit(f"# round {k + 1} of {s.repeat}")
+            rounds.append([run_series(world, case, sizes, record if s.repeat == 1 else None,
                                       path, emit, timeline=timeline if k == 0 else None)
                            for case in cases])
         for series in zip(*rounds, strict=True):
-            rows = merge_rounds(list(series), n) if a.repeat > 1 else series[0]
-            if a.repeat > 1:
+            rows = merge_rounds(list(series), n) if s.repeat > 1 else series[0]
+            if s.repeat > 1:
                 record["rows"] += rows
             annotate(rows, model, n, topo)
             for r in rows:
@@ -126,9 +131,9 @@ def _transports(a, world, transports, stems, previous, settings, measurement, to
             _against(previous[transport], record, stem + ".json", emit,
                      lambda key, sizes, by=by_series: run_series(world, by[key[:3]], sizes, None,
                                                                  None, lambda line: None))
-        elif prints and not a.no_write and not a.resume:
+        elif prints and s.write and not s.resume:
             emit(f"# no baseline: {stem}.json holds no earlier run of these settings on "
-                 f"{machine_class(a.label)}; this run's table is the first one")
+                 f"{s.machine}; this run's table is the first one")
         if path:
             res.write_json(path, record)
             res.write_atomic(stem + ".md", res.markdown(record))
@@ -137,16 +142,16 @@ def _transports(a, world, transports, stems, previous, settings, measurement, to
     return wrong
 
 
-def _extra_files(a, suite, rows, n, launch, measurement, settings, emit) -> None:
+def _extra_files(w: SweepSettings, suite, rows, n, launch, measurement, settings, emit) -> None:
     """-J FILE (a results record of every row, all transports) and --csv FILE."""
-    if a.json:
-        record = res.header(suite, n, launch, machine_class(a.label), measurement)
+    if w.json:
+        record = res.header(suite, n, launch, w.study.machine, measurement)
         record.update(settings=settings, rows=rows)
-        res.write_json(a.json, record)
-        emit(f"# wrote {a.json}")
-    if a.csv:
-        res.write_atomic(a.csv, res.csv_text(rows))
-        emit(f"# wrote {a.csv}")
+        res.write_json(w.json, record)
+        emit(f"# wrote {w.json}")
+    if w.csv:
+        res.write_atomic(w.csv, res.csv_text(rows))
+        emit(f"# wrote {w.csv}")
 
 
 def _load(path: str, why: str) -> dict | None:
