@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from commbench.patterns.base import Pattern
 from commbench.patterns.dp.ddp import DataParallel
+from commbench.patterns.dp.hsdp import HSDP
 from commbench.patterns.dp.zero import Zero
 from commbench.patterns.moe.moe import ExpertParallel
 from commbench.patterns.moe.moe_gating import MoEGating
@@ -23,6 +24,7 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
     VocabHead(),
     DataParallel(),
     Zero(),
+    HSDP(),
     Ulysses(),
     UlyssesZero3(),
     RingAttention(),

@@ -31,8 +31,8 @@ from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 from commbench.wire.dtypes import DTYPES
 
-__all__ = ["ZeroParts", "chunk_start_off_by_one", "gather_params", "gather_params_twice",
-           "gathered", "local_grad_slice", "stale_prefetch", "train"]
+__all__ = ["ZeroParts", "chunk_start_off_by_one", "forward_zero3", "gather_params",
+           "gather_params_twice", "gathered", "local_grad_slice", "stale_prefetch", "train"]
 
 
 def reduce_scattered(grad: torch.Tensor, comm: Comm, group: Group, c: int) -> torch.Tensor:
@@ -156,7 +156,7 @@ def train(ctx, cfg: ZeroConfig, stage: int, data: dict, group: Group, parts: Zer
             if stage < 3:
                 y = _forward_full(params, acc, x, cfg, stage, comm, g, parts)
             else:
-                y = _forward_zero3(params, acc, x, cfg, comm, g, parts, cache)
+                y = forward_zero3(params, acc, x, cfg, comm, g, parts, cache)
             (0.5 * ((y - t) ** 2).sum()).backward()
         # master weights count as optimizer state only under mixed precision; otherwise they
         # are the parameters themselves (or, sharded, the chunk a rank updates of them)
@@ -186,7 +186,10 @@ def _forward_full(params, acc, x, cfg: ZeroConfig, stage: int, comm: Comm, g: Gr
     return x
 
 
-def _forward_zero3(chunks, acc, x, cfg: ZeroConfig, comm: Comm, g: Group, parts, cache: list):
+def forward_zero3(chunks, acc, x, cfg: ZeroConfig, comm: Comm, g: Group, parts, cache: list):
+    """Stage 3's forward over this rank's chunks [c] of every layer on ``g`` (each gathered
+    before use, the next one prefetched); backward adds each layer's reduce-scattered gradient
+    chunk to ``acc``."""
     h = cfg.hidden
     x = x.requires_grad_()  # so that backward reaches every layer's function
     pending = comm.all_gather_async(chunks[0], g) if cfg.prefetch else None
