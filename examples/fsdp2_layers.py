@@ -1,6 +1,7 @@
 """FSDP2 on a transformer-shaped model: ``fully_shard`` on each layer (examples/layers.py) and
 on the root, one step of one micro-batch: the calls ``predict layout --impl fsdp2`` prices
-(with ``--no-reshard``: those of ``impl=fsdp2,no-reshard``).
+(with ``--no-reshard``: those of ``impl=fsdp2,no-reshard``; with ``--dp-replicate R``: FSDP2's
+hybrid sharding on a 2-D mesh of R replicas, those of ``dp-replicate=R``).
 
     commbench audit examples/fsdp2_layers.py --np 2 --layout impl=fsdp2,dp=2,layers=2,\
 hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,loss=none,act-bytes=4
@@ -20,15 +21,24 @@ if __name__ == "__main__":
     shape_args(p)
     p.add_argument("--no-reshard", action="store_true",
                    help="reshard_after_forward=False: the layers stay gathered for backward")
+    p.add_argument("--dp-replicate", type=int, default=1,
+                   help="hybrid sharding: replicas on a (replicate, shard) device mesh")
     p.add_argument("--extra", action="store_true", help="one all-reduce no layout makes")
     a = p.parse_args()
     if not dist.is_initialized():
         dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[Layer(a.hidden, a.ffn) for _ in range(a.layers)])
+    mesh = None
+    if a.dp_replicate > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        world = dist.get_world_size()
+        mesh = init_device_mesh("cpu", (a.dp_replicate, world // a.dp_replicate),
+                                mesh_dim_names=("dp_replicate", "dp_shard"))
     for layer in model:
-        fully_shard(layer, reshard_after_forward=not a.no_reshard)
-    fully_shard(model)
+        fully_shard(layer, mesh=mesh, reshard_after_forward=not a.no_reshard)
+    fully_shard(model, mesh=mesh)
     model(torch.randn(a.batch, a.seq, a.hidden)).sum().backward()
     if a.extra:
         dist.all_reduce(torch.ones(8))

@@ -512,3 +512,22 @@ def test_fsdp2_makes_the_calls_of_the_layout_s_fsdp2_flavour(world):
         ("all_gather", 3136 // P, 2), ("reduce_scatter", 3136, 2)}
     assert flags("impl=fsdp2", "--no-reshard")["flags"] == [
         f"missing all_gather: 2 fewer of {3136 // P} elements on dp than the layout makes (4)"]
+
+
+@pytest.mark.world(sizes=[4])
+def test_fsdp2_on_a_two_d_mesh_makes_the_calls_of_hybrid_sharding(world):
+    """torch's own fully_shard on a (replicate 2, shard 2) device mesh: per layer the shard
+    group gathers 3136/2 twice and reduce-scatters 3136, and the replicate group all-reduces the
+    1568-element gradient shard: ``impl=fsdp2,dp-shard=2,dp-replicate=2`` predicts exactly that;
+    the same script priced as plain FSDP2 over 4 ranks is flagged."""
+    from commbench.studies.audit_layout import compare, parse_layout
+
+    booked = world.run(_fsdp2_layers, ["--dp-replicate", "2"])[0]
+    lay = parse_layout(f"impl=fsdp2,dp-shard=2,dp-replicate=2,{FSDP2_LAYOUT}", 4)
+    ok = compare(lay, booked)
+    assert ok["flags"] == []
+    assert {(r["axis"], r["op"], r["elements"], r["observed"]) for r in ok["rows"]} == {
+        ("dp_shard", "all_gather", 1568, 4), ("dp_shard", "reduce_scatter", 3136, 2),
+        ("dp_replicate", "all_reduce", 1568, 2)}
+    flat = compare(parse_layout(f"impl=fsdp2,dp=4,{FSDP2_LAYOUT}", 4), booked)["flags"]
+    assert any("unexpected group" in f for f in flat), flat

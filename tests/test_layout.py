@@ -1,12 +1,12 @@
 """``commbench predict layout``: the bytes it predicts per group agree to the byte with the
-ledger of the patterns run on a small world (TP, TP+SP, ZeRO-1/2/3, Ulysses, ring attention,
-expert parallelism), and it answers for 100,000 ranks in well under a second."""
+ledger of the patterns run on a small world (TP, TP+SP, ZeRO-1/2/3, hybrid sharding, Ulysses,
+ring attention, expert parallelism), and it answers for 100,000 ranks in well under a second."""
 
 from __future__ import annotations
 
 import pytest
 
-from commbench.costmodel.layout import Layout, dp_calls, predict_layout, step_bytes
+from commbench.costmodel.layout import Layout, dp_calls, group_ranks, predict_layout, step_bytes
 from commbench.costmodel.topology import load
 from commbench.patterns.dp.configs import STAGES, ZeroConfig
 from commbench.patterns.moe.configs import MoEConfig
@@ -100,6 +100,36 @@ def test_data_parallel_and_zero_bytes_match_the_ledger(world, stage):
     assert step_bytes(dp_calls(psi, P, stage, m, 4), P) == sum(c[3] for c in out["ledger"])
 
 
+@pytest.mark.world(sizes=[4])
+def test_hybrid_sharding_bytes_match_the_ledger_per_group(world):
+    """The hsdp pattern's layout calls (ZeRO-3 of one flat vector on the shard group, its chunk
+    all-reduced across replicas) move what its run books on each group, per layer or whole."""
+    from types import SimpleNamespace
+
+    from commbench.patterns.dp.hsdp import HSDPConfig
+    from commbench.patterns.registry import get
+
+    cfg = HSDPConfig(layers=3, hidden=4, batch=8, micro=2, steps=1, shard=2, replicate=2,
+                     dtype="float32")
+    ledger = world.run(run_pattern, "hsdp", cfg, "hsdp", 0)[0]["ledger"]
+    lay = SimpleNamespace(dp_replicate=2, impl="megatron", dp=4, cp=1, micro_batches=2,
+                          grad_bytes=4, dense_params=3 * (4 * 4 + 4))  # 60: no padding
+    calls = get("hsdp").layout_calls(lay, None)
+    for group in ("dp_shard", "dp_replicate"):
+        assert sum(k * c.sent for c, k in calls[group]) == \
+            sum(c[3] for c in ledger if c[1] == group) > 0
+    # through predict layout: the two groups, their ranks, and no plain dp group
+    hsdp = Layout(layers=2, hidden=64, heads=4, seq=32, vocab=64, dp_shard=4, dp_replicate=2,
+                  zero=3)
+    rows = {r["group"]: r for r in predict_layout(hsdp, TOPO)}
+    assert hsdp.dp == 8 and set(rows) == {"dp_shard", "dp_replicate"}
+    assert (rows["dp_shard"]["size"], rows["dp_replicate"]["size"]) == (4, 2)
+    assert group_ranks(hsdp, "dp_shard", 5) == (4, 5, 6, 7)
+    assert group_ranks(hsdp, "dp_replicate", 5) == (1, 5)
+    # the bytes that cross replicas: 1/4 of the gradient, all-reduced by 2
+    assert rows["dp_replicate"]["bytes_per_rank"] == -(-hsdp.dense_params // 4) * 4
+
+
 @pytest.mark.world(sizes=[2, 4])
 @pytest.mark.parametrize("kind", ["ulysses", "ring"])
 def test_context_parallel_bytes_match_the_ledger(world, kind):
@@ -146,6 +176,10 @@ def test_a_hundred_thousand_ranks_are_priced():
     (dict(impl="horovod"), "impl='horovod': must be one of megatron, fsdp2, deepspeed, torch-ddp"),
     (dict(impl="deepspeed"), "impl='deepspeed': ZeRO stage 1, 2 or 3 on a dense model"),
     (dict(impl="fsdp2", zero=1), "impl='fsdp2': shards every layer as ZeRO-3 does"),
+    (dict(dp=8, dp_replicate=2), "dp_replicate=2: hybrid sharding cuts the parameters over a "
+                                 "shard group, on a dense model: needs zero=3 or impl='fsdp2'"),
+    (dict(dp=6, dp_replicate=4, zero=3), "dp=6: must be dp_shard x dp_replicate"),
+    (dict(dp=8, dp_shard=2, dp_replicate=2, zero=3), "dp=8: must be dp_shard x dp_replicate"),
 ])
 def test_layouts_that_cannot_work_are_refused(change, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):

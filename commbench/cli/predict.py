@@ -36,6 +36,10 @@ LAYOUT_HELP = {
     "top_k": "experts each token is routed to",
     "capacity_factor": "expert capacity as a multiple of the even share of tokens",
     "dp": "data-parallel group size (ranks)", "pp": "pipeline stages",
+    "dp_shard": "hybrid sharding (torchtitan's words): ranks each parameter is sharded over "
+                "(0: dp / dp_replicate); dp is dp_shard x dp_replicate",
+    "dp_replicate": "hybrid sharding: replicas of the shard group, the gradient shard "
+                    "all-reduced across them (needs --zero 3 or --impl fsdp2)",
     "zero": "ZeRO stage: 0 (DDP), 1, 2 or 3", "act_bytes": "bytes per activation element",
     "impl": "whose data-parallel calls: megatron (ZeRO's stage calls of one flat vector), "
             "fsdp2 (torch's fully_shard per layer: gathers per layer forward and backward, a "
@@ -217,7 +221,9 @@ def _layout(a) -> None:
         rows = predict_layout(lay, topo, a.nccl_version)
         print(f"# layout on {topo.name} ({topo.ranks} GPUs; the layout uses {lay.ranks}): "
               f"tp={lay.tp} sp={lay.sp} cp={lay.cp} ({lay.cp_kind}) ep={lay.ep} dp={lay.dp} "
-              f"pp={lay.pp} zero={lay.zero}, {lay.micro_batches} micro-batches")
+              + (f"(shard {lay.dp // lay.dp_replicate} x replicate {lay.dp_replicate}) "
+                 if lay.dp_replicate > 1 else "")
+              + f"pp={lay.pp} zero={lay.zero}, {lay.micro_batches} micro-batches")
         print(tabulate([[r["group"], r["size"], f"{r['nodes']}x{r['per_node']}", r["calls"],
                          r["bytes_per_rank"], f"{r['time_ms']:.3f}", "; ".join(r["nccl"])]
                         for r in rows],

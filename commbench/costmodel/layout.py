@@ -2,8 +2,9 @@
 
 Ranks are laid out Megatron's way, TP fastest: tp, cp, ep-within-dp, dp, pp. Per step (m
 micro-batches of b sequences of s tokens, e bytes per activation element, g per gradient
-element), per rank of the busiest stage. The calls come from the patterns, so that what the
-layout predicts is what the code moves:
+element), per rank of the busiest stage. The calls come from the patterns, each adding its own
+(:meth:`~commbench.patterns.base.Pattern.layout_calls`; the layout names none of them), so that
+what the layout predicts is what the code moves:
 
     tp   the TP layer's activation calls (``tp_layer``: f/g, or SP all-gathers and reduce-scatters,
          with Megatron's backward re-gather when ``regather``) x layers/pp x m, plus under SP one
@@ -18,7 +19,10 @@ layout predicts is what the code moves:
     ep   the ``moe`` pattern's capacity-layout calls on the EP group per MoE layer, C = ceil(k cf
          T / E), T = b s/cp
     dp   ZeRO's :func:`~commbench.patterns.dp.zero.stage_calls` for this rank's parameter shard
-         (expert parameters over the dp/ep ranks holding the same experts: ``edp``)
+         (expert parameters over the dp/ep ranks holding the same experts: ``edp``), or a
+         library's (``impl``, :mod:`flavours`); with ``dp_replicate`` > 1, hybrid sharding:
+         ZeRO-3 (or FSDP2) on ``dp_shard`` and the gradient shard all-reduced on
+         ``dp_replicate`` (the ``hsdp`` pattern; FSDP2's, per micro-batch)
     pp   the ``pp`` pattern's calls of its busiest stage, m micro-batches of A/t (SP) or A
 
 Bytes are what those calls send; time is NCCL's model of each collective (:mod:`nccl`) and a
@@ -37,25 +41,16 @@ from commbench.costmodel.flavours import (
     fsdp2_calls,
     layer_params,
 )
-from commbench.costmodel.layout_config import DTYPE, Layout
+from commbench.costmodel.layout_config import Layout
 from commbench.costmodel.nccl import constants, nccl_predict
 from commbench.costmodel.topology import Topology
 from commbench.ops import OPS, booked
 from commbench.patterns.base import Call
-from commbench.patterns.dp.zero import stage_calls
-from commbench.patterns.moe.configs import MoEConfig
-from commbench.patterns.moe.moe import moe_calls
-from commbench.patterns.pp.configs import PPConfig
-from commbench.patterns.registry import get
-from commbench.patterns.seq.configs import AttnConfig
-from commbench.patterns.seq.ring_attention import ring_calls
-from commbench.patterns.seq.ulysses import ulysses_calls
-from commbench.patterns.tp.configs import TPConfig
-from commbench.patterns.tp.layer_pattern import activation_calls, replicated_sync
-from commbench.patterns.tp.vocab import VocabConfig
+from commbench.patterns.dp.zero import dp_calls
+from commbench.patterns.registry import PATTERNS
 
-__all__ = ["Layout", "Priced", "call_time_us", "dp_calls", "group_ranks", "group_span",
-           "predict_layout", "step_bytes"]
+__all__ = ["GRADIENT_GROUPS", "GROUPS", "Layout", "Priced", "call_time_us", "dp_calls",
+           "group_ranks", "group_span", "predict_layout", "step_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,70 +60,54 @@ class Priced(Call):
     itemsize: int = 0
 
 
+# the groups a layout's calls run on, in the order its table lists them; those that carry
+# gradients and parameters (in grad_bytes) rather than activations (in act_bytes)
+GROUPS = ("tp", "cp", "ep", "dp", "dp_shard", "dp_replicate", "edp", "pp")
+GRADIENT_GROUPS = ("dp", "dp_shard", "dp_replicate", "edp")
+
+
 def _calls(lay: Layout, stage: int | None = None) -> dict[str, list[tuple[Call, int]]]:
     """group -> [(a call of a rank of ``stage``, times per step)] (the module docstring);
-    ``stage`` None: the busiest. The pp calls are the stage's own; the head and loss are the
-    last stage's (a stage priced apart from the last takes none: audit it with loss=none)."""
-    t, m, L = lay.tp, lay.micro_batches, lay.layers // lay.pp
-    h, d = lay.hidden, lay.hidden // lay.heads
-    kv, f = lay.kv_heads or lay.heads, lay.ffn or 4 * lay.hidden
-    tokens = lay.micro_batch * lay.seq // lay.cp
-    act = DTYPE[lay.act_bytes]
-    out: dict[str, list] = {g: [] for g in ("tp", "cp", "ep", "dp", "edp", "pp")}
-    tp_cfg = TPConfig(batch=lay.micro_batch, seq=lay.seq // lay.cp, hidden=h, ffn=f,
-                      heads=lay.heads, tp=t, dtype=act)
-    variant = ("sp_regather" if lay.regather else "sp") if lay.sp else "tp"
-    out["tp"] += [(c, L * m) for c in activation_calls(tp_cfg, variant, 0)]
-    out["tp"] += [(c, L) for c in replicated_sync(tp_cfg, variant, 0)]
-    if lay.loss != "none" and t > 1:  # the vocab pattern's embedding, head, loss
-        head = VocabConfig(batch=lay.micro_batch, seq=lay.seq // lay.cp, hidden=h, vocab=lay.vocab,
-                           tp=t, sequence_parallel=lay.sp, dtype=act)
-        vocab = [c for c in get("vocab").predicted(head, lay.loss, 0) if c.axis == "tp"]
-        if lay.pp > 1:  # the last stage, the busiest: the head's half and the loss
-            acts = 4 if lay.sp else 2  # embedding and head: RS+AG each (SP), or one all-reduce
-            vocab = vocab[:acts // 2] + vocab[acts:] if stage in (None, lay.pp - 1) else []
-        out["tp"] += [(c, m) for c in vocab]
-    if lay.cp > 1:
-        attn = AttnConfig(batch=lay.micro_batch, seq=lay.seq, heads=lay.heads // t,
-                          kv_heads=max(kv // t, 1), head_dim=d, sp=lay.cp, dtype=act)
-        calls = {"ring": ring_calls, "ulysses": ulysses_calls}[lay.cp_kind]
-        out["cp"] += [(c, L * m) for c in calls(attn, 0)]
-    moe_layers = L if lay.experts else 0
-    if lay.experts and (lay.ep > 1 or t > 1):
-        moe = MoEConfig(tokens=(tokens,) * lay.ep, model=h, ffn=f, experts=lay.experts,
-                        top_k=lay.top_k, capacity_factor=lay.capacity_factor, ep=lay.ep, tp=t,
-                        check_routing=False, dtype=act)
-        for c in moe_calls(moe, "capacity", 0):
-            if c.axis in ("ep", "tp"):
-                out[c.axis].append((c, moe_layers * m))
-    layer = (2 * h * h + 2 * h * kv * d + 4 * h + (0 if lay.experts else 2 * h * f)) // t
-    emb = lay.vocab * h // t if lay.pp == 1 and lay.loss != "none" else 0  # embedding, head
-    dense = L * layer + L * h * lay.experts + emb
-    expert = moe_layers * (lay.experts // lay.ep) * 2 * h * f // t
-    g = lay.grad_bytes
-    for group, n, psi in (("dp", lay.dp * lay.cp, dense), ("edp", lay.dp // lay.ep * lay.cp, expert)):
-        if n < 2 or not psi:
-            continue
-        if lay.impl == "fsdp2":  # dense only (validate): layers and root
+    ``stage`` None: the busiest. Every pattern adds its own (:meth:`Pattern.layout_calls`), the
+    libraries' data parallelism its flavour's (:func:`_flavour_calls`)."""
+    out: dict[str, list] = {g: [] for g in GROUPS}
+    for pattern in PATTERNS.values():
+        for group, calls in pattern.layout_calls(lay, stage).items():
+            out[group] += calls
+    for group, calls in _flavour_calls(lay).items():
+        out[group] += calls
+    return {k: v for k, v in out.items() if v}
+
+
+def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
+    """A library's data-parallel calls (``impl``; :mod:`flavours`) on the dense parameters
+    (the flavours take dense models only): FSDP2's per layer and root, with ``dp_replicate`` > 1
+    its hybrid sharding (the shard group's calls, then each shard's gradient all-reduced over
+    the replicas per micro-batch, as ``fully_shard`` on a 2-D mesh does); DeepSpeed's ZeRO;
+    DDP's buckets."""
+    if lay.impl == "megatron":
+        return {}
+    m, g, L, R = lay.micro_batches, lay.grad_bytes, lay.stage_layers, lay.dp_replicate
+    layer, emb = lay.layer_params, lay.root_params
+    n = lay.dp // R * lay.cp
+    group = "dp_shard" if R > 1 else "dp"
+    out = {}
+    if n > 1 and lay.dense_params:
+        if lay.impl == "fsdp2":  # layers and root
             calls = fsdp2_calls(layer, L, emb, n, m, g, not lay.no_reshard)
         elif lay.impl == "deepspeed":
-            calls = deepspeed_calls(lay.zero, psi, n, m, g)
-        elif lay.impl == "torch-ddp":  # dense only: the embedding first, then the layers
-            params = ([emb] if emb else []) + layer_params(h, kv * d, f, t) * L
+            calls = deepspeed_calls(lay.zero, lay.dense_params, n, m, g)
+        else:  # torch-ddp: the embedding first, then the layers
+            h, kv_d = lay.hidden, (lay.kv_heads or lay.heads) * (lay.hidden // lay.heads)
+            params = ([emb] if emb else []) + layer_params(h, kv_d, lay.ffn or 4 * h, lay.tp) * L
             buckets = ddp_buckets(params, g, int(lay.bucket_mb * 2**20))
             calls = [("all_reduce", b, g, m * k) for b, k in sorted(Counter(buckets).items())]
-        else:
-            calls = dp_calls(psi, n, lay.zero, m, g)
-        out[group] += _group(calls, group, n, g)
-    if lay.pp > 1:
-        rows = tokens // t if lay.sp else tokens
-        pp = PPConfig(stages=lay.pp, layers=lay.pp, hidden=h, batch=rows * m, micro=m, dtype=act)
-        pattern = get("pp")
-        if stage is None:
-            stage = max(range(lay.pp), key=lambda r: sum(
-                c.sent for c in pattern.predicted(pp, "1f1b", r)))
-        out["pp"] += [(c, 1) for c in pattern.predicted(pp, "1f1b", stage)]
-    return {k: v for k, v in out.items() if v}
+        out[group] = _group(calls, group, n, g)
+    if R > 1:  # fsdp2 only (validate)
+        shards = [("all_reduce", layer // n, g, L * m)] + ([("all_reduce", emb // n, g, m)]
+                                                           if emb else [])
+        out["dp_replicate"] = _group(shards, "dp_replicate", R, g)
+    return out
 
 
 def _group(calls: list[tuple[str, int, int, int]], axis: str, n: int, width: int = 0
@@ -140,25 +119,18 @@ def _group(calls: list[tuple[str, int, int, int]], axis: str, n: int, width: int
             for op, count, e, k in calls]
 
 
-def dp_calls(psi: int, n: int, zero: int, m: int, g: int) -> list[tuple[str, int, int, int]]:
-    """The data-parallel calls per step, (op, elements, bytes per element, calls), for ``psi``
-    gradient elements on ``n`` ranks: ZeRO's stage calls of one flat vector, in ``g``-byte
-    gradients (the layout's parameters travel in the same width)."""
-    counts: dict[tuple[str, int], int] = {}
-    for op, count, _ in stage_calls(zero, [psi], n, m):
-        counts[op, count] = counts.get((op, count), 0) + 1
-    return [(op, count, g, k) for (op, count), k in counts.items()]
-
-
-# the coordinates each axis's group varies, of (tp, cp, ep, dp/ep, pp), TP fastest
-_VARIES = {"tp": (0,), "cp": (1,), "ep": (2,), "dp": (1, 2, 3), "edp": (1, 3), "pp": (4,)}
+# the coordinates each axis's group varies, of (tp, cp, ep, dp_shard/ep, dp_replicate, pp), TP
+# fastest (without hybrid sharding, dp_replicate is 1 and dp_shard is dp)
+_VARIES = {"tp": (0,), "cp": (1,), "ep": (2,), "dp": (1, 2, 3, 4), "edp": (1, 3, 4),
+           "dp_shard": (1, 2, 3), "dp_replicate": (4,), "pp": (5,)}
 
 
 def group_ranks(lay: Layout, axis: str, rank: int = 0) -> tuple[int, ...]:
     """The ranks of ``rank``'s group on ``axis``: those that differ from it only in the axis's
     coordinates. dp: the cp, ep and dp ranks (dense gradients reduce over cp too); edp: the cp
     and dp/ep ranks holding the same experts (two strides when cp > 1 and ep > 1)."""
-    dims = (lay.tp, lay.cp, lay.ep, lay.dp // lay.ep, lay.pp)
+    dims = (lay.tp, lay.cp, lay.ep, lay.dp // lay.ep // lay.dp_replicate, lay.dp_replicate,
+            lay.pp)
     coords, r = [], rank
     for d in dims:
         coords.append(r % d)

@@ -35,6 +35,8 @@ class Layout:
     top_k: int = 2
     capacity_factor: float = 1.0
     dp: int = 1
+    dp_shard: int = 0       # hybrid sharding: ranks a parameter is cut over (0: dp / dp_replicate)
+    dp_replicate: int = 1   # hybrid sharding: replicas, each of dp_shard ranks (torchtitan's words)
     pp: int = 1
     zero: int = 0
     impl: str = "megatron"  # whose data-parallel calls: megatron | fsdp2 | deepspeed | torch-ddp
@@ -43,9 +45,13 @@ class Layout:
     act_bytes: int = 2
     grad_bytes: int = 4
 
+    def __post_init__(self) -> None:
+        if self.dp_shard > 0 and self.dp == 1:  # --dp-shard N --dp-replicate M: dp is N x M
+            object.__setattr__(self, "dp", self.dp_shard * self.dp_replicate)
+
     def validate(self) -> None:
         for k in ("layers", "hidden", "heads", "vocab", "seq", "micro_batch", "micro_batches",
-                  "tp", "cp", "ep", "dp", "pp", "act_bytes", "grad_bytes"):
+                  "tp", "cp", "ep", "dp", "dp_replicate", "pp", "act_bytes", "grad_bytes"):
             if getattr(self, k) < 1:
                 raise ValueError(f"{k}={getattr(self, k)}: must be >= 1")
         kv = self.kv_heads or self.heads
@@ -93,6 +99,19 @@ class Layout:
         if self.no_reshard and self.impl != "fsdp2":
             raise ValueError(f"no_reshard=True: FSDP2's reshard_after_forward; needs impl='fsdp2' "
                              f"(impl={self.impl!r})")
+        if self.dp_shard < 0:
+            raise ValueError(f"dp_shard={self.dp_shard}: must be >= 0 (0: dp / dp_replicate)")
+        if self.dp % self.dp_replicate or self.dp_shard and \
+                self.dp != self.dp_shard * self.dp_replicate:
+            raise ValueError(f"dp={self.dp}: must be dp_shard x dp_replicate (dp_shard="
+                             f"{self.dp_shard or 'dp / dp_replicate'}, dp_replicate="
+                             f"{self.dp_replicate})")
+        if self.dp_replicate > 1 and (self.experts or not (
+                self.impl == "fsdp2" or self.impl == "megatron" and self.zero == 3)):
+            raise ValueError(f"dp_replicate={self.dp_replicate}: hybrid sharding cuts the "
+                             "parameters over a shard group, on a dense model: needs zero=3 "
+                             f"or impl='fsdp2' (impl={self.impl!r}, zero={self.zero}, "
+                             f"experts={self.experts})")
         if not self.bucket_mb > 0:
             raise ValueError(f"bucket_mb={self.bucket_mb}: must be > 0")
         if not self.capacity_factor > 0:
@@ -101,6 +120,47 @@ class Layout:
     @property
     def ranks(self) -> int:
         return self.tp * self.cp * self.dp * self.pp
+
+    # -- the model's arithmetic, as every pattern's contribution to the layout reads it --------
+    @property
+    def act_dtype(self) -> str:
+        return DTYPE[self.act_bytes]
+
+    @property
+    def stage_layers(self) -> int:
+        """Layers of one pipeline stage."""
+        return self.layers // self.pp
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one micro-batch on one CP rank."""
+        return self.micro_batch * self.seq // self.cp
+
+    @property
+    def layer_params(self) -> int:
+        """A dense layer's parameters on one TP rank (attention, LayerNorms and, without
+        experts, the MLP), the LayerNorms split over TP as the layout counts them."""
+        h, d = self.hidden, self.hidden // self.heads
+        kv, f = self.kv_heads or self.heads, self.ffn or 4 * self.hidden
+        return (2 * h * h + 2 * h * kv * d + 4 * h + (0 if self.experts else 2 * h * f)) // self.tp
+
+    @property
+    def root_params(self) -> int:
+        """The embedding and head on one TP rank (priced with pp = 1 and a loss only)."""
+        return self.vocab * self.hidden // self.tp if self.pp == 1 and self.loss != "none" else 0
+
+    @property
+    def dense_params(self) -> int:
+        """Parameters of one stage's rank that every DP rank holds: layers, routers, root."""
+        return self.stage_layers * (self.layer_params + self.hidden * self.experts) + \
+            self.root_params
+
+    @property
+    def expert_params(self) -> int:
+        """Expert parameters of one stage's rank (reduced over the ranks holding the same)."""
+        f = self.ffn or 4 * self.hidden
+        return self.stage_layers * (self.experts // self.ep) * 2 * self.hidden * f // self.tp \
+            if self.experts else 0
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -20,6 +20,7 @@ bandwidth, run), commbench makes the pattern its unit. A pattern says:
 ``expected(oracle, cfg, rank, variant)``  this rank's part of the oracle
 ``step(ctx, cfg, local, variant, groups, parts)``  this rank's outputs and gradients
 ``predicted(cfg, variant, rank, seed)``  the calls this rank makes: [:class:`Call`, ...]
+``layout_calls(lay, stage)``     its calls in a whole training layout, per group
 ``tolerance``                    :class:`Tolerance`, with its reason
 ``parts_from``, ``broken``       where the step's swappable operators are (``"tp.tp_layer_comms:
                                  TPParts"``), and :class:`Broken` variants declared as
@@ -226,6 +227,14 @@ class Pattern:
 
     def metrics(self, cfg, variant: str, outs: list[dict]) -> dict:
         """Columns of its own for the study (bubble, memory, ...), from every rank's result."""
+        return {}
+
+    def layout_calls(self, lay, stage: int | None) -> dict[str, list[tuple[Call, int]]]:
+        """Its calls in a whole training layout (``commbench predict layout``): group -> [(a
+        call of one rank of pipeline stage ``stage``, times per step)], None: the busiest
+        stage. ``lay`` is a :class:`commbench.costmodel.layout_config.Layout` (read, not
+        imported: the cost model sits above the patterns). A pattern the layout does not use
+        adds nothing."""
         return {}
 
     # -- helpers --------------------------------------------------------------------------------

@@ -30,10 +30,14 @@ from commbench.wire.ledger import Entry
 
 __all__ = ["compare", "layout_groups", "layout_tables", "parse_layout"]
 
-AXES = ("tp", "cp", "ep", "dp", "edp", "pp")
-WIDTH = {"tp": "act_bytes", "cp": "act_bytes", "ep": "act_bytes", "dp": "grad_bytes",
-         "edp": "grad_bytes", "pp": "act_bytes"}
 KIND = {"isend": "send", "irecv": "recv"}  # a point-to-point call, blocking or not
+
+
+def _width(axis: str) -> str:
+    """The layout's setting for the width of ``axis``'s elements."""
+    from commbench.costmodel.layout import GRADIENT_GROUPS
+
+    return "grad_bytes" if axis in GRADIENT_GROUPS else "act_bytes"
 
 
 def parse_layout(spec: str, world_size: int) -> Layout:
@@ -70,10 +74,10 @@ def parse_layout(spec: str, world_size: int) -> Layout:
 def layout_groups(lay: Layout) -> dict[tuple[int, ...], tuple[str, ...]]:
     """Every group of the layout: ranks -> the axes it serves (with dp = 1, the cp ranks are
     also the gradients' dp group), groups of one rank left out."""
-    from commbench.costmodel.layout import group_ranks
+    from commbench.costmodel.layout import GROUPS, group_ranks
 
     out: dict[tuple[int, ...], tuple[str, ...]] = {}
-    for axis in AXES:
+    for axis in GROUPS:
         for r in range(lay.ranks):
             ranks = group_ranks(lay, axis, r)
             if len(ranks) > 1 and axis not in out.get(ranks, ()):
@@ -90,10 +94,10 @@ def _predicted(lay: Layout) -> tuple[dict[tuple[str, str, int], int], dict[tuple
     widths: dict[tuple, int] = {}
     for axis, calls in _calls(lay, stage=0).items():  # rank 0: the first stage
         for call, times in calls:
-            width = getattr(call, "itemsize", 0) or getattr(lay, WIDTH[axis])
+            width = getattr(call, "itemsize", 0) or getattr(lay, _width(axis))
             key = (axis, KIND.get(call.op, call.op), call.size // width)
             out[key] = out.get(key, 0) + times
-            if width != getattr(lay, WIDTH[axis]):
+            if width != getattr(lay, _width(axis)):
                 widths[key] = width
     return out, widths
 
@@ -140,12 +144,12 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
             flag = (f"missing {op}: {want - got} fewer of {count} elements on {axis} than the "
                     f"layout makes ({want})")
         own = widths.get(key, 0)  # a call in its own width (DeepSpeed's float64 norm)
-        width = own or getattr(lay, WIDTH[axis])
+        width = own or getattr(lay, _width(axis))
         wrong = sorted(d for d in dtypes.get(key, ()) if ITEMSIZE.get(d) != width)
         if wrong:
-            what = "gradients" if WIDTH[axis] == "grad_bytes" else "activations"
+            what = "gradients" if _width(axis) == "grad_bytes" else "activations"
             why = (f"the layout makes this call in {width} B per element" if own else
-                   f"the layout's {what} are {width} B per element ({WIDTH[axis]}={width})")
+                   f"the layout's {what} are {width} B per element ({_width(axis)}={width})")
             dflag = f"dtype: {op} of {count} elements on {axis} in {', '.join(wrong)}; {why}"
             flag = f"{flag}; {dflag}" if flag else dflag
         if flag:

@@ -28,7 +28,7 @@ from commbench.names import ITEMSIZE, check_dtype
 from commbench.ops import booked
 from commbench.patterns.base import Broken, Call, Pattern, drawn
 from commbench.patterns.dp.configs import ZeroConfig, flat_size
-from commbench.patterns.dp.zero import TOLERANCE, pad_to, zero_calls
+from commbench.patterns.dp.zero import TOLERANCE, dp_calls, flat_calls, pad_to, zero_calls
 
 __all__ = ["HSDP", "HSDPConfig", "hsdp_calls"]
 
@@ -205,6 +205,19 @@ class HSDP(Pattern):
             return train(ctx, cfg, local, groups["dp_shard"], groups["dp_replicate"], parts)
         return zero_train(ctx, cfg.zero(), self._sharding(cfg, variant)[1], local, groups[WORLD],
                           ZeroParts())
+
+    def layout_calls(self, lay, stage: int | None) -> dict[str, list[tuple[Call, int]]]:
+        """With ``dp_replicate`` > 1 (and commbench's own ZeRO-3): ZeRO-3's calls of the dense
+        flat vector on the shard group (its ``dp_shard`` ranks with the CP ranks: dense
+        gradients reduce over CP too), and its chunk all-reduced on the replicate group once
+        per step. FSDP2's own hybrid sharding is its flavour's (``impl='fsdp2'``)."""
+        if lay.dp_replicate < 2 or lay.impl != "megatron":
+            return {}
+        n, R, g = lay.dp // lay.dp_replicate * lay.cp, lay.dp_replicate, lay.grad_bytes
+        c = -(-lay.dense_params // n)  # the chunk of the flat vector padded to n
+        return {"dp_shard": flat_calls(dp_calls(lay.dense_params, n, 3, lay.micro_batches, g),
+                                       "dp_shard", n),
+                "dp_replicate": flat_calls([("all_reduce", c, g, 1)], "dp_replicate", R)}
 
     def predicted(self, cfg: HSDPConfig, variant: str, rank: int, seed=None) -> list[Call]:
         if variant == "hsdp":

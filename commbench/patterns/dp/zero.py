@@ -12,7 +12,7 @@ from commbench.ops import booked
 from commbench.patterns.base import Broken, Call, Pattern, Tolerance, drawn
 from commbench.patterns.dp.configs import STAGES, ZeroConfig, flat_size
 
-__all__ = ["Zero", "pad_to", "stage_calls", "zero_calls"]
+__all__ = ["Zero", "dp_calls", "flat_calls", "pad_to", "stage_calls", "zero_calls"]
 
 TOLERANCE = Tolerance(
     "float64: only the order of the sums over ranks differs from the oracle. float32 and mixed "
@@ -57,6 +57,22 @@ def zero_calls(cfg: ZeroConfig, stage: int, r: int, axis: str = "dp") -> list[Ca
     e = {"param": ITEMSIZE[cfg.dtype], "grad": 4 if cfg.mixed else ITEMSIZE[cfg.dtype]}
     return [Call(op, axis, k * e[kind], *booked(op, P, r, k, e[kind]))
             for op, k, kind in stage_calls(stage, [n] * cfg.layers, P, cfg.micro)] * cfg.steps
+
+
+def dp_calls(psi: int, n: int, zero: int, m: int, g: int) -> list[tuple[str, int, int, int]]:
+    """The data-parallel calls per step, (op, elements, bytes per element, calls), for ``psi``
+    gradient elements on ``n`` ranks: the stage calls of one flat vector, in ``g``-byte
+    gradients (a layout's parameters travel in the same width)."""
+    counts: dict[tuple[str, int], int] = {}
+    for op, count, _ in stage_calls(zero, [psi], n, m):
+        counts[op, count] = counts.get((op, count), 0) + 1
+    return [(op, count, g, k) for (op, count), k in counts.items()]
+
+
+def flat_calls(calls: list[tuple[str, int, int, int]], axis: str, n: int) -> list[tuple[Call, int]]:
+    """(op, elements, bytes each, times) on a group of ``n`` as (:class:`Call` of member 0,
+    times)."""
+    return [(Call(op, axis, count * e, *booked(op, n, 0, count, e)), k) for op, count, e, k in calls]
 
 
 def pad_to(f, padded: int):
@@ -145,6 +161,21 @@ class Zero(Pattern):
         from commbench.patterns.dp.zero_comms import train
 
         return train(ctx, cfg, STAGES[variant], local, groups["dp"], parts)
+
+    def layout_calls(self, lay, stage: int | None) -> dict[str, list[tuple[Call, int]]]:
+        """The stage calls of one flat vector per step: the dense parameters over the DP and CP
+        ranks (``dp``), the experts over the ranks holding the same ones (``edp``); the layout's
+        own data parallelism only (``impl='megatron'``, no hybrid sharding: the libraries'
+        are their flavours', hybrid sharding the ``hsdp`` pattern's)."""
+        if lay.impl != "megatron" or lay.dp_replicate > 1:
+            return {}
+        out = {}
+        for group, n, psi in (("dp", lay.dp * lay.cp, lay.dense_params),
+                              ("edp", lay.dp // lay.ep * lay.cp, lay.expert_params)):
+            if n > 1 and psi:
+                out[group] = flat_calls(dp_calls(psi, n, lay.zero, lay.micro_batches,
+                                                 lay.grad_bytes), group, n)
+        return out
 
     def predicted(self, cfg: ZeroConfig, variant: str, rank: int, seed=None) -> list[Call]:
         return zero_calls(cfg, STAGES[variant], rank)

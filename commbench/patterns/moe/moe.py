@@ -135,6 +135,21 @@ class ExpertParallel(Pattern):
 
         return step_moe(ctx, cfg, local, variant, groups, parts, local["seed"])
 
+    def layout_calls(self, lay, stage: int | None) -> dict[str, list[tuple[Call, int]]]:
+        """The capacity layout's EP and TP calls per MoE layer and micro-batch, C = ceil(k cf
+        T / E) for T tokens of a micro-batch on a CP rank."""
+        if not lay.experts or (lay.ep < 2 and lay.tp < 2):
+            return {}
+        cfg = MoEConfig(tokens=(lay.tokens,) * lay.ep, model=lay.hidden,
+                        ffn=lay.ffn or 4 * lay.hidden, experts=lay.experts, top_k=lay.top_k,
+                        capacity_factor=lay.capacity_factor, ep=lay.ep, tp=lay.tp,
+                        check_routing=False, dtype=lay.act_dtype)
+        out: dict[str, list[tuple[Call, int]]] = {}
+        for c in moe_calls(cfg, "capacity", 0):
+            if c.axis in ("ep", "tp"):
+                out.setdefault(c.axis, []).append((c, lay.stage_layers * lay.micro_batches))
+        return out
+
     def predicted(self, cfg: MoEConfig, variant: str, rank: int, seed=None) -> list[Call]:
         kept = None
         if variant == "variable" and seed is not None:

@@ -95,6 +95,20 @@ class Pipeline(Pattern):
 
         return pipeline(ctx, cfg, variant, local, groups["pp"], parts)
 
+    def layout_calls(self, lay, stage: int | None) -> dict[str, list[tuple[Call, int]]]:
+        """1F1B's sends and receives of stage ``stage`` (None: the busiest), m micro-batches of
+        the activation A/t (SP) or A."""
+        if lay.pp < 2:
+            return {}
+        m = lay.micro_batches
+        rows = lay.tokens // lay.tp if lay.sp else lay.tokens
+        cfg = PPConfig(stages=lay.pp, layers=lay.pp, hidden=lay.hidden, batch=rows * m, micro=m,
+                       dtype=lay.act_dtype)
+        if stage is None:
+            stage = max(range(lay.pp), key=lambda r: sum(
+                c.sent for c in self.predicted(cfg, "1f1b", r)))
+        return {"pp": [(c, 1) for c in self.predicted(cfg, "1f1b", stage)]}
+
     def predicted(self, cfg: PPConfig, variant: str, rank: int, seed=None) -> list[Call]:
         p, v = cfg.stages, cfg.chunks(variant)
         if p == 1:

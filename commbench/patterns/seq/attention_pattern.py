@@ -113,6 +113,20 @@ class AttentionPattern(Pattern):
         return {"y": y.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad,
                 "stats": {"forward_sent": forward.sent}}
 
+    layout_kind: str = ""  # the layout's cp_kind this pattern is (ring, ulysses)
+
+    def layout_calls(self, lay, stage: int | None) -> dict[str, list[tuple[Call, int]]]:
+        """Per layer and micro-batch, its optimized calls with H/t query and max(H_kv/t, 1) KV
+        heads, when the layout's context parallelism is this pattern."""
+        if lay.cp < 2 or lay.cp_kind != self.layout_kind:
+            return {}
+        kv = lay.kv_heads or lay.heads
+        cfg = AttnConfig(batch=lay.micro_batch, seq=lay.seq, heads=lay.heads // lay.tp,
+                         kv_heads=max(kv // lay.tp, 1), head_dim=lay.hidden // lay.heads,
+                         sp=lay.cp, dtype=lay.act_dtype)
+        return {"cp": [(c, lay.stage_layers * lay.micro_batches)
+                       for c in self.optimized_calls(cfg, 0)]}
+
     def predicted(self, cfg: AttnConfig, variant: str, rank: int, seed=None) -> list[Call]:
         r = self.coords(cfg, rank)["sp"]
         return naive_calls(cfg, r) if variant == "naive" else self.optimized_calls(cfg, r)

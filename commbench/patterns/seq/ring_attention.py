@@ -63,5 +63,7 @@ class RingAttention(AttentionPattern):
 
         return {"ring": ring_attention, "naive": naive_attention}[variant]
 
+    layout_kind = "ring"
+
     def optimized_calls(self, cfg: AttnConfig, r: int) -> list[Call]:
         return ring_calls(cfg, r)

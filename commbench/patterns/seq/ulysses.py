@@ -73,5 +73,7 @@ class Ulysses(AttentionPattern):
 
         return {"ulysses": ulysses_attention, "naive": naive_attention}[variant]
 
+    layout_kind = "ulysses"
+
     def optimized_calls(self, cfg: AttnConfig, r: int) -> list[Call]:
         return ulysses_calls(cfg, r)

@@ -186,6 +186,22 @@ class LayerPattern(Pattern):
 
         return layer_step(ctx, cfg, local, variant, groups, parts, self.mlp_only, "ddp")
 
+    layout_layer: bool = False  # the layer a training layout is made of
+
+    def layout_calls(self, lay, stage: int | None) -> dict[str, list[tuple[Call, int]]]:
+        """The layer's activation calls x layers x micro-batches, and under SP the TP sum of
+        the replicated gradients once per layer per step: the whole layer's (``layout_layer``),
+        not its MLP block's or DDP's, which run the same layer."""
+        if not self.layout_layer:
+            return {}
+        cfg = TPConfig(batch=lay.micro_batch, seq=lay.seq // lay.cp, hidden=lay.hidden,
+                       ffn=lay.ffn or 4 * lay.hidden, heads=lay.heads, tp=lay.tp,
+                       dtype=lay.act_dtype)
+        variant = ("sp_regather" if lay.regather else "sp") if lay.sp else "tp"
+        L, m = lay.stage_layers, lay.micro_batches
+        return {"tp": [(c, L * m) for c in activation_calls(cfg, variant, 0)] +
+                [(c, L) for c in replicated_sync(cfg, variant, 0)]}
+
     def predicted(self, cfg: TPConfig, variant: str, rank: int, seed=None) -> list[Call]:
         c = self.coords(cfg, rank)
         return tp_calls(cfg, variant, c["tp"], self.mlp_only) + \

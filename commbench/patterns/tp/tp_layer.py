@@ -22,6 +22,7 @@ class TPLayer(LayerPattern):
     """Megatron-LM's transformer layer (Shoeybi 2019; SP: Korthikanti 2022), TP x DP."""
 
     name, markers = "tp_layer", ("tp", "sp")
+    layout_layer = True
     broken = (
         Broken("f_without_all_reduce", "tp", {"f": "tp.tp_layer_comms:copy_without_all_reduce"},
                "f whose backward forgets the all-reduce", example_configs),

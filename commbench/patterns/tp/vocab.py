@@ -150,6 +150,22 @@ class VocabHead(Pattern):
         return {"loss": loss.detach(), "de": grad,
                 "stats": {"cross_entropy": [(x.op, x.count, x.sent) for x in ce.entries]}}
 
+    def layout_calls(self, lay, stage: int | None) -> dict[str, list[tuple[Call, int]]]:
+        """The embedding, head and loss (``lay.loss`` is the variant) per micro-batch; with
+        pp > 1 the last stage's, the busiest: the head's half and the loss (the first stage's
+        embedding, and Megatron's all-reduce of tied embeddings between the two, are not
+        priced)."""
+        if lay.loss == "none" or lay.tp < 2:
+            return {}
+        head = VocabConfig(batch=lay.micro_batch, seq=lay.seq // lay.cp, hidden=lay.hidden,
+                           vocab=lay.vocab, tp=lay.tp, sequence_parallel=lay.sp,
+                           dtype=lay.act_dtype)
+        calls = [c for c in self.predicted(head, lay.loss, 0) if c.axis == "tp"]
+        if lay.pp > 1:
+            acts = 4 if lay.sp else 2  # embedding and head: RS+AG each (SP), or one all-reduce
+            calls = calls[:acts // 2] + calls[acts:] if stage in (None, lay.pp - 1) else []
+        return {"tp": [(c, lay.micro_batches) for c in calls]}
+
     def predicted(self, cfg: VocabConfig, variant: str, rank: int, seed=None) -> list[Call]:
         at = self.coords(cfg, rank)
         P, D, t, d = cfg.tp, cfg.dp, at["tp"], at["dp"]
