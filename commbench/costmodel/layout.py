@@ -22,7 +22,7 @@ what the layout predicts is what the code moves:
          (expert parameters over the dp/ep ranks holding the same experts: ``edp``), or a
          library's (``impl``, :mod:`flavours`); with ``dp_replicate`` > 1, hybrid sharding:
          ZeRO-3 (or FSDP2) on ``dp_shard`` and the gradient shard all-reduced on
-         ``dp_replicate`` (the ``hsdp`` pattern; FSDP2's, per micro-batch)
+         ``dp_replicate`` (per step; FSDP2's, per micro-batch)
     pp   the ``pp`` pattern's calls of its busiest stage, m micro-batches of A/t (SP) or A
 
 Bytes are what those calls send; time is NCCL's model of each collective (:mod:`nccl`) and a

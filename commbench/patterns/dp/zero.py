@@ -166,7 +166,7 @@ class Zero(Pattern):
         """The stage calls of one flat vector per step: the dense parameters over the DP and CP
         ranks (``dp``), the experts over the ranks holding the same ones (``edp``); the layout's
         own data parallelism only (``impl='megatron'``, no hybrid sharding: the libraries'
-        are their flavours', hybrid sharding the ``hsdp`` pattern's)."""
+        are their flavours', hybrid sharding its own pattern's)."""
         if lay.impl != "megatron" or lay.dp_replicate > 1:
             return {}
         out = {}
