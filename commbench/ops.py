@@ -71,15 +71,17 @@ class Names:
     torch: the ``Collective name`` values torch's ``record_param_comms`` writes for it (torch
     2.0 to 2.13), the first the one torch 2.13 writes; c10d: its dispatcher ops in an execution
     trace (``c10d::allreduce_``), each with the index of the input whose elements are booked and
-    of the peer (None: none); kernel: the word of NCCL's kernel name
-    (``ncclDevKernel_AllReduce_...``); nccl_tests: the nccl-tests binary; osu: OSU's benchmark
-    names that do not follow from the collective's (``osu_bcast``). The flat spellings
+    of the peer (None: none); dispatch: the dispatcher ops that issue it, as the audit's watcher
+    sees them (``c10d.allreduce_``, ``_c10d_functional.all_reduce``: torch 2.13); kernel: the
+    word of NCCL's kernel name (``ncclDevKernel_AllReduce_...``); osu: OSU's benchmark names
+    that do not follow from the collective's (``osu_bcast``). The flat spellings
     (``allreduce``, ``all_reduce_perf``, ``osu_allreduce``) follow from the name itself
     (:data:`commbench.names.ALIASES`).
     """
 
     torch: tuple[str, ...] = ()
     c10d: tuple[tuple[str, int | None, int | None], ...] = ()
+    dispatch: tuple[str, ...] = ()
     kernel: str = ""
     osu: tuple[str, ...] = ()
 
@@ -269,7 +271,9 @@ _RECORDS = [
        bench=True, nccl=(lambda n: 2 * (n - 1), 2),
        names=Names(("allreduce", "allreduce_coalesced", "all_reduce"),
                    (("c10d::allreduce_", 0, None), ("c10d::allreduce_coalesced_", 0, None)),
-                   "AllReduce")),
+                   ("c10d.allreduce_", "c10d.allreduce_coalesced_", "_c10d_functional.all_reduce",
+                    "_c10d_functional.all_reduce_", "_c10d_functional.all_reduce_coalesced",
+                    "_c10d_functional.all_reduce_coalesced_"), "AllReduce")),
     Op("all_gather", "the whole output", "block", _ring, _HALF,
        lambda n, S: (lg(n), (n - 1) / n * S, 0.0), _inputs, agreed=True, bench=True,
        nccl=(lambda n: n - 1, 1),
@@ -277,7 +281,12 @@ _RECORDS = [
                     "allgather_into_tensor_coalesced", "all_gather_into_tensor",
                     "allgather_coalesced"),
                    (("c10d::_allgather_base_", 1, None), ("c10d::allgather_", 1, None),
-                    ("c10d::allgather_into_tensor_coalesced_", 1, None)), "AllGather")),
+                    ("c10d::allgather_into_tensor_coalesced_", 1, None)),
+                   ("c10d._allgather_base_", "c10d.allgather_", "c10d.allgather_coalesced_",
+                    "c10d.allgather_into_tensor_coalesced_",
+                    "_c10d_functional.all_gather_into_tensor",
+                    "_c10d_functional.all_gather_into_tensor_out",
+                    "_c10d_functional.all_gather_into_tensor_coalesced"), "AllGather")),
     Op("reduce_scatter", "the whole input", "blocks", _reduce_scatter, _HALF,
        lambda n, S: (lg(n), (n - 1) / n * S, (n - 1) / n * S),
        lambda rank, n, count, root: [("reduced", None, *_block(rank, n, count))],
@@ -285,31 +294,41 @@ _RECORDS = [
        names=Names(("_reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor_coalesced",
                     "reduce_scatter_tensor"),
                    (("c10d::reduce_scatter_", 1, None), ("c10d::_reduce_scatter_base_", 1, None),
-                    ("c10d::reduce_scatter_tensor_coalesced_", 1, None)), "ReduceScatter")),
+                    ("c10d::reduce_scatter_tensor_coalesced_", 1, None)),
+                   ("c10d._reduce_scatter_base_", "c10d.reduce_scatter_",
+                    "c10d.reduce_scatter_tensor_coalesced_",
+                    "_c10d_functional.reduce_scatter_tensor",
+                    "_c10d_functional.reduce_scatter_tensor_out",
+                    "_c10d_functional.reduce_scatter_tensor_coalesced"), "ReduceScatter")),
     Op("all_to_all", "one rank's whole send", "blocks", _all_to_all, _HALF,
        lambda n, S: (n - 1, (n - 1) / n * S, 0.0),
        lambda rank, n, count, root: _inputs(rank, n, count, root, *_block(rank, n, count)),
        split=True, agreed=True, bench=True,
        names=Names(("all_to_allv", "all_to_all", "alltoall", "alltoall_base"),
-                   (("c10d::alltoall_base_", 1, None),))),
+                   (("c10d::alltoall_base_", 1, None),),
+                   ("c10d.alltoall_base_", "c10d.alltoall_", "_c10d_functional.all_to_all_single",
+                    "_dtensor.shard_dim_alltoall"))),
     Op("broadcast", "one rank's buffer", "whole", _broadcast, _ONE,
        lambda n, S: (lg(n), lg(n) * S, 0.0),
        lambda rank, n, count, root: [("input", root, 0, count)], rooted=True, agreed=True,
        bench=True, nccl=(_N, 0),
-       names=Names(("broadcast",), (("c10d::broadcast_", 0, None),), "Broadcast", ("osu_bcast",))),
+       names=Names(("broadcast",), (("c10d::broadcast_", 0, None),),
+                   ("c10d.broadcast_", "_c10d_functional.broadcast",
+                    "_c10d_functional.broadcast_"), "Broadcast", ("osu_bcast",))),
     Op("reduce", "one rank's buffer", "whole", _reduce, _ONE,
        lambda n, S: (lg(n), lg(n) * S, lg(n) * S),
        lambda rank, n, count, root: [("reduced", None, 0, count)] if rank == root else None,
        reduces=True, rooted=True, agreed=True, bench=True, nccl=(_N, 0),
-       names=Names(("reduce",), (("c10d::reduce_", 0, None),), "Reduce")),
+       names=Names(("reduce",), (("c10d::reduce_", 0, None),), ("c10d.reduce_",), "Reduce")),
     Op("gather", "the whole output", "block", _gather, _HALF,
        lambda n, S: (lg(n), (n - 1) / n * S, 0.0),
        lambda rank, n, count, root: _inputs(rank, n, count, root) if rank == root else None,
-       rooted=True, agreed=True, bench=True, names=Names(("gather",))),
+       rooted=True, agreed=True, bench=True,
+       names=Names(("gather",), dispatch=("c10d.gather_",))),
     Op("scatter", "the root's whole send", "blocks", _scatter, _HALF,
        lambda n, S: (lg(n), (n - 1) / n * S, 0.0),
        lambda rank, n, count, root: [("input", root, *_block(rank, n, count))], rooted=True,
-       agreed=True, bench=True, names=Names(("scatter",))),
+       agreed=True, bench=True, names=Names(("scatter",), dispatch=("c10d.scatter_",))),
     Op("sendrecv", "one rank's buffer", "whole", _sendrecv, _ONE, lambda n, S: (1, S, 0.0),
        lambda rank, n, count, root: [("input", (rank - 1) % n, 0, count)], bench=True),
     Op("pingpong", "one rank's buffer", "whole", _pingpong, _ONE, lambda n, S: (1, S, 0.0),
@@ -318,14 +337,15 @@ _RECORDS = [
        expected=_vsplit_expected, split=True, bench=True),
     Op("barrier", "nothing: no buffer", "none", lambda n, i, count, **kw: (0, 0), _ONE,
        agreed=True, bench=True,
-       names=Names(("barrier",), (("c10d::barrier", None, None),))),
+       names=Names(("barrier",), (("c10d::barrier", None, None),), ("c10d.barrier",))),
     # the comm layer's other calls: booked, never benchmarked on their own
     Op("send", "", "whole", lambda n, i, count, **kw: (count, 0),
-       names=Names(("send",), (("c10d::send", 0, 2),))),
+       names=Names(("send",), (("c10d::send", 0, 2),), ("c10d.send", "_c10d_functional.isend"))),
     # isend/irecv: torch records them as send/recv (a trace's "send" reads back as send)
     Op("isend", "", "whole", lambda n, i, count, **kw: (count, 0), names=Names(("send",))),
     Op("recv", "", "whole", lambda n, i, count, **kw: (0, count),
-       names=Names(("recv",), (("c10d::recv_", 0, 2),))),
+       names=Names(("recv",), (("c10d::recv_", 0, 2),),
+                   ("c10d.recv_", "c10d.recv_any_source_", "_c10d_functional.irecv"))),
     Op("irecv", "", "whole", lambda n, i, count, **kw: (0, count), names=Names(("recv",))),
 ]
 OPS: dict[str, Op] = {o.name: o for o in _RECORDS}

@@ -189,6 +189,7 @@ def test_every_name_a_record_gives_reads_back_as_that_collective():
     from commbench.traces.et import C10D
     from commbench.traces.recorded import COLLECTIVES as REPLAYED
     from commbench.traces.write import NAMES
+    from commbench.wire.watch_rules import OP_OF
 
     base = {"isend": "send", "irecv": "recv"}
     for record in OPS.values():
@@ -198,6 +199,8 @@ def test_every_name_a_record_gives_reads_back_as_that_collective():
             assert C10D[name][0] == record.name
         for name in record.names.osu:
             assert canonical(name) == record.name
+        for name in record.names.dispatch:
+            assert OP_OF[name] == record.name
         if record.names.torch:
             assert op_of(NAMES[record.name]) == base.get(record.name, record.name)
     for op in COLLECTIVES:

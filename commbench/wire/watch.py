@@ -39,7 +39,7 @@ from commbench.ops import booked
 from commbench.wire import steps
 from commbench.wire.ledger import Ledger
 from commbench.wire.modules import module_tracker, origin
-from commbench.wire.watch_rules import RULES, first_tensor, pg_of, ranks_of, redop_name
+from commbench.wire.watch_rules import OP_OF, first_tensor, pg_of, ranks_of, read, redop_name
 
 __all__ = ["quiet", "watch"]
 
@@ -78,17 +78,16 @@ class watch(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = f"{func.namespace}.{func._schema.name.split('::')[1]}"
-        rule = RULES.get(name)
-        if rule is None and any(t.__name__ == "DTensor" for t in types):
+        known = name in OP_OF
+        if not known and any(t.__name__ == "DTensor" for t in types):
             # a tensor subclass's op (DTensor's): let its own dispatch run with this mode still
             # on, so that the collectives it issues inside reach the watcher
             return NotImplemented
-        if rule is None or _QUIET.get():
+        if not known or _QUIET.get():
             return func(*args, **kwargs)
         named = {arg.name: (args[i] if i < len(args) else kwargs.get(arg.name, arg.default_value))
                  for i, arg in enumerate(func._schema.arguments)}
-        op, extract = rule
-        pg_arg, count, vol = extract(named)
+        op, pg_arg, count, vol = read(name, named)
         t0 = time.perf_counter()
         out = func(*args, **kwargs)
         seconds = time.perf_counter() - t0

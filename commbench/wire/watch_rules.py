@@ -1,18 +1,20 @@
 """Which torch.distributed call a dispatcher op is, for the watcher (:mod:`commbench.wire.watch`):
-per c10d and functional op, commbench's name for the collective and how to read its group,
-element count and volume arguments (the root, an all-to-all's splits) off the op's arguments;
-and the reduction's name off a boxed ``ReduceOp``.
+the collective its record names it for (``Names.dispatch`` in :mod:`commbench.ops`), and its
+group, element count and volume arguments (the root, an all-to-all's splits) read off the op's
+arguments by their names, which c10d's and the functional ops' schemas share; and the
+reduction's name off a boxed ``ReduceOp``.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
 
 import torch
 
-__all__ = ["RULES", "first_tensor", "pg_of", "ranks_of", "redop_name"]
+from commbench.ops import OPS
+
+__all__ = ["OP_OF", "first_tensor", "pg_of", "ranks_of", "read", "redop_name"]
 
 
 def pg_of(arg):
@@ -52,94 +54,51 @@ def first_tensor(ts) -> torch.Tensor | None:
     return None
 
 
-# name -> (commbench op, function(args) -> (pg arg, count, extra volume kwargs))
-_Rule = tuple[str, Callable[[dict], tuple]]
-RULES: dict[str, _Rule] = {
-    "c10d.allreduce_": ("all_reduce", lambda a: (a["process_group"], _numel(a["tensors"]), {})),
-    "c10d.allreduce_coalesced_": ("all_reduce",
-                                  lambda a: (a["process_group"], _numel(a["tensors"]), {})),
-    "c10d._allgather_base_": ("all_gather",
-                              lambda a: (a["process_group"], a["input_tensor"].numel(), {})),
-    "c10d.allgather_": ("all_gather",
-                        lambda a: (a["process_group"], _numel(a["input_tensors"]), {})),
-    "c10d.allgather_coalesced_": ("all_gather",
-                                  lambda a: (a["process_group"], _numel(a["input_list"]), {})),
-    "c10d.allgather_into_tensor_coalesced_": ("all_gather",
-                                              lambda a: (a["process_group"], _numel(a["inputs"]),
-                                                         {})),
-    "c10d._reduce_scatter_base_": ("reduce_scatter",
-                                   lambda a: (a["process_group"], a["input_tensor"].numel(), {})),
-    "c10d.reduce_scatter_": ("reduce_scatter",
-                             lambda a: (a["process_group"], _numel(a["input_tensors"]), {})),
-    "c10d.reduce_scatter_tensor_coalesced_": ("reduce_scatter",
-                                              lambda a: (a["process_group"], _numel(a["inputs"]),
-                                                         {})),
-    "c10d.alltoall_base_": ("all_to_all", lambda a: _a2a(a["process_group"], a["input"],
-                                                         a["output"], a["input_split_sizes"],
-                                                         a["output_split_sizes"])),
-    "c10d.alltoall_": ("all_to_all", lambda a: _a2a_list(a)),
-    "c10d.broadcast_": ("broadcast", lambda a: (a["process_group"], _numel(a["tensors"]),
-                                                {"root": a["root_rank"]})),
-    "c10d.reduce_": ("reduce", lambda a: (a["process_group"], _numel(a["tensors"]),
-                                          {"root": a["root_rank"]})),
-    "c10d.gather_": ("gather", lambda a: (a["process_group"], _numel(a["input_tensors"]),
-                                          {"root": a["root_rank"]})),
-    "c10d.scatter_": ("scatter", lambda a: (a["process_group"],
-                                            _numel(a["output_tensors"]) * pg_of(a["process_group"]).size(),
-                                            {"root": a["root_rank"]})),
-    "c10d.send": ("send", lambda a: (a["process_group"], _numel(a["tensors"]), {})),
-    "c10d.recv_": ("recv", lambda a: (a["process_group"], _numel(a["tensors"]), {})),
-    "c10d.recv_any_source_": ("recv", lambda a: (a["process_group"], _numel(a["tensors"]), {})),
-    "c10d.barrier": ("barrier", lambda a: (a["process_group"], 0, {})),
-    "_c10d_functional.all_reduce": ("all_reduce", lambda a: (a["group_name"], a["input"].numel(),
-                                                             {})),
-    "_c10d_functional.all_reduce_": ("all_reduce", lambda a: (a["group_name"],
-                                                              a["input"].numel(), {})),
-    "_c10d_functional.all_reduce_coalesced": ("all_reduce", lambda a: (a["group_name"],
-                                                                       _numel(a["inputs"]), {})),
-    "_c10d_functional.all_reduce_coalesced_": ("all_reduce", lambda a: (a["group_name"],
-                                                                        _numel(a["inputs"]), {})),
-    "_c10d_functional.all_gather_into_tensor": ("all_gather", lambda a: (a["group_name"],
-                                                                         a["input"].numel(), {})),
-    "_c10d_functional.all_gather_into_tensor_out": ("all_gather",
-                                                    lambda a: (a["group_name"],
-                                                               a["input"].numel(), {})),
-    "_c10d_functional.all_gather_into_tensor_coalesced": ("all_gather",
-                                                          lambda a: (a["group_name"],
-                                                                     _numel(a["inputs"]), {})),
-    "_c10d_functional.reduce_scatter_tensor": ("reduce_scatter",
-                                               lambda a: (a["group_name"], a["input"].numel(), {})),
-    "_c10d_functional.reduce_scatter_tensor_out": ("reduce_scatter",
-                                                   lambda a: (a["group_name"],
-                                                              a["input"].numel(), {})),
-    "_c10d_functional.reduce_scatter_tensor_coalesced": ("reduce_scatter",
-                                                         lambda a: (a["group_name"],
-                                                                    _numel(a["inputs"]), {})),
-    "_c10d_functional.all_to_all_single": ("all_to_all", lambda a: _a2a(
-        a["group_name"], a["input"], None, a["input_split_sizes"], a["output_split_sizes"])),
-    "_c10d_functional.broadcast": ("broadcast", lambda a: (a["group_name"], a["input"].numel(),
-                                                           {"root": a["src"]})),
-    "_c10d_functional.broadcast_": ("broadcast", lambda a: (a["group_name"], a["input"].numel(),
-                                                            {"root": a["src"]})),
-    "_c10d_functional.isend": ("send", lambda a: (a["group_name"], a["tensor"].numel(), {})),
-    "_c10d_functional.irecv": ("recv", lambda a: (a["group_name"], a["tensor"].numel(), {})),
-    "_dtensor.shard_dim_alltoall": ("all_to_all", lambda a: _a2a(a["group_name"], a["input"], None,
-                                                                 [], [])),
-}
+def _dispatched() -> dict[str, str]:
+    return {name: o.name for o in OPS.values() for name in o.names.dispatch}
 
 
-def _a2a(pg_arg, inp, out, in_splits, out_splits) -> tuple:
+# dispatcher op -> commbench's collective (the records' Names.dispatch)
+OP_OF: dict[str, str] = _dispatched()
+# where a dispatcher op keeps the tensors whose elements are booked, first match wins: c10d's
+# (tensors, input_tensor(s), input_list, inputs) and the functional ops' (input, inputs, tensor)
+_INPUTS = ("tensors", "input_tensor", "input_tensors", "input_list", "inputs", "input", "tensor")
+
+
+def read(name: str, a: dict) -> tuple[str, object, int, dict] | None:
+    """(commbench's op, the group argument, elements booked, volume kwargs) of dispatcher op
+    ``name`` called with arguments ``a`` (by name), None when it is no collective. The group is
+    a c10d op's ``process_group`` or a functional op's ``group_name``; the elements are this
+    rank's input (a scatter's: its block times the group, as the comm layer books the root's
+    buffer); the root is ``root_rank`` or ``src``; an all-to-all's splits are read in rows."""
+    op = OP_OF.get(name)
+    if op is None:
+        return None
+    record = OPS[op]
+    pg_arg = a["process_group"] if "process_group" in a else a["group_name"]
+    if record.split:
+        if "input_tensors" in a:  # the list form: one tensor per member
+            ins, outs = a["input_tensors"], a["output_tensors"]
+            return op, pg_arg, _numel(ins), {"in_splits": [t.numel() for t in ins],
+                                             "out_splits": [t.numel() for t in outs], "row": 1}
+        return (op, *_a2a(pg_arg, a["input"], a.get("input_split_sizes") or [],
+                          a.get("output_split_sizes") or []))
+    if record.input == "none":
+        count = 0
+    elif record.rooted and record.input == "blocks":  # scatter: this rank's block x members
+        count = _numel(a["output_tensors"]) * pg_of(pg_arg).size()
+    else:
+        count = _numel(a[next(k for k in _INPUTS if k in a)])
+    root = a.get("root_rank", a.get("src")) if record.rooted else None
+    return op, pg_arg, count, {} if root is None else {"root": root}
+
+
+def _a2a(pg_arg, inp, in_splits, out_splits) -> tuple:
     n, rows = pg_of(pg_arg).size(), (inp.shape[0] if inp.dim() else 1)
     in_splits = [int(s) for s in in_splits] or [rows // n] * n
     out_splits = [int(s) for s in out_splits] or list(in_splits)
     row = math.prod(inp.shape[1:])
     return pg_arg, inp.numel(), {"in_splits": in_splits, "out_splits": out_splits, "row": row}
-
-
-def _a2a_list(a: dict) -> tuple:
-    ins, outs = a["input_tensors"], a["output_tensors"]
-    return a["process_group"], _numel(ins), {"in_splits": [t.numel() for t in ins],
-                                             "out_splits": [t.numel() for t in outs], "row": 1}
 
 
 @functools.cache
@@ -156,7 +115,8 @@ def redop_name(value) -> str:
         return ""
     if isinstance(value, str):
         return value.lower()
-    try:
-        return _redop_names().get(int(value._get_method("op")()), "")
-    except (AttributeError, RuntimeError, TypeError, ValueError):
-        return ""
+    try:  # a boxed ReduceOp (torch.ScriptObject): its code through its one method
+        code = int(value._get_method("op")())
+    except (AttributeError, RuntimeError) as exc:  # a torch whose ReduceOp boxes otherwise
+        return f"unreadable ({type(exc).__name__})"
+    return _redop_names().get(code, f"code {code}")
