@@ -106,7 +106,7 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     else:
         prep = _prepare_algorithm(ctx, comm, case, src, count, root)
     be = comm.backend
-    barrier = be.bind("barrier", None, None, g) or (lambda: be.barrier(g))
+    barrier = be.barrier_call(g)
     with ctx.ledger.capture() as one_call:
         prep.first()
     # published before the loop, so a hang inside it is still named

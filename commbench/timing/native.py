@@ -33,51 +33,59 @@ class Prepared:
 
 
 
-def _in_place(op: str):
-    """all-reduce, broadcast, reduce: the result over a copy of the input, restored each time."""
-    def prepare(comm: Comm, be, g: Group, redop: str, root: int, src, count: int) -> Prepared:
-        out = like(src, src.numel())
-        out.copy_(src)
-        call = be.bind(op, out, src, g, redop, root) or {
-            "all_reduce": lambda: be.all_reduce(out, g, redop),
-            "broadcast": lambda: be.broadcast(out, g, root),
-            "reduce": lambda: be.reduce(out, g, root, redop)}[op]
-        first = {"all_reduce": lambda: comm.all_reduce(src, g, op=redop),
-                 "broadcast": lambda: comm.broadcast(src, g, root=root),
-                 "reduce": lambda: comm.reduce(src, g, root=root, op=redop)}[op]
-        mine = OPS[op].expected(g.index, g.size, count, root) is not None  # reduce: the root's
-        return Prepared(call, restore(out, src), first, (lambda: out) if mine else (lambda: None),
-                        {"root": root} if OPS[op].rooted else {})
-    return prepare
+# One preparation per collective, named ``_prepare_<op>``: PREPARE finds them by that name.
+# The transports' ``<op>_call`` methods bind their own function to the buffers once.
+def _in_place(call, first, src, mine: bool, vol: dict) -> Prepared:
+    """all-reduce, broadcast, reduce: ``call(out)`` on a copy of the input, restored each time;
+    ``mine``: this rank holds a result (a reduce's root only)."""
+    out = like(src, src.numel())
+    out.copy_(src)
+    return Prepared(call(out), restore(out, src), first, (lambda: out) if mine else (lambda: None),
+                    vol)
 
 
-def _all_gather(comm, be, g, redop, root, src, count) -> Prepared:
+def _prepare_all_reduce(comm, be, g, redop, root, src, count) -> Prepared:
+    return _in_place(lambda out: be.all_reduce_call(out, g, redop),
+                     lambda: comm.all_reduce(src, g, op=redop), src, True, {})
+
+
+def _prepare_broadcast(comm, be, g, redop, root, src, count) -> Prepared:
+    return _in_place(lambda out: be.broadcast_call(out, g, root),
+                     lambda: comm.broadcast(src, g, root=root), src, True, {"root": root})
+
+
+def _prepare_reduce(comm, be, g, redop, root, src, count) -> Prepared:
+    return _in_place(lambda out: be.reduce_call(out, g, root, redop),
+                     lambda: comm.reduce(src, g, root=root, op=redop), src, g.index == root,
+                     {"root": root})
+
+
+def _prepare_all_gather(comm, be, g, redop, root, src, count) -> Prepared:
     out = like(src, count * g.size)
-    call = be.bind("all_gather", out, src, g) or (lambda: be.all_gather(out, src, g))
-    return Prepared(call, _none, lambda: comm.all_gather(src, g), lambda: out)
+    return Prepared(be.all_gather_call(out, src, g), _none, lambda: comm.all_gather(src, g),
+                    lambda: out)
 
 
-def _gather(comm, be, g, redop, root, src, count) -> Prepared:
+def _prepare_gather(comm, be, g, redop, root, src, count) -> Prepared:
     out = like(src, count * g.size) if g.index == root else None
     return Prepared(lambda: be.gather(out, src, g, root), _none,
                     lambda: comm.gather(src, g, root=root), lambda: out, {"root": root})
 
 
-def _reduce_scatter(comm, be, g, redop, root, src, count) -> Prepared:
+def _prepare_reduce_scatter(comm, be, g, redop, root, src, count) -> Prepared:
     out = like(src, count // g.size)
-    call = (be.bind("reduce_scatter", out, src, g, redop)
-            or (lambda: be.reduce_scatter(out, src, g, redop)))
-    return Prepared(call, _none, lambda: comm.reduce_scatter(src, g, op=redop), lambda: out)
+    return Prepared(be.reduce_scatter_call(out, src, g, redop), _none,
+                    lambda: comm.reduce_scatter(src, g, op=redop), lambda: out)
 
 
-def _all_to_all(comm, be, g, redop, root, src, count) -> Prepared:
+def _prepare_all_to_all(comm, be, g, redop, root, src, count) -> Prepared:
     out, splits = like(src, count), [count // g.size] * g.size
     return Prepared(lambda: be.all_to_all(out, src, g, splits, splits), _none,
                     lambda: comm.all_to_all(src, g), lambda: out,
                     {"in_splits": splits, "out_splits": splits})
 
 
-def _all_to_allv(comm, be, g, redop, root, src, count) -> Prepared:
+def _prepare_all_to_allv(comm, be, g, redop, root, src, count) -> Prepared:
     """Uneven counts per peer (:func:`commbench.ops.vsplits`): what this member sends each
     member, and receives from each."""
     m = vsplits(g.size, count)
@@ -88,12 +96,11 @@ def _all_to_allv(comm, be, g, redop, root, src, count) -> Prepared:
                     {"in_splits": ins, "out_splits": outs})
 
 
-def _barrier(comm, be, g, redop, root, src, count) -> Prepared:
-    call = be.bind("barrier", None, None, g) or (lambda: be.barrier(g))
-    return Prepared(call, _none, lambda: comm.barrier(g), lambda: None)
+def _prepare_barrier(comm, be, g, redop, root, src, count) -> Prepared:
+    return Prepared(be.barrier_call(g), _none, lambda: comm.barrier(g), lambda: None)
 
 
-def _scatter(comm, be, g, redop, root, src, count) -> Prepared:
+def _prepare_scatter(comm, be, g, redop, root, src, count) -> Prepared:
     out = like(src, count // g.size)
     s = src if g.index == root else None
     return Prepared(lambda: be.scatter(out, s, g, root), _none,
@@ -101,13 +108,13 @@ def _scatter(comm, be, g, redop, root, src, count) -> Prepared:
                     lambda: out, {"root": root})
 
 
-def _sendrecv_prepared(comm, be, g, redop, root, src, count) -> Prepared:
+def _prepare_sendrecv(comm, be, g, redop, root, src, count) -> Prepared:
     out = like(src, count)
     return Prepared(lambda: _sendrecv(be, src, out, g), _none,
                     lambda: _checked_sendrecv(comm, src, g), lambda: out)
 
 
-def _pingpong_prepared(comm, be, g, redop, root, src, count) -> Prepared:
+def _prepare_pingpong(comm, be, g, redop, root, src, count) -> Prepared:
     out = like(src, count)
     return Prepared(lambda: _pingpong(be, src, out, g), _none,
                     lambda: _pingpong(be, src, out, g), lambda: out)
@@ -117,11 +124,8 @@ def _none() -> None:
     return None
 
 
-PREPARE = {"all_reduce": _in_place("all_reduce"), "broadcast": _in_place("broadcast"),
-           "reduce": _in_place("reduce"), "all_gather": _all_gather, "gather": _gather,
-           "reduce_scatter": _reduce_scatter, "all_to_all": _all_to_all, "scatter": _scatter,
-           "sendrecv": _sendrecv_prepared, "pingpong": _pingpong_prepared,
-           "all_to_allv": _all_to_allv, "barrier": _barrier}
+PREPARE = {name.removeprefix("_prepare_"): fn for name, fn in list(globals().items())
+           if name.startswith("_prepare_")}
 
 
 def prepare_native(comm: Comm, g: Group, op: str, redop: str, root: int, src: torch.Tensor,

@@ -104,7 +104,7 @@ def replay_rank(ctx, plan: dict[int, list[Rec]], iters: int, warmup: int,
         else:
             first, call = _collective(ctx, comm, g, r, bent)
             be = comm.backend
-            barrier = be.bind("barrier", None, None, g) or (lambda g=g, be=be: be.barrier(g))
+            barrier = be.barrier_call(g)
         with ctx.ledger.capture() as cap:
             first()
         times = timed(call, barrier, iters, warmup, cuda,

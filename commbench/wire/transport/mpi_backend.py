@@ -25,18 +25,6 @@ def _np(t: torch.Tensor):
     return t.numpy()
 
 
-# op -> (backend, comm, out, x, redop, root) -> a zero-argument call on those buffers
-_BOUND = {
-    "barrier": lambda be, c, out, x, redop, root: c.Barrier,
-    "all_reduce": lambda be, c, out, x, redop, root: partial(c.Allreduce, be.MPI.IN_PLACE,
-                                                             _np(out), be._ops[redop]),
-    "all_gather": lambda be, c, out, x, redop, root: partial(c.Allgather, _np(x), _np(out)),
-    "reduce_scatter": lambda be, c, out, x, redop, root: partial(
-        c.Reduce_scatter_block, _np(x), _np(out), be._ops[redop]),
-    "broadcast": lambda be, c, out, x, redop, root: partial(c.Bcast, _np(out), root=root),
-}
-
-
 class MPIBackend:
     name = "mpi"
 
@@ -54,16 +42,34 @@ class MPIBackend:
             return "MPI has no float8 type"
         return None
 
-    def bind(self, op: str, out, x, group: Group, redop: str = "sum", root: int = 0):
-        """A zero-argument call of ``op`` on buffers fixed now, for timing loops (CPU only).
+    # -- zero-argument calls on fixed buffers, for timing loops. On CPU the NumPy views and
+    # the MPI handles are made here, once, so a timed call costs what a bare mpi4py call costs;
+    # a CUDA buffer is staged through the host by the ordinary method on every call.
+    def barrier_call(self, group: Group):
+        return group.mpi_comm.Barrier
 
-        The NumPy views and the MPI handles are made here, once, so a timed call costs what a
-        bare mpi4py call costs. None where there is no such shortcut.
-        """
-        if any(t is not None and t.is_cuda for t in (out, x)):
-            return None
-        bound = _BOUND.get(op)
-        return None if bound is None else bound(self, group.mpi_comm, out, x, redop, root)
+    def all_reduce_call(self, buf, group: Group, op: str):
+        if buf.is_cuda:
+            return partial(self.all_reduce, buf, group, op)
+        return partial(group.mpi_comm.Allreduce, self.MPI.IN_PLACE, _np(buf), self._ops[op])
+
+    def all_gather_call(self, out, x, group: Group):
+        if out.is_cuda or x.is_cuda:
+            return partial(self.all_gather, out, x, group)
+        return partial(group.mpi_comm.Allgather, _np(x), _np(out))
+
+    def reduce_scatter_call(self, out, x, group: Group, op: str):
+        if out.is_cuda or x.is_cuda:
+            return partial(self.reduce_scatter, out, x, group, op)
+        return partial(group.mpi_comm.Reduce_scatter_block, _np(x), _np(out), self._ops[op])
+
+    def broadcast_call(self, buf, group: Group, root: int):
+        if buf.is_cuda:
+            return partial(self.broadcast, buf, group, root)
+        return partial(group.mpi_comm.Bcast, _np(buf), root=root)
+
+    def reduce_call(self, buf, group: Group, root: int, op: str):
+        return partial(self.reduce, buf, group, root, op)
 
     def _staged(self, *ts):
         """Host views of the tensors (CUDA tensors copied), and a function to copy back."""

@@ -17,19 +17,6 @@ _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_sc
 
 _OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
         "max": dist.ReduceOp.MAX}
-# op -> (pg, out, x, redop, root) -> a zero-argument call on those buffers
-_BOUND = {
-    "barrier": lambda pg, out, x, redop, root: partial(dist.barrier, group=pg),
-    "all_reduce": lambda pg, out, x, redop, root: partial(dist.all_reduce, out, _OPS[redop],
-                                                          group=pg),
-    "all_gather": lambda pg, out, x, redop, root: partial(_ALL_GATHER, out, x, group=pg),
-    "reduce_scatter": lambda pg, out, x, redop, root: partial(_REDUCE_SCATTER, out, x,
-                                                              _OPS[redop], group=pg),
-    "broadcast": lambda pg, out, x, redop, root: partial(dist.broadcast, out, group=pg,
-                                                         group_src=root),
-}
-
-
 class TorchBackend:
     def __init__(self, name: str) -> None:
         self.name = name  # "gloo" or "nccl": the process groups' backend
@@ -41,10 +28,24 @@ class TorchBackend:
             return f"{self.name} has no float8 reductions (torch 2.13 moves float8 as bytes only)"
         return None
 
-    def bind(self, op: str, out, x, group: Group, redop: str = "sum", root: int = 0):
-        """A zero-argument call of ``op`` on fixed buffers, for timing loops (None: no shortcut)."""
-        bound = _BOUND.get(op)
-        return None if bound is None else bound(group.torch_pg, out, x, redop, root)
+    # -- zero-argument calls on fixed buffers, for timing loops: torch's function bound at once
+    def barrier_call(self, group: Group):
+        return partial(dist.barrier, group=group.torch_pg)
+
+    def all_reduce_call(self, buf, group: Group, op: str):
+        return partial(dist.all_reduce, buf, _OPS[op], group=group.torch_pg)
+
+    def all_gather_call(self, out, x, group: Group):
+        return partial(_ALL_GATHER, out, x, group=group.torch_pg)
+
+    def reduce_scatter_call(self, out, x, group: Group, op: str):
+        return partial(_REDUCE_SCATTER, out, x, _OPS[op], group=group.torch_pg)
+
+    def broadcast_call(self, buf, group: Group, root: int):
+        return partial(dist.broadcast, buf, group=group.torch_pg, group_src=root)
+
+    def reduce_call(self, buf, group: Group, root: int, op: str):
+        return partial(self.reduce, buf, group, root, op)
 
     def all_reduce(self, buf, group: Group, op: str) -> None:
         dist.all_reduce(buf, _OPS[op], group=group.torch_pg)
