@@ -50,7 +50,7 @@ from commbench.patterns.dp.zero import dp_calls
 from commbench.patterns.registry import PATTERNS
 
 __all__ = ["GRADIENT_GROUPS", "GROUPS", "Layout", "Priced", "call_time_us", "dp_calls",
-           "group_ranks", "group_span", "predict_layout", "step_bytes"]
+           "group_ranks", "group_span", "layout_axes", "predict_layout", "step_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +64,14 @@ class Priced(Call):
 # gradients and parameters (in grad_bytes) rather than activations (in act_bytes)
 GROUPS = ("tp", "cp", "ep", "dp", "dp_shard", "dp_replicate", "edp", "pp")
 GRADIENT_GROUPS = ("dp", "dp_shard", "dp_replicate", "edp")
+_HYBRID = ("dp_shard", "dp_replicate")
+
+
+def layout_axes(lay: Layout) -> tuple[str, ...]:
+    """The groups ``lay`` has: with hybrid sharding (``dp_replicate`` > 1) its shard and
+    replicate groups in place of the one dp group."""
+    hybrid = lay.dp_replicate > 1
+    return tuple(g for g in GROUPS if (g in _HYBRID) == hybrid or g not in (*_HYBRID, "dp"))
 
 
 def _calls(lay: Layout, stage: int | None = None) -> dict[str, list[tuple[Call, int]]]:

@@ -74,10 +74,10 @@ def parse_layout(spec: str, world_size: int) -> Layout:
 def layout_groups(lay: Layout) -> dict[tuple[int, ...], tuple[str, ...]]:
     """Every group of the layout: ranks -> the axes it serves (with dp = 1, the cp ranks are
     also the gradients' dp group), groups of one rank left out."""
-    from commbench.costmodel.layout import GROUPS, group_ranks
+    from commbench.costmodel.layout import group_ranks, layout_axes
 
     out: dict[tuple[int, ...], tuple[str, ...]] = {}
-    for axis in GROUPS:
+    for axis in layout_axes(lay):
         for r in range(lay.ranks):
             ranks = group_ranks(lay, axis, r)
             if len(ranks) > 1 and axis not in out.get(ranks, ()):
