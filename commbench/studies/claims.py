@@ -13,7 +13,7 @@ is activations, whose size does not depend on the parameter count. Each row give
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import astuple, dataclass, field
 
 from commbench.patterns.base import calls_match
@@ -73,8 +73,8 @@ class Claim:
     the figures in words, verdict: what holds of the claim, holds: yes | partly | no)."""
 
     text: str
-    runs: Callable[[int], dict[str, Run]]
-    verdict: Callable[[dict[str, Measured], int], tuple[str, str, str]]
+    runs: Callable[[int], dict[Hashable, Run]]  # a key names a run: "mlp", ("zero1", 4)
+    verdict: Callable[[dict[Hashable, Measured], int], tuple[str, str, str]]
     min_ranks: int = 2  # the claim needs at least this many ranks (EP x TP: 4)
 
 

@@ -111,13 +111,14 @@ def _zero_cfg(P: int, micro: int = 1, dtype: str = "float32") -> ZeroConfig:
 
 
 def _zero_bytes(m, P):
-    s = {k: r.sent("dp") for k, r in m.items()}
-    return (f"one micro-batch: DDP {s['ddp1']} B, ZeRO-1 {s['zero11']}, ZeRO-2 {s['zero21']}, "
-            f"ZeRO-3 {s['zero31']} ({s['zero31'] / s['ddp1']:.2f}x DDP); 4 micro-batches: DDP "
-            f"{s['ddp4']}, ZeRO-2 {s['zero24']} ({s['zero24'] / s['ddp4']:.2f}x), ZeRO-3 "
-            f"{s['zero34']} ({s['zero34'] / s['ddp4']:.2f}x)",
+    s = {k: r.sent("dp") for k, r in m.items()}  # (stage, micro-batches) -> bytes sent on dp
+    one, four = (lambda stage: s[stage, 1]), (lambda stage: s[stage, 4])
+    return (f"one micro-batch: DDP {one('ddp')} B, ZeRO-1 {one('zero1')}, ZeRO-2 {one('zero2')}, "
+            f"ZeRO-3 {one('zero3')} ({one('zero3') / one('ddp'):.2f}x DDP); 4 micro-batches: DDP "
+            f"{four('ddp')}, ZeRO-2 {four('zero2')} ({four('zero2') / four('ddp'):.2f}x), ZeRO-3 "
+            f"{four('zero3')} ({four('zero3') / four('ddp'):.2f}x)",
             f"correct for one micro-batch (ZeRO-1/2 move what DDP moves, ZeRO-3 "
-            f"{s['zero31'] / s['ddp1']:.2f}x, not the notes' 3x/2x); under gradient accumulation "
+            f"{one('zero3') / one('ddp'):.2f}x, not the notes' 3x/2x); under gradient accumulation "
             "ZeRO-2 reduce-scatters every micro-batch and ZeRO-3 re-gathers every micro-batch, so "
             "both grow with m while DDP and ZeRO-1 do not", "partly")
 
@@ -186,7 +187,7 @@ CLAIMS = [
                                                         dtype="float32", bucket_bytes=1 << 30))},
           _ring),
     Claim("ZeRO-1 and ZeRO-2 come almost free; ZeRO-3 costs 3x instead of 2x",
-          lambda P: {f"{v}{m}": Run("zero", v, _zero_cfg(P, m)) for v in STAGES for m in (1, 4)},
+          lambda P: {(v, m): Run("zero", v, _zero_cfg(P, m)) for v in STAGES for m in (1, 4)},
           _zero_bytes),
     Claim("memory: fp32 weights and two fp32 moments are 12 bytes per parameter (16 with mixed "
           "precision); ZeRO-1/2/3 cut optimizer states, then gradients, then weights to 1/N",
