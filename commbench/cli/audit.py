@@ -68,30 +68,18 @@ def command(a) -> int:
 
     # NCCL records each collective's start and end on the GPU (the device time of the tables)
     os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
-    if launcher:
-        import torch
+    import torch
 
-        from commbench.runtime.launch import detect
-        from commbench.world.context import Context
-        from commbench.world.spmd import LauncherWorld
-
-        # the script's own collectives may be on CPU tensors beside CUDA ones (its backend
-        # string "cpu:gloo,cuda:nccl"): the world gives both a backend
-        kw = {"pg_backend": "cpu:gloo,cuda:nccl"} if torch.cuda.is_available() else {}
-        if a.timeout:
-            kw["timeout_s"] = a.timeout + checks.PG_GRACE_S
-        # a rank whose script raises ends the audit within seconds, naming it: its peers would
-        # wait in the collective it never joins until the timeout
-        world = LauncherWorld(Context.from_launcher(**kw), timeout_s=a.timeout, stop_on_raise=True)
-        prints = detect().rank == 0
-        if checks.refused_together(world, getattr(a, "host_refusal", ""), prints):
-            world.close()
-            return 2
-    else:
-        from commbench.world.local import LocalWorld
-
-        limit = a.timeout if a.timeout is not None else float("inf")
-        world, prints = LocalWorld(a.np, launch=a.launch, timeout_s=limit), True
+    # the script's own collectives may be on CPU tensors beside CUDA ones (its backend string
+    # "cpu:gloo,cuda:nccl"): the world gives both a backend; a rank whose script raises ends the
+    # audit within seconds, naming it (its peers would wait in the collective it never joins
+    # until the timeout); without --timeout a local audit has no limit
+    world, prints = checks.open_world(
+        a, local_timeout_s=float("inf"), stop_on_raise=True,
+        pg_backend="cpu:gloo,cuda:nccl" if launcher and torch.cuda.is_available() else None)
+    if launcher and checks.refused_together(world, getattr(a, "host_refusal", ""), prints):
+        world.close()
+        return 2
     path = os.path.abspath(a.script)
     try:
         world.start()

@@ -219,3 +219,29 @@ def check_memory(largest: int, itemsize: int, ranks_here: int, ranks: int, check
                           f"{factor:g} ({what}) + {WORKING_BYTES >> 20} MiB working) = "
                           f"{_gib(need)}; this host has {_gib(avail)} "
                           "available (MemAvailable); lower -e" + (" or give -c 0" if check else ""))
+
+
+def open_world(a, *, local_timeout_s: float = 120.0, stop_on_raise: bool = False,
+               pg_backend: str | None = None):
+    """(the world a command runs on, whether this process prints), for every command that
+    starts ranks, once :func:`check_world` has passed: under a launcher its ranks (rank 0
+    prints; ``--timeout`` bounds each call, torch's own process-group timeout a little longer;
+    ``stop_on_raise``: a rank that raises ends the run at once; ``pg_backend``: the string
+    given to ``init_process_group``), else a local world of ``--np`` ranks (``--timeout``, or
+    ``local_timeout_s`` where the command has none or it is left unset)."""
+    timeout = getattr(a, "timeout", None)
+    if a.launcher:
+        from commbench.runtime.launch import detect
+        from commbench.world.context import Context
+        from commbench.world.spmd import LauncherWorld
+
+        kw = {"pg_backend": pg_backend} if pg_backend else {}
+        if timeout is not None:
+            kw["timeout_s"] = timeout + PG_GRACE_S
+        world = LauncherWorld(Context.from_launcher(**kw), timeout_s=timeout,
+                              stop_on_raise=stop_on_raise)
+        return world, detect().rank == 0
+    from commbench.world.local import LocalWorld
+
+    return LocalWorld(a.np, launch=a.launch,
+                      timeout_s=timeout if timeout is not None else local_timeout_s), True

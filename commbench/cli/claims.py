@@ -1,4 +1,5 @@
-"""``commbench claims``: the notes' claims measured on a local world (studies/claims.py)."""
+"""``commbench claims``: the notes' claims measured on a local world, or on the launcher's ranks
+(studies/claims.py)."""
 
 from __future__ import annotations
 
@@ -23,22 +24,29 @@ def command(a) -> int:
     from commbench.results.machine import machine_class
     from commbench.studies.claims import claims_markdown, measure_claim
     from commbench.studies.claims_list import CLAIMS
-    from commbench.world.local import LocalWorld
 
     if a.np < 2:
         raise UsageError(f"--np {a.np}: the claims need at least 2 ranks")
     checks.check_world(a)
     if getattr(a, "host_refusal", ""):  # not yet agreed across ranks here, as run's is
         raise UsageError(a.host_refusal)
-    with LocalWorld(a.np, launch=a.launch) as world:
-        rows = [measure_claim(world, c) for c in CLAIMS if a.np >= c.min_ranks]
-        launch = f"local-{world.launch}"
-    record = res.header("claims", a.np, launch, machine_class(a.label), {"what": "ledger bytes, not time"})
+    world, prints = checks.open_world(a)
+    try:
+        world.start()
+        n = world.size
+        rows = [measure_claim(world, c) for c in CLAIMS if n >= c.min_ranks]
+        launch = a.launcher or f"local-{world.launch}"
+    finally:
+        world.close()
+    if not prints:  # under a launcher every rank measured the same rows; rank 0 reports
+        return 1 if any(not r["ledger_matches_prediction"] for r in rows) else 0
+    record = res.header("claims", n, launch, machine_class(a.label),
+                        {"what": "ledger bytes, not time"})
     record["rows"] = rows
     text = claims_markdown(record)
     print(text)
     if not a.no_write:
-        stem = os.path.join(a.out, f"claims_{machine_class(a.label)}-x{a.np}")
+        stem = os.path.join(a.out, f"claims_{machine_class(a.label)}-x{n}")
         res.write_json(stem + ".json", record)
         res.write_atomic(stem + ".md", text)
         print(f"# wrote {stem}.json and {stem}.md")

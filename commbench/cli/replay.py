@@ -109,19 +109,7 @@ def command(a) -> int:
     from commbench.results.machine import machine_class
     from commbench.traces.replay import replay_rank
 
-    if a.launcher:
-        from commbench.world.context import Context
-        from commbench.world.spmd import LauncherWorld
-
-        world_ = LauncherWorld(Context.from_launcher(timeout_s=a.timeout + checks.PG_GRACE_S),
-                               timeout_s=a.timeout)
-        from commbench.runtime.launch import detect
-
-        prints = detect().rank == 0
-    else:
-        from commbench.world.local import LocalWorld
-
-        world_, prints = LocalWorld(a.np, launch=a.launch, timeout_s=a.timeout), True
+    world_, prints = checks.open_world(a)
     try:
         world_.start()
         per_rank = world_.run(replay_rank, plan, a.iters, a.warmup)

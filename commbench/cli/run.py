@@ -7,26 +7,11 @@ rewritten after every row (atomically), the markdown and the plot when a transpo
 
 from __future__ import annotations
 
-from commbench.cli.checks import PG_GRACE_S, refused_together
+from commbench.cli.checks import open_world, refused_together
 from commbench.cli.common import UsageError
 from commbench.cli.run_args import add_parser, check_run_args, study_settings, sweep_settings
 
 __all__ = ["STUDIES", "add_parser", "command", "run"]
-
-
-def _world(a):
-    from commbench.runtime.launch import detect
-
-    info = detect()
-    if info.launched:
-        from commbench.world.context import Context
-        from commbench.world.spmd import LauncherWorld
-
-        ctx = Context.from_launcher(timeout_s=a.timeout + PG_GRACE_S)
-        return LauncherWorld(ctx, timeout_s=a.timeout), info.rank == 0
-    from commbench.world.local import LocalWorld
-
-    return LocalWorld(a.np, launch=a.launch, timeout_s=a.timeout), True
 
 
 def _check_algos(wanted: list[str], ops: list[str]) -> None:
@@ -64,7 +49,7 @@ def command(a) -> int:
             refusal = str(exc)
         if not together:
             return run(a, ops, sizes)
-        world, prints = _world(a)
+        world, prints = open_world(a)
         try:
             if refused_together(world, refusal, prints):
                 return 2
@@ -83,7 +68,7 @@ def run(a, ops: list[str], sizes: list[int], made=None) -> int:
         from commbench.studies.model import refit_stored
 
         return refit_stored(study_settings(a), a.np, print)
-    world, prints = made or _world(a)
+    world, prints = made or open_world(a)
     emit = print if prints else (lambda s: None)
     try:
         world.start()
