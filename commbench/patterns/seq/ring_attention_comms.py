@@ -32,8 +32,9 @@ from commbench.patterns.tp.mappings import gather_from_sp
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 
-__all__ = ["RingAttentionParts", "causal_work", "forward_block", "merge", "merge_without_rescale",
-           "no_return_home", "return_home", "ring_attention", "skip_last_hop"]
+__all__ = ["Block", "RingAttentionParts", "Softmax", "causal_work", "forward_block", "merge",
+           "merge_without_rescale", "no_return_home", "return_home", "ring_attention",
+           "skip_last_hop"]
 
 
 def _pairs(pos_q: torch.Tensor, pos_k: torch.Tensor, causal: bool):
@@ -62,27 +63,63 @@ def merge(out, lse, o_i, lse_i):
     lse.copy_(new)
 
 
-def forward_block(q, k, v, idx, pos_q, pos_k, causal, out, lse, merge, hop: int, hops: int):
-    """Merge this hop's K/V block (hop ``hop`` of ``hops``) into out and lse."""
-    for qs, ks in _pairs(pos_q, pos_k, causal):
-        s = _scores(q[:, qs], k[:, ks].index_select(2, idx), pos_q[qs], pos_k[ks], causal)
+@dataclass(frozen=True)
+class Block:
+    """This rank's queries against one K/V block: q [b, n, H, d], k and v [b, n, H_kv, d] (the
+    block of the rank ``hop`` places back round the ring), idx [H] the KV head of each query
+    head, pos_q and pos_k [n] their positions in the sequence, causal: mask the future."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    idx: torch.Tensor
+    pos_q: torch.Tensor
+    pos_k: torch.Tensor
+    causal: bool
+
+    def pairs(self):
+        """(query rows, key rows) chunk pairs with at least one visible score."""
+        return _pairs(self.pos_q, self.pos_k, self.causal)
+
+    def keys(self, ks) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows ``ks`` of K and V, one head per query head [b, len(ks), H, d]."""
+        return self.k[:, ks].index_select(2, self.idx), self.v[:, ks].index_select(2, self.idx)
+
+    def scores(self, qs, ks, ke: torch.Tensor) -> torch.Tensor:
+        return _scores(self.q[:, qs], ke, self.pos_q[qs], self.pos_k[ks], self.causal)
+
+
+@dataclass(frozen=True)
+class Softmax:
+    """The online softmax so far: out [b, n, H, d] and lse [b, H, n], merged into in place."""
+
+    out: torch.Tensor
+    lse: torch.Tensor
+
+
+def forward_block(block: Block, acc: Softmax, merge, hop: int, hops: int) -> None:
+    """Merge this hop's K/V block (hop ``hop`` of ``hops``) into ``acc`` by ``merge``."""
+    for qs, ks in block.pairs():
+        ke, ve = block.keys(ks)
+        s = block.scores(qs, ks, ke)
         m = s.amax(-1, keepdim=True)
         m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
         p = torch.exp(s - m)
         den = p.sum(-1, keepdim=True)
-        o = torch.einsum("bhqk,bkhd->bqhd", p / den.clamp_min(1e-300),
-                         v[:, ks].index_select(2, idx))
-        o_rows, l_rows = out[:, qs], lse[:, :, qs]
+        o = torch.einsum("bhqk,bkhd->bqhd", p / den.clamp_min(1e-300), ve)
+        o_rows, l_rows = acc.out[:, qs], acc.lse[:, :, qs]
         merge(o_rows, l_rows, o, (m + torch.log(den)).squeeze(-1))
-        out[:, qs], lse[:, :, qs] = o_rows, l_rows
+        acc.out[:, qs], acc.lse[:, :, qs] = o_rows, l_rows
 
 
-def _backward_block(q, k, v, idx, pos_q, pos_k, causal, dout, lse, delta, dq, dk, dv):
+def _backward_block(block: Block, dout, lse, delta, dq, dk, dv) -> None:
+    """Add this block's share of dq, and of the block's dk and dv, recomputing its
+    probabilities from the forward's lse; delta [b, H, n] = rowsum(dout * out)."""
+    q, idx = block.q, block.idx
     scale = 1 / math.sqrt(q.shape[-1])
-    for qs, ks in _pairs(pos_q, pos_k, causal):
-        ke, ve = k[:, ks].index_select(2, idx), v[:, ks].index_select(2, idx)
-        p = torch.exp(_scores(q[:, qs], ke, pos_q[qs], pos_k[ks], causal)
-                      - lse[:, :, qs, None])
+    for qs, ks in block.pairs():
+        ke, ve = block.keys(ks)
+        p = torch.exp(block.scores(qs, ks, ke) - lse[:, :, qs, None])
         do = dout[:, qs]
         dv[:, ks] += torch.zeros_like(dv[:, ks]).index_add_(
             2, idx, torch.einsum("bhqk,bqhd->bkhd", p, do))
@@ -119,10 +156,12 @@ class _RingAttention(torch.autograd.Function):
         out = q.new_zeros(q.shape)
         lse = q.new_full((b, H, n), float("-inf"))
         kv = torch.stack([k, v])
+        acc = Softmax(out, lse)
         for hop in range(P):
             pending = _Hop(comm, group, kv, 1) if hop < P - 1 else None
-            parts.forward_block(q, kv[0], kv[1], idx, pos_q, positions(cfg, (r - hop) % P, q.device),
-                                cfg.causal, out, lse, parts.merge, hop, P)
+            block = Block(q, kv[0], kv[1], idx, pos_q, positions(cfg, (r - hop) % P, q.device),
+                          cfg.causal)
+            parts.forward_block(block, acc, parts.merge, hop, P)
             if pending:
                 kv = pending.wait()
         ctx.save_for_backward(q, k, v, out, lse)
@@ -138,7 +177,8 @@ class _RingAttention(torch.autograd.Function):
         delta = (dout * out).sum(-1).transpose(1, 2)  # [b, H, n]
         dq = torch.zeros_like(q)
         own = k.new_zeros((2, *k.shape))
-        _backward_block(q, k, v, idx, pos_q, pos_q, cfg.causal, dout, lse, delta, dq, own[0], own[1])
+        _backward_block(Block(q, k, v, idx, pos_q, pos_q, cfg.causal), dout, lse, delta, dq,
+                        own[0], own[1])
         kv, acc = torch.stack([k, v]), None
         for hop in range(1, P):
             kv_hop = _Hop(comm, group, kv, 2)
@@ -146,8 +186,9 @@ class _RingAttention(torch.autograd.Function):
             acc_hop = _Hop(comm, group, acc, 3) if acc is not None else None
             kv = kv_hop.wait()
             acc = acc_hop.wait() if acc_hop else torch.zeros_like(kv)
-            _backward_block(q, kv[0], kv[1], idx, pos_q, positions(cfg, (r - hop) % P, q.device),
-                            cfg.causal, dout, lse, delta, dq, acc[0], acc[1])
+            block = Block(q, kv[0], kv[1], idx, pos_q, positions(cfg, (r - hop) % P, q.device),
+                          cfg.causal)
+            _backward_block(block, dout, lse, delta, dq, acc[0], acc[1])
         if P > 1:
             own += ctx.parts.return_home(comm, group, acc)
         return dq, own[0], own[1], None, None, None, None
@@ -190,10 +231,10 @@ def merge_without_rescale(out, lse, o_i, lse_i):
     lse.copy_(new)
 
 
-def skip_last_hop(q, k, v, idx, pos_q, pos_k, causal, out, lse, merge, hop, hops):
+def skip_last_hop(block: Block, acc: Softmax, merge, hop: int, hops: int) -> None:
     """The last ring hop's block is never computed (its K/V still travel)."""
     if hop < hops - 1:
-        forward_block(q, k, v, idx, pos_q, pos_k, causal, out, lse, merge, hop, hops)
+        forward_block(block, acc, merge, hop, hops)
 
 
 def no_return_home(comm, group, acc):
