@@ -84,64 +84,88 @@ def accept_ranks(listener, procs: list, size: int, timeout_s: float, folder: str
     :class:`WorldError` when a rank reports it could not join, a process in ``procs`` ends, or
     ``timeout_s`` passes. Nothing here waits on one rank: under MPI a rank says hello only
     after ``MPI_Init``, which waits for every rank."""
-    pending: list = []
+    joining = _Joining(listener, procs, size, folder, pids)
+    deadline = time.monotonic() + timeout_s
+    while len(joining.ready) < size:
+        if time.monotonic() > deadline:
+            raise WorldError(f"local world of {size}: only ranks {sorted(joining.ready)} were "
+                             f"ready after {timeout_s:.0f} s ({len(joining.conns)} said hello, "
+                             f"{len(joining.silent)} connected silent){log_tail(folder)}")
+        joining.check_processes()
+        joining.read_hellos()
+        joining.read_ready()
+        if not joining.conns:
+            time.sleep(0.05)
+    return joining.conns, joining.transports
 
-    def accept() -> None:
-        for _ in range(size):
+
+class _Joining:
+    """A local world's ranks joining: connections accepted in the background (``pending``),
+    then each rank's hello (rank, pid) and its ready (its transports), read without waiting on
+    any one rank."""
+
+    def __init__(self, listener, procs: list, size: int, folder: str | None,
+                 pids: dict[int, int]) -> None:
+        self.procs, self.size, self.folder, self.pids = procs, size, folder, pids
+        self.pending: list = []
+        self.silent: list = []  # accepted, no hello yet
+        self.conns: dict[int, object] = {}
+        self.ready: set[int] = set()
+        self.transports: tuple[str, ...] = ()
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener) -> None:
+        for _ in range(self.size):
             try:
-                pending.append(listener.accept())
+                self.pending.append(listener.accept())
             except OSError:
                 return
 
-    threading.Thread(target=accept, daemon=True).start()
-    deadline = time.monotonic() + timeout_s
-    conns: dict[int, object] = {}
-    ready: set[int] = set()
-    silent: list = []  # accepted, no hello yet
-    transports: tuple[str, ...] = ()
-    while len(ready) < size:
-        if time.monotonic() > deadline:
-            raise WorldError(f"local world of {size}: only ranks {sorted(ready)} were ready "
-                             f"after {timeout_s:.0f} s ({len(conns)} said hello, {len(silent)} "
-                             f"connected silent){log_tail(folder)}")
-        silent += pending
-        pending.clear()
-        for p in procs:
+    def check_processes(self) -> None:
+        """A rank process that ended during start-up fails the start (its 'could not join'
+        report first, when it sent one)."""
+        for p in self.procs:
             if p.poll() is not None:
                 time.sleep(0.2)  # let a last message arrive before blaming the process
-                drain_fatal(silent + pending)
-                raise _start_failed(f"local world of {size}: a rank process exited with code "
-                                    f"{p.returncode} during start-up", folder)
-        for c in [c for c in silent if c.poll(0)]:
-            silent.remove(c)
+                drain_fatal(self.silent + self.pending)
+                raise _start_failed(f"local world of {self.size}: a rank process exited with "
+                                    f"code {p.returncode} during start-up", self.folder)
+
+    def read_hellos(self) -> None:
+        self.silent += self.pending
+        self.pending.clear()
+        for c in [c for c in self.silent if c.poll(0)]:
+            self.silent.remove(c)
             try:
                 kind, rank, detail = c.recv()
             except EOFError:  # a rank died between connecting and saying hello: say why
-                for p in procs:  # its last words reach the log through mpiexec: let them
-                    try:
-                        p.wait(timeout=2.0)
-                    except subprocess.TimeoutExpired:
-                        pass
-                err = _start_failed(f"local world of {size}: a rank closed its connection "
-                                    "before saying hello", folder)
-                if "signaled with" in str(err):  # mpiexec ended it (MPICH's start-up): no task
-                    err = InitFailed(str(err))   # ran, so the start is tried once more
-                raise err from None
+                raise self._closed_before_hello() from None
             if kind == "fatal":
                 raise WorldError(f"rank {rank} could not join: {detail}")
             if kind != "hello":
                 raise WorldError(f"local world: unexpected first message {kind!r}")
-            conns[rank], pids[rank] = c, detail
-        for rank, c in list(conns.items()):
-            if rank not in ready and c.poll(0.05):
+            self.conns[rank], self.pids[rank] = c, detail
+
+    def _closed_before_hello(self) -> WorldError:
+        for p in self.procs:  # its last words reach the log through mpiexec: let them
+            try:
+                p.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                pass
+        err = _start_failed(f"local world of {self.size}: a rank closed its connection before "
+                            "saying hello", self.folder)
+        if "signaled with" in str(err):  # mpiexec ended it (MPICH's start-up): no task ran,
+            err = InitFailed(str(err))   # so the start is tried once more
+        return err
+
+    def read_ready(self) -> None:
+        for rank, c in list(self.conns.items()):
+            if rank not in self.ready and c.poll(0.05):
                 msg = c.recv()
                 if msg[0] == "fatal":
                     raise WorldError(f"rank {rank} could not join: {msg[2]}")
-                transports = tuple(msg[2])
-                ready.add(rank)
-        if not conns:
-            time.sleep(0.05)
-    return conns, transports
+                self.transports = tuple(msg[2])
+                self.ready.add(rank)
 
 
 def drain_fatal(pending: list) -> None:
