@@ -72,9 +72,12 @@ class Names:
     2.0 to 2.13), the first the one torch 2.13 writes; c10d: its dispatcher ops in an execution
     trace (``c10d::allreduce_``), each with the index of the input whose elements are booked and
     of the peer (None: none); dispatch: the dispatcher ops that issue it, as the audit's watcher
-    sees them (``c10d.allreduce_``, ``_c10d_functional.all_reduce``: torch 2.13); kernel: the
-    word of NCCL's kernel name (``ncclDevKernel_AllReduce_...``); osu: OSU's benchmark names
-    that do not follow from the collective's (``osu_bcast``). The flat spellings
+    sees them (``c10d.allreduce_``, ``_c10d_functional.all_reduce``: torch 2.13); profiler: the
+    CPU op the process group records around it in a profiler trace (``nccl:all_reduce``,
+    ``gloo:all_reduce``), which before torch 2.1 alone carries its sizes; kernel: the
+    word of NCCL's kernel name (``ncclDevKernel_AllReduce_...``; ``SendRecv`` for what NCCL runs
+    as grouped point-to-point: all-to-all, gather, scatter, send, recv); osu: OSU's benchmark
+    names that do not follow from the collective's (``osu_bcast``). The flat spellings
     (``allreduce``, ``all_reduce_perf``, ``osu_allreduce``) follow from the name itself
     (:data:`commbench.names.ALIASES`).
     """
@@ -84,6 +87,7 @@ class Names:
     dispatch: tuple[str, ...] = ()
     kernel: str = ""
     osu: tuple[str, ...] = ()
+    profiler: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -273,7 +277,9 @@ _RECORDS = [
                    (("c10d::allreduce_", 0, None), ("c10d::allreduce_coalesced_", 0, None)),
                    ("c10d.allreduce_", "c10d.allreduce_coalesced_", "_c10d_functional.all_reduce",
                     "_c10d_functional.all_reduce_", "_c10d_functional.all_reduce_coalesced",
-                    "_c10d_functional.all_reduce_coalesced_"), "AllReduce")),
+                    "_c10d_functional.all_reduce_coalesced_"), "AllReduce",
+                   profiler=("nccl:all_reduce", "gloo:all_reduce", "nccl:all_reduce_coalesced",
+                             "gloo:all_reduce_coalesced"))),
     Op("all_gather", "the whole output", "block", _ring, _HALF,
        lambda n, S: (lg(n), (n - 1) / n * S, 0.0), _inputs, agreed=True, bench=True,
        nccl=(lambda n: n - 1, 1),
@@ -286,7 +292,9 @@ _RECORDS = [
                     "c10d.allgather_into_tensor_coalesced_",
                     "_c10d_functional.all_gather_into_tensor",
                     "_c10d_functional.all_gather_into_tensor_out",
-                    "_c10d_functional.all_gather_into_tensor_coalesced"), "AllGather")),
+                    "_c10d_functional.all_gather_into_tensor_coalesced"), "AllGather",
+                   profiler=("nccl:_all_gather_base", "nccl:all_gather", "gloo:all_gather",
+                             "gloo:_all_gather_base", "nccl:all_gather_into_tensor_coalesced"))),
     Op("reduce_scatter", "the whole input", "blocks", _reduce_scatter, _HALF,
        lambda n, S: (lg(n), (n - 1) / n * S, (n - 1) / n * S),
        lambda rank, n, count, root: [("reduced", None, *_block(rank, n, count))],
@@ -299,7 +307,9 @@ _RECORDS = [
                     "c10d.reduce_scatter_tensor_coalesced_",
                     "_c10d_functional.reduce_scatter_tensor",
                     "_c10d_functional.reduce_scatter_tensor_out",
-                    "_c10d_functional.reduce_scatter_tensor_coalesced"), "ReduceScatter")),
+                    "_c10d_functional.reduce_scatter_tensor_coalesced"), "ReduceScatter",
+                   profiler=("nccl:_reduce_scatter_base", "nccl:reduce_scatter",
+                             "gloo:reduce_scatter", "nccl:reduce_scatter_tensor_coalesced"))),
     Op("all_to_all", "one rank's whole send", "blocks", _all_to_all, _HALF,
        lambda n, S: (n - 1, (n - 1) / n * S, 0.0),
        lambda rank, n, count, root: _inputs(rank, n, count, root, *_block(rank, n, count)),
@@ -307,28 +317,34 @@ _RECORDS = [
        names=Names(("all_to_allv", "all_to_all", "alltoall", "alltoall_base"),
                    (("c10d::alltoall_base_", 1, None),),
                    ("c10d.alltoall_base_", "c10d.alltoall_", "_c10d_functional.all_to_all_single",
-                    "_dtensor.shard_dim_alltoall"))),
+                    "_dtensor.shard_dim_alltoall"), "SendRecv",
+                   profiler=("nccl:all_to_all", "gloo:all_to_all", "nccl:all_to_allv"))),
     Op("broadcast", "one rank's buffer", "whole", _broadcast, _ONE,
        lambda n, S: (lg(n), lg(n) * S, 0.0),
        lambda rank, n, count, root: [("input", root, 0, count)], rooted=True, agreed=True,
        bench=True, nccl=(_N, 0),
        names=Names(("broadcast",), (("c10d::broadcast_", 0, None),),
                    ("c10d.broadcast_", "_c10d_functional.broadcast",
-                    "_c10d_functional.broadcast_"), "Broadcast", ("osu_bcast",))),
+                    "_c10d_functional.broadcast_"), "Broadcast", ("osu_bcast",),
+                   ("nccl:broadcast", "gloo:broadcast"))),
     Op("reduce", "one rank's buffer", "whole", _reduce, _ONE,
        lambda n, S: (lg(n), lg(n) * S, lg(n) * S),
        lambda rank, n, count, root: [("reduced", None, 0, count)] if rank == root else None,
        reduces=True, rooted=True, agreed=True, bench=True, nccl=(_N, 0),
-       names=Names(("reduce",), (("c10d::reduce_", 0, None),), ("c10d.reduce_",), "Reduce")),
+       names=Names(("reduce",), (("c10d::reduce_", 0, None),), ("c10d.reduce_",), "Reduce",
+                   profiler=("nccl:reduce", "gloo:reduce"))),
     Op("gather", "the whole output", "block", _gather, _HALF,
        lambda n, S: (lg(n), (n - 1) / n * S, 0.0),
        lambda rank, n, count, root: _inputs(rank, n, count, root) if rank == root else None,
        rooted=True, agreed=True, bench=True,
-       names=Names(("gather",), dispatch=("c10d.gather_",))),
+       names=Names(("gather",), dispatch=("c10d.gather_",), kernel="SendRecv",
+                   profiler=("nccl:gather", "gloo:gather"))),
     Op("scatter", "the root's whole send", "blocks", _scatter, _HALF,
        lambda n, S: (lg(n), (n - 1) / n * S, 0.0),
        lambda rank, n, count, root: [("input", root, *_block(rank, n, count))], rooted=True,
-       agreed=True, bench=True, names=Names(("scatter",), dispatch=("c10d.scatter_",))),
+       agreed=True, bench=True,
+       names=Names(("scatter",), dispatch=("c10d.scatter_",), kernel="SendRecv",
+                   profiler=("nccl:scatter", "gloo:scatter"))),
     Op("sendrecv", "one rank's buffer", "whole", _sendrecv, _ONE, lambda n, S: (1, S, 0.0),
        lambda rank, n, count, root: [("input", (rank - 1) % n, 0, count)], bench=True),
     Op("pingpong", "one rank's buffer", "whole", _pingpong, _ONE, lambda n, S: (1, S, 0.0),
@@ -337,15 +353,18 @@ _RECORDS = [
        expected=_vsplit_expected, split=True, bench=True),
     Op("barrier", "nothing: no buffer", "none", lambda n, i, count, **kw: (0, 0), _ONE,
        agreed=True, bench=True,
-       names=Names(("barrier",), (("c10d::barrier", None, None),), ("c10d.barrier",))),
+       names=Names(("barrier",), (("c10d::barrier", None, None),), ("c10d.barrier",),
+                   profiler=("gloo:barrier",))),
     # the comm layer's other calls: booked, never benchmarked on their own
     Op("send", "", "whole", lambda n, i, count, **kw: (count, 0),
-       names=Names(("send",), (("c10d::send", 0, 2),), ("c10d.send", "_c10d_functional.isend"))),
+       names=Names(("send",), (("c10d::send", 0, 2),), ("c10d.send", "_c10d_functional.isend"),
+                   "SendRecv", profiler=("nccl:send", "gloo:send"))),
     # isend/irecv: torch records them as send/recv (a trace's "send" reads back as send)
     Op("isend", "", "whole", lambda n, i, count, **kw: (count, 0), names=Names(("send",))),
     Op("recv", "", "whole", lambda n, i, count, **kw: (0, count),
        names=Names(("recv",), (("c10d::recv_", 0, 2),),
-                   ("c10d.recv_", "c10d.recv_any_source_", "_c10d_functional.irecv"))),
+                   ("c10d.recv_", "c10d.recv_any_source_", "_c10d_functional.irecv"), "SendRecv",
+                   profiler=("nccl:recv", "gloo:recv"))),
     Op("irecv", "", "whole", lambda n, i, count, **kw: (0, count), names=Names(("recv",))),
 ]
 OPS: dict[str, Op] = {o.name: o for o in _RECORDS}

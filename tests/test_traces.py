@@ -36,7 +36,8 @@ def judge(plan: list[Planned], rows) -> list[str]:
         for k, v in want.items():
             if not (got[k] == pytest.approx(v, rel=1e-9, abs=1e-6)):
                 bad.append(f"{p.name} on {p.group}: {k} {got[k]} != {v}")
-        algo = ("", "") if p.op in ("send", "recv") else (
+        # what NCCL runs as grouped point-to-point names no algorithm, whatever the kernel says
+        algo = ("", "") if p.op in ("send", "recv", "all_to_all", "gather", "scatter") else (
             p.algo.lower(), {"SIMPLE": "Simple"}.get(p.proto, p.proto))
         if (m.first.algo, m.first.proto) != algo:
             bad.append(f"{p.name}: algo/proto {m.first.algo}/{m.first.proto}")
@@ -296,13 +297,13 @@ def test_a_call_whose_fields_cannot_be_read_is_named(tmp_path, change, says):
         kineto.read(_write(tmp_path / "x.json", _one({**GOOD, **change})))
 
 
-def test_a_folder_missing_ranks_or_holding_one_twice_or_disagreeing_on_a_group(tmp_path):
+def test_a_sample_of_a_job_is_read_and_a_rank_twice_or_a_disagreeing_group_refused(tmp_path):
     paths = generate(4, PLAN, str(tmp_path / "job"))
     import os
 
-    os.remove(paths[3])
-    with pytest.raises(TraceError, match=r"ranks \[3\] are missing"):
-        load([str(tmp_path / "job")])
+    os.remove(paths[3])  # three ranks of four: a sample, read as such
+    sample = load([str(tmp_path / "job")])
+    assert [t.rank for t in sample] == [0, 1, 2] and {t.world_size for t in sample} == {4}
     a = _write(tmp_path / "a.json", _one(GOOD))
     b = _write(tmp_path / "b.json.gz", _one(GOOD), gz=True)
     with pytest.raises(TraceError, match="are both rank 0"):

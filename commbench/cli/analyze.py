@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
 
 def command(a) -> int:
     from commbench.traces import wire
-    from commbench.traces.analysis import match
+    from commbench.traces.analysis import match, misaligned
     from commbench.traces.calls import TraceError
     from commbench.traces.job import load
     from commbench.traces.report import markdown, record
@@ -54,6 +54,9 @@ def command(a) -> int:
         traces = load(a.traces)
         rows = match(traces)
         extra: dict = {}
+        apart = misaligned(traces)
+        if apart:
+            extra["misaligned"] = apart
         topo = wire.topology(traces, a.topology or None, a.nodes)
         if topo is not None:
             wire.add_model(rows, topo)

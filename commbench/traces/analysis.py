@@ -24,10 +24,11 @@ import statistics
 from dataclasses import dataclass, field
 
 from commbench.results.busbw import factor
-from commbench.traces.calls import P2P, Call
+from commbench.traces.calls import P2P, Call, ranks_text
 from commbench.traces.kineto import RankTrace
 
-__all__ = ["Matched", "bucket", "exposed", "match", "per_group", "per_size", "per_step"]
+__all__ = ["Matched", "bucket", "exposed", "match", "misaligned", "per_group", "per_size",
+           "per_step"]
 
 
 @dataclass
@@ -109,14 +110,38 @@ def _members(c: Call) -> list[int]:
     return sorted((c.rank, c.peer)) if c.op in P2P else sorted(c.group)
 
 
-def match(traces: list[RankTrace]) -> list[Matched]:
-    """Every call of the job, in the order of its first member's start."""
-    covers = {t.rank: _Cover(t) for t in traces}
+def _keyed(traces: list[RankTrace]) -> dict[tuple, list[Call]]:
+    """The ranks' records of each call: a collective's by (group, Seq), a point-to-point call's
+    by its pair's order."""
     keys = _p2p_keys(traces)
     groups: dict[tuple, list[Call]] = {}
     for t in traces:
         for c in t.calls:
             groups.setdefault(keys[id(c)] if c.op in P2P else (c.group, c.seq), []).append(c)
+    return groups
+
+
+def misaligned(traces: list[RankTrace]) -> str:
+    """'' when the ranks' calls line up call by call (each call the same op, dtype and elements
+    on every rank that recorded it), else the first call that does not: sampled ranks whose
+    windows cover different steps, or traces of different jobs."""
+    for cs in _keyed(traces).values():
+        kinds = {(c.op, c.dtype, c.in_elems) for c in cs}
+        if len(kinds) > 1 and cs[0].op not in P2P:
+            c = cs[0]
+            return (f"call #{c.seq} on ranks {ranks_text(c.group)} is "
+                    + "; ".join(f"rank {x.rank}: {x.op} {x.dtype}[{x.in_elems}]" for x in cs))
+    return ""
+
+
+def match(traces: list[RankTrace]) -> list[Matched]:
+    """Every call of the job, in the order of its first member's start; each rank's calls
+    alone when the ranks' calls do not line up (:func:`misaligned`)."""
+    covers = {t.rank: _Cover(t) for t in traces}
+    if misaligned(traces):
+        groups = {(c.rank, k): [c] for t in traces for k, c in enumerate(t.calls)}
+    else:
+        groups = _keyed(traces)
     # a pair's row leads with its send
     rows = [Matched(sorted(cs, key=lambda c: (c.op != "send", c.rank))) for cs in groups.values()]
     for m in rows:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from commbench.ops import OPS
 
-__all__ = ["COLLECTIVE", "DTYPES", "P2P", "Call", "TraceError", "kernel_choice", "op_of", "ranks_of"]
+__all__ = ["COLLECTIVE", "CPP_TYPES", "DTYPES", "P2P", "PROFILER", "Call", "TraceError",
+           "kernel_choice", "kernel_word", "op_of", "ranks_of", "ranks_text"]
 
 
 class TraceError(ValueError):
@@ -38,6 +39,13 @@ def _collective_names() -> dict[str, str]:
 
 # torch's "Collective name" -> commbench's op (names of torch 2.0 to 2.13's c10d: Names.torch)
 COLLECTIVE = _collective_names()
+# the process group's profiler op (nccl:all_reduce, gloo:broadcast: Names.profiler) -> op
+PROFILER = {name: o.name for o in OPS.values() for name in o.names.profiler}
+# C++ type names, as a profiler op's ``Input type`` and an execution trace write them
+CPP_TYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "half": "float16",
+             "c10::BFloat16": "bfloat16", "int": "int32", "long int": "int64", "long": "int64",
+             "short": "int16", "signed char": "int8", "unsigned char": "uint8", "bool": "bool",
+             "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2"}
 # torch's ScalarType names as the profiler writes them -> (commbench's dtype, bytes)
 DTYPES = {"Float": ("float32", 4), "Double": ("float64", 8), "Half": ("float16", 2),
           "BFloat16": ("bfloat16", 2), "Long": ("int64", 8), "Int": ("int32", 4),
@@ -109,6 +117,27 @@ def ranks_of(text, where: str) -> tuple[int, ...]:
     if not isinstance(raw, list) or not all(isinstance(r, int) and r >= 0 for r in raw):
         raise TraceError(f"{where}: Process Group Ranks {text!r} is not a list of ranks")
     return tuple(raw)
+
+
+def ranks_text(ranks) -> str:
+    """Ranks as a reader scans them: runs of consecutive ranks as ``a-b`` (``0-127``,
+    ``0,2,4``, ``0-3,8-11``)."""
+    out, run = [], []
+    for r in sorted(ranks):
+        if run and r != run[-1] + 1:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)))
+            run = []
+        run.append(r)
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)))
+    return ",".join(out)
+
+
+def kernel_word(name: str) -> str:
+    """The collective an NCCL (or RCCL) kernel's name says it runs: ``AllReduce`` in
+    ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``, ``SendRecv``, ``Generic`` (RCCL's)."""
+    base = name.split("(", 1)[0]
+    return base.split("_")[1] if base.count("_") else ""
 
 
 def kernel_choice(name: str) -> tuple[str, str] | None:

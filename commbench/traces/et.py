@@ -22,15 +22,13 @@ import os
 import re
 
 from commbench.ops import OPS
-from commbench.traces.calls import COLLECTIVE, TraceError
+from commbench.traces.calls import COLLECTIVE, CPP_TYPES, TraceError
 from commbench.traces.recorded import Rec
 from commbench.traces.stream import events
 
 __all__ = ["from_et", "is_et"]
 
-TYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "half": "float16",
-         "c10::BFloat16": "bfloat16", "int": "int32", "long int": "int64", "long": "int64",
-         "signed char": "int8", "unsigned char": "uint8", "bool": "bool"}
+TYPES = CPP_TYPES
 # c10d op -> (commbench op, index of the input whose elements are booked, index of the peer):
 # the records' Names.c10d
 C10D = {name: (o.name, arg, peer) for o in OPS.values() for name, arg, peer in o.names.c10d}

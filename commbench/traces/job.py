@@ -1,7 +1,9 @@
 """A job's traces: the files of one folder (or those named) read and checked as one job (pure).
 
-A folder is one job: every rank of ``distributedInfo.world_size`` has its file, no rank twice,
-and a group name means the same ranks in every file. A single file is analysed on its own.
+A folder is one job, or a sample of one (two ranks of a 128-rank job are a normal thing to
+share): no rank twice, every rank inside ``distributedInfo.world_size``, and a group name means
+the same ranks in every file. The ranks present are named in the output; a call whose group has
+members without a file gets no cross-rank figures. A single file is analysed on its own.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def files(names: list[str]) -> tuple[list[str], bool]:
 
 def load(names: list[str], progress: bool = True) -> list[RankTrace]:
     """Every rank's trace, checked as one job (TraceError: one line naming what is wrong)."""
-    paths, whole = files(names)
+    paths, _ = files(names)
     traces = [read(p, progress) for p in paths]
     if len(traces) == 1 and traces[0].rank < 0:
         traces[0].rank = 0
@@ -55,11 +57,6 @@ def load(names: list[str], progress: bool = True) -> list[RankTrace]:
     bad = sorted(r for r in by_rank if not 0 <= r < world)
     if bad:
         raise TraceError(f"ranks {bad}: outside world_size {world} ({by_rank[bad[0]].path})")
-    if whole and len(traces) > 1:
-        missing = sorted(set(range(world)) - set(by_rank))
-        if missing:
-            raise TraceError(f"ranks {missing} are missing: world_size {world}, "
-                             f"{len(traces)} files")
     _same_groups(traces)
     return [by_rank[r] for r in sorted(by_rank)]
 

@@ -10,6 +10,18 @@ Where the trace has NCCL kernels, the calls are the kernels (their device time; 
 the kernel, or from the ``record_param_comms`` op it shares an ``External id`` with); otherwise
 the ``record_param_comms`` CPU ops (gloo jobs, and the audit's own traces). A collective without
 a ``Seq`` is numbered in its group in start order.
+
+Before torch 2.1 ``record_param_comms`` carries no sizes and no group: the process group's own
+profiler op around it (``nccl:all_reduce``, ``gloo:broadcast``: :data:`~commbench.traces.calls.
+PROFILER`) holds the input's dims and C++ type, and the call is on the world (no group was
+recorded; the world of ``distributedInfo``). A kernel reaches its op through its
+``correlation``: the runtime call that launched it (``cudaLaunchKernel``, ``hipLaunchKernel``)
+on some thread, and the innermost profiler op on that thread that contains the launch.
+
+Algorithm and protocol are taken from a kernel's name only where the name is that collective's
+own kernel (:attr:`commbench.ops.Names.kernel`): several NCCL versions run every collective as
+``ncclKernel_SendRecv_RING_SIMPLE``, whose words then say nothing (``unknown``); NCCL runs
+point-to-point with no algorithm (``""``).
 """
 
 from __future__ import annotations
@@ -20,8 +32,20 @@ import sys
 from array import array
 from dataclasses import dataclass, field, replace
 
+from commbench.ops import OPS
 from commbench.traces import stream
-from commbench.traces.calls import DTYPES, P2P, Call, TraceError, kernel_choice, op_of, ranks_of
+from commbench.traces.calls import (
+    CPP_TYPES,
+    DTYPES,
+    P2P,
+    PROFILER,
+    Call,
+    TraceError,
+    kernel_choice,
+    kernel_word,
+    op_of,
+    ranks_of,
+)
 
 __all__ = ["RankTrace", "read"]
 
@@ -99,6 +123,9 @@ def read(path: str, progress: bool = True) -> RankTrace:
     cpu: list[Call] = []
     by_id: dict = {}  # External id -> the record_param_comms call, to link kernels to
     later: list[tuple[dict, dict, tuple[str, str] | None]] = []  # calls naming only their group
+    prof: list[tuple[dict, dict]] = []  # the process groups' profiler ops (torch < 2.1's sizes)
+    launches: dict = {}  # correlation -> (thread, ts) of the runtime call that launched a kernel
+    unsized = 0  # record_param_comms without sizes: torch < 2.1
     say = stream.progress_line(path) if progress and os.path.getsize(path) > \
         stream.PROGRESS_BYTES else None
     for e in stream.events(path, top, say):
@@ -122,8 +149,21 @@ def read(path: str, progress: bool = True) -> RankTrace:
                     kernels.append(c)
             else:
                 pending.append((_slim(e), choice))
+        elif cat in ("cuda_runtime", "cuda_driver") and "Launch" in name:
+            corr = (e.get("args") or {}).get("correlation")
+            if corr is not None:
+                launches[corr] = (e.get("tid"), e.get("ts"))
+        elif name in PROFILER:
+            args = e.get("args") or {}
+            prof.append(({k: e.get(k) for k in ("name", "ts", "dur", "tid")},
+                          {k: args.get(k) for k in ("Input Dims", "Input type")}))
         elif name == "record_param_comms":
             args = e.get("args") or {}
+            if "In msg nelems" not in args and "Collective name" not in args:
+                unsized += 1  # its sizes are on the profiler op it contains (torch < 2.1)
+                continue
+            if args.get("Collective name") == "wait":  # a Work's wait: no call of its own
+                continue
             c = make.call(e, args, None)
             if c is None:
                 later.append((e, args, None))
@@ -147,9 +187,16 @@ def read(path: str, progress: bool = True) -> RankTrace:
             cpu.append(c)
             if args.get("External id") is not None:
                 by_id[args["External id"]] = c
-    for e, (algo, proto) in pending:
+    if unsized and not cpu:  # torch < 2.1: the calls are the profiler ops
+        cpu, inner = _profiled(prof, out, path)
+    else:
+        inner = None
+    for e, choice in pending:
         base = by_id.get(e["args"].get("External id"))
+        if base is None and inner is not None:  # linked through its launch
+            base = inner(launches.get(e["args"].get("correlation")))
         if base is not None:  # else a kernel whose call the trace does not describe
+            algo, proto = _stated(base.op, e["name"], choice)
             kernels.append(replace(base, ts=float(e["ts"]), dur=float(e.get("dur") or 0.0),
                                    stream=str(e.get("tid", "")), source="kernel", algo=algo,
                                    proto=proto))
@@ -178,7 +225,8 @@ class _Maker:
                 self.ranks[key] = ranks
         c = _call(e, args, self.path, ranks, self.groups or {})
         if choice is not None:
-            c.source, c.algo, c.proto = "kernel", choice[0], choice[1]
+            c.source = "kernel"
+            c.algo, c.proto = _stated(c.op, str(e.get("name", "")), choice)
         return c
 
 
@@ -186,7 +234,59 @@ def _slim(e: dict) -> dict:
     """What a call needs of its event (the event itself may carry much more)."""
     return {"name": e.get("name"), "ts": e.get("ts"), "dur": e.get("dur", 0.0),
             "tid": e.get("tid", ""), "args": {k: v for k, v in (e.get("args") or {}).items()
-                                               if k == "External id"}}
+                                               if k in ("External id", "correlation")}}
+
+
+def _stated(op: str, kernel: str, choice: tuple[str, str]) -> tuple[str, str]:
+    """(algorithm, protocol) of ``op``'s call from its kernel's name, as far as the name states
+    them for that collective (the module docstring)."""
+    own, word = OPS[op].names.kernel if op in OPS else "", kernel_word(kernel)
+    if own == "SendRecv" and word == "SendRecv":
+        return "", ""
+    if own and word != own:
+        return "unknown", "unknown"
+    return choice
+
+
+def _profiled(prof: list[tuple[dict, dict]], out: RankTrace, path: str):
+    """torch < 2.1: a call per profiler op, on the world, and a function from a kernel's launch
+    (thread, ts) to the innermost op's call on that thread containing it (None: none)."""
+    if out.world_size < 1:
+        raise TraceError(f"{path}: a trace of torch < 2.1 (record_param_comms without sizes) "
+                         "records no group, and without distributedInfo.world_size no world "
+                         "to put its calls on")
+    world = tuple(range(out.world_size))
+    calls, by_thread = [], {}
+    for e, args in prof:
+        op = PROFILER[e["name"]]
+        dims, types = args.get("Input Dims") or [], args.get("Input type") or []
+        try:
+            count = 1
+            for d in dims[0]:
+                count *= int(d)
+            ts, dur = float(e["ts"]), float(e.get("dur") or 0.0)
+        except (IndexError, TypeError, ValueError, KeyError):
+            raise TraceError(f"{path}: {e['name']} at ts {e.get('ts')}: its input's dims cannot "
+                             f"be read ({dims!r})") from None
+        dtype = CPP_TYPES.get(str(types[0]) if types else "", "")
+        itemsize = next((size for name, size in DTYPES.values() if name == dtype), 0)
+        if not itemsize:
+            raise TraceError(f"{path}: {e['name']} at ts {e.get('ts')}: input type "
+                             f"{types[:1]!r} unknown; known: {', '.join(CPP_TYPES)}")
+        n_in, n_out = OPS[op].call_elems(count, len(world))
+        c = Call(-1, op, sys.intern(e["name"]), world, "", "world (torch < 2.1 records no group)",
+                 dtype, itemsize, n_in, n_out, ts, dur, stream=sys.intern(str(e.get("tid", ""))))
+        calls.append(c)
+        by_thread.setdefault(e.get("tid"), []).append(c)
+
+    def inner(launch) -> Call | None:
+        if launch is None:
+            return None
+        tid, t = launch
+        holding = [c for c in by_thread.get(tid, ()) if c.ts <= float(t) <= c.end]
+        return max(holding, key=lambda c: c.ts) if holding else None
+
+    return calls, inner
 
 
 def _info(out: RankTrace, top: dict, path: str) -> None:

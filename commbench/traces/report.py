@@ -4,6 +4,7 @@ per op and size bucket, per step, and the layout's comparison where one was aske
 from __future__ import annotations
 
 from commbench.traces.analysis import Matched, per_group, per_size, per_step
+from commbench.traces.calls import ranks_text
 from commbench.traces.kineto import RankTrace
 
 __all__ = ["markdown", "record"]
@@ -53,6 +54,9 @@ def markdown(rec: dict, top: int = 20) -> str:
             f"{rec['nccl_version'] or '?'}; times from {', '.join(rec['source']) or 'no calls'}")
     if rec.get("topology"):
         head += f"\n# NCCL's model on {rec['topology']}"
+    if rec.get("misaligned"):
+        head += (f"\n# the ranks' calls do not line up ({rec['misaligned']}): each rank is "
+                 "analysed alone, no call matched across ranks")
     if rec.get("baseline"):
         b = rec["baseline"]
         head += f"\n# baseline {b['path']} ({b['hardware']}, {b['world_size']} ranks)"
@@ -60,7 +64,7 @@ def markdown(rec: dict, top: int = 20) -> str:
     for c in rec["calls"][:top]:
         op = f"{c['op']} {c['rank']}->{c['peer']}" if c["op"] == "send" else (
             f"recv {c['peer']}->{c['rank']}" if c["op"] == "recv" else c["op"])
-        rows.append([op, ",".join(map(str, c["group"])), c["dtype"], c["bytes"],
+        rows.append([op, ranks_text(c["group"]), c["dtype"], c["bytes"],
                      f"{c['algo']}/{c['proto']}" if c["algo"] else "-", _f(c["time_us"]),
                      _f(c["busbw"], ".3g"), _f(c["skew_us"]),
                      c["slowest"] if c["slowest"] >= 0 else "-", _f(c["exposed_us"])]
@@ -73,7 +77,7 @@ def markdown(rec: dict, top: int = 20) -> str:
     text = (f"{head}\n\nThe {min(top, len(rec['calls']))} worst of {len(rec['calls'])} calls "
             f"(most exposed time first; time: from the last member's start to the end):\n\n"
             f"{tabulate(rows, headers=heads, tablefmt='github')}\n")
-    groups = tabulate([[",".join(map(str, g["group"])), g["name"] or "-", g["calls"], g["bytes"],
+    groups = tabulate([[ranks_text(g["group"]), g["name"] or "-", g["calls"], g["bytes"],
                         _f(g["time_us"]), _f(g["exposed_us"]), _f(g["busbw_median"], ".3g")]
                        for g in rec["groups"]],
                       headers=["group", "name", "calls", "bytes", "time(us)", "exposed(us)",

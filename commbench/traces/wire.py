@@ -17,7 +17,7 @@ import math
 import re
 
 from commbench.costmodel.topology import Topology, load
-from commbench.ops import OPS, booked
+from commbench.ops import OPS, booked, split_sizes
 from commbench.traces.analysis import Matched
 from commbench.traces.calls import P2P, Call, TraceError
 from commbench.traces.kineto import RankTrace
@@ -50,6 +50,17 @@ def topology(traces: list[RankTrace], name: str | None, nodes: int | None) -> To
     return load(name, want) if want != topo.nodes else topo
 
 
+def _splits(c: Call, n: int) -> dict:
+    """A split call's splits: the trace's, or, where it recorded none (torch's default, and
+    every trace before torch 2.1), equal ones: the call's total bytes stand whatever the job's
+    real splits were."""
+    if not (c.op in OPS and OPS[c.op].split):
+        return {}
+    if c.in_splits and c.out_splits:
+        return {"in_splits": list(c.in_splits), "out_splits": list(c.out_splits)}
+    return {"in_splits": split_sizes(c.in_elems, n), "out_splits": split_sizes(c.out_elems, n)}
+
+
 def model_us(c: Call, topo: Topology, version: str = "2.30.7") -> tuple[float, str] | None:
     """NCCL's modelled time of ``c`` on ``topo`` and its pick, or None (an op it has no model
     for, or a group wider than the topology)."""
@@ -61,8 +72,7 @@ def model_us(c: Call, topo: Topology, version: str = "2.30.7") -> tuple[float, s
                                                                            "scatter"):
         return None
     count = c.in_elems
-    kw = {"in_splits": list(c.in_splits), "out_splits": list(c.out_splits)} \
-        if c.op == "all_to_all" and c.in_splits and c.out_splits else {}
+    kw = _splits(c, n)
     me = c.group.index(c.rank) if c.rank in c.group else 0
     sent, recv = booked(c.op, n, me, count, c.itemsize, **kw)
     size = c.size // n if OPS[c.op].input == "block" else c.size
@@ -120,8 +130,7 @@ def as_entries(t: RankTrace, steps: tuple[int, int] | None = None) -> list[tuple
         n = len(c.group)
         me = c.group.index(c.rank) if c.rank in c.group else 0
         if c.op in OPS and n > 0:
-            kw = {"in_splits": list(c.in_splits), "out_splits": list(c.out_splits)} \
-                if c.op == "all_to_all" and c.in_splits and c.out_splits else {}
+            kw = _splits(c, n)
             try:
                 sent, recv = booked(c.op, n, me, c.in_elems, c.itemsize, **kw)
             except (ValueError, ZeroDivisionError, IndexError):

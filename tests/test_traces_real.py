@@ -1,0 +1,104 @@
+"""`commbench analyze` on real traces from public projects (tests/data/traces/README.md names
+each one's source and licence), each call held to figures read here from the raw events by a
+reading of their own: the profiler's ops, the runtime's launches and the kernels, matched by
+hand rather than by the analyzer's code."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+
+import pytest
+
+from commbench.traces import kineto
+from commbench.traces.analysis import match, misaligned
+from commbench.traces.job import load
+
+pytestmark = pytest.mark.traces
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "traces", "hta")
+BYTES = {"float": 4, "long": 8, "int": 4, "unsigned char": 1, "signed char": 1}
+# the nccl:* ops of torch < 2.1, and what the input's dims stand for in nccl-tests' size
+OLD = {"nccl:all_reduce": ("all_reduce", 1), "nccl:all_to_all": ("all_to_all", 1),
+       "nccl:_all_gather_base": ("all_gather", "world")}
+
+
+def _events(path: str) -> tuple[dict, list[dict]]:
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    return doc, [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+
+
+def _old_calls_by_hand(path: str) -> list[tuple[str, int, float]]:
+    """(op, bytes in nccl-tests' size, kernel duration) of each NCCL kernel of a torch < 2.1
+    trace: kernel -> its launch by correlation -> the nccl:* op around the launch on the
+    launching thread -> that op's input dims and type."""
+    doc, ev = _events(path)
+    world = doc["distributedInfo"]["world_size"]
+    launch = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime"}
+    ops = [e for e in ev if e["name"] in OLD]
+    out = []
+    for k in (e for e in ev if e.get("cat") == "kernel" and e["name"].startswith("nccl")):
+        lc = launch[k["args"]["correlation"]]
+        (op,) = [o for o in ops if o["tid"] == lc["tid"] and o["ts"] <= lc["ts"] <= o["ts"] + o["dur"]]
+        name, scale = OLD[op["name"]]
+        elems = math.prod(op["args"]["Input Dims"][0]) * (world if scale == "world" else 1)
+        out.append((name, elems * BYTES[op["args"]["Input type"][0]], float(k["dur"])))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_torch_before_2_1_every_nccl_kernel_is_its_nccl_op_s_call(rank):
+    path = os.path.join(DATA, "sampled", f"sampled_rank-{rank}.json.gz")
+    t = kineto.read(path, progress=False)
+    want = _old_calls_by_hand(path)
+    assert len(want) == 10  # every NCCL kernel of the file, none dropped
+    assert sorted((c.op, c.size, c.dur) for c in t.calls) == want
+    assert {c.source for c in t.calls} == {"kernel"} and t.world_size == 128
+    assert all(c.group == tuple(range(128)) for c in t.calls)  # no group recorded: the world
+    # every collective ran as ncclKernel_SendRecv_RING_SIMPLE: the name states no algorithm
+    # for an all-reduce or an all-gather, and NCCL runs all-to-all as point-to-point
+    assert {(c.op, c.algo, c.proto) for c in t.calls} >= {("all_reduce", "unknown", "unknown")}
+    assert all((c.algo, c.proto) == ("", "") for c in t.calls if c.op == "all_to_all")
+
+
+def test_two_sampled_ranks_of_a_128_rank_job_are_read_and_not_matched_call_by_call():
+    traces = load([os.path.join(DATA, "sampled")], progress=False)
+    assert [t.rank for t in traces] == [0, 1]
+    # their windows hold different calls: matched call by call they would pair an all-to-all
+    # of 384 longs with one of 339738624 bytes
+    assert "rank 0: all_to_all int64[384]; rank 1: all_to_all uint8[339738624]" in \
+        misaligned(traces)
+    rows = match(traces)
+    assert len(rows) == sum(len(t.calls) for t in traces)
+    assert all(len(m.calls) == 1 and m.skew_us is None for m in rows)
+
+
+def test_torch_2_kernels_take_their_sizes_from_record_param_comms_and_algo_from_the_name():
+    path = os.path.join(DATA, "nccl_2ranks_rank0.json.gz")
+    _, ev = _events(path)
+    ops = {e["args"]["External id"]: e["args"] for e in ev if e["name"] == "record_param_comms"}
+    itemsize = {"Float": 4, "Long": 8}
+    want = []
+    for k in (e for e in ev if e.get("cat") == "kernel" and e["name"].startswith("nccl")):
+        a = ops[k["args"]["External id"]]
+        words = k["name"].split("(")[0].split("_")  # ncclKernel_AllReduce_RING_LL_Sum_float
+        want.append((a["Collective name"], a["In msg nelems"] * itemsize[a["dtype"]],
+                     float(k["dur"]), words[2].lower(), words[3]))
+    t = kineto.read(path, progress=False)
+    names = {"allreduce": "all_reduce", "broadcast": "broadcast"}
+    got = sorted((c.op, c.size, c.dur, c.algo, c.proto) for c in t.calls)
+    assert got == sorted((names[n], b, d, a, p) for n, b, d, a, p in want) and len(got) >= 5
+
+
+def test_a_wait_record_is_no_call_and_no_error():
+    path = os.path.join(DATA, "wait_ops_rank0.json.gz")
+    _, ev = _events(path)
+    records = [e["args"] for e in ev if e["name"] == "record_param_comms"]
+    waits = [a for a in records if a.get("Collective name") == "wait"]
+    assert waits and all("Process Group Ranks" not in a for a in waits)
+    t = kineto.read(path, progress=False)
+    assert len(t.calls) == len(records) - len(waits)
+    assert "wait" not in {c.op for c in t.calls}
