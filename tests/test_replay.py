@@ -239,3 +239,15 @@ def test_the_audit_writes_kineto_traces_that_analyze_reads(tmp_path):
     rec = json.loads((tmp_path / "a.json").read_text())
     assert rec["backend"] == "gloo" and rec["source"] == ["cpu"] and len(rec["calls"]) == 8
     assert all(c["skew_us"] is not None for c in rec["calls"])
+
+
+def test_a_scale_that_keeps_no_call_is_refused_in_one_line():
+    """--scale --np 2 of a job whose rank 0 has only groups of 4: nothing would be replayed
+    (before: 0 calls and exit 0)."""
+    from commbench.traces.calls import TraceError
+
+    plan = {r: [Rec("all_reduce", (0, 1, 2, 3), "float32", 8)] for r in range(4)}
+    assert scale(4, plan, 4)[0]  # at the group's own size it keeps the call
+    with pytest.raises(TraceError, match=r"--scale --np 2: keeps no call: rank 0's collectives "
+                                         r"are on groups of 4 ranks"):
+        scale(4, plan, 2)

@@ -313,3 +313,27 @@ def test_a_sample_of_a_job_is_read_and_a_rank_twice_or_a_disagreeing_group_refus
     c = _write(tmp_path / "c.json", json.dumps(other))
     with pytest.raises(TraceError, match="group '0': ranks"):
         load([a, c])
+
+
+def test_a_trace_is_read_within_bounds_each_refusal_one_line(tmp_path):
+    """A gzip bomb is refused once it outgrows any real trace's compression, a value nested
+    past Python's parser is refused (before: RecursionError, exit 3), and a file past the size
+    given is refused naming the flag that raises it."""
+    from commbench.traces import stream
+
+    bomb = tmp_path / "bomb.json.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as f:
+        f.write(b'{"traceEvents": [')
+        for _ in range((stream.BOMB_CHARS >> 20) + 8):
+            f.write(b" " * (1 << 20))
+        f.write(b"]}")
+    with pytest.raises(TraceError, match="decompresses to more than 1000 times"):
+        kineto.read(str(bomb), progress=False)
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"traceEvents": [' + "[" * 100_000 + "]" * 100_000 + "]}")
+    with pytest.raises(TraceError, match="nested deeper than"):
+        kineto.read(str(deep), progress=False)
+    small = _write(tmp_path / "ok.json", _one(GOOD))
+    assert kineto.read(small, progress=False).calls  # within the bound: read
+    with pytest.raises(TraceError, match="give --max-size GB"):
+        kineto.read(small, progress=False, limit=16)

@@ -31,11 +31,14 @@ def add_parser(sub) -> None:
                    help="with --layout: compare only ProfilerStep#N (and --steps K from it)")
     a.add_argument("--steps", type=int, default=1, metavar="K", help="with --step: K steps")
     a.add_argument("--top", type=int, default=20, help="worst calls shown")
+    a.add_argument("--max-size", type=float, default=16.0, metavar="GB",
+                   help="read at most this many GiB of text from one trace (default 16)")
     a.add_argument("--json", default="", metavar="FILE", help="also write the record as JSON")
     a.add_argument("--markdown", default="", metavar="FILE", help="also write the markdown")
 
 
 def command(a) -> int:
+    from commbench.cli.checks import max_chars
     from commbench.traces import wire
     from commbench.traces.analysis import match, misaligned
     from commbench.traces.calls import TraceError
@@ -51,7 +54,7 @@ def command(a) -> int:
     if a.step is not None and not a.layout:
         raise UsageError(f"--step {a.step}: selects the steps --layout compares; give --layout")
     try:
-        traces = load(a.traces)
+        traces = load(a.traces, limit=max_chars(a.max_size))
         rows = match(traces)
         extra: dict = {}
         apart = misaligned(traces)

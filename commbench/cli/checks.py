@@ -245,3 +245,10 @@ def open_world(a, *, local_timeout_s: float = 120.0, stop_on_raise: bool = False
 
     return LocalWorld(a.np, launch=a.launch,
                       timeout_s=timeout if timeout is not None else local_timeout_s), True
+
+
+def max_chars(gb: float) -> int:
+    """``--max-size GB`` as characters, refused unless > 0."""
+    if not gb > 0:
+        raise UsageError(f"--max-size {gb}: must be > 0 (GiB of text read from one trace)")
+    return int(gb * 2**30)

@@ -24,6 +24,8 @@ def add_parser(sub) -> None:
     checks.world_options(a, np=0, timeout=120.0)
     a.add_argument("--iters", type=int, default=5, help="timed samples per call")
     a.add_argument("--warmup", type=int, default=1, help="untimed samples before them")
+    a.add_argument("--max-size", type=float, default=16.0, metavar="GB",
+                   help="read at most this many GiB of text from one trace (default 16)")
     a.add_argument("--scale", action="store_true",
                    help="a smaller world: rank 0's groups of at most --np members, member i "
                         "played by rank i")
@@ -93,7 +95,7 @@ def command(a) -> int:
     if a.iters < 1 or a.warmup < 0:
         raise UsageError(f"--iters {a.iters} --warmup {a.warmup}: must be >= 1 and >= 0")
     try:
-        world, plan = load(a.recording)
+        world, plan = load(a.recording, checks.max_chars(a.max_size))
         if a.np == 0:
             a.np = world
         if a.scale:

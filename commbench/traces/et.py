@@ -24,7 +24,7 @@ import re
 from commbench.ops import OPS
 from commbench.traces.calls import COLLECTIVE, CPP_TYPES, TraceError
 from commbench.traces.recorded import Rec
-from commbench.traces.stream import events
+from commbench.traces.stream import LIMIT, events
 
 __all__ = ["from_et", "is_et"]
 
@@ -132,7 +132,7 @@ def _under(node, taken: set, parent: dict) -> bool:
     return False
 
 
-def from_et(paths: list[str]) -> tuple[int, dict[int, list[Rec]]]:
+def from_et(paths: list[str], limit: int = LIMIT) -> tuple[int, dict[int, list[Rec]]]:
     """(world size, each rank's calls) from one execution trace per rank."""
     plan: dict[int, list[Rec]] = {}
     world = 0
@@ -141,7 +141,7 @@ def from_et(paths: list[str]) -> tuple[int, dict[int, list[Rec]]]:
         if rank in plan:
             raise TraceError(f"{path}: rank {rank} is given twice")
         top: dict = {}
-        nodes = sorted(events(path, top, key="nodes"), key=lambda n: n.get("id", 0))
+        nodes = sorted(events(path, top, key="nodes", limit=limit), key=lambda n: n.get("id", 0))
         params = any(n.get("name") == "record_param_comms" for n in nodes)
         groups: dict[str, tuple[int, ...]] = {}
         recs: list[Rec] = []

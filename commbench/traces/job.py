@@ -12,6 +12,7 @@ import os
 
 from commbench.traces.calls import TraceError
 from commbench.traces.kineto import RankTrace, read
+from commbench.traces.stream import LIMIT
 
 __all__ = ["files", "load"]
 
@@ -35,10 +36,10 @@ def files(names: list[str]) -> tuple[list[str], bool]:
     return out, folder or len(out) > 1
 
 
-def load(names: list[str], progress: bool = True) -> list[RankTrace]:
+def load(names: list[str], progress: bool = True, limit: int = LIMIT) -> list[RankTrace]:
     """Every rank's trace, checked as one job (TraceError: one line naming what is wrong)."""
     paths, _ = files(names)
-    traces = [read(p, progress) for p in paths]
+    traces = [read(p, progress, limit) for p in paths]
     if len(traces) == 1 and traces[0].rank < 0:
         traces[0].rank = 0
         for c in traces[0].calls:

@@ -111,7 +111,7 @@ def _splits(raw, where: str, name: str) -> tuple[int, ...]:
         raise TraceError(f"{where}: {name}: split sizes {raw!r} cannot be read") from None
 
 
-def read(path: str, progress: bool = True) -> RankTrace:
+def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTrace:
     """One rank's trace (TraceError naming the file on bad input). Each call is made into a
     :class:`Call` as it is read (its arguments dropped), so memory grows with the calls kept,
     not with the file."""
@@ -128,7 +128,7 @@ def read(path: str, progress: bool = True) -> RankTrace:
     unsized = 0  # record_param_comms without sizes: torch < 2.1
     say = stream.progress_line(path) if progress and os.path.getsize(path) > \
         stream.PROGRESS_BYTES else None
-    for e in stream.events(path, top, say):
+    for e in stream.events(path, top, say, limit=limit):
         if e.get("ph") != "X":
             continue
         name, cat = str(e.get("name", "")), str(e.get("cat", "")).lower()

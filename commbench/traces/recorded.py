@@ -51,10 +51,11 @@ class Rec:
         return (self.op, self.dtype, self.count, self.in_splits if self.op != "all_to_all" else ())
 
 
-def from_traces(names: list[str]) -> tuple[int, dict[int, list[Rec]]]:
+def from_traces(names: list[str], limit: int | None = None) -> tuple[int, dict[int, list[Rec]]]:
     from commbench.traces.job import load as load_job
+    from commbench.traces.stream import LIMIT
 
-    traces = load_job(names)
+    traces = load_job(names, limit=limit or LIMIT)
     world = max([t.world_size for t in traces] + [len(traces)])
     plan = {t.rank: [Rec(c.op, c.group, c.dtype, c.in_elems, c.in_splits, c.out_splits,
                          c.peer, step=c.step) for c in sorted(t.calls, key=lambda c: c.ts)]
@@ -148,4 +149,9 @@ def scale(world: int, plan: dict[int, list[Rec]], np: int) -> dict[int, list[Rec
             own = pos.get((r.group, i), [])
             mine = own[k] if k < len(own) and own[k].op == r.op else r
             out[i].append(replace(mine, group=local))
+    if not out[0]:
+        widths = sorted({len(r.group) for r in plan[0] if r.op not in P2P})
+        raise TraceError(f"--scale --np {np}: keeps no call: rank 0's collectives are on groups "
+                         f"of {', '.join(map(str, widths)) or 'no'} ranks (point-to-point calls "
+                         "are not scaled); give --np of at least the smallest")
     return out

@@ -12,8 +12,9 @@ from commbench.traces.recorded import Rec, from_audit, from_traces
 __all__ = ["load"]
 
 
-def load(names: list[str]) -> tuple[int, dict[int, list[Rec]]]:
-    """(the recording's world size, each rank's calls) from traces or an audit result."""
+def load(names: list[str], limit: int | None = None) -> tuple[int, dict[int, list[Rec]]]:
+    """(the recording's world size, each rank's calls) from traces or an audit result; a trace
+    read up to ``limit`` characters (None: :data:`commbench.traces.stream.LIMIT`)."""
     if len(names) == 1 and os.path.isfile(names[0]) and not names[0].endswith(".gz"):
         try:
             with open(names[0], encoding="utf-8") as f:
@@ -33,5 +34,5 @@ def load(names: list[str]) -> tuple[int, dict[int, list[Rec]]]:
 
     paths, _ = files(names)
     if paths and all(is_et(p) for p in paths):
-        return from_et(paths)
-    return from_traces(names)
+        return from_et(paths, limit) if limit else from_et(paths)
+    return from_traces(names, limit)

@@ -1,21 +1,32 @@
 """Big JSON files read in one pass: the top-level object key by key and one array of it item by
 item, in chunks, so that a file of several hundred MB never sits in memory whole (pure). Plain or
-gzipped; a progress line on stderr for a big file."""
+gzipped; a progress line on stderr for a big file.
+
+Bounded: a file is read up to ``limit`` characters (:data:`LIMIT` unless raised: ``--max-size``),
+a gzipped one that decompresses to more than :data:`RATIO` times its size is no trace (real
+traces compress 5 to 50 times; a gzip bomb thousands of times) and is refused once
+:data:`BOMB_CHARS` are read, and a value nested deeper than Python's parser takes is refused:
+each in one line."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 
 from commbench.traces.calls import TraceError
 
-__all__ = ["CHUNK", "PROGRESS_BYTES", "events", "progress_line"]
+__all__ = ["BOMB_CHARS", "CHUNK", "LIMIT", "PROGRESS_BYTES", "RATIO", "events", "progress_line"]
 
 CHUNK = 1 << 20
 PROGRESS_BYTES = 64 << 20  # a progress line on stderr every this many characters read
+LIMIT = 16 << 30  # characters read from one file at most, unless raised
+RATIO = 1000  # a gzipped file decompressing to more than this many times its size is no trace
+BOMB_CHARS = 64 << 20  # ... judged once this many characters are read
+_BLANK = re.compile(r"[ \t\r\n]*")
 
 
 def _open(path: str):
@@ -28,10 +39,13 @@ def _open(path: str):
 class _Stream:
     """A text file read in chunks, with a position: JSON values decoded one at a time."""
 
-    def __init__(self, f, path: str, progress: Callable[[int], None] | None) -> None:
-        self.f, self.path, self.progress = f, path, progress
+    def __init__(self, f, path: str, progress: Callable[[int], None] | None,
+                 limit: int = LIMIT) -> None:
+        self.f, self.path, self.progress, self.limit = f, path, progress, limit
         self.buf, self.pos, self.eof, self.read_chars = "", 0, False, 0
         self.dec = json.JSONDecoder()
+        self.disk = os.path.getsize(path)
+        self.gzipped = isinstance(getattr(f, "buffer", None), gzip.GzipFile)
 
     def _more(self) -> bool:
         if self.eof:
@@ -41,6 +55,13 @@ class _Stream:
             self.eof = True
             return False
         self.read_chars += len(chunk)
+        if self.read_chars > self.limit:
+            raise TraceError(f"{self.path}: more than {self.limit / 2**30:g} GiB of text: give "
+                             "--max-size GB to read a larger trace")
+        if self.gzipped and self.read_chars > BOMB_CHARS and \
+                self.read_chars > RATIO * max(self.disk, 1):
+            raise TraceError(f"{self.path}: decompresses to more than {RATIO} times its "
+                             f"{self.disk} bytes: not a profiler trace (a gzip bomb?)")
         self.buf = self.buf[self.pos:] + chunk
         self.pos = 0
         if self.progress is not None:
@@ -50,8 +71,7 @@ class _Stream:
     def peek(self) -> str:
         """The next character that is not white space ('' at the end)."""
         while True:
-            while self.pos < len(self.buf) and self.buf[self.pos] in " \t\r\n":
-                self.pos += 1
+            self.pos = _BLANK.match(self.buf, self.pos).end()
             if self.pos < len(self.buf):
                 return self.buf[self.pos]
             if not self._more():
@@ -69,6 +89,9 @@ class _Stream:
         while True:
             try:
                 v, end = self.dec.raw_decode(self.buf, self.pos)
+            except RecursionError:
+                raise TraceError(f"{self.path}: a JSON value nested deeper than "
+                                 f"{sys.getrecursionlimit()} levels: not a trace") from None
             except json.JSONDecodeError as exc:
                 if self._more():
                     continue
@@ -82,15 +105,16 @@ class _Stream:
 
 
 def events(path: str, top: dict, progress: Callable[[int], None] | None = None,
-           key: str = "traceEvents") -> Iterator[dict]:
+           key: str = "traceEvents", limit: int = LIMIT) -> Iterator[dict]:
     """The items of the top-level array ``key`` one at a time (a Kineto trace's events, an
-    execution trace's nodes); the other top-level keys land in ``top``."""
+    execution trace's nodes); the other top-level keys land in ``top``; at most ``limit``
+    characters read."""
     try:
         f = _open(path)
     except OSError as exc:
         raise TraceError(f"{path}: {exc.strerror or exc}") from None
     with f:
-        s = _Stream(f, path, progress)
+        s = _Stream(f, path, progress, limit)
         try:
             s.expect("{")
         except UnicodeDecodeError:
