@@ -337,3 +337,19 @@ def test_a_trace_is_read_within_bounds_each_refusal_one_line(tmp_path):
     assert kineto.read(small, progress=False).calls  # within the bound: read
     with pytest.raises(TraceError, match="give --max-size GB"):
         kineto.read(small, progress=False, limit=16)
+
+
+def test_a_kernel_belongs_to_the_step_of_its_cpu_op_when_the_gpu_runs_behind(tmp_path):
+    """The all-reduce is enqueued in step 1 and runs on the GPU during step 2's CPU span: it is
+    step 1's (before: step 2's, by the kernel's start)."""
+    op = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 10, "dur": 2,
+          "args": {**GOOD, "External id": 7}}
+    kernel = {"ph": "X", "cat": "kernel", "ts": 150, "dur": 30, "tid": 7,
+              "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+              "args": {"External id": 7}}
+    steps = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": t,
+              "dur": 100} for n, t in ((1, 0), (2, 100))]
+    doc = {"distributedInfo": {"rank": 0, "world_size": 2},
+           "traceEvents": [*steps, op, kernel]}
+    (c,) = kineto.read(_write(tmp_path / "behind.json", json.dumps(doc)), progress=False).calls
+    assert (c.source, c.ts, c.step) == ("kernel", 150.0, 1)

@@ -102,3 +102,12 @@ def test_a_wait_record_is_no_call_and_no_error():
     t = kineto.read(path, progress=False)
     assert len(t.calls) == len(records) - len(waits)
     assert "wait" not in {c.op for c in t.calls}
+
+
+def test_calls_timed_by_their_cpu_ops_get_no_bandwidth():
+    """No NCCL kernel was captured: the calls are record_param_comms, whose time is the
+    enqueue. They get a time and bytes, never a bandwidth (before: GB/s from enqueue times)."""
+    traces = load([os.path.join(DATA, "wait_ops_rank0.json.gz")], progress=False)
+    rows = match(traces)
+    assert rows and {c.source for t in traces for c in t.calls} == {"cpu"}
+    assert all(m.busbw is None and m.first.size > 0 for m in rows)

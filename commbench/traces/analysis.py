@@ -155,6 +155,8 @@ def match(traces: list[RankTrace]) -> list[Matched]:
             m.time_us = min(c.dur for c in cs)
         m.exposed_us = max(c.dur - covers[c.rank].covered(c.ts, c.end) for c in cs)
         size, n = cs[0].size, len(cs[0].group)
+        if all(c.source == "cpu" for c in cs):  # a CPU op times the enqueue, not the transfer:
+            continue                            # no bandwidth rather than a wrong one
         m.algbw = size / m.time_us / 1e3 if m.time_us > 0 else 0.0
         try:
             m.busbw = m.algbw * factor("sendrecv" if cs[0].op in P2P else cs[0].op, n)

@@ -83,6 +83,7 @@ class Call:
     stream: str = ""
     step: int = 0
     peer: int = -1
+    host_ts: float = -1.0  # a kernel's: when its CPU op started (the step it belongs to)
 
     @property
     def end(self) -> float:

@@ -199,7 +199,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
             algo, proto = _stated(base.op, e["name"], choice)
             kernels.append(replace(base, ts=float(e["ts"]), dur=float(e.get("dur") or 0.0),
                                    stream=str(e.get("tid", "")), source="kernel", algo=algo,
-                                   proto=proto))
+                                   proto=proto, host_ts=base.ts))
     out.calls = kernels or cpu
     _number(out)
     return out
@@ -310,7 +310,9 @@ def _info(out: RankTrace, top: dict, path: str) -> None:
 
 def _number(out: RankTrace) -> None:
     """Calls in start order, each collective's rank in its process; a missing Seq counted per
-    group (point-to-point calls are numbered apart, per group and peer)."""
+    group (point-to-point calls are numbered apart, per group and peer); each call in the
+    ``ProfilerStep#N`` that holds its CPU op (a kernel's start may fall in a later one: the GPU
+    runs behind the CPU)."""
     out.calls.sort(key=lambda c: c.ts)
     counters: dict[tuple, int] = {}
     for c in out.calls:
@@ -319,7 +321,8 @@ def _number(out: RankTrace) -> None:
             k = (c.group, c.peer) if c.op in P2P else (c.group,)
             c.seq = counters.get(k, 0)
             counters[k] = c.seq + 1
+        at = c.host_ts if c.host_ts >= 0 else c.ts  # the CPU op's step: the GPU may run behind
         for n, t0, t1 in out.steps:
-            if t0 <= c.ts < t1:
+            if t0 <= at < t1:
                 c.step = n
                 break

@@ -52,6 +52,9 @@ def markdown(rec: dict, top: int = 20) -> str:
     head = (f"# commbench analyze: {len(rec['files'])} trace(s), ranks {rec['ranks']} of "
             f"{rec['world_size']}, backend {rec['backend'] or '?'}, NCCL "
             f"{rec['nccl_version'] or '?'}; times from {', '.join(rec['source']) or 'no calls'}")
+    if "cpu" in rec["source"]:
+        head += ("\n# CPU ops time the call's enqueue, not its transfer (no kernel in the trace): "
+                 "no bandwidth is given for them")
     if rec.get("topology"):
         head += f"\n# NCCL's model on {rec['topology']}"
     if rec.get("misaligned"):

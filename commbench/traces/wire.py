@@ -92,7 +92,8 @@ def add_model(rows: list[Matched], topo: Topology) -> None:
         m.extra["model_pick"] = pick
         op = "sendrecv" if m.first.op in P2P else m.first.op
         m.extra["model_busbw"] = m.first.size / t / 1e3 * factor(op, len(m.first.group))
-        m.extra["efficiency"] = t / m.time_us if m.time_us > 0 else None
+        # a CPU op's time is its enqueue: no efficiency from it (no bandwidth either)
+        m.extra["efficiency"] = t / m.time_us if m.time_us > 0 and m.busbw is not None else None
 
 
 def add_baseline(rows: list[Matched], path: str) -> dict:
