@@ -353,3 +353,27 @@ def test_a_kernel_belongs_to_the_step_of_its_cpu_op_when_the_gpu_runs_behind(tmp
            "traceEvents": [*steps, op, kernel]}
     (c,) = kineto.read(_write(tmp_path / "behind.json", json.dumps(doc)), progress=False).calls
     assert (c.source, c.ts, c.step) == ("kernel", 150.0, 1)
+
+
+def test_an_nccl_kernel_launched_before_the_trace_counts_as_communication(tmp_path):
+    """A kernel with neither an op of its External id nor a launch in the trace (the profiler's
+    window opened after its launch) is the rank's communication: its time counts, exposed where
+    nothing covers it; its size and group are unknown, and the output says how many (before:
+    dropped without a word)."""
+    from commbench.traces.report import markdown, record
+
+    op = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 100, "dur": 2,
+          "args": {**GOOD, "External id": 7}}
+    linked = {"ph": "X", "cat": "kernel", "ts": 110, "dur": 20, "tid": 7, "args": {
+        "External id": 7}, "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)"}
+    early = {**linked, "ts": 10, "dur": 50, "args": {"External id": 3, "correlation": 3}}
+    doc = {"distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": [op, linked, early]}
+    path = _write(tmp_path / "early.json", json.dumps(doc))
+    t = kineto.read(path, progress=False)
+    assert t.unlinked == 1
+    assert sorted((c.op, c.source, c.size, c.dur) for c in t.calls) == [
+        ("all_reduce", "kernel", 16, 20.0), ("all_reduce", "kernel-unlinked", 0, 50.0)]
+    rows = match([t])
+    assert sum(m.exposed_us for m in rows) == pytest.approx(70.0)
+    text = markdown(record([t], rows, {}))
+    assert "1 NCCL kernel(s) launched before the trace's window" in text

@@ -116,8 +116,10 @@ def _keyed(traces: list[RankTrace]) -> dict[tuple, list[Call]]:
     keys = _p2p_keys(traces)
     groups: dict[tuple, list[Call]] = {}
     for t in traces:
-        for c in t.calls:
-            groups.setdefault(keys[id(c)] if c.op in P2P else (c.group, c.seq), []).append(c)
+        for k, c in enumerate(t.calls):
+            key = ("unlinked", c.rank, k) if not c.group else \
+                keys[id(c)] if c.op in P2P else (c.group, c.seq)
+            groups.setdefault(key, []).append(c)
     return groups
 
 
@@ -155,7 +157,7 @@ def match(traces: list[RankTrace]) -> list[Matched]:
             m.time_us = min(c.dur for c in cs)
         m.exposed_us = max(c.dur - covers[c.rank].covered(c.ts, c.end) for c in cs)
         size, n = cs[0].size, len(cs[0].group)
-        if all(c.source == "cpu" for c in cs):  # a CPU op times the enqueue, not the transfer:
+        if not n or all(c.source == "cpu" for c in cs):  # a CPU op times the enqueue, not the transfer:
             continue                            # no bandwidth rather than a wrong one
         m.algbw = size / m.time_us / 1e3 if m.time_us > 0 else 0.0
         try:

@@ -62,6 +62,7 @@ class RankTrace:
     compute_ts: array = field(default_factory=lambda: array("d"))
     compute_end: array = field(default_factory=lambda: array("d"))
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start, end)
+    unlinked: int = 0  # NCCL kernels whose launch the trace does not hold
 
 
 def _call(e: dict, args: dict, where: str, ranks: tuple[int, ...] | None, groups: dict) -> Call:
@@ -195,11 +196,14 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
         base = by_id.get(e["args"].get("External id"))
         if base is None and inner is not None:  # linked through its launch
             base = inner(launches.get(e["args"].get("correlation")))
-        if base is not None:  # else a kernel whose call the trace does not describe
+        if base is not None:
             algo, proto = _stated(base.op, e["name"], choice)
             kernels.append(replace(base, ts=float(e["ts"]), dur=float(e.get("dur") or 0.0),
                                    stream=str(e.get("tid", "")), source="kernel", algo=algo,
                                    proto=proto, host_ts=base.ts))
+        else:  # launched before the profiler's window opened: still communication
+            kernels.append(_unlinked(e, choice))
+            out.unlinked += 1
     out.calls = kernels or cpu
     _number(out)
     return out
@@ -235,6 +239,18 @@ def _slim(e: dict) -> dict:
     return {"name": e.get("name"), "ts": e.get("ts"), "dur": e.get("dur", 0.0),
             "tid": e.get("tid", ""), "args": {k: v for k, v in (e.get("args") or {}).items()
                                                if k in ("External id", "correlation")}}
+
+
+def _unlinked(e: dict, choice: tuple[str, str]) -> Call:
+    """An NCCL kernel whose call the trace does not hold: its collective from its name (the
+    records' kernel word; ``SendRecv`` stays ``send/recv``), no sizes, no group, its device time.
+    It counts in the rank's communication and exposed time; nothing is matched to it."""
+    word = kernel_word(str(e.get("name", "")))
+    op = next((o.name for o in OPS.values() if o.nccl and o.names.kernel == word), "send/recv")
+    return Call(-1, op, sys.intern(word), (), "", "unlinked (launched before the trace)", "", 0,
+                0, 0, float(e["ts"]), float(e.get("dur") or 0.0), source="kernel-unlinked",
+                algo=choice[0] if op != "send/recv" else "", proto=choice[1] if op != "send/recv"
+                else "", stream=str(e.get("tid", "")))
 
 
 def _stated(op: str, kernel: str, choice: tuple[str, str]) -> tuple[str, str]:

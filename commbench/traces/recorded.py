@@ -58,7 +58,8 @@ def from_traces(names: list[str], limit: int | None = None) -> tuple[int, dict[i
     traces = load_job(names, limit=limit or LIMIT)
     world = max([t.world_size for t in traces] + [len(traces)])
     plan = {t.rank: [Rec(c.op, c.group, c.dtype, c.in_elems, c.in_splits, c.out_splits,
-                         c.peer, step=c.step) for c in sorted(t.calls, key=lambda c: c.ts)]
+                         c.peer, step=c.step) for c in sorted(t.calls, key=lambda c: c.ts)
+                     if c.group]  # a kernel launched before the trace: no call to re-issue
             for t in traces}
     return world, plan
 

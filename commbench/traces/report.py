@@ -37,7 +37,7 @@ def record(traces: list[RankTrace], rows: list[Matched], extra: dict) -> dict:
             "backend": traces[0].backend, "nccl_version": traces[0].nccl_version,
             "source": sorted({c.source for t in traces for c in t.calls}),
             "calls": calls, "groups": per_group(rows), "sizes": per_size(rows),
-            "steps": per_step(traces), **extra}
+            "steps": per_step(traces), "unlinked": sum(t.unlinked for t in traces), **extra}
 
 
 def _f(x, fmt: str = ".1f") -> str:
@@ -52,6 +52,9 @@ def markdown(rec: dict, top: int = 20) -> str:
     head = (f"# commbench analyze: {len(rec['files'])} trace(s), ranks {rec['ranks']} of "
             f"{rec['world_size']}, backend {rec['backend'] or '?'}, NCCL "
             f"{rec['nccl_version'] or '?'}; times from {', '.join(rec['source']) or 'no calls'}")
+    if rec.get("unlinked"):
+        head += (f"\n# {rec['unlinked']} NCCL kernel(s) launched before the trace's window: "
+                 "counted as communication (time, exposed time), their sizes and groups unknown")
     if "cpu" in rec["source"]:
         head += ("\n# CPU ops time the call's enqueue, not its transfer (no kernel in the trace): "
                  "no bandwidth is given for them")
