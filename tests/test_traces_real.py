@@ -111,3 +111,19 @@ def test_calls_timed_by_their_cpu_ops_get_no_bandwidth():
     rows = match(traces)
     assert rows and {c.source for t in traces for c in t.calls} == {"cpu"}
     assert all(m.busbw is None and m.first.size > 0 for m in rows)
+
+
+def test_a_job_smaller_than_a_node_gets_no_guessed_model_and_a_named_one_when_asked():
+    """Two A100s of an eight-GPU host: which links they used is not in the trace, so no preset
+    is guessed (before: priced as a DGX-A100's NVSwitch, efficiency 0.02); --topology names
+    one, and the output says which model was used."""
+    from commbench.traces import wire
+
+    traces = load([os.path.join(DATA, "nccl_2ranks_rank0.json.gz")], progress=False)
+    said: list[str] = []
+    assert wire.topology(traces, None, None, said) is None
+    assert said == ["no model: 2 rank(s) fill no whole node of dgx-a100 (its 8 GPUs), whose "
+                    "links they would use is not in the trace; give --topology"]
+    said.clear()
+    topo = wire.topology(traces, "pcie-8gpu", None, said)
+    assert topo.name == "pcie-8gpu" and said == []

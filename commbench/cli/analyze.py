@@ -60,10 +60,13 @@ def command(a) -> int:
         apart = misaligned(traces)
         if apart:
             extra["misaligned"] = apart
-        topo = wire.topology(traces, a.topology or None, a.nodes)
+        said: list[str] = []
+        topo = wire.topology(traces, a.topology or None, a.nodes, said)
         if topo is not None:
             wire.add_model(rows, topo)
             extra["topology"] = f"{topo.name} x{topo.nodes} node(s)"
+        if said:
+            extra["model_note"] = said[0]
         if a.baseline:
             extra["baseline"] = wire.add_baseline(rows, a.baseline)
     except (TraceError, ValueError) as exc:

@@ -60,6 +60,8 @@ def markdown(rec: dict, top: int = 20) -> str:
                  "no bandwidth is given for them")
     if rec.get("topology"):
         head += f"\n# NCCL's model on {rec['topology']}"
+    if rec.get("model_note"):
+        head += f"\n# {rec['model_note']}"
     if rec.get("misaligned"):
         head += (f"\n# the ranks' calls do not line up ({rec['misaligned']}): each rank is "
                  "analysed alone, no call matched across ranks")

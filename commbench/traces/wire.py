@@ -38,16 +38,34 @@ def guess_topology(traces: list[RankTrace]) -> str | None:
     return None
 
 
-def topology(traces: list[RankTrace], name: str | None, nodes: int | None) -> Topology | None:
+def topology(traces: list[RankTrace], name: str | None, nodes: int | None,
+             why: list[str] | None = None) -> Topology | None:
     """The topology named, or the one the device names point to, over as many nodes as the
-    world needs (ValueError on a bad name); None when neither says."""
+    world needs (ValueError on a bad name); None when neither says. A guessed preset is used
+    only where the job fills whole nodes of it: a job of fewer GPUs than a node may sit on any
+    of the node's links (PCIe, a few NVLinks), and a model of the wrong machine gives a wrong
+    efficiency. ``why`` gains a line saying which model was taken, or why none."""
+    why = why if why is not None else []
+    world = max([t.world_size for t in traces] + [len(traces)])
+    guessed = name is None
     name = name or guess_topology(traces)
     if name is None:
+        why.append("no model: the traces name no GPU commbench has a preset for; give "
+                   "--topology")
         return None
     topo = load(name)
-    world = max([t.world_size for t in traces] + [len(traces)])
+    if guessed and nodes is None and world % topo.gpus_per_node:
+        why.append(f"no model: {world} rank(s) fill no whole node of {name} (its "
+                   f"{topo.gpus_per_node} GPUs), whose links they would use is not in the trace; "
+                   "give --topology")
+        return None
     want = nodes if nodes is not None else max(1, math.ceil(world / topo.gpus_per_node))
-    return load(name, want) if want != topo.nodes else topo
+    topo = load(name, want) if want != topo.nodes else topo
+    if guessed:
+        devices = sorted({d for t in traces for d in t.devices})
+        why.append(f"{name} guessed from the device name ({', '.join(devices[:2])}); "
+                   "--topology to choose")
+    return topo
 
 
 def _splits(c: Call, n: int) -> dict:
