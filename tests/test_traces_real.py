@@ -127,3 +127,57 @@ def test_a_job_smaller_than_a_node_gets_no_guessed_model_and_a_named_one_when_as
     said.clear()
     topo = wire.topology(traces, "pcie-8gpu", None, said)
     assert topo.name == "pcie-8gpu" and said == []
+
+
+PARAM = os.path.join(os.path.dirname(__file__), "data", "traces", "param")
+
+
+def _et_calls_by_hand(path: str) -> list[tuple[str, int]]:
+    """(collective, elements) of each record_param_comms node, read from the raw nodes."""
+    with gzip.open(path, "rt") as f:
+        nodes = sorted(json.load(f)["nodes"], key=lambda n: n["id"])
+    out = []
+    for n in nodes:
+        if n["name"] == "record_param_comms":
+            vals = n["inputs"]["values"]
+            if "Tensor" not in n["inputs"]["types"][0]:  # no tensor: a Work's wait, no call
+                assert vals[3] == "wait"
+            elif vals[4] != "init":
+                tensors = vals[0] if vals[0] and isinstance(vals[0][0], list) else [vals[0]]
+                out.append((vals[4], sum(t[3] for t in tensors)))  # [id, storage, off, numel, ...]
+    return out
+
+
+@pytest.mark.parametrize(("name", "ranks"), [("resnet_2gpu_et_1.1.0.json.gz", 2),
+                                              ("resnet_1gpu_et_1.0.3.json.gz", 1)])
+def test_param_s_execution_traces_are_read_gzipped_with_the_rank_from_their_content(name, ranks):
+    from commbench.traces.sources import load as load_recording
+
+    path = os.path.join(PARAM, name)
+    got_world, plan = load_recording([path])
+    assert got_world == ranks and list(plan) == [0]  # rank 0: from the trace, not the name
+    names = {"broadcast": "broadcast", "allreduce": "all_reduce"}
+    assert [(r.op, r.count) for r in plan[0]] == [(names[c], k) for c, k in
+                                                  _et_calls_by_hand(path)]
+    assert all(r.group == tuple(range(ranks)) for r in plan[0])
+
+
+def test_one_rank_s_execution_trace_is_completed_for_the_ranks_it_shares_groups_with():
+    from commbench.traces.recorded import check, complete
+    from commbench.traces.sources import load as load_recording
+
+    world, plan = load_recording([os.path.join(PARAM, "resnet_2gpu_et_1.1.0.json.gz")])
+    said = complete(world, plan)
+    assert said[0].startswith("ranks [1] have no recording: each replays rank 0's calls")
+    assert plan[1] == plan[0]  # every call is on the default group: rank 1's are the same
+    check(world, plan)  # lines up: a replay would not hang
+
+
+def test_an_execution_trace_of_an_unknown_schema_is_refused_in_one_line(tmp_path):
+    from commbench.traces.calls import TraceError
+    from commbench.traces.et import from_et
+
+    path = tmp_path / "et_rank0.json"
+    path.write_text(json.dumps({"schema": "2.0.0-chakra.0.0.9", "nodes": []}))
+    with pytest.raises(TraceError, match=r"schema '2.0.0-chakra.0.0.9': read are 1.0.3"):
+        from_et([str(path)])

@@ -89,7 +89,7 @@ def rows_of(per_rank: list[list[dict]]) -> tuple[list[dict], list[str]]:
 
 def command(a) -> int:
     from commbench.traces.calls import TraceError
-    from commbench.traces.recorded import check, scale
+    from commbench.traces.recorded import check, complete, scale
     from commbench.traces.sources import load
 
     if a.iters < 1 or a.warmup < 0:
@@ -103,6 +103,7 @@ def command(a) -> int:
         elif a.np != world:
             raise UsageError(f"--np {a.np}: the recording has {world} ranks; give --np {world}, "
                              "or --scale to keep its groups' shapes on fewer ranks")
+        completed = complete(world, plan)
         check(world, plan)
     except TraceError as exc:
         raise UsageError(str(exc)) from None
@@ -124,9 +125,11 @@ def command(a) -> int:
                          "rank_aggregation": "per-iteration max over the call's members",
                          "statistic": "median", "iters": a.iters, "warmup": a.warmup})
     record.update(recording=[os.path.basename(os.path.normpath(p)) for p in a.recording],
-                  rows=rows, mismatches=bad, scaled=a.scale)
+                  rows=rows, mismatches=bad, scaled=a.scale, completed=completed)
     text = _markdown(record)
     if prints:
+        for line in completed:
+            print(f"# {line}")
         print(text)
         if not a.no_write:
             stem = os.path.join(a.out, f"replay_{machine}-x{a.np}")

@@ -24,7 +24,7 @@ import re
 from commbench.ops import OPS
 from commbench.traces.calls import COLLECTIVE, CPP_TYPES, TraceError
 from commbench.traces.recorded import Rec
-from commbench.traces.stream import LIMIT, events
+from commbench.traces.stream import LIMIT, _open, events
 
 __all__ = ["from_et", "is_et"]
 
@@ -34,12 +34,18 @@ TYPES = CPP_TYPES
 C10D = {name: (o.name, arg, peer) for o in OPS.values() for name, arg, peer in o.names.c10d}
 
 
+# the schemas read: PyTorch's ExecutionTraceObserver from 1.0.3 (PARAM replays 1.0.3 and 1.1.0,
+# each "-chakra.0.0.4"), and their successors of the same major version
+SCHEMAS = re.compile(r"1\.\d+\.\d+(-chakra\.\d+\.\d+\.\d+)?$")
+
+
 def is_et(path: str) -> bool:
-    """Whether ``path`` looks like an execution trace (its head names a chakra schema or nodes)."""
+    """Whether ``path`` looks like an execution trace, plain or gzipped (its head names a
+    chakra schema or nodes)."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with _open(path) as f:
             head = f.read(2048)
-    except (OSError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError, EOFError):
         return False
     return '"nodes"' in head or "chakra" in head
 
@@ -70,11 +76,22 @@ def _groups(node: dict, where: str) -> dict[str, tuple[int, ...]]:
         raise TraceError(f"{where}: its process_group:init node cannot be read") from None
 
 
-def _rank(path: str) -> int:
+def _rank(path: str, nodes: list[dict]) -> int:
+    """This trace's rank: from its content (a record_param_comms node on the default group
+    records the rank in it: the global rank), else from the file's name (rank<N>)."""
+    for n in nodes:
+        if n.get("name") != "record_param_comms":
+            continue
+        vals, types = n["inputs"]["values"], n["inputs"]["types"]
+        shift = 0 if types and "Tensor" in types[0] else 1
+        pg = vals[2 - shift] if len(vals) > 3 - shift else None
+        if isinstance(pg, list) and len(pg) == 2 and pg[1] == "default_pg" and \
+                isinstance(vals[3 - shift], int):
+            return int(vals[3 - shift])
     m = re.search(r"rank[_-]?(\d+)", os.path.basename(path))
     if not m:
-        raise TraceError(f"{path}: an execution trace's rank comes from its name "
-                         "(rank<N> in it, e.g. et_rank3.json)")
+        raise TraceError(f"{path}: an execution trace's rank is neither in it (no call on the "
+                         "default group) nor in its name (rank<N>, e.g. et_rank3.json)")
     return int(m.group(1))
 
 
@@ -91,6 +108,9 @@ def _node_rec(n: dict, groups: dict, where: str, params: bool) -> Rec | None:
             return None
         pg = vals[2 - shift]
         group = groups.get(str(pg[0] if isinstance(pg, list) else pg))
+        if group is None and isinstance(pg, list) and pg[1:] == ["default_pg"] and \
+                len(vals) > 9 - shift and isinstance(vals[9 - shift], int):
+            group = tuple(range(vals[9 - shift]))  # no init node: the default group, the world
         if group is None:
             raise TraceError(f"{where}: node {n['id']} ({coll}): group {pg!r} is not in the "
                              "process_group:init node")
@@ -137,11 +157,16 @@ def from_et(paths: list[str], limit: int = LIMIT) -> tuple[int, dict[int, list[R
     plan: dict[int, list[Rec]] = {}
     world = 0
     for path in paths:
-        rank = _rank(path)
-        if rank in plan:
-            raise TraceError(f"{path}: rank {rank} is given twice")
         top: dict = {}
         nodes = sorted(events(path, top, key="nodes", limit=limit), key=lambda n: n.get("id", 0))
+        schema = str(top.get("schema", ""))
+        if not SCHEMAS.match(schema):
+            raise TraceError(f"{path}: execution trace schema {schema!r}: read are 1.0.3 and its "
+                             "successors of major version 1 (1.0.3-chakra.0.0.4, "
+                             "1.1.0-chakra.0.0.4, ...)")
+        rank = _rank(path, nodes)
+        if rank in plan:
+            raise TraceError(f"{path}: rank {rank} is given twice")
         params = any(n.get("name") == "record_param_comms" for n in nodes)
         groups: dict[str, tuple[int, ...]] = {}
         recs: list[Rec] = []

@@ -21,7 +21,7 @@ from commbench.names import DTYPE_NAMES
 from commbench.ops import OPS
 from commbench.traces.calls import P2P, TraceError
 
-__all__ = ["Rec", "check", "from_audit", "from_traces", "scale"]
+__all__ = ["Rec", "check", "complete", "from_audit", "from_traces", "scale"]
 
 # what a replay re-issues as one collective: the calls every member makes alike (Op.agreed)
 COLLECTIVES = tuple(o.name for o in OPS.values() if o.agreed)
@@ -83,6 +83,42 @@ def from_audit(path: str, record: dict) -> tuple[int, dict[int, list[Rec]]]:
                 raise TraceError(f"{path}: rank {rank}'s call {k} cannot be read") from None
         plan[rank] = out
     return len(calls), plan
+
+
+def complete(world: int, plan: dict[int, list[Rec]]) -> list[str]:
+    """The calls of ranks with no recording, where they follow from one that has: every member
+    of a group issues its collectives alike, so a missing rank gets, in the recorded rank's
+    order, its collectives on the groups both are in, and the other end of its sends and
+    receives with it (all-to-alls with uneven splits left out: a member's own splits are not
+    the recorded one's). What only the missing ranks could say (their groups without the
+    recorded rank, their point-to-point calls with others) is named, not guessed. Returns the
+    lines that say so; ``plan`` gains the ranks completed. The recorded rank is the lowest one
+    that has a recording."""
+    missing = sorted(set(range(world)) - set(plan))
+    if not missing or not plan:
+        return []
+    ref = min(plan)
+    said = [f"ranks {missing} have no recording: each replays rank {ref}'s calls on the groups "
+            f"it shares with it (every member issues a collective alike)"]
+    uneven = 0
+    for m in missing:
+        mine = []
+        for r in plan[ref]:
+            if r.op in P2P:
+                if r.peer == m:
+                    mine.append(replace(r, op="recv" if r.op == "send" else "send", peer=ref))
+            elif m in r.group:
+                if r.op == "all_to_all" and len(set(r.in_splits)) > 1:
+                    uneven += 1
+                    continue
+                mine.append(r)
+        plan[m] = mine
+    if uneven:
+        said.append(f"{uneven} all-to-all call(s) with uneven splits left out on the ranks "
+                    "without a recording (their own splits are not recorded)")
+    said.append("not replayed, as only those ranks' own traces could say: their groups "
+                f"without rank {ref}, their point-to-point calls with other ranks")
+    return said
 
 
 def check(world: int, plan: dict[int, list[Rec]]) -> None:
