@@ -147,7 +147,7 @@ def _hanging(folder) -> str:
     (["replay", "{job}", "--np", "3"], "--np 3: the recording has 2 ranks"),
     (["replay", "{job}", "--iters", "0"], "--iters 0 --warmup 1: must be >= 1"),
     (["replay", "{hang}"], "rank 0 and rank 1 recorded different collectives"),
-    (["replay", "{job}/rank0.pt.trace.json"], "ranks [1] have no recorded calls"),
+    (["replay", "{job}", "--np", "1", "--scale"], "--scale --np 1: keeps no call"),
 ])
 def test_a_replay_that_cannot_run_is_refused_in_one_line_before_any_rank_starts(
         tmp_path, capsys, argv, says):

@@ -251,3 +251,23 @@ def test_a_scale_that_keeps_no_call_is_refused_in_one_line():
     with pytest.raises(TraceError, match=r"--scale --np 2: keeps no call: rank 0's collectives "
                                          r"are on groups of 4 ranks"):
         scale(4, plan, 2)
+
+
+@pytest.mark.world(sizes=[2])
+def test_one_rank_s_kineto_traces_replay_on_the_whole_world(world, tmp_path):
+    """Rank 0's file alone of a two-rank job: rank 1 re-issues the collectives they share, and
+    the replay books every call as recorded (before: refused, 'ranks [1] have no recorded
+    calls')."""
+    from trace_generator import Planned, generate
+
+    from commbench.traces.recorded import complete
+
+    generate(2, [Planned("allreduce", (0, 1), 256, "Float"),
+                 Planned("_allgather_base", (0, 1), 64, "Float")], str(tmp_path / "job"))
+    n, plan = from_traces([str(tmp_path / "job" / "rank0.pt.trace.json")])
+    assert n == 2 and list(plan) == [0]
+    said = complete(n, plan)
+    assert "ranks [1] have no recording" in said[0] and plan[1] == plan[0]
+    check(n, plan)
+    rows, bad = rows_of(world.run(replay_rank, plan, 1, 0))
+    assert bad == [] and len(rows) == 2
