@@ -142,12 +142,14 @@ def _node_rec(n: dict, groups: dict, where: str, params: bool) -> Rec | None:
 
 
 def _under(node, taken: set, parent: dict) -> bool:
-    """Whether ``node`` or one of its ancestors is a call already read."""
-    for _ in range(len(parent) + 1):  # a bound: a malformed trace may hold a cycle
-        if node is None or node not in parent:
-            return False
+    """Whether ``node`` or one of its ancestors is a call already read. A walk stops where it
+    meets a node it has seen: the root is its own parent in these traces, and a malformed one
+    may hold a longer cycle."""
+    seen = set()
+    while node is not None and node in parent and node not in seen:
         if node in taken:
             return True
+        seen.add(node)
         node = parent[node]
     return False
 

@@ -77,7 +77,7 @@ class HSDPConfig:
 
     @property
     def mixed(self) -> bool:
-        return self.dtype in ("bfloat16", "float16")
+        return self.zero().mixed
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -4,9 +4,8 @@ row-parallel linear, between f and g (its record is the layer's: tp/layer_patter
 
 from __future__ import annotations
 
-from commbench.patterns.base import Broken
 from commbench.patterns.tp.layer_pattern import LayerPattern
-from commbench.patterns.tp.tp_layer import example_configs
+from commbench.patterns.tp.tp_layer import F_WITHOUT_ALL_REDUCE, NO_REPLICATED_SYNC
 
 __all__ = ["TPMLP"]
 
@@ -17,9 +16,4 @@ class TPMLP(LayerPattern):
 
     name, markers = "tp_mlp", ("tp", "sp")
     mlp_only = True
-    broken = (
-        Broken("f_without_all_reduce", "tp", {"f": "tp.tp_layer_comms:copy_without_all_reduce"},
-               "f whose backward forgets the all-reduce", example_configs),
-        Broken("no_replicated_sync", "sp", {"sync_replicated": "tp.tp_layer_comms:no_replicated_sync"},
-               "SP without the TP sum of LayerNorm and row-bias gradients", example_configs),
-    )
+    broken = (F_WITHOUT_ALL_REDUCE, NO_REPLICATED_SYNC)
