@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from commbench.ops import OPS, benchmarked
 
-__all__ = ["ALIASES", "COLLECTIVES", "DTYPE_NAMES", "ITEMSIZE", "REDOPS", "ROOTED", "UNITS", "canonical",
-           "check_dtype", "named", "parse_size", "sizes_between"]
+__all__ = ["ALIASES", "COLLECTIVES", "DTYPE_NAMES", "ITEMSIZE", "REDOPS", "ROOTED", "SUITE", "UNITS",
+           "canonical", "check_dtype", "named", "parse_size", "sizes_between"]
 
 COLLECTIVES = benchmarked()
+# the default suite (commbench run, make bench): the collectives of the committed tables
+SUITE = tuple(op for op in COLLECTIVES if OPS[op].suite)
 # collectives with a root rank (-r)
 ROOTED = tuple(op for op in COLLECTIVES if OPS[op].rooted)
 DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64")

@@ -10,6 +10,7 @@ from commbench.names import (
     ITEMSIZE,
     REDOPS,
     ROOTED,
+    SUITE,
     canonical,
     parse_size,
     sizes_between,
@@ -18,7 +19,7 @@ from commbench.studies.settings import StudySettings, SweepSettings
 
 __all__ = ["SUITES", "add_parser", "check_run_args"]
 
-SUITES = {"collectives": COLLECTIVES, "overhead": ("all_reduce",), "model": (),
+SUITES = {"collectives": SUITE, "overhead": ("all_reduce",), "model": (),
           "versus": ("all_reduce",), "numerics": ()}
 # suites that are studies of their own, run alone
 STUDY_TARGETS = ("overhead", "model", "versus", "numerics")
