@@ -125,7 +125,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
     by_id: dict = {}  # External id -> the record_param_comms call, to link kernels to
     later: list[tuple[dict, dict, tuple[str, str] | None]] = []  # calls naming only their group
     prof: list[tuple[dict, dict]] = []  # the process groups' profiler ops (torch < 2.1's sizes)
-    launches: dict = {}  # correlation -> (thread, ts) of the runtime call that launched a kernel
+    launches = _Launches()  # the runtime calls that launched kernels: correlation, thread, ts
     unsized = 0  # record_param_comms without sizes: torch < 2.1
     say = stream.progress_line(path) if progress and os.path.getsize(path) > \
         stream.PROGRESS_BYTES else None
@@ -151,9 +151,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
             else:
                 pending.append((_slim(e), choice))
         elif cat in ("cuda_runtime", "cuda_driver") and "Launch" in name:
-            corr = (e.get("args") or {}).get("correlation")
-            if corr is not None:
-                launches[corr] = (e.get("tid"), e.get("ts"))
+            launches.add(e)
         elif name in PROFILER:
             args = e.get("args") or {}
             prof.append(({k: e.get(k) for k in ("name", "ts", "dur", "tid")},
@@ -190,12 +188,13 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
                 by_id[args["External id"]] = c
     if unsized and not cpu:  # torch < 2.1: the calls are the profiler ops
         cpu, inner = _profiled(prof, out, path)
+        found = launches.of({e["args"].get("correlation") for e, _ in pending})
     else:
-        inner = None
+        inner, found = None, {}
     for e, choice in pending:
         base = by_id.get(e["args"].get("External id"))
         if base is None and inner is not None:  # linked through its launch
-            base = inner(launches.get(e["args"].get("correlation")))
+            base = inner(found.get(e["args"].get("correlation")))
         if base is not None:
             algo, proto = _stated(base.op, e["name"], choice)
             kernels.append(replace(base, ts=float(e["ts"]), dur=float(e.get("dur") or 0.0),
@@ -239,6 +238,32 @@ def _slim(e: dict) -> dict:
     return {"name": e.get("name"), "ts": e.get("ts"), "dur": e.get("dur", 0.0),
             "tid": e.get("tid", ""), "args": {k: v for k, v in (e.get("args") or {}).items()
                                                if k in ("External id", "correlation")}}
+
+
+class _Launches:
+    """Every kernel launch of the trace, 24 bytes each (a big trace holds millions): read back
+    only for the NCCL kernels that need one (torch < 2.1)."""
+
+    def __init__(self) -> None:
+        self.corr, self.ts, self.tid = array("q"), array("d"), array("l")
+        self.tids: dict = {}
+
+    def add(self, e: dict) -> None:
+        corr = (e.get("args") or {}).get("correlation")
+        try:
+            ts = float(e["ts"])
+        except (KeyError, TypeError, ValueError):
+            return
+        if isinstance(corr, int):
+            self.corr.append(corr)
+            self.ts.append(ts)
+            self.tid.append(self.tids.setdefault(e.get("tid"), len(self.tids)))
+
+    def of(self, wanted: set) -> dict:
+        """correlation -> (thread, ts) of the launches of ``wanted`` correlations."""
+        names = {v: k for k, v in self.tids.items()}
+        return {c: (names[self.tid[i]], self.ts[i]) for i, c in enumerate(self.corr)
+                if c in wanted}
 
 
 def _unlinked(e: dict, choice: tuple[str, str]) -> Call:
