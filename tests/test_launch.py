@@ -149,3 +149,38 @@ def test_info_names_ranks_of_one_host_that_would_share_a_gpu():
     assert shared_devices(rows) == ["ranks 2, 3 of b share cuda:0: give each rank its own GPU "
                                     "(one rank per GPU, local ranks 0..n-1 per host)"]
     assert shared_devices(rows[:3]) == [] and shared_devices([(0, 1, "a", "cpu", 0)] * 2) == []
+
+
+def test_hydra_s_pmi_port_mode_is_refused_not_taken_for_a_world_of_one():
+    """mpiexec -pmi-port sets PMI_PORT and PMI_ID but no rank or size: every process would
+    believe it is a world of one (before: detected as no launcher at all)."""
+    with pytest.raises(LaunchError, match="-pmi-port mode"):
+        detect({"PMI_PORT": "host:1234", "PMI_ID": "3"})
+    assert detect({"PMI_PORT": "host:1234", "PMI_RANK": "1", "PMI_SIZE": "2"}).size == 2
+
+
+@pytest.mark.parametrize(("value", "launched", "says"), [
+    ("nccl", False, "a local world runs gloo and MPI"),
+    ("gloo", False, "a local world runs gloo and MPI"),
+    ("ucc", True, "COMMBENCH_BACKEND='ucc': must be gloo, nccl or mpi"),
+])
+def test_commbench_backend_is_refused_where_it_cannot_hold(value, launched, says):
+    from commbench.cli.checks import check_backend
+    from commbench.cli.common import UsageError
+
+    with pytest.raises(UsageError, match=says):
+        check_backend(launched, {"COMMBENCH_BACKEND": value})
+    check_backend(launched, {})  # unset: nothing to refuse
+
+
+def test_commbench_backend_nccl_without_a_gpu_is_one_line_before_any_rank():
+    import torch
+
+    from commbench.cli.checks import check_backend
+    from commbench.cli.common import UsageError
+
+    if torch.cuda.is_available():
+        check_backend(True, {"COMMBENCH_BACKEND": "nccl"})
+        return
+    with pytest.raises(UsageError, match="NCCL needs a CUDA GPU"):
+        check_backend(True, {"COMMBENCH_BACKEND": "nccl"})

@@ -83,7 +83,13 @@ def check_world(a) -> None:
         raise UsageError(str(exc)) from None
     if a.np < 1:
         raise UsageError(f"--np {a.np}: must be >= 1")
-    a.world_size, a.ranks_here, a.launcher = world_size(a.np)
+    from commbench.runtime.launch import LaunchError
+
+    try:
+        a.world_size, a.ranks_here, a.launcher = world_size(a.np)
+    except LaunchError as exc:  # a launcher whose world cannot be read: before any rank starts
+        raise UsageError(str(exc)) from None
+    check_backend(bool(a.launcher))
     if a.launcher and a.np not in (a.np_default, a.world_size):
         raise UsageError(f"--np {a.np}: the launcher ({a.launcher}) started {a.world_size} ranks; "
                          "drop --np or launch that many")
@@ -132,6 +138,29 @@ def check_file(path: str, flag: str) -> None:
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise HostRefusal(f"{flag} {path}: this user cannot write it")
     check_out(os.path.dirname(os.path.abspath(path)), flag)
+
+
+def check_backend(launched: bool, env=None) -> None:
+    """``COMMBENCH_BACKEND`` (the torch backend of launched ranks) refused in one line where it
+    cannot hold: an unknown name; ``nccl`` without a CUDA GPU (before: a ZeroDivisionError on
+    every rank under mpiexec); any backend in a local world, which runs gloo and MPI itself
+    (before: ignored without a word)."""
+    env = os.environ if env is None else env
+    value = env.get("COMMBENCH_BACKEND", "")
+    if not value:
+        return
+    if value not in ("gloo", "nccl", "mpi"):
+        raise UsageError(f"COMMBENCH_BACKEND={value!r}: must be gloo, nccl or mpi")
+    if not launched:
+        raise UsageError(f"COMMBENCH_BACKEND={value}: a local world runs gloo and MPI (--transport "
+                         "chooses); the variable sets launched ranks' backend: unset it, or "
+                         "launch with mpirun, srun or torchrun")
+    if value == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("COMMBENCH_BACKEND=nccl: NCCL needs a CUDA GPU, and torch sees none "
+                             "on this host (torch.cuda.is_available() is False)")
 
 
 def world_size(np: int) -> tuple[int, int, str]:

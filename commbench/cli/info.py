@@ -33,7 +33,11 @@ def info() -> int:
     import torch
     import torch.distributed as dist
 
-    launch = detect()
+    try:
+        launch = detect()
+    except LaunchError as exc:  # a launcher whose world cannot be read
+        print(f"commbench: error: {exc}", file=sys.stderr)
+        return 2
     try:
         mpi_text, MPI = (_mpi_line(launch.launcher if launch.launched else None)
                          if launch.is_mpi or not launch.launched else ("not loaded", None))

@@ -34,9 +34,9 @@ def command(a) -> int:
     from commbench.results.lock import FolderBusy, folder_lock
     from commbench.runtime.launch import detect
 
-    info = detect()
-    together = info.launched and info.size > 1
     ops, sizes = check_run_args(a)  # host refusals under a launcher: kept in a.host_refusal
+    info = detect()  # readable: check_run_args refused a launcher whose world is not
+    together = info.launched and info.size > 1
     refusal = getattr(a, "host_refusal", "")
     writes = not a.no_write and info.rank == 0 and not (a.targets == ["model"] and a.refit)
     with ExitStack() as stack:

@@ -164,6 +164,11 @@ def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
     if "PMI_RANK" in env:
         return _make("mpich", env, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
                      "PMI_RANK/PMI_SIZE")
+    if "PMI_PORT" in env or "PMI_ID" in env:  # Hydra's -pmi-port mode: a PMI server, no numbers
+        raise LaunchError("MPICH's mpiexec in -pmi-port mode (PMI_PORT/PMI_ID set, no "
+                          "PMI_RANK/PMI_SIZE): the world's ranks cannot be read before MPI "
+                          "starts, and each process would take itself for a world of one; "
+                          "launch without -pmi-port")
     slurm_step = "SLURM_PROCID" in env and env.get("SLURM_STEP_ID", "").isdigit()
     size_var = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"
     if "PMIX_RANK" in env and ("PMIX_SIZE" in env or slurm_step):
