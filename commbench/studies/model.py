@@ -265,7 +265,8 @@ def annotate(rows: list[dict], model, n: int, topo=None, version: str = "2.30.7"
     """Add the calibrated model's time (``pred_us``, ``meas_over_pred``) and, with a topology,
     NCCL's model of the same collective and size on n GPUs of that machine (``nccl_pred_us``)."""
     from commbench.costmodel.alphabeta import terms
-    from commbench.costmodel.nccl import OPS, nccl_predict
+    from commbench.costmodel.nccl import OPS as MODELLED
+    from commbench.costmodel.nccl import nccl_predict
 
     sub = None
     if topo is not None:
@@ -279,5 +280,5 @@ def annotate(rows: list[dict], model, n: int, topo=None, version: str = "2.30.7"
                 continue
             r["pred_us"] = model.predict_us(r["op"], r["algo"], n, r["size"])
             r["meas_over_pred"] = r["time_us"] / r["pred_us"] if r["pred_us"] else None
-        if sub is not None and r["op"] in OPS:
+        if sub is not None and r["op"] in MODELLED:
             r["nccl_pred_us"] = nccl_predict(r["op"], r["size"], sub, version).time_us

@@ -127,7 +127,11 @@ def misaligned(traces: list[RankTrace]) -> str:
     """'' when the ranks' calls line up call by call (each call the same op, dtype and elements
     on every rank that recorded it), else the first call that does not: sampled ranks whose
     windows cover different steps, or traces of different jobs."""
-    for cs in _keyed(traces).values():
+    return _misaligned(_keyed(traces))
+
+
+def _misaligned(groups: dict[tuple, list[Call]]) -> str:
+    for cs in groups.values():
         kinds = {(c.op, c.dtype, c.in_elems) for c in cs}
         if len(kinds) > 1 and cs[0].op not in P2P:
             c = cs[0]
@@ -140,10 +144,9 @@ def match(traces: list[RankTrace]) -> list[Matched]:
     """Every call of the job, in the order of its first member's start; each rank's calls
     alone when the ranks' calls do not line up (:func:`misaligned`)."""
     covers = {t.rank: _Cover(t) for t in traces}
-    if misaligned(traces):
+    groups = _keyed(traces)
+    if _misaligned(groups):
         groups = {(c.rank, k): [c] for t in traces for k, c in enumerate(t.calls)}
-    else:
-        groups = _keyed(traces)
     # a pair's row leads with its send
     rows = [Matched(sorted(cs, key=lambda c: (c.op != "send", c.rank))) for cs in groups.values()]
     for m in rows:

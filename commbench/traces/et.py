@@ -28,7 +28,6 @@ from commbench.traces.stream import LIMIT, _open, events
 
 __all__ = ["from_et", "is_et"]
 
-TYPES = CPP_TYPES
 # c10d op -> (commbench op, index of the input whose elements are booked, index of the peer):
 # the records' Names.c10d
 C10D = {name: (o.name, arg, peer) for o in OPS.values() for name, arg, peer in o.names.c10d}
@@ -62,9 +61,9 @@ def _elements(value) -> int:
 
 def _dtype(kind: str, where: str) -> str:
     m = re.search(r"Tensor\(([^)]*)\)", kind)
-    if not m or m.group(1) not in TYPES:
-        raise TraceError(f"{where}: tensor type {kind!r} unknown; known: {', '.join(TYPES)}")
-    return TYPES[m.group(1)]
+    if not m or m.group(1) not in CPP_TYPES:
+        raise TraceError(f"{where}: tensor type {kind!r} unknown; known: {', '.join(CPP_TYPES)}")
+    return CPP_TYPES[m.group(1)]
 
 
 def _groups(node: dict, where: str) -> dict[str, tuple[int, ...]]:

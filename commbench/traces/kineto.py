@@ -49,6 +49,8 @@ from commbench.traces.calls import (
 
 __all__ = ["RankTrace", "read"]
 
+_ITEMSIZE = dict(DTYPES.values())  # commbench's dtype -> bytes
+
 @dataclass
 class RankTrace:
     path: str
@@ -310,7 +312,7 @@ def _profiled(prof: list[tuple[dict, dict]], out: RankTrace, path: str):
             raise TraceError(f"{path}: {e['name']} at ts {e.get('ts')}: its input's dims cannot "
                              f"be read ({dims!r})") from None
         dtype = CPP_TYPES.get(str(types[0]) if types else "", "")
-        itemsize = next((size for name, size in DTYPES.values() if name == dtype), 0)
+        itemsize = _ITEMSIZE.get(dtype, 0)
         if not itemsize:
             raise TraceError(f"{path}: {e['name']} at ts {e.get('ts')}: input type "
                              f"{types[:1]!r} unknown; known: {', '.join(CPP_TYPES)}")
