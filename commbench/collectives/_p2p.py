@@ -7,7 +7,7 @@ import torch
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 
-__all__ = ["combine", "exchange", "finish_avg", "flat", "pg_run"]
+__all__ = ["combine", "exchange", "finish_avg", "flat", "pg_run", "run_steps"]
 
 TAG = 7001  # algorithms use their own tag, apart from user point-to-point traffic
 
@@ -26,6 +26,23 @@ def exchange(comm: Comm, send: torch.Tensor | None, dst: int | None, recv_like: 
     if recvs:
         return got[0]
     return None if recv_like is None else recv_like.new_empty(recv_like.shape)
+
+
+def run_steps(comm: Comm, buf: torch.Tensor, group: Group, steps, op: str = "sum") -> None:
+    """Member ``group.index``'s schedule (:class:`~commbench.collectives.algorithm.Step` list)
+    run in place on the flat ``buf`` through the comm layer, one exchange per step in order (a
+    run of joint steps one after another: the same messages, each booked and checked). The
+    compiled replay runs the same lists on fixed buffers (:mod:`.compiled.schedule`)."""
+    for s in steps:
+        if s.avg is not None:
+            finish_avg(buf[s.avg[0]:s.avg[1]], op, group.size)
+            continue
+        send = buf[s.send[0]:s.send[1]] if s.send is not None else None
+        into = buf[s.recv[0]:s.recv[1]] if s.recv is not None else None
+        got = exchange(comm, send, s.dst if send is not None else None, into,
+                       s.src if into is not None else None, group)
+        if into is not None:
+            into.copy_(combine(got, into, op) if s.reduce else got)
 
 
 def combine(a: torch.Tensor, b: torch.Tensor, op: str) -> torch.Tensor:

@@ -32,7 +32,7 @@ from typing import Any
 from commbench.names import named
 from commbench.ops import OPS
 
-__all__ = ["Algorithm", "BrokenAlgorithm", "Step", "any_world", "resolve"]
+__all__ = ["Algorithm", "BrokenAlgorithm", "Step", "any_world", "resolve", "traffic"]
 
 
 def resolve(part):
@@ -62,6 +62,14 @@ class Step:
     avg: tuple[int, int] | None = None
     slot: int = 0
     joint: bool = False
+
+
+def traffic(steps: list[Step]) -> tuple[int, int]:
+    """(elements sent, elements received) by one member's ``steps``: an algorithm's bytes are
+    counted from its schedule, not written a second time."""
+    sent = sum(s.send[1] - s.send[0] for s in steps if s.send is not None)
+    got = sum(s.recv[1] - s.recv[0] for s in steps if s.recv is not None)
+    return sent, got
 
 
 def any_world(n: int) -> str:

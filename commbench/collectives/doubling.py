@@ -1,6 +1,6 @@
-"""Recursive doubling and Rabenseifner's all-reduce, for any group size: their records, their
-step lists and the layout both share; the send/recv code is
-:mod:`commbench.collectives.doubling_comms`.
+"""Recursive doubling and Rabenseifner's all-reduce, for any group size: their schedules, written
+once as step lists, and their records (bytes counted from the schedules); the send/recv code,
+:mod:`commbench.collectives.doubling_comms`, runs the same schedules.
 
 Non-powers of two (Thakur, Rabenseifner and Gropp 2005, as MPICH does it): with p the largest power
 of two <= P and r = P - p, the first 2r members pair up; each even one sends its whole vector to
@@ -20,7 +20,7 @@ Shapes: x [*] -> out [*], the same on every member.
 
 from __future__ import annotations
 
-from commbench.collectives.algorithm import Algorithm, Step
+from commbench.collectives.algorithm import Algorithm, Step, traffic
 from commbench.collectives.blocks import fold_layout, halving_ranges, member
 from commbench.ops import offsets, split_sizes
 
@@ -71,26 +71,12 @@ def rabenseifner_steps(n: int, i: int, count: int, split=split_sizes) -> list[St
     return out + unfold
 
 
-def _fold_elements(n: int, i: int, count: int) -> tuple[int, int]:
-    _, r, _ = fold_layout(n, i)
-    return (count, count) if i < 2 * r else (0, 0)
-
-
 def _rd_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
-    p, _, new = fold_layout(n, i)
-    s, r = _fold_elements(n, i, count)
-    steps = (p.bit_length() - 1) if new >= 0 else 0
-    return s + steps * count, r + steps * count
+    return traffic(doubling_steps(n, i, count))
 
 
 def _rab_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
-    p, _, new = fold_layout(n, i)
-    s, r = _fold_elements(n, i, count)
-    if new < 0:
-        return s, r
-    b = offsets(split_sizes(count, p))
-    moved = sum((b[kh] - b[kl]) + (b[sh] - b[sl]) for kl, kh, sl, sh in halving_ranges(p, new))
-    return s + moved, r + moved
+    return traffic(rabenseifner_steps(n, i, count))
 
 
 def _rd_terms(n: int, S: float) -> tuple[float, float, float]:

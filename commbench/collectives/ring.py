@@ -1,6 +1,7 @@
 """Ring algorithms from send/recv: reduce-scatter, all-gather, and all-reduce as the two in turn.
-Their records (bytes, terms, broken variants) and the all-reduce's step list; the send/recv code
-is :mod:`commbench.collectives.ring_comms`.
+Their schedules, written once as :class:`~commbench.collectives.algorithm.Step` lists, and their
+records (bytes counted from the schedules, terms, broken variants); the send/recv code,
+:mod:`commbench.collectives.ring_comms`, runs the same schedules.
 
 The ring of the notes ("Ring All-reduce = Reduce-scatter + All-gather", Patarasuk and Yuan 2009):
 the buffer is cut in P chunks (:func:`commbench.ops.split_sizes`; the first ``count % P`` one
@@ -21,10 +22,11 @@ S - c_{i+1} and receives S - c_i; all-reduce sends 2S - c_i - c_{i+1}: 2(P-1)/P 
 
 from __future__ import annotations
 
-from commbench.collectives.algorithm import Algorithm, BrokenAlgorithm, Step
+from commbench.collectives.algorithm import Algorithm, BrokenAlgorithm, Step, traffic
 from commbench.ops import offsets, split_sizes
 
-__all__ = ["RECORDS", "off_by_one_chunks", "ring_steps"]
+__all__ = ["RECORDS", "ag_schedule", "off_by_one_chunks", "ring_steps", "rs_schedule",
+           "skip_last_rs_step"]
 
 
 def off_by_one_chunks(count: int, n: int) -> list[int]:
@@ -37,37 +39,48 @@ def off_by_one_chunks(count: int, n: int) -> list[int]:
     return c
 
 
-def ring_steps(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
-    """The ring all-reduce as member i's steps: reduce-scatter, its chunk averaged, all-gather
-    (the blocks, peers and order of :func:`~.ring_comms.ring_all_reduce`)."""
-    b = offsets(split(count, n))
-    nxt, prv, out = (i + 1) % n, (i - 1) % n, []
-    for k in range(n - 1):
-        s, r = (i - k - 1) % n, (i - k - 2) % n
-        out.append(Step((b[s], b[s + 1]), nxt, (b[r], b[r + 1]), prv, reduce=True))
-    out.append(Step(avg=(b[i], b[i + 1])))
-    for k in range(n - 1):
-        s, r = (i - k) % n, (i - k - 1) % n
-        out.append(Step((b[s], b[s + 1]), nxt, (b[r], b[r + 1]), prv))
-    return out
+def rs_schedule(n: int, i: int, counts: list[int]) -> list[Step]:
+    """The reduce-scatter's P-1 steps of member i over chunks of ``counts``: the one place the
+    ring's reduce-scatter is written (its send/recv code, bytes and compiled replay read it)."""
+    b = offsets(counts)
+    nxt, prv = (i + 1) % n, (i - 1) % n
+    return [Step((b[s], b[s + 1]), nxt, (b[r], b[r + 1]), prv, reduce=True)
+            for s, r in (((i - k - 1) % n, (i - k - 2) % n) for k in range(n - 1))]
+
+
+def skip_last_rs_step(n: int, i: int, counts: list[int]) -> list[Step]:
+    """Broken: the reduce-scatter stops one step early; one contribution per chunk is missing."""
+    return rs_schedule(n, i, counts)[:-1]
+
+
+def ag_schedule(n: int, i: int, counts: list[int]) -> list[Step]:
+    """The all-gather's P-1 steps of member i: member j's block is chunk j of ``counts``."""
+    b = offsets(counts)
+    nxt, prv = (i + 1) % n, (i - 1) % n
+    return [Step((b[s], b[s + 1]), nxt, (b[r], b[r + 1]), prv)
+            for s, r in (((i - k) % n, (i - k - 1) % n) for k in range(n - 1))]
+
+
+def ring_steps(n: int, i: int, count: int, split=split_sizes, rs=rs_schedule) -> list[Step]:
+    """The ring all-reduce as member i's steps: reduce-scatter, its chunk averaged, all-gather."""
+    c = split(count, n)
+    b = offsets(c)
+    return rs(n, i, c) + [Step(avg=(b[i], b[i + 1]))] + ag_schedule(n, i, c)
 
 
 def rs_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
-    c = split_sizes(count, n)
-    return (count - c[i], count - c[(i - 1) % n]) if n > 1 else (0, 0)
+    return traffic(rs_schedule(n, i, split_sizes(count, n)))
 
 
 def _ag_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
-    return (n - 1) * count, (n - 1) * count
+    return traffic(ag_schedule(n, i, [count] * n))
 
 
 def ar_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:
-    rs, ag = rs_elements(n, i, count), split_sizes(count, n)
-    # all-gather: every chunk but chunk i+1 goes out, every chunk but chunk i comes in
-    return (rs[0] + count - ag[(i + 1) % n], rs[1] + count - ag[i]) if n > 1 else (0, 0)
+    return traffic(ring_steps(n, i, count))
 
 
-BROKEN = (BrokenAlgorithm("skip_step", {"rs_steps": "ring_comms:skip_last_rs_step"},
+BROKEN = (BrokenAlgorithm("skip_step", {"rs_steps": skip_last_rs_step},
                           "the reduce-scatter stops a step early: a contribution is missing"),
           BrokenAlgorithm("off_by_one_chunk", {"split": off_by_one_chunks},
                           "the chunks cut one element off: the bytes differ from the formula"))

@@ -5,8 +5,8 @@ Error unit: for element k, ``|got_k - exact_k| / (eps * sum_i |x_ik|)``, eps the
 epsilon (2u, u the unit roundoff) and the exact sum taken in float64 of the very inputs each rank
 held. A sum computed by a chain of additions of depth d, each rounded to the dtype, is within
 ``gamma_d = d u / (1 - d u)`` of the exact sum relative to ``sum |x|`` (Higham, *Accuracy and
-Stability of Numerical Algorithms*, 4.2), i.e. ``gamma_d / eps`` in this unit. The depth comes
-from each algorithm's summation order (:func:`depth`).
+Stability of Numerical Algorithms*, 4.2), i.e. ``gamma_d / eps`` in this unit. The depth is read
+off each algorithm's schedule (:func:`depth`).
 
 Accumulating in float32 (``accumulate="float32"``: the input widened, reduced, and rounded to the
 dtype once at the end) bounds the error by ``u`` relative to ``|sum|`` plus ``gamma_d`` of float32:
@@ -15,12 +15,13 @@ what a gradient reduction in bf16 gains from an fp32 accumulator.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from commbench.collectives import ALGORITHMS
+from commbench.collectives.compiled.steps import SCHEDULES
+from commbench.collectives.simulate import simulate
 from commbench.ops import split_sizes
 from commbench.studies.settings import StudySettings, write_study
 
@@ -39,19 +40,19 @@ EPS = {"float32": torch.finfo(torch.float32).eps, "bfloat16": torch.finfo(torch.
 def depth(algo: str, p: int, local: int | None = None) -> int:
     """Additions on the longest chain that builds one element of the result, on ``p`` ranks.
 
-    naive: member 0 adds the others' vectors one after another, p - 1; ring (reduce-scatter and
-    all-reduce): a chunk gathers one term per hop round the ring, p - 1; recursive doubling and
-    Rabenseifner: a butterfly of log2 p levels, plus one fold when p is not a power of two,
-    ceil(log2 p); hierarchical (nodes of L, ``local``, 2 by default): a ring inside the node,
-    then a ring of p/L nodes, (L - 1) + (p/L - 1), p/2 for nodes of 2; native: not documented,
-    so any order of p - 1 additions, p - 1."""
+    An algorithm with a schedule (ring, recursive doubling, Rabenseifner, naive; the ring's
+    reduce-scatter is the ring's first half) is read off it, every member's steps run together
+    on paper (:func:`commbench.collectives.simulate.simulate`): the ring p - 1, the butterflies
+    ceil(log2 p), the naive p - 1. Hierarchical (nodes of L, ``local``, 2 by default): a ring
+    inside the node, then a ring of p/L nodes. native: not documented, so any order of p - 1
+    additions."""
     if p <= 1:
         return 0
-    if algo in ("recursive_doubling", "rabenseifner"):
-        return math.ceil(math.log2(p))
+    if algo in SCHEDULES:
+        return simulate([SCHEDULES[algo](p, i, p) for i in range(p)], p).depth
     if algo == "hierarchical":
         L = local or 2
-        return (L - 1) + (p // L - 1)
+        return depth("ring", L) + depth("ring", p // L)
     return p - 1
 
 
