@@ -38,6 +38,7 @@ TOPICS = {
     "bench": "benchmarks (suites/)",
     "faults": "fault injection: hangs, dead ranks, bad input",
     "traces": "a job's own traces: analyze and replay",
+    "nccltests": "nccl-tests / rccl-tests logs: import, beside the model, calibrate",
     "gpu": "needs a CUDA device; skipped without one",
 }
 

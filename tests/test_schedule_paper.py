@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from commbench.collectives import ALGORITHMS, ring, tree
+from commbench.collectives import ALGORITHMS, ring, schedules
 from commbench.collectives.algorithm import Algorithm, Step
 from commbench.collectives.simulate import simulate
+from commbench.ops import split_sizes
 
 pytestmark = [pytest.mark.collectives, pytest.mark.ring]
 
@@ -22,13 +23,13 @@ def _schedules(record: Algorithm, n: int, count: int, root: int = 0) -> list[lis
     if record.steps is not None:
         return [record.steps(n, i, count) for i in range(n)]
     if record.op == "broadcast":
-        return [tree.broadcast_steps(n, i, count, root) for i in range(n)]
+        return [schedules.broadcast_steps(n, i, count, root) for i in range(n)]
     if record.op == "reduce":
-        return [tree.reduce_steps(n, i, count, root) for i in range(n)]
+        return [schedules.reduce_steps(n, i, count, root) for i in range(n)]
     if (record.op, record.name) == ("reduce_scatter", "ring"):
-        return [ring.rs_schedule(n, i, ring.split_sizes(count, n)) for i in range(n)]
+        return [schedules.rs_schedule(n, i, split_sizes(count, n)) for i in range(n)]
     if (record.op, record.name) == ("all_gather", "ring"):
-        return [ring.ag_schedule(n, i, [count // n] * n) for i in range(n)]
+        return [schedules.ag_schedule(n, i, [count // n] * n) for i in range(n)]
     raise AssertionError(f"{record.op}/{record.name}: no schedule to read")
 
 
@@ -78,7 +79,7 @@ def test_trees_deliver_the_roots_data_and_the_whole_reduction(n, root):
 
 @pytest.mark.parametrize("n", [3, 4, 5, 8])
 def test_a_schedule_that_drops_a_step_is_caught(n):
-    broken = [ring.ring_steps(n, i, 40, rs=ring.skip_last_rs_step) for i in range(n)]
+    broken = [schedules.ring_steps(n, i, 40, rs=ring.skip_last_rs_step) for i in range(n)]
     assert not simulate(broken, 40).complete()
 
 

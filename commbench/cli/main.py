@@ -1,4 +1,5 @@
-"""``commbench``: info, list, run, compare, claims, predict, audit, analyze, replay, gpu-check.
+"""``commbench``: info, list, run, compare, claims, predict, audit, analyze, replay, import,
+calibrate, gpu-check.
 
     commbench info                      launcher, world, transports, versions, devices
     commbench list                      every pattern (markers, variants, groups) and algorithm
@@ -12,6 +13,8 @@
     commbench audit train.py --np 2     every collective your own script issues, per group/module
     commbench analyze traces/           a job's profiler traces: each call against the wire
     commbench replay traces/ --np 4     a recorded job's calls re-issued and timed, no model
+    commbench import all_reduce.log     nccl-tests / rccl-tests logs as results, beside the model
+    commbench calibrate *.log --topology cluster-h100-ndr --json mine.json   the model fitted
 
 Exit codes: 0 all good; 1 wrong results (#wrong > 0, booked != predicted calls, a failed claim,
 a regression); 2 bad input (arguments, files, configs), found before any rank starts wherever it
@@ -37,7 +40,8 @@ __all__ = ["COMMANDS", "main"]
 # nothing heavy (torch) at its top, so that --help answers at once
 COMMANDS = {"info": "info", "list": "listing", "run": "run", "compare": "compare",
             "claims": "claims", "predict": "predict", "audit": "audit", "analyze": "analyze",
-            "replay": "replay", "gpu-check": "gpu_check"}
+            "replay": "replay", "import": "importing", "calibrate": "calibrate",
+            "gpu-check": "gpu_check"}
 
 
 class Terminated(KeyboardInterrupt):

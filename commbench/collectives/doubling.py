@@ -1,6 +1,6 @@
-"""Recursive doubling and Rabenseifner's all-reduce, for any group size: their schedules, written
-once as step lists, and their records (bytes counted from the schedules); the send/recv code,
-:mod:`commbench.collectives.doubling_comms`, runs the same schedules.
+"""Recursive doubling and Rabenseifner's all-reduce, for any group size: their records (bytes
+counted from their schedules, written once in :mod:`commbench.collectives.schedules`); the
+send/recv code, :mod:`commbench.collectives.doubling_comms`, runs the same schedules.
 
 Non-powers of two (Thakur, Rabenseifner and Gropp 2005, as MPICH does it): with p the largest power
 of two <= P and r = P - p, the first 2r members pair up; each even one sends its whole vector to
@@ -20,55 +20,10 @@ Shapes: x [*] -> out [*], the same on every member.
 
 from __future__ import annotations
 
-from commbench.collectives.algorithm import Algorithm, Step, traffic
-from commbench.collectives.blocks import fold_layout, halving_ranges, member
-from commbench.ops import offsets, split_sizes
+from commbench.collectives.algorithm import Algorithm, traffic
+from commbench.collectives.schedules import doubling_steps, rabenseifner_steps
 
-__all__ = ["RECORDS", "doubling_steps", "rabenseifner_steps"]
-
-
-def _fold_steps(n: int, i: int, count: int) -> tuple[list[Step], list[Step]]:
-    """The non-power-of-two fold and unfold as steps."""
-    _, r, _ = fold_layout(n, i)
-    if i >= 2 * r:
-        return [], []
-    whole = (0, count)
-    if i % 2 == 0:
-        return [Step(send=whole, dst=i + 1)], [Step(recv=whole, src=i + 1)]
-    return [Step(recv=whole, src=i - 1, reduce=True)], [Step(send=whole, dst=i - 1)]
-
-
-def doubling_steps(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
-    """Recursive doubling as member i's steps (:func:`~.doubling_comms.recursive_doubling_all_reduce`)."""
-    p, r, new = fold_layout(n, i)
-    fold, unfold = _fold_steps(n, i, count)
-    out, d = list(fold), 1
-    while new >= 0 and d < p:
-        peer = member(new ^ d, r)
-        out.append(Step((0, count), peer, (0, count), peer, reduce=True))
-        d <<= 1
-    return out + unfold + [Step(avg=(0, count))]
-
-
-def rabenseifner_steps(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
-    """Rabenseifner's all-reduce as member i's steps (:func:`~.doubling_comms.rabenseifner_all_reduce`)."""
-    p, r, new = fold_layout(n, i)
-    fold, unfold = _fold_steps(n, i, count)
-    out = list(fold)
-    if new >= 0:
-        b = offsets(split(count, p))
-        steps, d = halving_ranges(p, new), p >> 1
-        for kl, kh, sl, sh in steps:
-            peer = member(new ^ d, r)
-            out.append(Step((b[sl], b[sh]), peer, (b[kl], b[kh]), peer, reduce=True))
-            d >>= 1
-        out.append(Step(avg=(b[new], b[new + 1])))
-        d = 1
-        for kl, kh, sl, sh in reversed(steps):
-            peer = member(new ^ d, r)
-            out.append(Step((b[kl], b[kh]), peer, (b[sl], b[sh]), peer))
-            d <<= 1
-    return out + unfold
+__all__ = ["RECORDS"]
 
 
 def _rd_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:

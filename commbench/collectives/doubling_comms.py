@@ -1,5 +1,5 @@
 """Recursive doubling and Rabenseifner's all-reduce from send/recv: the schedules of
-:mod:`commbench.collectives.doubling` run through the comm layer.
+:mod:`commbench.collectives.schedules` run through the comm layer.
 Shapes: x [*] -> out [*], the same on every member."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from commbench.collectives._p2p import flat, run_steps
-from commbench.collectives.doubling import doubling_steps, rabenseifner_steps
+from commbench.collectives.schedules import doubling_steps, rabenseifner_steps
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 

@@ -1,7 +1,7 @@
 """Ring algorithms from send/recv: reduce-scatter, all-gather, and all-reduce as the two in turn.
-Their schedules, written once as :class:`~commbench.collectives.algorithm.Step` lists, and their
-records (bytes counted from the schedules, terms, broken variants); the send/recv code,
-:mod:`commbench.collectives.ring_comms`, runs the same schedules.
+Their records (bytes counted from their schedules, terms, broken variants); the schedules are
+written once in :mod:`commbench.collectives.schedules`, and the send/recv code,
+:mod:`commbench.collectives.ring_comms`, runs them.
 
 The ring of the notes ("Ring All-reduce = Reduce-scatter + All-gather", Patarasuk and Yuan 2009):
 the buffer is cut in P chunks (:func:`commbench.ops.split_sizes`; the first ``count % P`` one
@@ -23,10 +23,10 @@ S - c_{i+1} and receives S - c_i; all-reduce sends 2S - c_i - c_{i+1}: 2(P-1)/P 
 from __future__ import annotations
 
 from commbench.collectives.algorithm import Algorithm, BrokenAlgorithm, Step, traffic
-from commbench.ops import offsets, split_sizes
+from commbench.collectives.schedules import ag_schedule, ring_steps, rs_schedule
+from commbench.ops import split_sizes
 
-__all__ = ["RECORDS", "ag_schedule", "off_by_one_chunks", "ring_steps", "rs_schedule",
-           "skip_last_rs_step"]
+__all__ = ["RECORDS", "off_by_one_chunks", "skip_last_rs_step"]
 
 
 def off_by_one_chunks(count: int, n: int) -> list[int]:
@@ -39,33 +39,9 @@ def off_by_one_chunks(count: int, n: int) -> list[int]:
     return c
 
 
-def rs_schedule(n: int, i: int, counts: list[int]) -> list[Step]:
-    """The reduce-scatter's P-1 steps of member i over chunks of ``counts``: the one place the
-    ring's reduce-scatter is written (its send/recv code, bytes and compiled replay read it)."""
-    b = offsets(counts)
-    nxt, prv = (i + 1) % n, (i - 1) % n
-    return [Step((b[s], b[s + 1]), nxt, (b[r], b[r + 1]), prv, reduce=True)
-            for s, r in (((i - k - 1) % n, (i - k - 2) % n) for k in range(n - 1))]
-
-
 def skip_last_rs_step(n: int, i: int, counts: list[int]) -> list[Step]:
     """Broken: the reduce-scatter stops one step early; one contribution per chunk is missing."""
     return rs_schedule(n, i, counts)[:-1]
-
-
-def ag_schedule(n: int, i: int, counts: list[int]) -> list[Step]:
-    """The all-gather's P-1 steps of member i: member j's block is chunk j of ``counts``."""
-    b = offsets(counts)
-    nxt, prv = (i + 1) % n, (i - 1) % n
-    return [Step((b[s], b[s + 1]), nxt, (b[r], b[r + 1]), prv)
-            for s, r in (((i - k) % n, (i - k - 1) % n) for k in range(n - 1))]
-
-
-def ring_steps(n: int, i: int, count: int, split=split_sizes, rs=rs_schedule) -> list[Step]:
-    """The ring all-reduce as member i's steps: reduce-scatter, its chunk averaged, all-gather."""
-    c = split(count, n)
-    b = offsets(c)
-    return rs(n, i, c) + [Step(avg=(b[i], b[i + 1]))] + ag_schedule(n, i, c)
 
 
 def rs_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:

@@ -1,5 +1,5 @@
-"""The ring algorithms' send/recv code: the schedules of :mod:`commbench.collectives.ring` run
-through the comm layer.
+"""The ring algorithms' send/recv code: the schedules of :mod:`commbench.collectives.schedules`
+run through the comm layer (records: :mod:`commbench.collectives.ring`).
 
 Shapes (P = group size, c_j = chunk j's length, S = c_0 + ... + c_{P-1}):
     x      [S]      this rank's input, flattened
@@ -16,7 +16,7 @@ import torch
 
 from commbench.collectives._p2p import finish_avg, flat, run_steps
 from commbench.collectives.algorithm import Step
-from commbench.collectives.ring import ag_schedule, ring_steps, rs_schedule
+from commbench.collectives.schedules import ag_schedule, ring_steps, rs_schedule
 from commbench.ops import offsets, split_sizes
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm

@@ -1,6 +1,6 @@
-"""Binomial trees (broadcast, reduce) and the naive all-reduce, from send/recv: their schedules,
-written once as step lists, and their records (bytes counted from the schedules); the send/recv
-code, :mod:`commbench.collectives.tree_comms`, runs the same schedules.
+"""Binomial trees (broadcast, reduce) and the naive all-reduce, from send/recv: their records
+(bytes counted from their schedules, written once in :mod:`commbench.collectives.schedules`);
+the send/recv code, :mod:`commbench.collectives.tree_comms`, runs the same schedules.
 
 Binomial tree over members relative to the root, v = (i - root) mod P: in broadcast, v receives
 from v - lowbit(v) and then sends to v + m for each power of two m below lowbit(v) (the root to
@@ -15,45 +15,11 @@ reduces them in member order and sends the result back to each: (P-1) * S in and
 
 from __future__ import annotations
 
-from commbench.collectives.algorithm import Algorithm, Step, traffic
-from commbench.collectives.blocks import tree_children
-from commbench.ops import lg, split_sizes
+from commbench.collectives.algorithm import Algorithm, traffic
+from commbench.collectives.schedules import broadcast_steps, naive_steps, reduce_steps
+from commbench.ops import lg
 
-__all__ = ["RECORDS", "broadcast_steps", "naive_steps", "reduce_steps"]
-
-
-def naive_steps(n: int, i: int, count: int, split=split_sizes) -> list[Step]:
-    """The naive all-reduce as member i's steps: member 0 combines every vector in member order,
-    then sends the result to every member (:func:`~.tree_comms.naive_all_reduce`). Its receives
-    are posted together, one scratch block each, and so are its sends: gloo sends only once the
-    receiver has posted (a rendezvous), so receives posted one after another cost a round trip
-    each (docs/decisions.md)."""
-    whole = (0, count)
-    if n == 1:
-        return [Step(avg=whole)]
-    if i:
-        return [Step(send=whole, dst=0), Step(recv=whole, src=0)]
-    return ([Step(recv=whole, src=j, reduce=True, slot=j - 1, joint=j < n - 1)
-             for j in range(1, n)] + [Step(avg=whole)]
-            + [Step(send=whole, dst=j, joint=j < n - 1) for j in range(1, n)])
-
-
-def broadcast_steps(n: int, i: int, count: int, root: int = 0) -> list[Step]:
-    """The binomial broadcast as member i's steps: receive from the parent, then send to each
-    child, the farthest subtree first (it has the most rounds left)."""
-    parent, children = tree_children(n, (i - root) % n)
-    whole = (0, count)
-    out = [] if parent is None else [Step(recv=whole, src=(parent + root) % n)]
-    return out + [Step(send=whole, dst=(c + root) % n) for c in reversed(children)]
-
-
-def reduce_steps(n: int, i: int, count: int, root: int = 0) -> list[Step]:
-    """The binomial reduce as member i's steps: combine each child's partial result, then send
-    to the parent; the root divides at the end (op avg)."""
-    parent, children = tree_children(n, (i - root) % n)
-    whole = (0, count)
-    out = [Step(recv=whole, src=(c + root) % n, reduce=True) for c in children]
-    return out + [Step(avg=whole) if parent is None else Step(send=whole, dst=(parent + root) % n)]
+__all__ = ["RECORDS"]
 
 
 def _naive_elements(n: int, i: int, count: int, **kw) -> tuple[int, int]:

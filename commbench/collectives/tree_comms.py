@@ -1,12 +1,12 @@
 """Binomial broadcast and reduce, and the naive all-reduce, from send/recv: the schedules of
-:mod:`commbench.collectives.tree` run through the comm layer. Shapes: x [*] -> out [*]."""
+:mod:`commbench.collectives.schedules` run through the comm layer. Shapes: x [*] -> out [*]."""
 
 from __future__ import annotations
 
 import torch
 
 from commbench.collectives._p2p import flat, run_steps
-from commbench.collectives.tree import broadcast_steps, naive_steps, reduce_steps
+from commbench.collectives.schedules import broadcast_steps, naive_steps, reduce_steps
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 

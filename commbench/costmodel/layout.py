@@ -171,8 +171,7 @@ def call_time_us(call: Call, n: int, topo: Topology, span, version: str):
     if op in P2P or op == "all_to_all":
         c = constants(version)
         link = "pci" if topo.intra == "pci" else "nvlink"
-        nv = topo.nvlink_links * c["nvlink_bw_per_link"][topo.arch] if link == "nvlink" \
-            else topo.pci_GBps
+        nv = topo.intra_bw(c["nvlink_bw_per_link"][topo.arch])
         nic = topo.nics_per_node * topo.nic_GBps / topo.gpus_per_node
         cross = sent if op in P2P and nodes > 1 else sent * (n - here) / max(n - 1, 1)
         lat = c["base_lat_us"]["ring"][2] + c["hw_lat_us"]["net" if nodes > 1 else link]["ring"][2]

@@ -165,7 +165,7 @@ def nccl_table(op: str, nbytes: int, topo: Topology, version: str = "2.30.7") ->
             if not _enabled(op, algo, p, topo, n, ppn, c):
                 continue
             g = g_all[algo]
-            bus = _bus_bw(op, algo, p, topo, g, c, ppn)
+            bus = _bus_bw(op, algo, p, topo, g, c, ppn) * topo.proto_bw.get(proto, 1.0)
             if bus <= 0:
                 continue
             if algo == "ring" or (algo in ("nvls", "nvls_tree") and op == "all_reduce"):
@@ -174,7 +174,7 @@ def nccl_table(op: str, nbytes: int, topo: Topology, version: str = "2.30.7") ->
                 alg = bus * 0.5
             else:
                 alg = bus
-            lat = _latency(op, algo, p, topo, n, ppn, c)
+            lat = _latency(op, algo, p, topo, n, ppn, c) + topo.proto_lat_us.get(proto, 0.0)
             if algo == "tree" and op == "all_reduce" and nbytes >> 6 > 0:
                 k = int(math.log2(nbytes >> 6))
                 if k < len(c["tree_correction"][p]):

@@ -43,6 +43,9 @@ class Topology:
     nics_per_node: int = 0
     nic_GBps: float = 0.0            # measured per-NIC bandwidth, GB/s
     latency_inter_us: float = 0.0
+    intra_GBps: float = 0.0          # a GPU's intra-node bandwidth as measured (0: from its links)
+    proto_bw: dict = field(default_factory=dict)      # protocol -> factor on its bandwidth
+    proto_lat_us: dict = field(default_factory=dict)  # protocol -> latency added per call
     cpu_vendor: str = "intel"
     channels: int = 16
     nvls_channels: int = 16
@@ -51,6 +54,14 @@ class Topology:
     description: str = ""
     sources: tuple[str, ...] = ()
     graphs: dict = field(default_factory=dict)
+    calibration: dict = field(default_factory=dict)  # what commbench calibrate fitted, and on what
+
+    def intra_bw(self, nvlink_bw_per_link: float) -> float:
+        """A GPU's intra-node GB/s: the calibrated figure, else its NVLink links at the per-link
+        bandwidth NCCL assumes (or its PCIe bandwidth)."""
+        if self.intra_GBps:
+            return self.intra_GBps
+        return self.nvlink_links * nvlink_bw_per_link if self.intra != "pci" else self.pci_GBps
 
     def with_nodes(self, nodes: int) -> Topology:
         return replace(self, nodes=nodes)
@@ -95,7 +106,7 @@ def validate(data: dict, where: str) -> Topology:
                          "machine needs at least one link per GPU")
     if intra == "pci" and not data.get("pci_GBps", 0) > 0:
         raise ValueError(f"{where}: pci_GBps={data.get('pci_GBps', 0)}: must be > 0 for intra='pci'")
-    for k in ("nic_GBps", "pci_GBps", "latency_inter_us"):
+    for k in ("nic_GBps", "pci_GBps", "latency_inter_us", "intra_GBps"):
         v = data.get(k, 0)
         if not isinstance(v, int | float) or v < 0 or math.isnan(v):
             raise ValueError(f"{where}: {k}={v!r}: must be a number >= 0")
@@ -108,6 +119,17 @@ def validate(data: dict, where: str) -> Topology:
     for name, g in data.get("graphs", {}).items():
         if not isinstance(g, dict) or set(g) != {"channels", "bw_intra", "bw_inter"}:
             raise ValueError(f"{where}: graphs.{name}: needs exactly channels, bw_intra, bw_inter")
+    for k, rule in (("proto_bw", "a factor > 0"), ("proto_lat_us", "microseconds >= 0")):
+        v = data.get(k, {})
+        if not isinstance(v, dict) or any(p not in ("LL", "LL128", "Simple") for p in v):
+            raise ValueError(f"{where}: {k}: must map LL, LL128 or Simple to {rule}")
+        for p, x in v.items():
+            ok = isinstance(x, int | float) and math.isfinite(x) and (x > 0 if k == "proto_bw"
+                                                                     else x >= 0)
+            if not ok:
+                raise ValueError(f"{where}: {k}.{p}={x!r}: must be {rule}")
+    if not isinstance(data.get("calibration", {}), dict):
+        raise ValueError(f"{where}: calibration: must be an object")
     return Topology(**{**data, "sources": tuple(data.get("sources", ()))})
 
 
@@ -181,7 +203,7 @@ def graphs(topo: Topology, nvlink_bw_per_link: float, search_speeds: list[float]
     * nvls / nvls_tree: ``nvls_channels`` channels at the fastest of NCCL's search speeds that
       fits the intra-node bandwidth (search.cc tries them from the top).
     """
-    intra = topo.nvlink_links * nvlink_bw_per_link if topo.intra != "pci" else topo.pci_GBps
+    intra = topo.intra_bw(nvlink_bw_per_link)
     net = topo.nics_per_node * topo.nic_GBps
     per_intra = intra / topo.channels
     per_inter = net / topo.channels if net else 0.0

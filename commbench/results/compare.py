@@ -9,7 +9,9 @@ series with fewer sizes at or above ``min_size`` must regress at all of them. Sl
 the median but not the best iteration, a lucky best iteration moves the minimum but not the
 median; a slow spell of a shared machine strikes one or two sizes; a regression of the code
 moves both statistics over a range of sizes (the reruns that decided it: docs/decisions.md).
-Tables measured with ``--repeat R`` hold each row's best round.
+Tables measured with ``--repeat R`` hold each row's best round. Rows imported from logs that
+print no spread (``spread`` false: nccl-tests' one average per size, ``commbench import``) are
+judged on that one figure as both statistics, and the report says how many there were.
 
 Every row must be sound before anything is compared: a size that is not a whole number >= 0, a
 time (median or best) that is not a finite number > 0, a busbw that is not finite and >= 0 (> 0
@@ -110,7 +112,8 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
                      and r["time_us"] > o["time_us"] * limit and r["min_us"] > o["min_us"] * limit)
         row = {**dict(zip(KEY, key)), "old_busbw": o["busbw"], "new_busbw": r["busbw"],
                "ratio": ratio, "old_us": o["time_us"], "new_us": r["time_us"],
-               "new_min_us": r["min_us"], "regressed": regressed}
+               "new_min_us": r["min_us"], "regressed": regressed,
+               "no_spread": r.get("spread") is False or o.get("spread") is False}
         out.append(row)
     series: dict[tuple, list[dict]] = {}
     for row in out:
@@ -140,4 +143,9 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
                f" up > {1 / (1 - threshold) - 1:.1%}, in the median and in the best iteration, at "
                f">= {min_size} B, over {RUN} consecutive sizes of a series)" if bad else
                f"# no regression in {len(rows)} matched rows")
+    flat = sum(1 for r in rows if r.get("no_spread"))
+    if flat:
+        verdict += (f"\n# {flat} of {len(rows)} rows come from logs that print no spread "
+                    "(nccl-tests: one average per size): judged on that average alone, as median "
+                    "and best iteration both")
     return text + "\n" + verdict

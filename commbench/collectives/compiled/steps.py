@@ -1,5 +1,5 @@
 """The compiled all-reduce schedules' pieces: each algorithm's step list (kept in its own record,
-:func:`~commbench.collectives.ring.ring_steps` and the others, beside its bytes and terms), how a
+:func:`~commbench.collectives.schedules.ring_steps` and the others, named by its record), how a
 long MPI message is cut, and the deliberately broken variants every compiled schedule declares
 (its records: :mod:`commbench.collectives`). Pure: no torch at import; :mod:`.schedule` binds a
 step list to buffers and replays it.

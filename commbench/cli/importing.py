@@ -1,0 +1,150 @@
+"""``commbench import LOG... [--out DIR]``: nccl-tests / rccl-tests logs as commbench results files,
+each row beside NCCL's model (results/nccl_tests.py, costmodel/calibrate.py)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from commbench.cli.common import UsageError
+
+__all__ = ["LOG_LIMIT", "add_parser", "command"]
+
+LOG_LIMIT = 256 << 20  # bytes: NCCL_DEBUG=INFO logs of a large job run to tens of MB
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser(
+        "import", help="nccl-tests / rccl-tests logs as results files, beside NCCL's model",
+        description="Reads every run in each log (several tests per file, old and new column "
+        "sets, srun/Open MPI prefixes, NCCL INFO lines between rows, rows cut by pasting) and "
+        "writes one results file per run, so that compare, plots and the regression gate work on "
+        "it as on commbench's own runs. Each row is printed beside NCCL's modelled busbw on the "
+        "topology the header's GPU and hosts describe (or --topology). Exit 0: read; 1: a row "
+        "with #wrong > 0 (written and flagged); 2: a file that is no such log. A truncated log "
+        "keeps its complete rows and says so on stderr. Example: commbench import "
+        "all_reduce_perf.log --out results/cluster")
+    c.add_argument("logs", nargs="+", metavar="LOG", help="nccl-tests or rccl-tests output")
+    c.add_argument("--out", default="results", help="folder for the results files")
+    c.add_argument("--topology", help="preset or topology file to set the rows beside "
+                   "(default: the preset of the header's GPU, narrowed to its nodes)")
+    c.add_argument("--op", help="the collective, for a log that names none (no 'Collective "
+                   "test starting' line, no *_perf command, no op in its file name)")
+    c.add_argument("--nccl-version", default="2.30.7", help="NCCL version of the model")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "gpu"
+
+
+def command(a) -> int:
+    import os
+
+    from commbench.costmodel.calibrate import beside, topology_for
+    from commbench.costmodel.nccl import versions
+    from commbench.names import canonical
+    from commbench.ops import OPS
+    from commbench.results.files import FileRefused, read_text
+    from commbench.results.nccl_tests import LogError, check_printed, parse, record
+    from commbench.results.records import write_atomic, write_json
+
+    if a.nccl_version not in versions():
+        raise UsageError(f"--nccl-version {a.nccl_version}: must be one of {', '.join(versions())}")
+    op = canonical(a.op) if a.op else ""
+    if a.op and (op not in OPS or OPS[op].bus is None):
+        raise UsageError(f"--op {a.op}: not a collective nccl-tests measures")
+    parsed = []
+    for path in a.logs:  # every file read and checked before anything is written
+        try:
+            runs = parse(read_text(path, "log", LOG_LIMIT), os.path.basename(path))
+        except (FileRefused, LogError) as exc:
+            raise UsageError(str(exc)) from None
+        for run in runs:
+            if op and run.op_from in ("", "columns"):
+                run.op, run.op_from = op, "--op"
+            if not run.op:
+                raise UsageError(f"{path}: line {run.first_line}: the run names no collective and "
+                                 "its columns fit none alone; give --op")
+            if not run.ranks:
+                raise UsageError(f"{path}: line {run.first_line}: no '# Rank N ... device' lines: "
+                                 "the run's world is unknown")
+        parsed.append((path, runs))
+    wrong = 0
+    taken: set[str] = set()
+    for path, runs in parsed:
+        for run in runs:
+            rec = record(run, os.path.basename(path))
+            stem = f"{run.tool}_{run.op}_{_slug(run.gpu)}-x{run.ranks}"
+            k, name = 1, stem
+            while name in taken:
+                k += 1
+                name = f"{stem}-{k}"
+            taken.add(name)
+            try:
+                topo, why = topology_for(run, a.topology)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            model = {b.size: b for b in beside(run, topo, a.nccl_version)} if topo else {}
+            for row in rec["rows"]:
+                b = model.get(row["size"])
+                if b is not None:
+                    row |= {"nccl_model_busbw": b.model, "meas_over_model": b.ratio,
+                            "nccl_model_algo": f"{b.algo}/{b.proto}"}
+            rec["measurement"]["model"] = why
+            write_json(os.path.join(a.out, name + ".json"), rec)
+            write_atomic(os.path.join(a.out, name + ".md"), _markdown(rec))
+            print(_table(rec, run, path, why))
+            print(f"# wrote {os.path.join(a.out, name)}.json and .md")
+            for line in check_printed(run):
+                print(f"# {path}: {line}", file=sys.stderr)
+            if run.truncated:
+                print(f"{path}: the {run.op} run from line {run.first_line} is truncated: "
+                      f"{len(run.rows)} complete rows kept", file=sys.stderr)
+            if run.failure:
+                print(f"{path}: the {run.op} run failed after {len(run.rows)} rows: "
+                      f"{run.failure}", file=sys.stderr)
+            if run.cut_rows:
+                print(f"{path}: {run.cut_rows} row fragment(s) could not be joined and were left "
+                      "out", file=sys.stderr)
+            bad = sum(1 for r in run.rows if r.wrong)
+            if bad:
+                print(f"{path}: {bad} row(s) of the {run.op} run report #wrong > 0 (flagged in "
+                      "the results file)", file=sys.stderr)
+            wrong += bad
+    return 1 if wrong else 0
+
+
+def _cells(rec: dict) -> tuple[list[str], list[list]]:
+    headers = ["size(B)", "count", "type", "time(us)", "in-place(us)", "busbw(GB/s)", "#wrong",
+               "model busbw", "meas/model", "model algo"]
+    cells = [[r["size"], r["count"], r["type"], f"{r['time_us']:.2f}",
+              f"{r['inplace_us']:.2f}" if r["inplace_us"] is not None else "",
+              f"{r['busbw']:.3f}", r["wrong"],
+              f"{r['nccl_model_busbw']:.2f}" if "nccl_model_busbw" in r else "",
+              f"{r['meas_over_model']:.2f}" if "meas_over_model" in r else "",
+              r.get("nccl_model_algo", "")] for r in rec["rows"]]
+    return headers, cells
+
+
+def _table(rec: dict, run, path: str, why: str) -> str:
+    from tabulate import tabulate
+
+    m = rec["measurement"]
+    head = (f"# {path}: {run.tool} {run.tests_version or '(version not printed)'} {run.op} "
+            f"(op from the {m['op_from']}), "
+            f"{run.ranks} ranks on {m['nodes']} node(s) x {m['gpus_per_node']} {run.gpu}, "
+            f"{'library ' + run.library if run.library else 'library version not printed'}")
+    headers, cells = _cells(rec)
+    return "\n".join([head, f"# model: {why}", tabulate(cells, headers=headers, tablefmt="plain")])
+
+
+def _markdown(rec: dict) -> str:
+    from tabulate import tabulate
+
+    m = rec["measurement"]
+    headers, cells = _cells(rec)
+    return "\n".join([f"# {rec['suite']}: {rec['hardware']}, {rec['world_size']} ranks "
+                      f"({rec['launch']})", "",
+                      "- versions: " + ", ".join(f"{k} {v}" for k, v in rec["versions"].items()),
+                      "- measurement: " + ", ".join(f"{k}: {v}" for k, v in m.items()), "",
+                      tabulate(cells, headers=headers, tablefmt="github"), ""])

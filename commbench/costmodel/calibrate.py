@@ -1,0 +1,306 @@
+"""NCCL's model beside a cluster's own nccl-tests logs, and calibrated on them: each row set
+beside the model on the machine its header describes, the topology's link figures fitted to the
+measured rows, and what the fit predicts on rows it never saw.
+
+Beside the model (:func:`beside`): the topology is the one given, else the preset whose GPU the
+header names (A100, H100, H200, GH200; one node or, across nodes, the preset cluster of that
+GPU), narrowed to the log's nodes and GPUs per node; the header never says what the interconnect
+is, so the preset's is an assumption, stated (:func:`topology_for`).
+
+Fitted, each only where the rows can tell it:
+
+* ``intra_GBps``: a GPU's intra-node bandwidth (NVLink or PCIe as the cluster delivers it), from
+  runs with two or more GPUs per node;
+* ``nic_GBps``: each NIC's bandwidth, from runs across two or more nodes;
+* ``latency_inter_us``: latency added per network hop, from runs across nodes;
+* ``proto_bw`` and ``proto_lat_us``: per protocol (LL, LL128, Simple), a factor on the
+  bandwidth NCCL's model gives it and a latency added to each call, for the protocols NCCL's
+  tuner picks on some row (before or after the fit): where a network runs a protocol slower
+  than the model assumes (LL128 over a non-InfiniBand fabric, say), the size at which the tuner
+  switches moves with it.
+
+A row's error is ``model time / measured time - 1`` (busbw errs by the reciprocal). The fit
+minimises the sum of ``|log(model / measured)|`` over the rows given to it: robust (a slow row
+moves it as much as a fast one, an outlier no more than any row) and symmetric in over- and
+under-prediction. The model is piecewise (NCCL's tuner switches algorithm and protocol with the
+size), so the fit searches each figure over a log-spaced grid and then a finer one around the
+best, figure after figure, until no figure moves (coordinate descent); no gradient is assumed.
+
+A fit is only as good as what it predicts: :func:`held_out` fits on every other size and
+reports the rest, then fits on the smaller sizes and reports the largest. Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+
+from commbench.costmodel.nccl import PROTOS, constants, nccl_predict
+from commbench.costmodel.topology import Topology, load
+from commbench.ops import OPS
+from commbench.results.nccl_tests import Run
+
+__all__ = ["Beside", "Fit", "Measured", "beside", "error", "fit", "held_out", "predict_us",
+           "topology_for"]
+
+MODELLED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+# GPU name words -> (one-node preset, multi-node preset); whole words: a GH200 is no H200
+_PRESETS = (("GH200", "alps-gh200", "alps-gh200"), ("H200", "dgx-h200", "cluster-h100-ndr"),
+            ("H100", "dgx-h100", "cluster-h100-ndr"), ("A100", "dgx-a100", "cluster-a100-hdr"))
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One row of a log: op, nccl-tests' size, the run's nodes and GPUs per node, time (us)."""
+
+    op: str
+    size: int
+    nodes: int
+    per_node: int
+    time_us: float
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Fit:
+    topology: Topology
+    fitted: tuple[str, ...]        # the figures the rows could tell
+    fixed: tuple[str, ...]         # and why the others were left as they were
+    loss_before: float
+    loss_after: float
+
+
+def predict_us(topo: Topology, m: Measured, version: str) -> float:
+    """NCCL's model of ``m`` on ``topo`` narrowed to the row's nodes and GPUs per node."""
+    return nccl_predict(m.op, m.size, topo.part(m.nodes, m.per_node), version).time_us
+
+
+def error(topo: Topology, m: Measured, version: str) -> float:
+    """model time / measured time - 1."""
+    return predict_us(topo, m, version) / m.time_us - 1.0
+
+
+def _loss(topo: Topology, rows: list[Measured], version: str) -> float:
+    return sum(abs(math.log(predict_us(topo, m, version) / m.time_us)) for m in rows)
+
+
+def _get(topo: Topology, knob: tuple[str, str]) -> float:
+    name, proto = knob
+    if proto:
+        return getattr(topo, name).get(proto, 1.0 if name == "proto_bw" else 0.0)
+    return getattr(topo, name)
+
+
+def _set(topo: Topology, knob: tuple[str, str], v: float) -> Topology:
+    name, proto = knob
+    if proto:
+        return replace(topo, **{name: {**getattr(topo, name), proto: v}})
+    return replace(topo, **{name: v})
+
+
+def _search(topo: Topology, knob, lo: float, hi: float, rows, version, points: int
+            ) -> Topology:
+    """``topo`` with ``knob`` set to the best of a grid on [lo, hi] (log-spaced, or linear from
+    0 for a latency), then of a finer grid around that."""
+    best, best_loss = _get(topo, knob), _loss(topo, rows, version)
+    for _ in range(2):
+        if lo <= 0:
+            grid = [lo + (hi - lo) * k / (points - 1) for k in range(points)]
+        else:
+            grid = [lo * (hi / lo) ** (k / (points - 1)) for k in range(points)]
+        for v in grid:
+            loss = _loss(_set(topo, knob, v), rows, version)
+            if loss < best_loss - 1e-12:
+                best, best_loss = v, loss
+        step = (hi - lo) / (points - 1) if lo <= 0 else (hi / lo) ** (1 / (points - 1))
+        lo, hi = ((max(0.0, best - step), best + step) if lo <= 0 else (best / step, best * step))
+    return _set(topo, knob, best)
+
+
+def _simplex(topo: Topology, knobs, ranges, rows, version, evals: int = 600) -> Topology:
+    """Nelder-Mead from ``topo`` over every knob at once (bandwidths in log space, latencies as
+    they are, each kept in its range): the joint moves one figure at a time cannot make."""
+    def to_x(t: Topology) -> list[float]:
+        return [math.log(_get(t, k)) if ranges[k[0]][0] > 0 else _get(t, k) for k in knobs]
+
+    def to_t(x: list[float]) -> Topology:
+        t = topo
+        for k, v in zip(knobs, x, strict=True):
+            lo, hi = ranges[k[0]]
+            v = min(max(math.exp(v) if lo > 0 else v, lo), hi)
+            t = _set(t, k, v)
+        return t
+
+    def f(x: list[float]) -> float:
+        return _loss(to_t(x), rows, version)
+
+    x0 = to_x(topo)
+    pts = [x0] + [[v + (0.2 if ranges[k[0]][0] > 0 else 10.0) * (j == i) for j, (k, v) in
+                   enumerate(zip(knobs, x0, strict=True))] for i in range(len(knobs))]
+    vals = [f(p) for p in pts]
+    used = len(pts)
+    while used < evals:
+        order = sorted(range(len(pts)), key=vals.__getitem__)
+        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
+        if vals[-1] - vals[0] < 1e-9:
+            break
+        mid = [sum(p[j] for p in pts[:-1]) / (len(pts) - 1) for j in range(len(x0))]
+        worst = pts[-1]
+        refl = [m + (m - w) for m, w in zip(mid, worst, strict=True)]
+        fr = f(refl)
+        used += 1
+        if fr < vals[0]:
+            exp = [m + 2 * (m - w) for m, w in zip(mid, worst, strict=True)]
+            fe = f(exp)
+            used += 1
+            pts[-1], vals[-1] = (exp, fe) if fe < fr else (refl, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = refl, fr
+        else:
+            con = [m + 0.5 * (w - m) for m, w in zip(mid, worst, strict=True)]
+            fc = f(con)
+            used += 1
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = con, fc
+            else:  # shrink toward the best
+                pts = [pts[0]] + [[b + 0.5 * (p - b) for b, p in zip(pts[0], q, strict=True)]
+                                  for q in pts[1:]]
+                vals = [vals[0]] + [f(p) for p in pts[1:]]
+                used += len(pts) - 1
+    best = min(range(len(pts)), key=vals.__getitem__)
+    return to_t(pts[best]) if vals[best] < _loss(topo, rows, version) else topo
+
+
+def fit(base: Topology, rows: list[Measured], version: str = "2.30.7", points: int = 13) -> Fit:
+    """``base`` with the figures the rows can tell fitted to them (module docstring)."""
+    rows = [m for m in rows if m.op in MODELLED and m.size > 0 and m.time_us > 0]
+    if not rows:
+        raise ValueError("no rows to calibrate on: the logs hold no all_reduce, all_gather, "
+                         "reduce_scatter, broadcast or reduce rows of size > 0")
+    c = constants(version)
+    start = replace(base, intra_GBps=base.intra_bw(c["nvlink_bw_per_link"][base.arch]))
+    knobs, fixed = [], []
+    if any(m.per_node > 1 for m in rows):
+        knobs.append(("intra_GBps", ""))
+    else:
+        fixed.append("intra_GBps: every run has one GPU per node")
+    if any(m.nodes > 1 for m in rows):
+        if not (base.nics_per_node and base.nic_GBps):
+            raise ValueError(f"{base.name}: has no NICs, so runs across nodes cannot be fitted "
+                             "on it")
+        knobs += [("nic_GBps", ""), ("latency_inter_us", "")]
+    else:
+        fixed.append("nic_GBps, latency_inter_us: the logs cover only one node, so they cannot "
+                     "calibrate inter-node links")
+    picked = {nccl_predict(m.op, m.size, start.part(m.nodes, m.per_node), version).proto
+              for m in rows}
+    for proto in PROTOS:
+        knobs += [("proto_bw", proto), ("proto_lat_us", proto)]
+    ranges = {"intra_GBps": (start.intra_GBps / 30, start.intra_GBps * 3),
+              "nic_GBps": (max(base.nic_GBps, 1.0) / 30, max(base.nic_GBps, 1.0) * 3),
+              "latency_inter_us": (0.0, 100.0), "proto_bw": (1 / 30, 3.0),
+              "proto_lat_us": (0.0, 400.0)}
+    before = _loss(start, rows, version)
+
+    def descend(topo: Topology, knobs) -> Topology:
+        for _ in range(6):
+            last = topo
+            for knob in knobs:
+                topo = _search(topo, knob, *ranges[knob[0]], rows, version, points)
+            if topo == last:
+                break
+        return topo
+
+    # NCCL's tuner makes the loss piecewise, and one figure at a time can stall where two must
+    # move together (one protocol slower, another faster): two starts, the better one kept, the
+    # links alone first and then everything, and everything from the preset
+    physical = [k for k in knobs if not k[1]]
+    topo = min((descend(descend(start, physical), knobs), descend(start, knobs)),
+               key=lambda t: _loss(t, rows, version))
+    topo = _simplex(topo, knobs, ranges, rows, version)
+    used = {nccl_predict(m.op, m.size, topo.part(m.nodes, m.per_node), version).proto
+            for m in rows} | picked
+    topo = replace(topo, proto_bw={p: v for p, v in topo.proto_bw.items() if p in used},
+                   proto_lat_us={p: v for p, v in topo.proto_lat_us.items() if p in used})
+    fitted = tuple(f"{n}.{p}" if p else n for n, p in knobs if not p or p in used)
+    return Fit(topo, fitted, tuple(fixed), before, _loss(topo, rows, version))
+
+
+def held_out(base: Topology, rows: list[Measured], version: str = "2.30.7"
+             ) -> list[tuple[str, Measured, float, float]]:
+    """(split, row, error before, error after) for every row held out of a fit: 'alternate'
+    (fitted on every other size of each run, judged on the rest) and 'largest' (fitted on the
+    sizes up to a quarter of each run's largest, judged on those above)."""
+    out = []
+    runs: dict[tuple, list[Measured]] = {}
+    for m in rows:
+        runs.setdefault((m.source, m.op, m.nodes, m.per_node), []).append(m)
+    for split in ("alternate", "largest"):
+        train, test = [], []
+        for series in runs.values():
+            series = sorted(series, key=lambda m: m.size)
+            if split == "alternate":
+                train += series[0::2]
+                test += series[1::2]
+            else:
+                top = series[-1].size
+                train += [m for m in series if m.size <= top // 4]
+                test += [m for m in series if m.size > top // 4]
+        if not train or not test:
+            continue
+        f = fit(base, train, version)
+        for m in test:
+            out.append((split, m, error(base, m, version), error(f.topology, m, version)))
+    return out
+
+
+# -- a log's rows beside the model ------------------------------------------------------------------
+def topology_for(run: Run, given: str | None = None):
+    """(Topology of the run's nodes x GPUs per node, what was assumed), or (None, why not)."""
+    nodes, per = max(1, len(run.hosts)), run.gpus_per_node
+    if given:
+        base = load(given)
+        why = f"topology {base.name} (given)"
+    else:
+        match = next(((one, many) for word, one, many in _PRESETS
+                      if re.search(rf"\b{word}\b", run.gpu)), None)
+        if match is None:
+            return None, (f"no preset for the GPU {run.gpu or '(none named)'!r}: give "
+                          "--topology PRESET|FILE to set the log beside NCCL's model")
+        base = load(match[0] if nodes == 1 else match[1])
+        why = (f"the header names no interconnect: assumed {base.name} ({base.description})")
+    if per > base.gpus_per_node:
+        return None, (f"{per} GPUs per node in the log, {base.gpus_per_node} in {base.name}")
+    if nodes > 1 and not (base.nics_per_node and base.nic_GBps):
+        return None, f"{base.name} has no NICs: it cannot span {nodes} nodes"
+    return base.part(nodes, per), why
+
+
+@dataclass(frozen=True)
+class Beside:
+    size: int
+    measured: float      # busbw, GB/s
+    model: float         # busbw of the model's time at this size (its latency included)
+    algo: str
+    proto: str
+
+    @property
+    def ratio(self) -> float:
+        return self.measured / self.model if self.model > 0 else math.nan
+
+
+def beside(run: Run, topo, version: str = "2.30.7") -> list[Beside]:
+    """Each row of size > 0 with NCCL's modelled busbw on ``topo`` and the algorithm and protocol
+    the model picks there; [] for an op NCCL's tuning model does not cover."""
+    if run.op not in MODELLED or topo is None or topo.ranks != run.ranks:
+        return []
+    f = OPS[run.op].bus(run.ranks)
+    out = []
+    for r in run.rows:
+        if r.size <= 0 or r.out.time_us <= 0:
+            continue
+        c = nccl_predict(run.op, r.size, topo, version)
+        out.append(Beside(r.size, r.size / r.out.time_us / 1e3 * f, r.size / c.time_us / 1e3 * f,
+                          c.algo, c.proto))
+    return out

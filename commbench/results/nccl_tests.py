@@ -1,0 +1,433 @@
+"""nccl-tests and rccl-tests output, read as people keep it: whole logs, pasted excerpts, several
+tests in one file, every column set the two tools have printed. Pure: no torch.
+
+What a log holds (facts: ``docs/nccl-tests.md``):
+
+* a header: ``# nccl-tests version 2.18.2 nccl-headers=23007 nccl-library=23007`` (newer builds),
+  ``# Collective test starting: all_reduce_perf``, the parameter line (``# nThread 1 nGpus 8
+  minBytes 8 maxBytes ... warmup iters: 5 iters: 20 ...``), one line per rank
+  (``#  Rank  0 Group  0 Pid 204199 on nid005471 device  0 [0009:01:00] NVIDIA GH200 120GB``;
+  no ``Group`` in older builds; ``-g 8``: one Pid drives 8 ranks), ``NCCL version 2.30.3+cuda13.0``
+  or rccl's ``rccl-tests: Version ...`` / ``RCCL version : ...``;
+* the column header, whose words say which columns follow: ``size count type [redop] [root]``,
+  then out-of-place ``time algbw busbw #wrong|error`` and the same in place (old builds: a float
+  max error, ``2e-07``, and no ``root``; ``N/A`` where nothing was checked);
+* one row per size, then ``# Out of bounds values : 0 OK`` and ``# Avg bus bandwidth : X``.
+
+What pasting does to it, undone here: srun's ``  0: `` and Open MPI's ``[1,0]<stdout>:`` line
+prefixes, a markdown indent, runs of spaces, ``NCCL INFO`` and MPI lines between rows, one row cut
+in two by them, rows left out (``.......``), a run that ends early (a failure, or no closing
+lines: truncated). Fields are split on whitespace, never read at fixed columns.
+
+A run becomes commbench's results file (:func:`record`): ``time_us`` the log's out-of-place time
+(nccl-tests' average over its iterations; it prints no spread, so ``min_us`` is the same figure
+and ``spread`` is false: the regression gate says when it judges such rows), algbw and busbw
+recomputed from size and time (the log prints two decimals, 0.00 below 5 MB/s), ``transport``
+``nccl`` or ``rccl``, ``algo`` ``native``, ``wrong`` the wrong elements of both halves,
+``inplace_us`` the in-place time. A log's printed busbw must agree with the recomputed one to its
+printed precision (:func:`check_printed`); where it does not, the op or the world read from the
+header is wrong, and the row is flagged.
+
+Shapes: a file -> [Run]; a Run -> header facts and rows [Row], each with its out-of-place and
+in-place :class:`Timing`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import dataclass, field
+
+from commbench.names import canonical
+from commbench.ops import OPS
+from commbench.results.records import SCHEMA
+
+__all__ = ["DTYPES", "Device", "LogError", "Row", "Run", "Timing", "check_printed", "infer_op",
+           "parse", "record"]
+
+# nccl-tests' type names -> (commbench's name, bytes per element)
+DTYPES = {"int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4),
+          "int": ("int32", 4), "uint32": ("uint32", 4), "int64": ("int64", 8),
+          "uint64": ("uint64", 8), "half": ("float16", 2), "float16": ("float16", 2),
+          "float": ("float32", 4), "float32": ("float32", 4), "double": ("float64", 8),
+          "float64": ("float64", 8), "bfloat16": ("bfloat16", 2), "f8e4m3": ("float8_e4m3", 1),
+          "f8e5m2": ("float8_e5m2", 1), "fp8_e4m3": ("float8_e4m3", 1),
+          "fp8_e5m2": ("float8_e5m2", 1)}
+
+_PREFIX = re.compile(r"^(?:\s*\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
+_DEVICE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+"
+                     r"device\s+(\d+)\s+\[([^\]]*)\]\s+(.*?)\s*$")
+_TOOL = re.compile(r"#\s*(nccl|rccl)-tests version\s+(\S+)(?:.*nccl-library=(\d+))?")
+_RCCL_TESTS = re.compile(r"^rccl-tests:\s*Version\s*(.*?)\s*$")
+_NCCL_VERSION = re.compile(r"^NCCL version\s+(\S+)")
+_RCCL_VERSION = re.compile(r"^RCCL version\s*:\s*(\S+)")
+_PERF = re.compile(r"\b([a-z_]+)_perf(?:_mpi)?\b")
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([-+0-9.eE]+|nan|inf)")
+_FAILURE = re.compile(r"Test (?:NCCL |CUDA |HIP )?failure")
+_NCCL_INFO = re.compile(r"\b(?:NCCL|RCCL) (?:INFO|WARN|TRACE)\b")
+_PARAM = re.compile(r"\b(nThread|nGpus|minBytes|maxBytes|validation|graph|unalign)\b:?\s+(-?\d+)")
+_ITERS = re.compile(r"\b(warmup iters|agg iters|iters):\s*(\d+)")
+_ELIDED = re.compile(r"^\s*(?:\.{3,}|…)\s*$")
+
+
+class LogError(ValueError):
+    """A file that is no nccl-tests or rccl-tests log, or a log that says too little."""
+
+
+@dataclass(frozen=True)
+class Device:
+    rank: int
+    pid: int
+    host: str
+    device: int
+    bus_id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One half of a row: time (us, the average over the iterations), algbw and busbw (GB/s),
+    and either ``wrong`` (elements, newer builds) or ``error`` (max error, older ones); None
+    where the log printed ``N/A``."""
+
+    time_us: float
+    algbw: float
+    busbw: float
+    wrong: int | None = None
+    error: float | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    size: int
+    count: int
+    dtype: str
+    redop: str
+    root: int
+    out: Timing
+    inplace: Timing | None
+    line: int
+
+    @property
+    def wrong(self) -> int:
+        """Wrong elements in either half (0 where neither counted)."""
+        return sum(t.wrong or 0 for t in (self.out, self.inplace) if t is not None)
+
+
+@dataclass
+class Run:
+    """One test of a log (a file may hold several): its header facts, rows and how it ended."""
+
+    op: str = ""
+    op_from: str = ""             # where the op came from: header, command, file name, columns
+    tool: str = "nccl-tests"
+    tests_version: str = ""
+    library: str = ""             # NCCL's or RCCL's version, as printed
+    params: dict = field(default_factory=dict)
+    devices: list[Device] = field(default_factory=list)
+    columns: tuple[str, ...] = ()
+    rows: list[Row] = field(default_factory=list)
+    avg_busbw: float | None = None
+    closed: bool = False           # the closing lines were read
+    failure: str = ""
+    elided: int = 0                # "......." lines: rows the paster left out
+    cut_rows: int = 0              # fragments that could not be joined into a row
+    first_line: int = 0
+
+    @property
+    def ranks(self) -> int:
+        """Ranks of the run: the device lines' count (nThread * nGpus per process otherwise)."""
+        return len({d.rank for d in self.devices})
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(dict.fromkeys(d.host for d in self.devices))
+
+    @property
+    def gpus_per_node(self) -> int:
+        per = [sum(1 for d in self.devices if d.host == h) for h in self.hosts]
+        return max(per) if per else 0
+
+    @property
+    def gpu(self) -> str:
+        names = list(dict.fromkeys(d.name for d in self.devices))
+        return names[0] if len(names) == 1 else ", ".join(names)
+
+    @property
+    def processes(self) -> int:
+        return len({(d.host, d.pid) for d in self.devices})
+
+    @property
+    def truncated(self) -> bool:
+        """Rows were printed but the run never reached its closing lines nor a failure."""
+        return bool(self.rows) and not self.closed and not self.failure
+
+
+def _clean(raw: str) -> str:
+    line = _PREFIX.sub("", raw.rstrip("\r\n"))
+    return line.strip()
+
+
+def _columns(line: str) -> tuple[str, ...] | None:
+    """The column words of a header line (``# size count type redop root time ...``)."""
+    words = line.lstrip("#").split()
+    if len(words) >= 6 and words[0] == "size" and words[1] == "count" and "time" in words:
+        return tuple(words)
+    return None
+
+
+def _number(tok: str) -> float | None:
+    try:
+        return float(tok)
+    except ValueError:
+        return None
+
+
+def _timing(words: list[str], values: list[str]) -> Timing:
+    got = dict(zip(words, values, strict=True))
+    wrong = got.get("#wrong")
+    error = got.get("error")
+    return Timing(float(got["time"]), float(got["algbw"]), float(got["busbw"]),
+                  None if wrong in (None, "N/A") else int(float(wrong)),
+                  None if error in (None, "N/A") else float(error))
+
+
+def _row(cols: tuple[str, ...], toks: list[str], line: int) -> Row:
+    first = cols.index("time")
+    lead, rest = cols[:first], cols[first:]
+    half = len(rest) // 2 if rest.count("time") == 2 else len(rest)
+    head = dict(zip(lead, toks[:first], strict=True))
+    out = _timing(list(rest[:half]), toks[first:first + half])
+    inplace = _timing(list(rest[half:]), toks[first + half:]) if len(toks) > first + half else None
+    dtype = head.get("type", "")
+    root = head.get("root", "-1")
+    return Row(int(head["size"]), int(head["count"]), DTYPES.get(dtype, (dtype, 0))[0],
+               head.get("redop", "none"), int(root) if root.lstrip("-").isdigit() else -1,
+               out, inplace, line)
+
+
+def _fits(cols: tuple[str, ...], toks: list[str]) -> bool:
+    """``toks`` are a whole row under ``cols`` (both halves, or the out-of-place one alone)."""
+    first = cols.index("time")
+    half = first + (len(cols) - first) // 2
+    if len(toks) not in (len(cols), half) or not toks[0].isdigit() or not toks[1].isdigit():
+        return False
+    return all(_number(t) is not None or t == "N/A" for t in toks[first:])
+
+
+def _add(run: Run, toks: list[str], line: int) -> None:
+    try:
+        run.rows.append(_row(run.columns, toks, line))
+    except (ValueError, KeyError):
+        run.cut_rows += 1
+
+
+def _op_of(name: str) -> str:
+    op = canonical(name)
+    return op if op in OPS and OPS[op].bus is not None else ""
+
+
+def parse(text: str, name: str = "log") -> list[Run]:
+    """Every run in ``text`` (a log file's contents); ``name`` (the file's) may name the op.
+    Raises :class:`LogError` when no run with a column header is found."""
+    runs: list[Run] = []
+    run = Run()
+    pending_op, pending_from = "", ""
+    fragment: list[str] = []
+    fragment_line = 0
+
+    def start(lineno: int) -> Run:
+        nonlocal run
+        if run.columns or run.rows:
+            runs.append(run)
+            run = Run()
+        run.first_line = run.first_line or lineno
+        return run
+
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = _clean(raw)
+        if not line:
+            continue
+        if _NCCL_INFO.search(line):
+            continue  # NCCL's own lines, between anything
+        if (m := _TOOL.search(line)) and line.startswith("#"):
+            start(lineno)
+            run.tool = f"{m.group(1)}-tests"
+            run.tests_version = m.group(2)
+            if m.group(3):
+                code = int(m.group(3))
+                run.library = run.library or f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+            continue
+        if "Collective test starting:" in line:
+            start(lineno)
+            op = _op_of(line.rsplit(":", 1)[1].strip().removesuffix("_mpi").removesuffix("_perf"))
+            run.op, run.op_from = op, ("header" if op else "")
+            continue
+        if line.startswith("# nThread"):
+            if run.rows or run.columns:
+                start(lineno)
+            run.first_line = run.first_line or lineno
+            params = {k: int(v) for k, v in _PARAM.findall(line)}
+            params |= {k.replace(" ", "_"): int(v) for k, v in _ITERS.findall(line)}
+            run.params = params
+            if pending_op and not run.op:
+                run.op, run.op_from = pending_op, pending_from
+            continue
+        if m := _DEVICE.match(line):
+            run.devices.append(Device(int(m.group(1)), int(m.group(3)), m.group(4), int(m.group(5)),
+                                      m.group(6), m.group(7)))
+            continue
+        if m := _RCCL_TESTS.match(line):
+            run.tool, run.tests_version = "rccl-tests", m.group(1) or run.tests_version
+            continue
+        if m := _NCCL_VERSION.match(line):
+            run.library = m.group(1)
+            continue
+        if m := _RCCL_VERSION.match(line):
+            run.tool, run.library = "rccl-tests", m.group(1)
+            continue
+        if line.startswith("#"):
+            if cols := _columns(line):
+                if run.rows:
+                    start(lineno)
+                run.columns = cols
+                if pending_op and not run.op:
+                    run.op, run.op_from = pending_op, pending_from
+            elif m := _AVG.match(line):
+                run.avg_busbw = _number(m.group(1))
+                run.closed = True
+            continue
+        if _FAILURE.search(line):
+            run.failure = run.failure or line
+            continue
+        if _ELIDED.match(line):
+            run.elided += 1
+            continue
+        toks = line.split()
+        if run.columns and toks and _number(toks[0]) is not None:
+            if fragment:  # the rest of a row an interleaved line cut in two?
+                joined = fragment + toks
+                fragment = []
+                if _fits(run.columns, joined):
+                    _add(run, joined, fragment_line)
+                    continue
+                run.cut_rows += 1
+            if not toks[0].isdigit():
+                continue
+            if _fits(run.columns, toks):
+                _add(run, toks, lineno)
+            elif len(toks) < len(run.columns):
+                fragment, fragment_line = toks, lineno
+            continue
+        if m := _PERF.search(line):
+            op = _op_of(m.group(1))
+            if op:
+                pending_op, pending_from = op, "command line"
+                if run.rows or run.closed:
+                    start(lineno)
+                if not run.op and not run.rows:
+                    run.op, run.op_from = op, "command line"
+    if fragment:
+        run.cut_rows += 1
+    if run.columns or run.rows:
+        runs.append(run)
+    runs = [r for r in runs if r.columns]
+    if not runs:
+        raise LogError(f"{name}: no nccl-tests or rccl-tests column header (# size count type ...) "
+                       "found: not such a log")
+    m = _PERF.search(name)
+    for r in runs:
+        if not r.op and m and _op_of(m.group(1)):
+            r.op, r.op_from = _op_of(m.group(1)), "file name"
+        if not r.op:
+            r.op, r.op_from = infer_op(r), "columns"
+    return runs
+
+
+def infer_op(run: Run) -> str:
+    """The collective a run's columns and numbers allow, when nothing names it: a reduction or
+    not (``redop``), a root or not, one rank's block or the whole buffer in ``count``, and
+    nccl-tests' bus factor in busbw / algbw. '' when none or several fit."""
+    n = run.ranks
+    rows = [r for r in run.rows if r.size > 0 and r.count > 0]
+    if not n or not rows:
+        return ""
+    rooted = "root" in run.columns and any(r.root >= 0 for r in rows)
+    reduces = rows[0].redop not in ("none", "")
+    item = DTYPES.get(next((d for d, v in DTYPES.items() if v[0] == rows[0].dtype), ""), ("", 0))[1]
+    per_rank = bool(item) and rows[0].size == rows[0].count * item * n and n > 1
+    best = max(rows, key=lambda r: r.out.algbw)
+    ratio = best.out.busbw / best.out.algbw if best.out.algbw >= 1.0 else None
+    fits = []
+    for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+                 "gather", "scatter", "sendrecv"):
+        op = OPS[name]
+        if op.rooted != rooted or op.reduces != reduces:
+            continue
+        if item and per_rank != (op.input in ("block",) or (op.input == "blocks" and not op.split)):
+            continue
+        if ratio is not None and abs(op.bus(n) - ratio) > 0.02 * ratio:
+            continue
+        fits.append(name)
+    return fits[0] if len(fits) == 1 else ""
+
+
+# -- a run as a commbench results file ------------------------------------------------------------
+def check_printed(run: Run) -> list[str]:
+    """Rows whose printed busbw disagrees with size / time x the bus factor of the run's op at
+    its ranks beyond the log's rounding: a sign that the op or the world is not what the header
+    says (one line each)."""
+    out = []
+    record = OPS.get(run.op)
+    if record is None or record.bus is None or not run.ranks:
+        return out
+    f = record.bus(run.ranks)
+    for r in run.rows:
+        if r.size <= 0 or r.out.time_us <= 0:
+            continue
+        alg = r.size / r.out.time_us / 1e3
+        # the time has 3-4 significant digits, the bandwidths two decimals
+        slack = 0.006 + alg * f * 0.01
+        if abs(alg * f - r.out.busbw) > slack:
+            out.append(f"line {r.line}: busbw {r.out.busbw} printed, {alg * f:.2f} from size / "
+                       f"time x {f:.4g} ({run.op} at {run.ranks} ranks)")
+    return out
+
+
+def record(run: Run, source: str) -> dict:
+    """``run`` as a commbench results file (module docstring); ``source``: the log's file name."""
+    transport = "rccl" if run.tool == "rccl-tests" else "nccl"
+    f = OPS[run.op].bus(run.ranks) if run.op in OPS and OPS[run.op].bus and run.ranks else 1.0
+    bad_lines = {int(x.split(":")[0].split()[1]) for x in check_printed(run)}
+    rows = []
+    for r in run.rows:
+        t = r.out.time_us
+        alg = r.size / t / 1e3 if t > 0 else 0.0
+        row = {"op": run.op, "algo": "native", "transport": transport, "size": r.size,
+               "requested": r.size, "count": r.count, "type": r.dtype, "redop": r.redop,
+               "root": r.root, "time_us": t, "min_us": t, "avg_us": t, "spread": False,
+               "n_samples": None, "algbw": alg, "busbw": alg * f, "wrong": r.wrong,
+               "log_busbw": r.out.busbw, "inplace_us": r.inplace.time_us if r.inplace else None,
+               "line": r.line}
+        if r.wrong:
+            row["flag"] = f"#wrong {r.wrong}"
+        elif r.line in bad_lines:
+            row["flag"] = "printed busbw disagrees with size/time at these ranks"
+        rows.append(row)
+    versions = {run.tool: run.tests_version or "unknown"}
+    if run.library:
+        versions["rccl" if transport == "rccl" else "nccl"] = run.library
+    launch = (f"{run.tool}: {run.processes} process(es), {run.hosts and len(run.hosts)} node(s), "
+              f"{run.gpus_per_node} GPU(s) per node")
+    return {"schema": SCHEMA, "suite": "nccl-tests",
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host": run.hosts[0] if run.hosts else "", "hardware": run.gpu or "unknown GPU",
+            "world_size": run.ranks, "launch": launch, "versions": versions, "commit": None,
+            "measurement": {"statistic": f"mean over {run.params.get('iters', '?')} iterations "
+                            "(the log's; no spread printed)",
+                            "warmup": run.params.get("warmup_iters"), "source": source,
+                            "op_from": run.op_from, "nodes": len(run.hosts),
+                            "gpus_per_node": run.gpus_per_node,
+                            "truncated": run.truncated, "failure": run.failure,
+                            "rows_left_out": run.elided},
+            "rows": rows}

@@ -1,0 +1,220 @@
+"""``commbench import``: real nccl-tests and rccl-tests logs (tests/data/nccl_tests, sources in its
+README) read number for number, pasting damage undone, the exit codes, the model beside each row,
+and the regression gate on imported files."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from commbench.cli.main import main
+from commbench.costmodel.calibrate import topology_for
+from commbench.costmodel.nccl import nccl_predict
+from commbench.costmodel.topology import load as load_topology
+from commbench.results.nccl_tests import LogError, check_printed, parse
+
+pytestmark = pytest.mark.nccltests
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "nccl_tests")
+EXPECTED = {  # file: [(op, ranks, hosts, per node, rows, first (size, us), last (size, us, busbw), avg)]
+    "cscs_gh200_2x4_all_reduce.log": [("all_reduce", 8, 2, 4, 25, (8, 17.93),
+                                       (134217728, 1916.4, 122.57), 19.7866)],
+    "cscs_gh200_2x4_all_reduce_nocxi.log": [("all_reduce", 8, 2, 4, 25, (8, 85.47),
+                                             (134217728, 43293, 5.43), 1.58767)],
+    "cscs_gh200_2x1_all_reduce.log": [("all_reduce", 2, 2, 1, 8, (1048576, 339.61),
+                                       (134217728, 5871.07, 22.86), 14.9966)],
+    "rccl_mi300x_g8_all_reduce.log": [("all_reduce", 8, 1, 8, 25, (8, 45.92),
+                                       (134217728, 801.4, 293.07), 54.8575)],
+    "nccl_osx_gtx1080_g2_five_ops.log": [
+        (op, 2, 1, 2, 6, (8, us), (134217728, last, bus), avg) for op, us, last, bus, avg in (
+            ("all_reduce", 25.34, 154639, 0.87, 0.414483), ("all_gather", 21.03, 87825, 0.76, 0.347488),
+            ("broadcast", 21.42, 91250, 1.47, 0.698235), ("reduce", 24.91, 87680, 1.53, 0.716373),
+            ("reduce_scatter", 20.91, 168931, 0.40, 0.328477))]}
+
+
+def _text(name: str) -> str:
+    with open(os.path.join(DATA, name)) as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_log_reads_to_its_published_figures(name):
+    runs = parse(_text(name), name)
+    assert [(r.op, r.ranks, len(r.hosts), r.gpus_per_node, len(r.rows),
+             (r.rows[0].size, r.rows[0].out.time_us),
+             (r.rows[-1].size, r.rows[-1].out.time_us, r.rows[-1].out.busbw), r.avg_busbw)
+            for r in runs] == EXPECTED[name]
+    assert all(r.closed and not r.truncated and not r.failure and not r.cut_rows for r in runs)
+
+
+def _raw_rows(text: str) -> dict[int, tuple[list[str], int]]:
+    """line number -> (tokens, index of the time column under the last column header) of each
+    line that begins with a whole number, read without the parser."""
+    out, col = {}, -1
+    for k, line in enumerate(text.splitlines(), 1):
+        if re.search(r"#\s+size\s+count", line):
+            col = line.split()[1:].index("time")
+        elif re.match(r"^\s*\d+\s+\d+\s", line):
+            out[k] = (line.split(), col)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_imported_rows_equal_the_logs_rows_number_for_number(name, tmp_path, capsys):
+    text = _text(name)
+    assert main(["import", os.path.join(DATA, name), "--out", str(tmp_path)]) == 0
+    files = sorted(tmp_path.glob("*.json"))
+    assert len(files) == len(EXPECTED[name])
+    raw = _raw_rows(text)
+    rows = [row for f in files for row in json.loads(f.read_text())["rows"]]
+    assert sorted(row["line"] for row in rows) == sorted(raw)
+    for row in rows:
+        toks, col = raw[row["line"]]
+        assert (row["size"], row["count"]) == (int(toks[0]), int(toks[1]))
+        assert row["time_us"] == float(toks[col]) and row["min_us"] == row["time_us"]
+        assert row["log_busbw"] == float(toks[col + 2])
+        assert row["inplace_us"] == float(toks[col + 4])
+        assert row["wrong"] == 0 and row["spread"] is False
+
+
+def test_the_header_gives_versions_devices_and_the_tool():
+    new = parse(_text("cscs_gh200_2x1_all_reduce.log"))[0]
+    assert (new.tool, new.tests_version, new.library) == ("nccl-tests", "2.18.2", "2.30.7")
+    assert new.hosts == ["nid007106", "nid007109"] and new.gpu == "NVIDIA GH200 120GB"
+    assert new.params["iters"] == 20 and new.params["warmup_iters"] == 1
+    rccl = parse(_text("rccl_mi300x_g8_all_reduce.log"))[0]
+    assert (rccl.tool, rccl.op_from, rccl.processes, rccl.params["nGpus"]) == \
+        ("rccl-tests", "columns", 1, 8)
+    old = parse(_text("nccl_osx_gtx1080_g2_five_ops.log"))
+    assert [r.elided for r in old] == [1] * 5 and old[0].rows[0].out.error == 0.0
+    assert old[1].rows[0].redop == "none" and old[2].rows[0].root == 0
+
+
+def _damaged(text: str, how: str) -> str:
+    lines = text.splitlines()
+    if how == "srun":
+        return "\n".join(f"{k % 8}: {line}" for k, line in enumerate(lines))
+    if how == "openmpi":
+        return "\n".join(f"[1,0]<stdout>:{line}" for line in lines)
+    if how == "spaces":
+        return "\n".join(" ".join(line.split()) for line in lines)
+    if how == "info":
+        out = []
+        for line in lines:
+            out.append(line)
+            if re.match(r"^\s*\d+\s", line):
+                out.append("nid005471:204199:204210 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P")
+        return "\n".join(out)
+    if how == "cut":  # every row broken in two by an INFO line
+        out = []
+        for line in lines:
+            if re.match(r"^\s*\d+\s", line):
+                toks = line.split()
+                out += [" ".join(toks[:7]), "host:1:2 [0] NCCL INFO comm 0x1 rank 0", " ".join(toks[7:])]
+            else:
+                out.append(line)
+        return "\n".join(out)
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["srun", "openmpi", "spaces", "info", "cut"])
+def test_pasting_damage_reads_the_same(how):
+    text = _text("cscs_gh200_2x4_all_reduce.log")
+    clean, damaged = parse(text)[0], parse(_damaged(text, how))[0]
+    key = [(r.size, r.count, r.out, r.inplace) for r in clean.rows]
+    assert [(r.size, r.count, r.out, r.inplace) for r in damaged.rows] == key
+    assert (damaged.op, damaged.ranks, damaged.hosts) == (clean.op, clean.ranks, clean.hosts)
+
+
+def test_a_truncated_log_keeps_its_rows_and_says_so(tmp_path, capsys):
+    text = _text("cscs_gh200_2x4_all_reduce.log")
+    cut = "\n".join(text.splitlines()[:30])  # the header and 13 rows, no closing lines
+    log = tmp_path / "all_reduce.log"
+    log.write_text(cut)
+    assert main(["import", str(log), "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "truncated: 13 complete rows kept" in err
+    rec = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    assert len(rec["rows"]) == 13 and rec["measurement"]["truncated"] is True
+
+
+def test_wrong_results_are_written_flagged_and_exit_1(tmp_path, capsys):
+    text = _text("cscs_gh200_2x1_all_reduce.log").replace(
+        "22.50       0  2983.25   22.50   22.50       0", "22.50       3  2983.25   22.50   22.50       0")
+    log = tmp_path / "wrong.log"
+    log.write_text(text)
+    assert main(["import", str(log), "--out", str(tmp_path / "out")]) == 1
+    rows = json.loads(next((tmp_path / "out").glob("*.json")).read_text())["rows"]
+    assert [r["wrong"] for r in rows].count(3) == 1 and sum(r["wrong"] for r in rows) == 3
+    assert "#wrong 3" in {r.get("flag") for r in rows}
+    assert "report #wrong > 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["", "hello\nworld\n", "# nThread 1 nGpus 1\n8 2 float sum\n"])
+def test_a_file_that_is_no_log_is_one_line_and_exit_2(text, tmp_path, capsys):
+    log = tmp_path / "x.log"
+    log.write_text(text)
+    assert main(["import", str(log), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not such a log" in err[0]
+    assert not list(tmp_path.glob("*.json"))
+    with pytest.raises(LogError):
+        parse(text)
+
+
+def test_a_run_whose_columns_fit_no_op_alone_needs_op(tmp_path, capsys):
+    # the rccl log's busbw / algbw is 2*7/8 (all-reduce at 8 ranks); with 4 device lines left,
+    # no collective at 4 ranks has that factor, so the importer cannot name one
+    text = "\n".join(line for line in _text("rccl_mi300x_g8_all_reduce.log").splitlines()
+                     if not re.search(r"Rank  [4-7] ", line))
+    assert parse(text)[0].op == ""
+    log = tmp_path / "four.log"
+    log.write_text(text)
+    assert main(["import", str(log), "--out", str(tmp_path)]) == 2
+    assert "give --op" in capsys.readouterr().err
+    assert main(["import", str(log), "--out", str(tmp_path), "--op", "all_reduce"]) == 0
+
+
+def test_a_wrong_op_shows_in_the_printed_busbw():
+    run = parse(_text("cscs_gh200_2x4_all_reduce.log"))[0]
+    assert check_printed(run) == []
+    run.op = "all_gather"  # a factor 7/8 where the log printed 2*7/8
+    flagged = check_printed(run)
+    assert len(flagged) >= 10 and "busbw 122.57 printed, 61.28" in flagged[-1]
+
+
+def test_rows_sit_beside_nccl_s_model_on_the_headers_machine(tmp_path, capsys):
+    name = "cscs_gh200_2x4_all_reduce.log"
+    assert main(["import", os.path.join(DATA, name), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "the header names no interconnect: assumed alps-gh200" in out
+    rec = json.loads(next(tmp_path.glob("*.json")).read_text())
+    topo = load_topology("alps-gh200").part(2, 4)
+    big = rec["rows"][-1]
+    c = nccl_predict("all_reduce", big["size"], topo)
+    assert big["nccl_model_algo"] == f"{c.algo}/{c.proto}"
+    assert big["nccl_model_busbw"] == pytest.approx(big["size"] / c.time_us / 1e3 * 1.75)
+    assert big["meas_over_model"] == pytest.approx(big["busbw"] / big["nccl_model_busbw"])
+
+
+def test_a_gpu_without_a_preset_says_so_and_topology_sets_one():
+    run = parse(_text("rccl_mi300x_g8_all_reduce.log"))[0]
+    topo, why = topology_for(run)
+    assert topo is None and "no preset for the GPU 'AMD Instinct MI300X VF'" in why
+    topo, why = topology_for(run, "dgx-h100")
+    assert topo.ranks == 8 and "given" in why
+
+
+def test_the_gate_judges_imported_logs_and_says_they_have_no_spread(tmp_path, capsys):
+    for name in ("cscs_gh200_2x4_all_reduce.log", "cscs_gh200_2x4_all_reduce_nocxi.log"):
+        assert main(["import", os.path.join(DATA, name), "--out", str(tmp_path / name)]) == 0
+    good, bad = (next((tmp_path / n).glob("*.json")) for n in
+                 ("cscs_gh200_2x4_all_reduce.log", "cscs_gh200_2x4_all_reduce_nocxi.log"))
+    capsys.readouterr()
+    assert main(["compare", str(good), str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSED" in out and "no spread" in out
+    assert main(["compare", str(good), str(good)]) == 0
