@@ -16,6 +16,7 @@ from commbench.costmodel.fitting import fit
 from commbench.costmodel.nccl import nccl_predict, nccl_table
 from commbench.costmodel.published import HEADLINE, check_published
 from commbench.costmodel.topology import from_nccl_xml, load
+from commbench.ops import OPS
 
 pytestmark = [pytest.mark.model]
 
@@ -75,8 +76,8 @@ def test_tree_correction_factor_and_ring_plateau_are_applied():
 def test_one_rank_costs_nothing_and_unknown_requests_are_refused():
     one = load("dgx-h100").__class__(**{**load("dgx-h100").__dict__, "gpus_per_node": 1})
     assert nccl_predict("all_reduce", 1 << 20, one).time_us == 0.0
-    with pytest.raises(ValueError, match="op='all_to_all'"):
-        nccl_table("all_to_all", 8, load("dgx-h100"))
+    with pytest.raises(ValueError, match="op='gather'"):
+        nccl_table("gather", 8, load("dgx-h100"))
     with pytest.raises(ValueError, match="would not run algo=nvls"):
         nccl_predict("all_reduce", 8, load("dgx-a100"), algo="nvls")
 
@@ -214,10 +215,10 @@ def test_predict_prints_the_table_and_refuses_bad_input_in_one_line(capsys):
     out = capsys.readouterr().out
     assert out.count("<-") == 2 and "nvls" in out and "answered in" in out
     assert main(["predict", "published", "--no-write"]) == 0
-    assert "Headline figures (the first 6) within 10%: 6 of 6" in capsys.readouterr().out
+    assert "Headline figures (the first 10) within 10%: 10 of 10" in capsys.readouterr().out
     for argv, message in ((["predict", "collective", "all_reduce", "1G", "--topology", "nope"],
                            "topology 'nope': no such preset"),
-                          (["predict", "collective", "all_to_all", "1G"], "op='all_to_all'"),
+                          (["predict", "collective", "gather", "1G"], "op='gather'"),
                           (["predict", "layout", "--tp", "3"], "must split over tp=3")):
         assert main(argv) == 2
         err = said(capsys)
@@ -265,3 +266,41 @@ def test_two_gpus_by_hand():
     assert (_lat(t, "tree", "Simple"), _lat(t, "nvls", "Simple")) == (16.4, 25.0)
     with pytest.raises(ValueError, match="--ranks 12: must fill whole nodes of 8"):
         on_ranks(load("cluster-h100-ndr"), 12)
+
+
+def test_all_to_all_and_send_recv_follow_nccl_s_point_to_point_rules():
+    """NCCL's maintainers' rules (costmodel/p2p.py): one node at the GPU's NVLink bandwidth; one
+    GPU per node at one NIC's; N nodes of L at (n-1)/(n-L) x the NIC share; a send across nodes
+    at one NIC however many the node has."""
+    big = 8 << 30
+    def busbw(op, topo):
+        c = nccl_predict(op, big, topo)
+        return big / c.time_us / 1e3 * OPS[op].bus(topo.ranks)
+    h100 = load("dgx-h100")
+    assert busbw("all_to_all", h100) == pytest.approx(18 * 20.6, rel=0.01)
+    ndr = load("cluster-h100-ndr")
+    assert busbw("all_to_all", ndr.part(2, 1)) == pytest.approx(48.0, rel=0.01)
+    assert busbw("all_to_all", ndr.part(4, 8)) == pytest.approx(31 / 24 * 48.0, rel=0.01)
+    assert busbw("sendrecv", ndr.part(2, 8)) == pytest.approx(48.0, rel=0.01)
+    # a node of half as many NICs as GPUs: each GPU's share halves
+    half = ndr.__class__(**{**ndr.__dict__, "nics_per_node": 4})
+    assert busbw("all_to_all", half.part(2, 1)) == pytest.approx(48.0, rel=0.01)
+    assert busbw("all_to_all", half.part(2, 8)) == pytest.approx(15 / 8 * 24.0, rel=0.01)
+    # direct links without a switch: one pair has its share of them
+    alps = load("alps-gh200").part(1, 4)
+    assert busbw("sendrecv", alps) == pytest.approx(18 * 20.6 / 3, rel=0.01)
+
+
+def test_a_p2p_model_that_aggregates_nics_misses_the_published_figures(monkeypatch):
+    """Negative: pricing all-to-all as if a GPU used all of its node's NICs (what the
+    maintainers say it cannot) takes the multi-node published checks out of 10%."""
+    import commbench.costmodel.p2p as p2p
+
+    def aggregating(op, nbytes, topo, c):
+        wide = topo.__class__(**{**topo.__dict__, "nic_GBps": topo.nic_GBps * topo.nics_per_node})
+        return real(op, nbytes, wide, c)
+
+    real = p2p.p2p_time
+    monkeypatch.setattr("commbench.costmodel.nccl.p2p_time", aggregating)
+    rows = {r["figure"]: r for r in check_published()}
+    assert abs(rows["H100 nodes x 8 NDR, all-to-all on 6 nodes"]["ratio"] - 1) > 0.1

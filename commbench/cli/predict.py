@@ -66,7 +66,9 @@ def add_parser(sub) -> None:
     what = p.add_subparsers(dest="what", required=True, parser_class=type(p))
     c = what.add_parser("collective", help="one collective on one or more topologies",
                         description=f"Example: {EXAMPLES['collective']}")
-    c.add_argument("op", help="all_reduce, all_gather, reduce_scatter, broadcast, reduce")
+    c.add_argument("op", help="all_reduce, all_gather, reduce_scatter, broadcast, reduce "
+                   "(NCCL's tuning model), all_to_all, sendrecv (point-to-point, "
+                   "costmodel/p2p.py)")
     c.add_argument("size", help="bytes (whole buffer; all-gather: the gathered size), e.g. 1G")
     _common(c)
     c.add_argument("--ranks", type=int, default=None,

@@ -42,7 +42,7 @@ from commbench.costmodel.flavours import (
     layer_params,
 )
 from commbench.costmodel.layout_config import Layout
-from commbench.costmodel.nccl import constants, nccl_predict
+from commbench.costmodel.nccl import nccl_predict
 from commbench.costmodel.topology import Topology
 from commbench.ops import OPS, booked
 from commbench.patterns.base import Call
@@ -162,23 +162,16 @@ P2P = ("isend", "send", "recv", "irecv")
 
 
 def call_time_us(call: Call, n: int, topo: Topology, span, version: str):
-    """NCCL's model for a collective; latency plus bytes over the link for point-to-point and
-    all-to-all (a receive costs nothing more than its send)."""
+    """NCCL's model of a call on its ``span`` (nodes, GPUs per node) of ``topo``: its tuning
+    model for a collective, the point-to-point model (:mod:`.p2p`) for all-to-all and for a
+    send (a receive costs nothing more than its send)."""
     nodes, here = span
-    op, sent = call.op, call.sent
+    op = call.op
     if op in ("irecv", "recv"):
         return 0.0, "p2p"
-    if op in P2P or op == "all_to_all":
-        c = constants(version)
-        link = "pci" if topo.intra == "pci" else "nvlink"
-        nv = topo.intra_bw(c["nvlink_bw_per_link"][topo.arch])
-        nic = topo.nics_per_node * topo.nic_GBps / topo.gpus_per_node
-        cross = sent if op in P2P and nodes > 1 else sent * (n - here) / max(n - 1, 1)
-        lat = c["base_lat_us"]["ring"][2] + c["hw_lat_us"]["net" if nodes > 1 else link]["ring"][2]
-        return lat + (sent - cross) / (1000 * nv) + (cross / (1000 * nic) if cross else 0), "p2p"
     sub = topo.part(nodes, here)
     nbytes = call.size * n if OPS[op].input == "block" else call.size  # nccl-tests' size
-    choice = nccl_predict(op, nbytes, sub, version)
+    choice = nccl_predict("sendrecv" if op in P2P else op, nbytes, sub, version)
     return choice.time_us, f"{choice.algo}/{choice.proto}"
 
 

@@ -11,6 +11,8 @@ protocols LL, LL128, Simple. Latency = base + per-hop hardware latency x steps (
 NVLink or PCI; inter-node: NET); bandwidth = channels x per-channel graph bandwidth, capped per
 protocol, then turned into algorithm bandwidth (Ring: n / nsteps; Tree, CollNet: 1/2).
 Not modeled: the lowering of channel and thread counts for tiny messages, tuner plugins, FP8.
+All-to-all and send/recv, which NCCL runs as grouped point-to-point outside this model, come from
+:mod:`commbench.costmodel.p2p` as one choice, ``p2p/Simple``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from functools import cache
 from importlib import resources
 
 from commbench import ops as op_records
+from commbench.costmodel.p2p import P2P_OPS, p2p_time
 from commbench.costmodel.topology import Graph, Topology, graphs
 
 __all__ = ["ALGOS", "PROTOS", "Choice", "constants", "hierarchical_all_reduce", "nccl_predict",
@@ -149,13 +152,18 @@ def _latency(op, algo, p, topo: Topology, n: int, ppn: int, c: dict) -> float:
 
 
 def nccl_table(op: str, nbytes: int, topo: Topology, version: str = "2.30.7") -> list[Choice]:
-    """Every enabled (algorithm, protocol) for ``op`` of ``nbytes`` on all of ``topo``'s ranks."""
-    if op not in OPS:
-        raise ValueError(f"op={op!r}: NCCL's tuning model covers {', '.join(OPS)}")
+    """Every enabled (algorithm, protocol) for ``op`` of ``nbytes`` on all of ``topo``'s ranks;
+    all-to-all and send/recv: their one point-to-point choice (:mod:`..p2p`)."""
+    if op not in OPS and op not in P2P_OPS:
+        raise ValueError(f"op={op!r}: NCCL's model covers {', '.join(OPS + P2P_OPS)}")
     if nbytes < 0:
         raise ValueError(f"nbytes={nbytes}: must be >= 0")
     c = constants(version)
     n, ppn = topo.ranks, topo.gpus_per_node
+    if op in P2P_OPS:
+        t, lat = p2p_time(op, nbytes, topo, c)
+        alg = nbytes / (1000 * (t - lat)) if t > lat else 0.0
+        return [Choice("p2p", "Simple", t, lat, alg * op_records.OPS[op].bus(n), alg)]
     if n == 1:
         return [Choice("ring", "Simple", 0.0, 0.0, 0.0, 0.0)]
     g_all = graphs(topo, c["nvlink_bw_per_link"][topo.arch], c["nvls_search_speeds_sm90"])

@@ -33,6 +33,20 @@ FIGURES = [
     ("DGX A100 x 8 HDR200, multi-node all-reduce", "cluster-a100-hdr", 16, "all_reduce", None,
      192.0, "AddyLaddy quoted in NVIDIA/nccl#1576"),
 ]
+FIGURES += [  # NCCL's point-to-point (costmodel/p2p.py)
+    ("8 x H100 all-to-all, one node", "dgx-h100", 1, "all_to_all", None, 370.0,
+     "sjeaugey in NVIDIA/nccl-tests#212 (~370 GB/s effective NVLink, seen as busbw for every "
+     "operation but all-reduce)"),
+    ("8 x H100 send/recv, one node", "dgx-h100", 1, "sendrecv", None, 370.0,
+     "the same statement, NVIDIA/nccl-tests#212"),
+    ("H100 nodes x 8 NDR, all-to-all on 6 nodes", "cluster-h100-ndr", 6, "all_to_all", None, 57.6,
+     "sjeaugey in NVIDIA/nccl-tests#130 (busbw N/(N-1) x the network bandwidth per GPU) with "
+     "48 GB/s per CX-7 NDR NIC (AddyLaddy in NVIDIA/nccl-tests#267, where 6 such nodes show "
+     "busbw above 50 GB/s)"),
+    ("H100 nodes x 1 GPU NDR, all-to-all on 2 nodes", "cluster-h100-ndr@1", 2, "all_to_all", None,
+     48.0, "sjeaugey in NVIDIA/nccl-tests#130 ('with one GPU per node the BusBw should be the NIC "
+     "BW'); 48 GB/s per CX-7 NDR NIC, NVIDIA/nccl-tests#267"),
+]
 HEADLINE = len(FIGURES)
 FIGURES += [(f"{g} x H100 NVLS all-reduce", f"dgx-h100@{g}", 1, "all_reduce", "nvls", bw,
              "NVIDIA/nccl#1455 (NVLS 420/440/460/480 GB/s for 5/6/7/8 GPUs)")
@@ -45,7 +59,7 @@ def check_published(version: str = "2.30.7", size: int = 8 << 30) -> list[dict]:
         name, _, gpus = name.partition("@")
         topo = load(name, nodes)
         if gpus:
-            topo = topo.part(1, int(gpus))
+            topo = topo.part(topo.nodes, int(gpus))
         pick = nccl_predict(op, size, topo, version, algo)
         busbw = size / pick.time_us / 1e3 * factor(op, topo.ranks)
         rows.append({"figure": what, "topology": name, "ranks": topo.ranks, "op": op,
