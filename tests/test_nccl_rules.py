@@ -76,9 +76,13 @@ def test_a_ring_of_lone_messages_is_a_circular_wait_making_pair_communicators():
         rx = _msg(p, "recv", W3, (r - 1) % 3, wait=False)
         _msg(p, "send", W3, (r + 1) % 3)
         p.wait(rx)
-    problems = check([p.items for p in ranks])
+    problems = check([p.items for p in ranks], mode="lazy")
     assert problems and "lazy pair communicators" in problems[0]
     assert all(f"rank {r} waits" in problems[0] for r in range(3))
+    eager = check([p.items for p in ranks])  # the same first contacts on the group's own
+    assert eager and "deadlock" in eager[0]
+    assert all(f"rank {r}'s host waits to connect to rank {(r - 1) % 3}" in eager[0]
+               for r in range(3))
 
 
 def test_collectives_issued_in_another_order_are_reported():
@@ -113,26 +117,99 @@ def test_unmatched_and_mismatched_messages_are_reported():
 
 
 def test_a_wait_before_a_collective_orders_the_streams():
-    """Rank 0 waits for its send before the all-reduce; rank 1 receives only after it: a
-    cycle through the compute streams. Without rank 0's wait both complete."""
+    """Lazily, with the pair's communicator made by an earlier message: rank 0 waits for its send
+    before the all-reduce; rank 1 receives only after it: a cycle through the compute streams.
+    Without rank 0's wait both complete."""
     def record(wait: bool):
         a, b = _ranks(2)
+        _msg(a, "send", W2, 1)  # the pair's communicator made and connected
+        _msg(b, "recv", W2, 0)
         _msg(a, "send", W2, 1, wait=wait)
         a.post("coll", "all_reduce", W2, dtype="float32", count=1)
         i = b.post("coll", "all_reduce", W2, dtype="float32", count=1)
         b.wait(i)
         _msg(b, "recv", W2, 0)
-        return check([a.items, b.items])
+        return check([a.items, b.items], mode="lazy")  # eagerly both hang (the next test)
 
     assert record(wait=False) == []
     assert "deadlock" in record(wait=True)[0]
 
 
+def test_a_first_message_posted_alone_blocks_until_the_peer_makes_the_pair():
+    """Lazily, the same program without the earlier message: rank 0's send makes the pair's
+    communicator, which blocks its host until rank 1 asks for it too, and rank 1 asks only after
+    an all-reduce that rank 0 has not posted yet. The check before connection setup was modelled
+    passed it."""
+    a, b = _ranks(2)
+    _msg(a, "send", W2, 1, wait=False)
+    a.post("coll", "all_reduce", W2, dtype="float32", count=1)
+    i = b.post("coll", "all_reduce", W2, dtype="float32", count=1)
+    b.wait(i)
+    _msg(b, "recv", W2, 0)
+    problems = check([a.items, b.items], mode="lazy")
+    assert problems and "rank 0's host waits to connect to rank 1" in problems[0]
+
+
+def _send_then_collective(a: Posts, b: Posts) -> None:
+    """Rank 0 isends to rank 1 (not waited) and then all-reduces; rank 1 all-reduces and then
+    receives."""
+    _msg(a, "send", W2, 1, wait=False)
+    a.post("coll", "all_reduce", W2, dtype="float32", count=1)
+    b.post("coll", "all_reduce", W2, dtype="float32", count=1)
+    _msg(b, "recv", W2, 0)
+
+
+def test_eager_init_runs_a_lone_send_on_the_groups_communicator_in_order():
+    """Under eager init (device_id given; torch >= 2.3) the send is queued before rank 0's
+    all-reduce on one communicator, and rank 1's receive behind its all-reduce: a deadlock.
+    Lazily, the send has the pair's communicator and both complete: the check before eager
+    init was modelled said no problem here."""
+    a, b = _ranks(2)
+    _send_then_collective(a, b)
+    eager = check([a.items, b.items])
+    assert eager and "deadlock" in eager[0]
+    assert "rank 0: send of 8 B to rank 1 on group [0, 1] (posted alone)" in eager[0]
+    assert "rank 1: all_reduce float32[1] on group [0, 1]" in eager[0]
+    assert check([a.items, b.items], mode="lazy") == []
+
+
+def test_connection_setup_blocks_the_host_before_its_later_posts():
+    """Rank 0's first message to rank 1 blocks its host until rank 1 posts one back; rank 1's
+    host waits for an all-reduce (a .item()) before it does, and rank 0 never posts its part of
+    that all-reduce: a hang the streams alone do not show (the all-reduce and the message are on
+    different communicators), in either init mode."""
+    side = (0, 1, 2)
+    a, b, c = _ranks(3)
+    _msg(a, "send", side, 1, wait=False)
+    a.post("coll", "all_reduce", W2, dtype="float32", count=1)
+    i = b.post("coll", "all_reduce", W2, dtype="float32", count=1)
+    b.wait(i)
+    _msg(b, "recv", side, 0)
+    for mode in ("eager", "lazy"):
+        problems = check([a.items, b.items, c.items], mode=mode)
+        assert problems and "rank 0's host waits to connect to rank 1" in problems[0], mode
+    # posted the other way round (rank 1 receives first), it completes
+    a, b, c = _ranks(3)
+    _msg(a, "send", side, 1, wait=False)
+    a.post("coll", "all_reduce", W2, dtype="float32", count=1)
+    r = _msg(b, "recv", side, 0, wait=False)
+    i = b.post("coll", "all_reduce", W2, dtype="float32", count=1)
+    b.wait(i)
+    b.wait(r)
+    assert check([a.items, b.items, c.items]) == []
+
+
+def test_an_unknown_init_mode_is_refused():
+    with pytest.raises(ValueError, match="mode='later': must be one of eager, lazy"):
+        check([[]], mode="later")
+
+
 def test_messages_on_two_communicators_do_not_match():
     a, b = _ranks(2)
     _grouped(a, W2, None, 1)  # on the group's communicator
-    _msg(b, "recv", W2, 0)  # posted alone: the pair's
-    assert check([a.items, b.items])
+    _msg(b, "recv", W2, 0)  # posted alone: the pair's, lazily; the group's, eagerly
+    assert check([a.items, b.items], mode="lazy")
+    assert check([a.items, b.items]) == []
 
 
 # -- every algorithm on the thread world ------------------------------------------------------
@@ -194,7 +271,9 @@ BOTH_WAYS = [k for k in ALGOS if not k[1].endswith("_compiled") and k[1] not in
 def test_the_checker_fails_lone_messages_in_every_two_way_schedule(key, n):
     problems = _problems(n, *key, 37, lone=True)
     assert problems, f"{key} with lone messages passed at {n} ranks"
-    assert "deadlock" in problems[0] or "pair communicators" in problems[0], problems
+    assert "deadlock" in problems[0] or "connections" in problems[0], problems
+    lazy = check(run_threads(n, _algorithm_posts, *key, 37, True), mode="lazy")
+    assert lazy and ("deadlock" in lazy[0] or "pair communicators" in lazy[0]), lazy
 
 
 # -- what the replay still reports in a registered pattern --------------------------------------

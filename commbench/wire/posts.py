@@ -21,7 +21,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["Post", "Posts", "recording", "stream_of"]
+__all__ = ["MODES", "Post", "Posts", "recording", "stream_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +38,16 @@ class Post:
     tag: int = 0  # point-to-point: the tag gloo and MPI match by; NCCL ignores it
 
 
-def stream_of(rank: int, p: Post) -> tuple:
+MODES = ("eager", "lazy")
+
+
+def stream_of(rank: int, p: Post, mode: str = "lazy") -> tuple:
     """The NCCL communicator (and so the stream) a post runs on: the group's own for collectives
-    and grouped messages; for a message posted alone, torch's lazily made communicator of the pair
-    (ProcessGroupNCCL keys it by the two ranks)."""
-    if p.kind == "coll" or p.batch >= 0:
+    and grouped messages; for a message posted alone, under lazy initialisation torch's lazily
+    made communicator of the pair (ProcessGroupNCCL keys it by the two ranks), under eager
+    initialisation (``device_id`` given to ``init_process_group``: torch 2.3 and later) the
+    group's own communicator too."""
+    if p.kind == "coll" or p.batch >= 0 or mode == "eager":
         return ("group", p.comm)
     return ("pair", p.comm, min(rank, p.peer), max(rank, p.peer))
 

@@ -27,6 +27,7 @@ from commbench.runtime.launch import LaunchError, LaunchInfo, detect, rendezvous
 from commbench.runtime.status import Tracker
 from commbench.wire.comm import Comm
 from commbench.wire.ledger import Ledger
+from commbench.wire.splits import Creation
 
 __all__ = ["Context", "default_backend", "import_mpi", "mpi_mismatch"]
 
@@ -77,6 +78,23 @@ def import_mpi(launcher: str | None = None):
     return MPI
 
 
+def _no_colour_split() -> None:
+    """The no-colour ``ncclCommSplit`` that torch's ``new_group`` makes on every non-member of a
+    new group, made here by a member of a new gloo group, which torch leaves out: without it the
+    non-members make one split more and every later group's split pairs with the wrong one
+    (:mod:`commbench.wire.splits`). Only under eager init (a device bound to the default group),
+    where torch splits at all."""
+    default = dist.distributed_c10d._get_default_group()
+    device = getattr(default, "bound_device_id", None)
+    if device is None:
+        return
+    backend = default._get_backend(device)
+    while hasattr(backend, "wrapped_pg"):  # TORCH_DISTRIBUTED_DEBUG's wrapper
+        backend = backend.wrapped_pg
+    if getattr(backend, "supports_splitting", False):
+        backend.perform_nocolor_split(device)
+
+
 class Context:
     def __init__(self, *, rank: int, size: int, local_rank: int = 0, launcher: str = "none",
                  backend: str | None = None, mpi_comm=None, tracker: Tracker | None = None,
@@ -100,6 +118,8 @@ class Context:
             self.device = torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
         self._groups: dict[tuple[int, ...], Group] = {}
         self._comms: dict[str, Comm] = {}
+        # every new_group this rank calls, as an NCCL world would call them (wire/splits.py)
+        self.creations: list[Creation] = [Creation(tuple(range(size)), "gloo")]
         side = dist.new_group(backend="gloo") if self.backend == "nccl" else None
         self.world = Group(tuple(range(size)), rank, "world",
                            dist.group.WORLD if self.backend else None, mpi_comm, side)
@@ -264,10 +284,15 @@ class Context:
                         mpi_sub[g] = sub
         for g in todo:
             pg = side = None
+            if g != self.world.ranks:
+                self.creations.append(Creation(g, "nccl"))
+            self.creations.append(Creation(g, "gloo", balanced=True))
             if self.backend:
                 pg = dist.group.WORLD if g == self.world.ranks else dist.new_group(list(g))
             if self.backend == "nccl":  # the harness's traffic goes beside it, over gloo
                 side = dist.new_group(list(g), backend="gloo")
+                if self.rank in g:
+                    _no_colour_split()
             inside = self.rank in g
             self._groups[g] = Group(g, self.rank, names.get(g, ""), pg if inside else None,
                                     mpi_sub.get(g), side if inside else None)
