@@ -32,6 +32,12 @@ def add_parser(sub) -> None:
                    help="compare rank 0's calls with this layout's (the predict layout flags: "
                         "tp=2,sp,hidden=4096,...; with pp > 1 rank 0 is the first stage, "
                         "loss=none); exit 1 on a difference")
+    a.add_argument("--nccl", nargs="?", const="auto", default=None,
+                   choices=("auto", "eager", "lazy"),
+                   help="replay the script's calls and group creations under NCCL's rules and "
+                   "report what would hang or fail there, with the ranks, calls and lines (exit "
+                   "1 on a finding); the init mode the script asks for (device_id given: eager), "
+                   "or the one named")
     a.add_argument("--step", type=int, default=None, metavar="N",
                    help="compare only step N (from 1) of those the script marks with "
                         "commbench.audit.step(); default: the whole script")
@@ -84,7 +90,13 @@ def command(a) -> int:
     try:
         world.start()
         with _still_running(os.path.basename(a.script), prints):
-            per_rank = world.run(run_script, path, list(a.args))
+            if a.nccl:
+                from commbench.studies.audit_nccl import run_script_nccl
+
+                full = world.run(run_script_nccl, path, list(a.args))
+                per_rank = [out["entries"] for out in full]
+            else:
+                per_rank = world.run(run_script, path, list(a.args))
     finally:
         world.close()
     record = res.header("audit", size, f"local-{world.launch}" if not launcher else launcher,
@@ -129,7 +141,17 @@ def command(a) -> int:
     flags = record.get("layout", {}).get("flags", [])
     if prints and flags:
         print(f"# {len(flags)} difference(s) from the layout:", *flags, sep="\n#   ")
-    return 1 if flags else 0
+    found: list[str] = []
+    if a.nccl:
+        from commbench.studies.audit_nccl import findings
+
+        why, found = findings(full, a.nccl)
+        if prints:
+            print(f"# NCCL's rules ({why}): " + (f"{len(found)} finding(s)" if found else
+                                                 "nothing would hang or fail"))
+            for line in found:
+                print(f"#   {line}")
+    return 1 if flags or found else 0
 
 
 class _still_running:

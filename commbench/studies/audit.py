@@ -23,12 +23,14 @@ __all__ = ["audit", "audit_markdown", "in_steps", "run_script", "step_rows", "ta
            "torchrun_env"]
 
 
-def audit(step: Callable, *args, ledger: Ledger | None = None, **kwargs) -> list[Entry]:
-    """Run ``step(*args, **kwargs)`` under the watcher; the entries it booked on this rank."""
+def audit(step: Callable, *args, ledger: Ledger | None = None, script: str | None = None,
+          **kwargs) -> list[Entry]:
+    """Run ``step(*args, **kwargs)`` under the watcher; the entries it booked on this rank
+    (with ``script``, each with the line of that file that issued it)."""
     from commbench.wire.watch import watch
 
     ledger = ledger or Ledger()
-    with watch(ledger) as w, ledger.capture() as cap:
+    with watch(ledger, script=script) as w, ledger.capture() as cap:
         step(*args, **kwargs)
     device = w.device_times()
     return [e._replace(device_seconds=device[id(e)]) if id(e) in device else e
@@ -39,16 +41,17 @@ audit.step = step  # commbench.audit.step(): marks a training step in a script
 
 
 @contextlib.contextmanager
-def _process_group_kept():
+def _process_group_kept(asked: dict | None = None):
     """The script's init_process_group / destroy_process_group become no-ops while the rank's
-    own world is up (a launcher's script calls them; the audit's world already did)."""
+    own world is up (a launcher's script calls them; the audit's world already did); the
+    keywords the script gave init_process_group go into ``asked``."""
     import torch.distributed as dist
 
     if not dist.is_initialized():
         yield
         return
     saved = dist.init_process_group, dist.destroy_process_group
-    dist.init_process_group = lambda *a, **k: None
+    dist.init_process_group = lambda *a, **k: (asked or {}).update(k, called=True)
     dist.destroy_process_group = lambda *a, **k: None
     try:
         yield
@@ -90,10 +93,13 @@ def _looks_like_torchrun(ctx):
         yield
 
 
-def run_script(ctx, path: str, argv: list[str]) -> list[tuple]:
+def run_script(ctx, path: str, argv: list[str], extra: contextlib.AbstractContextManager
+               | None = None, asked: dict | None = None) -> list[tuple]:
     """On a rank: ``path`` run as ``__main__`` with ``argv`` under the watcher, with torchrun's
     variables and, as ``python path`` has it, the script's folder first on ``sys.path`` (its
-    own modules import); its entries as plain tuples (``Entry`` fields), for the driver."""
+    own modules import); its entries as plain tuples (``Entry`` fields), for the driver.
+    ``extra``: a context the script also runs in; ``asked``: filled with the keywords the script
+    gave ``init_process_group``."""
     from commbench.wire import steps
 
     saved, folder = sys.argv, os.path.dirname(os.path.abspath(path))
@@ -101,8 +107,10 @@ def run_script(ctx, path: str, argv: list[str]) -> list[tuple]:
     sys.path.insert(0, folder)
     steps.restart()
     try:
-        with _process_group_kept(), _looks_like_torchrun(ctx), steps.profiler_steps():
-            entries = audit(runpy.run_path, path, run_name="__main__", ledger=ctx.ledger)
+        with _process_group_kept(asked), _looks_like_torchrun(ctx), steps.profiler_steps(), \
+                extra or contextlib.nullcontext():
+            entries = audit(runpy.run_path, path, run_name="__main__", ledger=ctx.ledger,
+                            script=os.path.abspath(path))
     finally:
         sys.argv = saved
         if folder in sys.path:

@@ -44,6 +44,8 @@ class Entry(NamedTuple):
     device_seconds: float = 0.0  # the collective's own time on the GPU (watcher, NCCL timing)
     peer: int = -1  # a point-to-point call's other end, a global rank; -1: none
     splits: tuple = ()  # an all-to-all's (elements to each member, from each member) (watcher)
+    line: str = ""  # where an audited script issued it, "file.py:LINE" (watcher, given the script)
+    batch: int = -1  # the batch_isend_irecv call a message belongs to (watcher); -1: alone
 
     def as_dict(self) -> dict:
         d = self._asdict()

@@ -51,12 +51,13 @@ _MAX_LINES = 8  # ranks described in one deadlock report
 
 def describe(rank: int, p: Post) -> str:
     where = f"group {list(p.comm)}"
+    line = f" at {p.where}" if p.where else ""
     if p.kind == "coll":
         count = f"[{p.count}]" if p.count >= 0 else ""
-        return f"{p.op} {p.dtype}{count} on {where}"
+        return f"{p.op} {p.dtype}{count} on {where}{line}"
     way = "to" if p.kind == "send" else "from"
     alone = "posted alone" if p.batch < 0 else f"in group call {p.batch}"
-    return f"{p.kind} of {p.nbytes} B {way} rank {p.peer} on {where} ({alone})"
+    return f"{p.kind} of {p.nbytes} B {way} rank {p.peer} on {where} ({alone}){line}"
 
 
 def _records(records: Sequence) -> list[list[Post]]:

@@ -36,6 +36,7 @@ class Post:
     batch: int = -1  # posts of one group call share it; -1: posted alone
     after: tuple[int, ...] = ()  # posts of this rank waited for before this one was posted
     tag: int = 0  # point-to-point: the tag gloo and MPI match by; NCCL ignores it
+    where: str = ""  # the line that issued it (an audited script's "file.py:LINE"), if known
 
 
 MODES = ("eager", "lazy")

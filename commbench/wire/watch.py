@@ -41,9 +41,35 @@ from commbench.wire.ledger import Ledger
 from commbench.wire.modules import module_tracker, origin
 from commbench.wire.watch_rules import OP_OF, first_tensor, pg_of, ranks_of, read, redop_name
 
-__all__ = ["quiet", "watch"]
+__all__ = ["batched", "quiet", "watch"]
 
 _QUIET: contextvars.ContextVar[bool] = contextvars.ContextVar("commbench_quiet", default=False)
+_BATCH: contextvars.ContextVar[int] = contextvars.ContextVar("commbench_batch", default=-1)
+_BATCHES = [0]
+
+
+@contextlib.contextmanager
+def batched():
+    """The messages booked inside are one group call (``batch_isend_irecv``): their entries
+    share a ``batch`` number."""
+    if _BATCH.get() >= 0:
+        yield
+        return
+    token = _BATCH.set(_BATCHES[0])
+    _BATCHES[0] += 1
+    try:
+        yield
+    finally:
+        _BATCH.reset(token)
+
+
+def _line(script: str, frame) -> str:
+    """``file.py:LINE`` of the innermost frame in ``script``, '' when none is."""
+    while frame is not None:
+        if frame.f_code.co_filename == script:
+            return f"{script.rsplit('/', 1)[-1]}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
 
 
 class quiet:
@@ -59,9 +85,11 @@ class quiet:
 class watch(TorchDispatchMode):
     """Book torch.distributed calls made inside the ``with`` block into ``ledger``."""
 
-    def __init__(self, ledger: Ledger, transport: str | None = None) -> None:
+    def __init__(self, ledger: Ledger, transport: str | None = None,
+                 script: str | None = None) -> None:
         super().__init__()
         self.ledger, self.transport = ledger, transport
+        self.script = script  # an audited script's path: each entry gets its line there
         self.works: list[tuple] = []  # (entry, c10d Work) of the calls on CUDA tensors
         self._modules = module_tracker()
 
@@ -107,7 +135,10 @@ class watch(TorchDispatchMode):
                                        seconds, source="torch",
                                        redop=redop_name(named.get("reduce_op")), phase=phase,
                                        module=module, nbytes=count * dtype.itemsize, start=t0,
-                                       peer=peer, splits=splits)
+                                       peer=peer, splits=splits,
+                                       line=_line(self.script, sys._getframe(1))
+                                       if self.script else "",
+                                       batch=_BATCH.get() if op in ("send", "recv") else -1)
         if first is not None and first.is_cuda:
             work = _work_of(out)
             if work is not None:

@@ -1,0 +1,48 @@
+"""``commbench audit SCRIPT --nccl``: a script's own calls and group creations, run on CPU over
+gloo, replayed under NCCL's rules; each finding names the ranks, the calls and the script's
+lines. examples/nccl_hang.py hangs only under eager init; tests/data/audit/nccl_mistakes.py
+makes three other mistakes, and its good variant none."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from commbench.cli.main import main
+
+pytestmark = pytest.mark.foundation
+
+HERE = os.path.dirname(__file__)
+HANG = os.path.join(HERE, "..", "examples", "nccl_hang.py")
+MISTAKES = os.path.join(HERE, "data", "audit", "nccl_mistakes.py")
+
+
+def _audit(capsys, script, np, mode, *args) -> tuple[int, str]:
+    code = main(["audit", script, "--np", str(np), "--nccl", mode, "--no-write", *args])
+    return code, capsys.readouterr().out
+
+
+def test_a_send_before_a_collective_hangs_under_eager_init_only(capsys):
+    code, out = _audit(capsys, HANG, 2, "eager")
+    assert code == 1
+    assert "NCCL's rules (eager: as asked (--nccl eager)): 1 finding(s)" in out
+    assert ("rank 0: send of 16 B to rank 1 on group [0, 1] (posted alone) at nccl_hang.py:23"
+            in out)
+    assert "rank 1: all_reduce float32[4] on group [0, 1] at nccl_hang.py:27" in out
+    code, out = _audit(capsys, HANG, 2, "lazy")
+    assert code == 0 and "nothing would hang or fail" in out
+
+
+def test_split_counts_a_bitwise_reduction_and_lone_rings_are_found_with_their_lines(capsys):
+    code, out = _audit(capsys, MISTAKES, 3, "eager")
+    assert code == 1
+    assert "NCCL has no band reduction: rank 0's all_reduce on group [0, 1, 2] at " \
+           "nccl_mistakes.py:17" in out
+    assert "rank 0's host waits to connect to rank 2" in out and "nccl_mistakes.py:25" in out
+    assert "ncclCommSplit 0: ranks [0] pass the colour of group [0, 2]" in out
+
+
+def test_the_same_script_done_right_passes(capsys):
+    code, out = _audit(capsys, MISTAKES, 3, "eager", "--", "good")
+    assert code == 0 and "nothing would hang or fail" in out, out
