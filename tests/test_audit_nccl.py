@@ -11,7 +11,7 @@ import pytest
 
 from commbench.cli.main import main
 
-pytestmark = pytest.mark.foundation
+pytestmark = [pytest.mark.foundation, pytest.mark.local]
 
 HERE = os.path.dirname(__file__)
 HANG = os.path.join(HERE, "..", "examples", "nccl_hang.py")

@@ -9,6 +9,7 @@ import os
 import re
 
 import pytest
+from said import said
 
 from commbench.cli.main import main
 from commbench.costmodel.calibrate import topology_for
@@ -158,7 +159,7 @@ def test_a_file_that_is_no_log_is_one_line_and_exit_2(text, tmp_path, capsys):
     log = tmp_path / "x.log"
     log.write_text(text)
     assert main(["import", str(log), "--out", str(tmp_path)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = said(capsys).strip().splitlines()
     assert len(err) == 1 and "not such a log" in err[0]
     assert not list(tmp_path.glob("*.json"))
     with pytest.raises(LogError):
@@ -174,7 +175,7 @@ def test_a_run_whose_columns_fit_no_op_alone_needs_op(tmp_path, capsys):
     log = tmp_path / "four.log"
     log.write_text(text)
     assert main(["import", str(log), "--out", str(tmp_path)]) == 2
-    assert "give --op" in capsys.readouterr().err
+    assert "give --op" in said(capsys)
     assert main(["import", str(log), "--out", str(tmp_path), "--op", "all_reduce"]) == 0
 
 
