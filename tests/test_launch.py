@@ -184,3 +184,25 @@ def test_commbench_backend_nccl_without_a_gpu_is_one_line_before_any_rank():
         return
     with pytest.raises(UsageError, match="NCCL needs a CUDA GPU"):
         check_backend(True, {"COMMBENCH_BACKEND": "nccl"})
+
+
+def _torchrun(rank: int, size: int, local: int, local_size: int) -> dict:
+    return {"RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_RANK": str(local),
+            "LOCAL_WORLD_SIZE": str(local_size), "TORCHELASTIC_RUN_ID": "x",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+def test_two_ranks_on_one_gpu_are_refused_on_every_rank_before_any_collective():
+    from commbench.cli.checks import check_gpus
+    from commbench.cli.common import UsageError
+    from commbench.runtime.launch import detect, shared_gpu
+
+    # 8 ranks on a host of 4 GPUs: every rank binds a GPU another rank binds too
+    for local in range(8):
+        why = shared_gpu(detect(_torchrun(local, 16, local, 8)), 4)
+        assert f"would share cuda:{local % 4} with local ranks {local % 4}, {local % 4 + 4}" in why
+        with pytest.raises(UsageError, match=f"rank {local} \\(local rank {local} of 8"):
+            check_gpus(True, _torchrun(local, 16, local, 8), gpus=4)
+    assert shared_gpu(detect(_torchrun(3, 16, 3, 8)), 8) == ""  # one GPU each
+    check_gpus(True, {**_torchrun(3, 16, 3, 8), "COMMBENCH_BACKEND": "gloo"}, gpus=4)  # no NCCL
+    check_gpus(False, _torchrun(3, 16, 3, 8), gpus=4)  # a local world binds no GPU per rank

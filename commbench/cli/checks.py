@@ -90,6 +90,7 @@ def check_world(a) -> None:
     except LaunchError as exc:  # a launcher whose world cannot be read: before any rank starts
         raise UsageError(str(exc)) from None
     check_backend(bool(a.launcher))
+    check_gpus(bool(a.launcher))
     if a.launcher and a.np not in (a.np_default, a.world_size):
         raise UsageError(f"--np {a.np}: the launcher ({a.launcher}) started {a.world_size} ranks; "
                          "drop --np or launch that many")
@@ -161,6 +162,24 @@ def check_backend(launched: bool, env=None) -> None:
         if not torch.cuda.is_available():
             raise UsageError("COMMBENCH_BACKEND=nccl: NCCL needs a CUDA GPU, and torch sees none "
                              "on this host (torch.cuda.is_available() is False)")
+
+
+def check_gpus(launched: bool, env=None, gpus: int | None = None) -> None:
+    """Launched ranks that would run NCCL (``COMMBENCH_BACKEND=nccl``, or unset on a host with
+    CUDA) refused in one line, before any rank starts, when their host has fewer GPUs than
+    ranks (:func:`commbench.runtime.launch.shared_gpu`)."""
+    from commbench.runtime.launch import detect, shared_gpu
+
+    env = os.environ if env is None else env
+    if not launched or env.get("COMMBENCH_BACKEND", "nccl") != "nccl":
+        return
+    if gpus is None:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    why = shared_gpu(detect(env), gpus) if gpus else ""
+    if why:
+        raise UsageError(why)
 
 
 def world_size(np: int) -> tuple[int, int, str]:

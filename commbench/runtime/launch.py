@@ -19,7 +19,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["LaunchError", "LaunchInfo", "detect", "first_slurm_host", "rendezvous",
+__all__ = ["LaunchError", "LaunchInfo", "detect", "first_slurm_host", "rendezvous", "shared_gpu",
            "tasks_per_node"]
 
 
@@ -181,6 +181,22 @@ def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
 
 
 _NODELIST = re.compile(r"^([^\[,]+)(?:\[([^\]]+)\])?")
+
+
+def shared_gpu(info: LaunchInfo, gpus: int) -> str:
+    """Why this rank cannot have a GPU of its own ('' when it can): more ranks on its host than
+    GPUs, so that ``local_rank % gpus`` binds two of them to one device, which NCCL refuses for
+    two ranks of one communicator (``ncclInvalidUsage``: duplicate GPU) and which would split one
+    device's memory. Every rank of such a host finds it before any collective."""
+    local = info.local_size or 1
+    if gpus < 1 or local <= gpus:
+        return ""
+    dev = info.local_rank % gpus
+    sharing = [lr for lr in range(local) if lr % gpus == dev]
+    return (f"rank {info.rank} (local rank {info.local_rank} of {local} on this host) would "
+            f"share cuda:{dev} with local ranks {', '.join(map(str, sharing[:8]))}: the host has "
+            f"{gpus} GPU(s) for {local} ranks, and NCCL refuses two ranks of one communicator on "
+            f"one GPU; start at most {gpus} ranks per host")
 
 
 def first_slurm_host(nodelist: str) -> str:

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from commbench.runtime.group import Grid, Group, grid_groups, parse_grid
-from commbench.runtime.launch import LaunchError, LaunchInfo, detect, rendezvous
+from commbench.runtime.launch import LaunchError, LaunchInfo, detect, rendezvous, shared_gpu
 from commbench.runtime.status import Tracker
 from commbench.wire.comm import Comm
 from commbench.wire.ledger import Ledger
@@ -158,6 +158,9 @@ class Context:
             store_address = (addr, port)
             kwargs = {}
             if backend == "nccl":
+                why = shared_gpu(info, torch.cuda.device_count())
+                if why:
+                    raise LaunchError(why)
                 torch.cuda.set_device(info.local_rank % torch.cuda.device_count())
                 kwargs["device_id"] = torch.device("cuda", torch.cuda.current_device())
             dist.init_process_group(pg_backend or backend, init_method=f"tcp://{addr}:{port}",
