@@ -324,3 +324,18 @@ def test_messages_that_rely_on_tags_are_reported():
     for tag in (2, 1):  # gloo matches by tag; NCCL in order
         b.wait(b.post("recv", "recv", W2, peer=0, nbytes=8, tag=tag))
     assert "ignores tags" in check([a.items, b.items])[0]
+
+
+def _pingpong_posts(ctx):
+    from commbench.timing.native import prepare_native
+
+    src = verify.seeded(3, ctx.rank, 16, torch.float32)
+    prepare_native(ctx.comm(), ctx.world, "pingpong", "sum", 0, src, 16).first()
+    return ctx.posts.export()
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_pingpong_posts_through_the_comm_layer_and_keeps_ncclS_rules(n):
+    recs = run_threads(n, _pingpong_posts)
+    assert [len(r) for r in recs] == [2, 2] + [0] * (n - 2)  # recorded: a send and a receive each
+    assert check(recs) == [] and check(recs, mode="lazy") == []
