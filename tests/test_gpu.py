@@ -81,3 +81,22 @@ def _audited_all_reduce(ctx):
 def test_the_audit_books_each_call_s_device_time(gpu_world):
     (entries,) = gpu_world.run(_audited_all_reduce)
     assert [op for op, _ in entries] == ["all_reduce"] and entries[0][1] > 0
+
+
+def _pipeline_compute(ctx):
+    from commbench.patterns.pp.pp_comms import compute
+
+    busy_start = torch.cuda.Event(enable_timing=True)
+    busy_end = torch.cuda.Event(enable_timing=True)
+    busy_start.record()
+    compute(0.05, ctx.device)
+    busy_end.record()
+    busy_end.synchronize()
+    return busy_start.elapsed_time(busy_end) / 1e3
+
+
+def test_the_pipelines_compute_runs_on_the_device(gpu_world):
+    """On CUDA the pipeline's synthetic compute is a kernel on the stage's stream: CUDA events
+    around it see it (device time; a host sleep would leave them about 0)."""
+    (device_s,) = gpu_world.run(_pipeline_compute)
+    assert device_s > 0.5 * 0.05

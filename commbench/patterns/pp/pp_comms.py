@@ -10,9 +10,13 @@ y - t), runs backward and sends dx back. Gradients of a chunk's layers add up ov
 
 With ``checkpoint`` a forward keeps only its input and runs without autograd; the backward runs
 the forward again with autograd first (re-materialisation, GPipe §2). ``compute_s`` adds a
-synthetic compute time per layer for the whole batch (a micro-batch of b/m rows sleeps
+synthetic compute time per layer for the whole batch (a micro-batch of b/m rows computes
 compute_s/m forward, twice that backward), so that stages of equal compute show the schedule's
-bubble whatever the machine, and every schedule does the same total work. The naive pipeline is
+bubble whatever the machine, and every schedule does the same total work. On a CPU the host
+sleeps; on a GPU the stage's stream runs a kernel of that duration (``torch.cuda._sleep``, its
+cycles per second measured once with CUDA events), so that the compute sits on the device
+between the stage's sends and receives as a layer's kernels would, and the CUDA events that time
+the step and the stage's busy time see it. The naive pipeline is
 GPipe with one micro-batch.
 
 Which weights a chunk takes and what happens to its gradients before each backward are parts
@@ -21,6 +25,7 @@ Which weights a chunk takes and what happens to its gradients before each backwa
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,8 +37,8 @@ from commbench.patterns.pp.schedule import interleaved_warmup, schedule
 from commbench.patterns.pp.stage_link import StageLink, units
 from commbench.runtime.group import Group
 
-__all__ = ["PPParts", "chunk_layers", "last_rank_shifted_layers", "no_grad_accumulation",
-           "oracle_pp", "pipeline", "weights_and_data"]
+__all__ = ["PPParts", "chunk_layers", "compute", "last_rank_shifted_layers",
+           "no_grad_accumulation", "oracle_pp", "pipeline", "weights_and_data"]
 
 TAG = 9000
 
@@ -48,10 +53,35 @@ def weights_and_data(cfg: PPConfig, seed: int) -> tuple[list[torch.Tensor], torc
     return ws, x, t
 
 
+@functools.cache
+def _cycles_per_second(index: int) -> float:
+    """GPU ``index``'s clock as ``torch.cuda._sleep`` counts it, timed once with CUDA events."""
+    with torch.cuda.device(index):
+        torch.cuda._sleep(1000)  # load the kernel
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = 20_000_000
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return cycles / (start.elapsed_time(end) / 1e3)
+
+
+def compute(seconds: float, device: torch.device) -> None:
+    """``seconds`` of synthetic compute: the host sleeps on a CPU; on a GPU a kernel of that
+    duration runs on the current stream (module docstring)."""
+    if seconds <= 0:
+        return
+    if device.type != "cuda":
+        time.sleep(seconds)
+        return
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    torch.cuda._sleep(max(1, int(seconds * _cycles_per_second(index))))
+
+
 def _chunk_forward(x: torch.Tensor, ws: list[torch.Tensor], sleep: float) -> torch.Tensor:
     for w in ws:
-        if sleep:
-            time.sleep(sleep)
+        compute(sleep, x.device)
         x = torch.tanh(x @ w.T)
     return x
 
@@ -201,8 +231,7 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
                     before = meter.now
                     y = _forward(x, c)
                     nbytes += meter.now - before
-            if sleep:
-                time.sleep(2 * sleep * per)
+            compute(2 * sleep * per, x.device)
             dy = (y.detach() - t_all[j * bm:(j + 1) * bm]) if grad_in is None else grad_in
             parts.before_backward(mine[c])
             y.backward(dy)
