@@ -4,6 +4,7 @@ print (and write) every collective it issued, per group and per module (studies/
 from __future__ import annotations
 
 import os
+import sys
 
 from commbench.cli import checks
 from commbench.cli.common import UsageError
@@ -48,6 +49,13 @@ def add_parser(sub) -> None:
 def command(a) -> int:
     if not os.path.isfile(a.script):
         raise UsageError(f"{a.script}: no such script")
+    try:  # refused before any rank starts, as python would refuse it
+        with open(a.script, "rb") as f:
+            compile(f.read(), a.script, "exec")
+    except SyntaxError as exc:
+        raise UsageError(f"{a.script}:{exc.lineno}: syntax error: {exc.msg}") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{a.script}: cannot be read as Python ({exc})") from None
     checks.check_world(a)
     size, launcher = a.world_size, a.launcher
     if a.trace:
@@ -141,6 +149,8 @@ def command(a) -> int:
     flags = record.get("layout", {}).get("flags", [])
     if prints and flags:
         print(f"# {len(flags)} difference(s) from the layout:", *flags, sep="\n#   ")
+        print(f"commbench audit: {len(flags)} difference(s) from the layout {a.layout}",
+              file=sys.stderr)
     found: list[str] = []
     if a.nccl:
         from commbench.studies.audit_nccl import findings
@@ -151,6 +161,9 @@ def command(a) -> int:
                                                  "nothing would hang or fail"))
             for line in found:
                 print(f"#   {line}")
+            if found:
+                print(f"commbench audit: NCCL would hang or fail on {a.script}: {len(found)} "
+                      "finding(s)", file=sys.stderr)
     return 1 if flags or found else 0
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from commbench.cli.common import UsageError
 
 __all__ = ["add_parser", "command"]
@@ -41,4 +43,7 @@ def command(a) -> int:
     if old.get("hardware") != new.get("hardware"):
         print(f"# the machine classes differ ({old.get('hardware')} against "
               f"{new.get('hardware')}): the ratios measure the machines as much as the code")
+    if bad:
+        print(f"commbench compare: {len(bad)} of {len(rows)} rows regressed ({a.new} against "
+              f"{a.old})", file=sys.stderr)
     return 1 if bad else 0

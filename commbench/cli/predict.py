@@ -225,7 +225,8 @@ def _layout(a) -> None:
               f"tp={lay.tp} sp={lay.sp} cp={lay.cp} ({lay.cp_kind}) ep={lay.ep} dp={lay.dp} "
               + (f"(shard {lay.dp // lay.dp_replicate} x replicate {lay.dp_replicate}) "
                  if lay.dp_replicate > 1 else "")
-              + f"pp={lay.pp} zero={lay.zero}, {lay.micro_batches} micro-batches")
+              + f"pp={lay.pp} zero={lay.zero}, {lay.micro_batches} micro-batches; NCCL "
+              f"{a.nccl_version} model")
         print(tabulate([[r["group"], r["size"], f"{r['nodes']}x{r['per_node']}", r["calls"],
                          r["bytes_per_rank"], f"{r['time_ms']:.3f}", "; ".join(r["nccl"])]
                         for r in rows],

@@ -214,6 +214,8 @@ def _resumed(path: str, n: int, measurement: dict, settings: dict, emit) -> dict
     ranks, measurement and settings (sizes may grow); refused in one line naming what differs."""
     record = _load(path, "--resume: ")
     if record is None:
+        emit(f"# --resume: nothing to resume at {path} (no interrupted table there): measuring "
+             "every row")
         return None
     old = {"ranks": record["world_size"], **(record.get("measurement") or {}),
            **{k: v for k, v in (record.get("settings") or {}).items() if k != "sizes"}}
