@@ -219,3 +219,30 @@ def test_the_gate_judges_imported_logs_and_says_they_have_no_spread(tmp_path, ca
     out = capsys.readouterr().out
     assert "REGRESSED" in out and "no spread" in out
     assert main(["compare", str(good), str(good)]) == 0
+
+
+def test_what_nccl_printed_is_read_and_set_against_the_topology(tmp_path, capsys):
+    from commbench.costmodel.calibrate import said_against
+    from commbench.costmodel.topology import load
+    from commbench.results.nccl_tests import nccl_said
+
+    info = _text("nccl_1706_init_info.log").splitlines()
+    said = nccl_said(info)
+    assert (said.coll_channels, said.nvls_channels, said.p2p_channels, said.nranks,
+            said.hosts, said.p2p_intra) == (4, 0, 4, 2, ("deepseek",), False)
+    lines = said_against(said, load("dgx-h100").part(1, 2))
+    assert any("NCCL built 4 collective channels; dgx-h100 assumes 16" in x for x in lines)
+    assert any("NCCL made 0 NVLS channels; dgx-h100 assumes NVLS on" in x for x in lines)
+    assert any("no intra-node P2P" in x for x in lines)
+    # the same lines interleaved in a real run: its rows unchanged, NCCL's facts beside them
+    text = _text("cscs_gh200_2x1_all_reduce.log").splitlines()
+    k = next(i for i, line in enumerate(text) if re.search(r"#\s+size\s+count", line))
+    log = tmp_path / "mixed.log"
+    log.write_text("\n".join(text[:k] + info + text[k:]) + "\n")
+    assert [r.out for r in parse(log.read_text())[0].rows] == \
+        [r.out for r in parse(_text("cscs_gh200_2x1_all_reduce.log"))[0].rows]
+    assert main(["import", str(log), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "# NCCL said: 2 ranks on 1 host(s), 4 collective channels, 0 NVLS channels" in out
+    assert "# NCCL against the model's topology: NCCL built 4 collective channels" in out
+    assert nccl_said(["no NCCL here"]) is None

@@ -40,7 +40,7 @@ def _slug(text: str) -> str:
 def command(a) -> int:
     import os
 
-    from commbench.costmodel.calibrate import beside, topology_for
+    from commbench.costmodel.calibrate import beside, said_against, topology_for
     from commbench.costmodel.nccl import versions
     from commbench.names import canonical
     from commbench.ops import OPS
@@ -91,9 +91,17 @@ def command(a) -> int:
                     row |= {"nccl_model_busbw": b.model, "meas_over_model": b.ratio,
                             "nccl_model_algo": f"{b.algo}/{b.proto}"}
             rec["measurement"]["model"] = why
+            said = run.nccl
+            if said is not None:
+                rec["measurement"]["nccl_said"] = said.facts()
+                rec["measurement"]["nccl_contradicts"] = said_against(said, topo) if topo else []
             write_json(os.path.join(a.out, name + ".json"), rec)
             write_atomic(os.path.join(a.out, name + ".md"), _markdown(rec))
             print(_table(rec, run, path, why))
+            if said is not None:
+                print("# NCCL said: " + ", ".join(said.facts()))
+                for line in rec["measurement"]["nccl_contradicts"]:
+                    print(f"# NCCL against the model's topology: {line}")
             print(f"# wrote {os.path.join(a.out, name)}.json and .md")
             for line in check_printed(run):
                 print(f"# {path}: {line}", file=sys.stderr)

@@ -37,12 +37,13 @@ import re
 from dataclasses import dataclass, replace
 
 from commbench.costmodel.nccl import PROTOS, constants, nccl_predict
+from commbench.costmodel.p2p import P2P_OPS
 from commbench.costmodel.topology import Topology, load
 from commbench.ops import OPS
-from commbench.results.nccl_tests import Run
+from commbench.results.nccl_tests import NcclSaid, Run
 
 __all__ = ["Beside", "Fit", "Measured", "beside", "error", "fit", "held_out", "predict_us",
-           "topology_for"]
+           "said_against", "topology_for"]
 
 MODELLED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 # GPU name words -> (one-node preset, multi-node preset); whole words: a GH200 is no H200
@@ -292,8 +293,9 @@ class Beside:
 
 def beside(run: Run, topo, version: str = "2.30.7") -> list[Beside]:
     """Each row of size > 0 with NCCL's modelled busbw on ``topo`` and the algorithm and protocol
-    the model picks there; [] for an op NCCL's tuning model does not cover."""
-    if run.op not in MODELLED or topo is None or topo.ranks != run.ranks:
+    the model picks there (all-to-all and send/recv: the point-to-point model); [] for an op it
+    does not cover (gather, scatter)."""
+    if run.op not in MODELLED + P2P_OPS or topo is None or topo.ranks != run.ranks:
         return []
     f = OPS[run.op].bus(run.ranks)
     out = []
@@ -304,3 +306,27 @@ def beside(run: Run, topo, version: str = "2.30.7") -> list[Beside]:
         out.append(Beside(r.size, r.size / r.out.time_us / 1e3 * f, r.size / c.time_us / 1e3 * f,
                           c.algo, c.proto))
     return out
+
+
+def said_against(said: NcclSaid, topo: Topology) -> list[str]:
+    """Where what NCCL printed about the run contradicts the topology the model prices it on,
+    one line each: its channels, NVLS, the network it fell back to, intra-node P2P."""
+    out = []
+    if said.coll_channels is not None and said.coll_channels != topo.channels:
+        out.append(f"NCCL built {said.coll_channels} collective channels; {topo.name} assumes "
+                   f"{topo.channels} (give the file a \"channels\" of {said.coll_channels})")
+    if said.nvls_channels is not None and (said.nvls_channels > 0) != topo.nvls:
+        out.append(f"NCCL made {said.nvls_channels} NVLS channels; {topo.name} assumes NVLS "
+                   + ("on" if topo.nvls else "off"))
+    if said.network == "Socket" and topo.nodes > 1:
+        out.append(f"NCCL fell back to sockets (NET/Socket); {topo.name}'s NICs "
+                   f"({topo.nic_GBps:g} GB/s) are RDMA ones: expect far less across nodes")
+    elif said.network and said.net_devices and topo.nodes > 1 \
+            and len(said.net_devices) != topo.nics_per_node:
+        out.append(f"NCCL uses {len(said.net_devices)} network device(s); {topo.name} has "
+                   f"{topo.nics_per_node} NICs per node")
+    if said.p2p_intra is False and topo.intra != "pci" and topo.gpus_per_node > 1:
+        out.append(f"NCCL found no intra-node P2P (intraNodeP2pSupport 0): inside a node data "
+                   f"goes through host memory, not over {topo.intra} as {topo.name} assumes")
+    return out
+
