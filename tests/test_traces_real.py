@@ -19,7 +19,7 @@ from commbench.traces.job import load
 pytestmark = pytest.mark.traces
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "traces", "hta")
-BYTES = {"float": 4, "long": 8, "int": 4, "unsigned char": 1, "signed char": 1}
+BYTES = {"float": 4, "long": 8, "long int": 8, "int": 4, "unsigned char": 1, "signed char": 1}
 # the nccl:* ops of torch < 2.1, and what the input's dims stand for in nccl-tests' size
 OLD = {"nccl:all_reduce": ("all_reduce", 1), "nccl:all_to_all": ("all_to_all", 1),
        "nccl:_all_gather_base": ("all_gather", "world")}
@@ -181,3 +181,27 @@ def test_an_execution_trace_of_an_unknown_schema_is_refused_in_one_line(tmp_path
     path.write_text(json.dumps({"schema": "2.0.0-chakra.0.0.9", "nodes": []}))
     with pytest.raises(TraceError, match=r"schema '2.0.0-chakra.0.0.9': read are 1.0.3"):
         from_et([str(path)])
+
+
+DLRM = os.path.join(os.path.dirname(__file__), "data", "traces", "param", "dlrm_kineto")
+
+
+@pytest.mark.parametrize("rank", range(8))
+def test_a_whole_8_rank_dlrm_job_every_rank_s_calls_by_hand(rank):
+    path = os.path.join(DLRM, f"rank{rank}.pt.trace.json.gz")
+    t = kineto.read(path, progress=False)
+    want = _old_calls_by_hand(path)
+    assert len(want) == 8 and t.rank == rank and t.world_size == 8
+    assert sorted((c.op, c.size, c.dur) for c in t.calls) == want
+
+
+def test_a_whole_8_rank_dlrm_job_lines_up_call_by_call():
+    traces = load([DLRM], progress=False)
+    assert [t.rank for t in traces] == list(range(8))
+    assert not misaligned(traces)
+    rows = match(traces)
+    assert len(rows) == 8  # 3 all-reduces and 5 all-to-alls, each on all 8 ranks
+    for m in rows:
+        assert len(m.calls) == 8 and len({(c.op, c.size) for c in m.calls}) == 1
+        starts = [c.ts for c in m.calls]
+        assert m.skew_us == pytest.approx(max(starts) - min(starts))
