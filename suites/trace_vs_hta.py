@@ -1,0 +1,109 @@
+"""``commbench analyze`` beside Holistic Trace Analysis on the same multi-rank trace set: time,
+peak memory and each rank's communication/computation overlap, each tool in a fresh process,
+the rounds interleaved.
+
+    .venv/bin/python suites/trace_vs_hta.py --hta-python HTA_ENV/bin/python \\
+        > results/trace_vs_hta_<machine>.md
+
+HTA is not a dependency of commbench: give the interpreter of an environment it is installed in
+(``python -m venv hta && hta/bin/pip install HolisticTraceAnalysis``). The trace sets: PARAM's
+8-rank DLRM job (tests/data/traces/param/dlrm_kineto, torch < 2.1), and ``--ranks`` ranks of a
+generated torch 2.x trace of ``--mb`` MB each (suites/trace_read.py's writer). Overlap: HTA's
+``get_comm_comp_overlap`` (the share of communication kernels' time that computation kernels
+overlap, per rank) and commbench's per-step ``overlap`` (1 - exposed / communication time), the
+same quantity; HTA rounds every event inward to whole microseconds, commbench keeps the trace's
+resolution.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from trace_read import write  # noqa: E402  (the suites are scripts, run from the repository)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DLRM = os.path.join(HERE, "..", "tests", "data", "traces", "param", "dlrm_kineto")
+OURS = ("import json, sys, tempfile, os\n"
+        "from commbench.cli.main import main\n"
+        "out = os.path.join(tempfile.mkdtemp(), 'a.json')\n"
+        "import contextlib, io\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['analyze', sys.argv[1], '--json', out])\n"
+        "d = json.load(open(out))\n"
+        "print(json.dumps({s['rank']: round(s['overlap'], 4) for s in d['steps']}))\n")
+HTA = ("import json, sys, logging\n"
+       "logging.disable(logging.WARNING)\n"
+       "from hta.trace_analysis import TraceAnalysis\n"
+       "df = TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap(visualize=False)\n"
+       "print(json.dumps({int(r): round(float(p) / 100, 4) for r, p in "
+       "zip(df['rank'], df['comp_comm_overlap_pctg'])}))\n")
+RSS = "\nimport resource; print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+
+
+def child(python: str, code: str, folder: str) -> tuple[float, float, dict]:
+    """(seconds, peak MB, per-rank overlap) of ``code`` in a fresh ``python``."""
+    t0 = time.perf_counter()
+    p = subprocess.run([python, "-c", code + RSS, folder], capture_output=True, text=True,
+                       check=True)
+    seconds = time.perf_counter() - t0
+    lines = p.stdout.strip().splitlines()
+    return seconds, int(lines[-1].split()[1]) / 1024, json.loads(lines[-2])
+
+
+def generated(folder: str, ranks: int, mb: int) -> None:
+    """``ranks`` ranks of suites/trace_read.py's trace, each with its own rank."""
+    one = os.path.join(folder, "rank0.pt.trace.json")
+    write(one, mb)
+    with open(one) as f:
+        text = f.read()
+    for r in range(1, ranks):
+        with open(os.path.join(folder, f"rank{r}.pt.trace.json"), "w") as f:
+            f.write(text.replace('"rank": 0,', f'"rank": {r},', 1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hta-python", required=True, help="an interpreter with HTA installed")
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--mb", type=int, default=40)
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    made = tempfile.mkdtemp()
+    generated(made, a.ranks, a.mb)
+    sets = {"PARAM DLRM, 8 ranks (tests/data)": DLRM,
+            f"generated torch 2.x, {a.ranks} ranks x {a.mb} MB": made}
+    print("# commbench analyze beside Holistic Trace Analysis\n")
+    print(f"`python suites/trace_vs_hta.py --hta-python HTA --ranks {a.ranks} --mb {a.mb} "
+          f"--repeat {a.repeat}`; each tool a fresh interpreter per run, the runs interleaved; "
+          "medians with the range in brackets; peak memory is the process's maximum resident "
+          "set, interpreter included.\n")
+    print("| trace set | tool | seconds | peak MB | HTA/commbench time | overlap per rank |")
+    print("|---|---|---|---|---|---|")
+    for label, folder in sets.items():
+        got: dict[str, list] = {"commbench": [], "HTA": []}
+        for _ in range(a.repeat):
+            got["commbench"].append(child(sys.executable, OURS, folder))
+            got["HTA"].append(child(a.hta_python, HTA, folder))
+        med = {k: statistics.median(r[0] for r in v) for k, v in got.items()}
+        for tool, runs in got.items():
+            secs, mbs = [r[0] for r in runs], [r[1] for r in runs]
+            ratio = f"{med['HTA'] / med['commbench']:.1f}" if tool == "commbench" else ""
+            overlap = ", ".join(f"{r}: {v:.3f}" for r, v in sorted(runs[0][2].items(),
+                                                                 key=lambda kv: int(kv[0])))
+            print(f"| {label} | {tool} | {statistics.median(secs):.2f} "
+                  f"[{min(secs):.2f}..{max(secs):.2f}] | {statistics.median(mbs):.0f} "
+                  f"[{min(mbs):.0f}..{max(mbs):.0f}] | {ratio} | {overlap} |")
+    shutil.rmtree(made, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
