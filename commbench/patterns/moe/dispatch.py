@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from commbench.patterns.tp.mappings import (
+from commbench.patterns.mappings import (
     copy_to_tp,
     gather_from_sp,
     gather_from_tp,

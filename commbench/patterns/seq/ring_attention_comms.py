@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
+from commbench.patterns.mappings import gather_from_sp
 from commbench.patterns.seq.attention import gqa_index, positions
 from commbench.patterns.seq.configs import AttnConfig
-from commbench.patterns.tp.mappings import gather_from_sp
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
+from commbench.patterns.mappings import gather_from_sp, gather_from_tp
 from commbench.patterns.seq.attention import attend, gqa_index, positions
 from commbench.patterns.seq.configs import AttnConfig, Ranges, head_ranges, kv_ranges
-from commbench.patterns.tp.mappings import gather_from_sp, gather_from_tp
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm
 

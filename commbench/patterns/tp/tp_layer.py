@@ -1,7 +1,7 @@
 """Megatron tensor (and sequence) parallelism as a pattern: ``tp_layer``, the transformer layer
 (its MLP block alone: tp/tp_mlp.py; the layer's predicted calls and tolerance:
 tp/layer_pattern.py; the column- and row-parallel linears, the step and the broken parts:
-tp/tp_layer_comms.py; f and g and the SP all-gather / reduce-scatter: tp/mappings.py; the
+tp/tp_layer_comms.py; f and g and the SP all-gather / reduce-scatter: mappings.py; the
 config: tp/configs.py; the oracle: tp/model.py)."""
 
 from __future__ import annotations

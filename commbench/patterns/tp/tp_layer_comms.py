@@ -27,8 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from commbench.patterns.dp.ddp_comms import DDP, naive_sync
-from commbench.patterns.tp.configs import MLP_WEIGHTS, SP_VARIANTS, TPConfig, replicated
-from commbench.patterns.tp.mappings import (
+from commbench.patterns.mappings import (
     _ag,
     _rs,
     copy_to_tp,
@@ -38,6 +37,7 @@ from commbench.patterns.tp.mappings import (
     reduce_scatter_to_sp,
     scatter_to_tp,
 )
+from commbench.patterns.tp.configs import MLP_WEIGHTS, SP_VARIANTS, TPConfig, replicated
 from commbench.patterns.tp.model import LayerWeights, attention
 from commbench.runtime.group import Group
 from commbench.wire.comm import Comm

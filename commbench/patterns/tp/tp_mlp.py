@@ -1,6 +1,6 @@
 """Megatron's MLP block alone as a pattern, ``tp_mlp``: column-parallel linear, GELU,
 row-parallel linear, between f and g (its record is the layer's: tp/layer_pattern.py with
-``mlp_only``; the operators: tp/tp_layer_comms.py and tp/mappings.py)."""
+``mlp_only``; the operators: tp/tp_layer_comms.py and mappings.py)."""
 
 from __future__ import annotations
 

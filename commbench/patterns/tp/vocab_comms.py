@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from commbench.patterns.tp.mappings import (
+from commbench.patterns.mappings import (
     copy_to_tp,
     gather_from_sp,
     gather_from_tp,
