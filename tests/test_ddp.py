@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from commbench.patterns.buckets import naive_sync
 from commbench.patterns.dp.ddp import DDPConfig
-from commbench.patterns.dp.ddp_comms import naive_sync
 from commbench.patterns.run import run_pattern
 from commbench.patterns.tp.configs import TPConfig
 

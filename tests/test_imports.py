@@ -228,3 +228,26 @@ def test_the_records_the_layout_prediction_and_the_listing_import_no_torch():
             "print(sorted(m for m in ('torch', 'hypothesis') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr)
+
+
+def mutual_families(g: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Pairs of pattern families (patterns/<family>/) that import each other."""
+    fam: dict[str, set[str]] = {}
+    for m, deps in g.items():
+        parts = m.split(".")
+        if len(parts) > 3 and parts[1] == "patterns":
+            for d in deps:
+                dp = d.split(".")
+                if len(dp) > 3 and dp[1] == "patterns" and dp[2] != parts[2]:
+                    fam.setdefault(parts[2], set()).add(dp[2])
+    return sorted((a, b) for a in fam for b in fam[a] if a < b and a in fam.get(b, set()))
+
+
+def test_no_two_pattern_families_import_each_other():
+    """A family (patterns/<family>/) may build on another, never both ways: what two share sits
+    one level up (patterns/mappings.py, patterns/buckets.py)."""
+    assert mutual_families(graph()) == []
+    # the check itself: tp's layer taking DDP from dp while dp's pattern builds on tp's layer
+    assert mutual_families({"commbench.patterns.tp.tp_layer_comms": {"commbench.patterns.dp.x"},
+                            "commbench.patterns.dp.ddp": {"commbench.patterns.tp.y"}}) == \
+        [("dp", "tp")]

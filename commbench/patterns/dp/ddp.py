@@ -4,8 +4,9 @@ slice of the batch, gradients summed over the DP group (PyTorch DDP, Li et al. 2
 Variants: ``ddp`` (buckets of about ``bucket_bytes`` in reverse definition order, each
 all-reduced as soon as backward has produced it, overlapping the rest of backward) and ``naive``
 (after backward, one blocking all-reduce per parameter). Bytes: one all-reduce of every
-parameter either way, 2(d-1)/d * Psi per rank; the calls differ. The reducer and its broken
-variant: dp/ddp_comms.py; the layer it replicates: tp/layer_pattern.py, tp/tp_layer_comms.py.
+parameter either way, 2(d-1)/d * Psi per rank; the calls differ. The reducer:
+patterns/buckets.py; its broken variant: dp/ddp_comms.py; the layer it replicates:
+tp/layer_pattern.py, tp/tp_layer_comms.py.
 """
 
 from __future__ import annotations

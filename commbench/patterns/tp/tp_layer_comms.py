@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from commbench.patterns.dp.ddp_comms import DDP, naive_sync
+from commbench.patterns.buckets import DDP, naive_sync
 from commbench.patterns.mappings import (
     _ag,
     _rs,
