@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 from commbench.cli import checks
@@ -44,7 +45,8 @@ def command(a) -> int:
                         {"what": "ledger bytes, not time"})
     record["rows"] = rows
     text = claims_markdown(record)
-    print(text)
+    tty = sys.stdout.isatty()  # a terminal gets the table wrapped to its width; files, as is
+    print(claims_markdown(record, shutil.get_terminal_size().columns) if tty else text)
     if not a.no_write:
         stem = os.path.join(a.out, f"claims_{machine_class(a.label)}-x{n}")
         res.write_json(stem + ".json", record)

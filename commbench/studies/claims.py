@@ -95,15 +95,30 @@ def measure_claim(world, claim: Claim, seed: int = 1) -> dict:
             "ledger_matches_prediction": all(m.match for m in measured.values())}
 
 
-def claims_markdown(record: dict) -> str:
+def claims_markdown(record: dict, width: int | None = None) -> str:
+    """The claims table; with ``width`` (a terminal's columns) its text wrapped to fit it."""
     from tabulate import tabulate
 
     from commbench.results.records import markdown
 
     head = markdown(dict(record, rows=[])).rstrip()
-    table = tabulate([[r["claim"], r["predicted"], r["measured"], r["verdict"], r["holds"],
-                       "yes" if r["ledger_matches_prediction"] else "NO"] for r in record["rows"]],
-                     headers=["claim (the notes)", "predicted (the patterns)",
-                              "measured (ledger)", "verdict", "the notes hold",
-                              "ledger = predicted"], tablefmt="github")
+    rows = [[r["claim"], r["predicted"], r["measured"], r["verdict"], r["holds"],
+             "yes" if r["ledger_matches_prediction"] else "NO"] for r in record["rows"]]
+    headers = ["claim (the notes)", "predicted (the patterns)", "measured (ledger)", "verdict",
+               "the notes hold", "ledger = predicted"]
+    if width:
+        import textwrap
+
+        # the four text columns as wide as the terminal leaves them (tabulate pads each cell
+        # and its header: measured, not computed), narrowing until the table fits
+        headers = ["claim", "predicted", "measured", "verdict", "holds", "ledger"]
+        for text in range(max(8, width // 4), 7, -1):
+            table = tabulate(rows, headers=headers, tablefmt="grid",
+                             maxcolwidths=[text, text, text, text, 7, 6])
+            if max(map(len, table.splitlines())) <= width:
+                break
+        head = "\n".join(textwrap.fill(line, width, subsequent_indent="  ") if line else line
+                         for line in head.splitlines())
+    else:
+        table = tabulate(rows, headers=headers, tablefmt="github")
     return f"{head}\n\n{table}\n"
