@@ -46,3 +46,33 @@ def test_resume_with_nothing_to_resume_says_so():
     said_lines: list[str] = []
     assert _resumed(os.path.join(DATA, "nothing-here.json"), 2, {}, {}, said_lines.append) is None
     assert said_lines and "nothing to resume" in said_lines[0]
+
+
+def test_a_script_importing_what_is_not_installed_is_refused_before_any_rank_starts(
+        tmp_path, capsys, monkeypatch):
+    script = tmp_path / "needs.py"
+    script.write_text("import os\n\ndef main():\n    import not_installed_anywhere_xyz\n")
+    assert main(["audit", str(script), "--np", "2", "--no-write"]) == 2
+    err = said(capsys).strip().splitlines()
+    assert len(err) == 1 and f"{script}:4: imports not_installed_anywhere_xyz, which is not " \
+        "installed here" in err[0]
+
+
+def test_the_libs_examples_name_the_libs_extra_when_it_is_missing(capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "deepspeed" else real(name, *a))
+    example = os.path.join(os.path.dirname(__file__), "..", "examples", "deepspeed_zero.py")
+    assert main(["audit", example, "--np", "2", "--no-write"]) == 2
+    err = said(capsys).strip().splitlines()
+    assert len(err) == 1 and "imports deepspeed, which is not installed here: install the libs " \
+        "extra (pip install 'commbench[libs]')" in err[0]
+
+
+def test_an_import_guarded_by_try_is_not_refused():
+    from commbench.cli.audit import _missing_imports
+
+    path = os.path.join(os.path.dirname(__file__), "data", "audit", "guarded.py")
+    assert _missing_imports(path) == []

@@ -56,6 +56,13 @@ def command(a) -> int:
         raise UsageError(f"{a.script}:{exc.lineno}: syntax error: {exc.msg}") from None
     except (OSError, ValueError) as exc:
         raise UsageError(f"{a.script}: cannot be read as Python ({exc})") from None
+    missing = _missing_imports(a.script)
+    if missing:
+        name, line = missing[0]
+        extra = (": install the libs extra (pip install 'commbench[libs]')"
+                 if name in LIBS_EXTRA else "")
+        raise UsageError(f"{a.script}:{line}: imports {name}, which is not installed here"
+                         f"{extra}")
     checks.check_world(a)
     size, launcher = a.world_size, a.launcher
     if a.trace:
@@ -165,6 +172,46 @@ def command(a) -> int:
                 print(f"commbench audit: NCCL would hang or fail on {a.script}: {len(found)} "
                       "finding(s)", file=sys.stderr)
     return 1 if flags or found else 0
+
+
+# what the libs extra brings (pyproject.toml): a script importing them gets its install line
+LIBS_EXTRA = ("deepspeed", "megatron")
+
+
+def _missing_imports(script: str) -> list[tuple[str, int]]:
+    """(package, line) of each module the script imports that cannot be found here, outside a
+    ``try`` that catches ImportError: refused before any rank starts, where every rank would
+    otherwise fail with the same traceback. The script's folder is searched first, as
+    ``python script`` would."""
+    import ast
+    import importlib.util
+
+    with open(script, "rb") as f:
+        tree = ast.parse(f.read(), script)
+    guarded: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+                h.type is None or any(n in ast.unparse(h.type) for n in
+                                      ("ImportError", "ModuleNotFoundError", "Exception"))
+                for h in node.handlers):
+            guarded |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    wanted: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if id(node) in guarded:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                wanted.setdefault(alias.name.split(".")[0], node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module != "__future__":
+            wanted.setdefault(node.module.split(".")[0], node.lineno)
+    folder = os.path.dirname(os.path.abspath(script))
+    sys.path.insert(0, folder)
+    try:
+        return [(name, line) for name, line in sorted(wanted.items(), key=lambda kv: kv[1])
+                if importlib.util.find_spec(name) is None]
+    finally:
+        sys.path.remove(folder)
 
 
 class _still_running:
