@@ -76,3 +76,15 @@ def test_an_import_guarded_by_try_is_not_refused():
 
     path = os.path.join(os.path.dirname(__file__), "data", "audit", "guarded.py")
     assert _missing_imports(path) == []
+
+
+@pytest.mark.parametrize(("cmd", "message", "hint"), [
+    ("run", "DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB", "lower -e"),
+    ("audit", "CUDA out of memory. Tried to allocate 2.00 GiB", "a smaller model, fewer ranks"),
+    ("audit", "rank 0 raised in _allocate_buffers_for_parameters: bad config", "see the log"),
+])
+def test_the_hint_follows_what_failed_not_a_word_in_it(cmd, message, hint):
+    from commbench.cli.main import _what_to_do
+
+    assert hint in _what_to_do(RuntimeError(message), cmd)
+    assert "lower -e" not in _what_to_do(RuntimeError(message), cmd) or cmd == "run"

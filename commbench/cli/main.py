@@ -135,11 +135,19 @@ def _one_line(exc: BaseException) -> str:
     return " | ".join(lines) or type(exc).__name__
 
 
-def _what_to_do(exc: BaseException) -> str:
+# what an allocator says when memory runs out (torch's CPU and CUDA allocators, the OS): not a
+# word that merely appears in a traceback (megatron-core's _allocate_buffers_for_parameters)
+OUT_OF_MEMORY = ("out of memory", "can't allocate memory", "cannot allocate memory",
+                 "tried to allocate")
+
+
+def _what_to_do(exc: BaseException, cmd: str = "") -> str:
     from commbench.runtime.errors import CallTimeout, RankDied, SPMDError, WorldError
 
     text = str(exc).lower()
-    if isinstance(exc, MemoryError) or "allocate" in text:
+    if isinstance(exc, MemoryError) or any(words in text for words in OUT_OF_MEMORY):
+        if cmd in ("audit", "replay"):
+            return "it ran out of memory: a smaller model, fewer ranks per host, or more memory"
         return "lower -e or the number of ranks"
     if isinstance(exc, CallTimeout):
         return "a rank is stuck or slow: look at the ranks named, or raise --timeout"
@@ -168,7 +176,7 @@ def _failed(exc: BaseException, cmd: str, debug: bool) -> int:
     if debug:
         print(text, file=sys.stderr, end="")
     print(f"commbench: {cmd} failed: {type(exc).__name__}: {_one_line(exc)}; "
-          f"{_what_to_do(exc)}; traceback in {log}", file=sys.stderr)
+          f"{_what_to_do(exc, cmd)}; traceback in {log}", file=sys.stderr)
     return 3
 
 
