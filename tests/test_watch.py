@@ -260,3 +260,19 @@ def test_a_gradient_by_autograd_grad_is_watched_not_broken(world):
     for shape, got in world.run(_gradient_by_autograd_grad):
         assert tuple(shape) == (2, 3)
         assert got == [("all_reduce", "backward", "Sequential.0", 6)] * 2
+
+
+def _barrier_dtype(ctx):
+    import torch.distributed as dist
+
+    with watch(ctx.ledger), ctx.ledger.capture() as cap:
+        dist.barrier()
+    return [(e.op, e.dtype) for e in cap.entries]
+
+
+@pytest.mark.world(sizes=[2])
+def test_a_barrier_carries_no_dtype(world):
+    """A barrier moves no tensor of the caller's: booked without a dtype (the audit's table
+    shows '-'), not as the uint8 of torch's internal one-byte tensor."""
+    for got in world.run(_barrier_dtype):
+        assert got == [("barrier", "")]

@@ -185,7 +185,7 @@ def audit_markdown(record: dict) -> str:
 
     head = markdown(dict(record, rows=[])).rstrip()
     device = any(r.get("device_seconds") for r in record["rows"]["groups"])
-    groups = tabulate([[_group_cell(r), r["op"], r["dtype"], r["redop"], r["phase"], r["calls"],
+    groups = tabulate([[_group_cell(r), r["op"], r["dtype"] or "-", r["redop"], r["phase"], r["calls"],
                         r["elements"], r["sent"], r["tensor_bytes"], f"{r['seconds'] * 1e6:.0f}"]
                        + ([f"{r['device_seconds'] * 1e6:.0f}"] if device else [])
                        for r in record["rows"]["groups"]],

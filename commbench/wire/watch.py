@@ -131,7 +131,8 @@ class watch(TorchDispatchMode):
             if "in_splits" in vol else ()
         with self.ledger.scope(f"step {n}") if n else contextlib.nullcontext():
             entry = self.ledger.record(op, ranks_of(pg), self.transport or _backend(pg),
-                                       str(dtype).removeprefix("torch."), count, sent, recv,
+                                       str(dtype).removeprefix("torch.") if first is not None else "",
+                                       count, sent, recv,
                                        seconds, source="torch",
                                        redop=redop_name(named.get("reduce_op")), phase=phase,
                                        module=module, nbytes=count * dtype.itemsize, start=t0,
