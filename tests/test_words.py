@@ -88,3 +88,16 @@ def test_the_hint_follows_what_failed_not_a_word_in_it(cmd, message, hint):
 
     assert hint in _what_to_do(RuntimeError(message), cmd)
     assert "lower -e" not in _what_to_do(RuntimeError(message), cmd) or cmd == "run"
+
+
+def test_a_local_world_says_it_is_starting_before_its_ranks_take_their_seconds(capsys):
+    from commbench.cli.checks import start_world
+    from commbench.world.local import LocalWorld
+
+    world = LocalWorld(4, launch="plain")  # made, not started
+    printed = []
+    world.start = lambda: printed.append(capsys.readouterr().out)  # what was said before
+    start_world(world, True)
+    assert printed == ["# starting 4 local rank(s) (plain): a few seconds\n"]
+    start_world(world, False)  # a rank that does not print says nothing
+    assert printed[-1] == ""

@@ -103,7 +103,7 @@ def command(a) -> int:
         return 2
     path = os.path.abspath(a.script)
     try:
-        world.start()
+        checks.start_world(world, prints)
         with _still_running(os.path.basename(a.script), prints):
             if a.nccl:
                 from commbench.studies.audit_nccl import run_script_nccl

@@ -269,6 +269,17 @@ def check_memory(largest: int, itemsize: int, ranks_here: int, ranks: int, check
                           "available (MemAvailable); lower -e" + (" or give -c 0" if check else ""))
 
 
+def start_world(world, prints: bool) -> None:
+    """Start ``world``; a local world that is not up yet says so first, at once, since its
+    ranks take seconds to start (a launcher's ranks are already running)."""
+    from commbench.world.local import LocalWorld
+
+    if prints and isinstance(world, LocalWorld) and not world.alive:
+        print(f"# starting {world.size} local rank(s) ({world.launch}): a few seconds",
+              flush=True)
+    world.start()
+
+
 def open_world(a, *, local_timeout_s: float = 120.0, stop_on_raise: bool = False,
                pg_backend: str | None = None):
     """(the world a command runs on, whether this process prints), for every command that

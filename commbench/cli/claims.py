@@ -33,7 +33,7 @@ def command(a) -> int:
         raise UsageError(a.host_refusal)
     world, prints = checks.open_world(a)
     try:
-        world.start()
+        checks.start_world(world, prints)
         n = world.size
         rows = [measure_claim(world, c) for c in CLAIMS if n >= c.min_ranks]
         launch = a.launcher or f"local-{world.launch}"

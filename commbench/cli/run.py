@@ -7,7 +7,7 @@ rewritten after every row (atomically), the markdown and the plot when a transpo
 
 from __future__ import annotations
 
-from commbench.cli.checks import open_world, refused_together
+from commbench.cli.checks import open_world, refused_together, start_world
 from commbench.cli.common import UsageError
 from commbench.cli.run_args import add_parser, check_run_args, study_settings, sweep_settings
 
@@ -71,7 +71,7 @@ def run(a, ops: list[str], sizes: list[int], made=None) -> int:
     world, prints = made or open_world(a)
     emit = print if prints else (lambda s: None)
     try:
-        world.start()
+        start_world(world, prints)
         transports = [t for t in a.transport.split(",") if t] or list(world.transports)
         bad = [t for t in transports if t not in world.transports]
         if bad:
