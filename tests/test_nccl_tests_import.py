@@ -216,15 +216,17 @@ def test_the_gate_judges_imported_logs_and_says_they_have_no_spread(tmp_path, ca
                  ("cscs_gh200_2x4_all_reduce.log", "cscs_gh200_2x4_all_reduce_nocxi.log"))
     capsys.readouterr()
     assert main(["compare", str(good), str(bad)]) == 1
-    out = capsys.readouterr().out
-    assert "REGRESSED" in out and "no spread" in out
+    said = capsys.readouterr()
+    assert "REGRESSED" in said.out and "no spread" in said.out
+    err = said.err.strip().splitlines()  # an exit 1 says why on stderr too
+    assert len(err) == 1 and "rows regressed" in err[0]
     assert main(["compare", str(good), str(good)]) == 0
 
 
 def test_what_nccl_printed_is_read_and_set_against_the_topology(tmp_path, capsys):
     from commbench.costmodel.calibrate import said_against
     from commbench.costmodel.topology import load
-    from commbench.results.nccl_tests import nccl_said
+    from commbench.results.nccl_info import nccl_said
 
     info = _text("nccl_1706_init_info.log").splitlines()
     said = nccl_said(info)

@@ -40,7 +40,8 @@ from commbench.costmodel.nccl import PROTOS, constants, nccl_predict
 from commbench.costmodel.p2p import P2P_OPS
 from commbench.costmodel.topology import Topology, load
 from commbench.ops import OPS
-from commbench.results.nccl_tests import NcclSaid, Run
+from commbench.results.nccl_info import NcclSaid
+from commbench.results.nccl_tests import Run
 
 __all__ = ["Beside", "Fit", "Measured", "beside", "error", "fit", "held_out", "predict_us",
            "said_against", "topology_for"]

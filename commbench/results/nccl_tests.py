@@ -40,10 +40,11 @@ from dataclasses import dataclass, field
 
 from commbench.names import canonical
 from commbench.ops import OPS
+from commbench.results.nccl_info import NcclSaid, clean_line, nccl_said
 from commbench.results.records import SCHEMA
 
-__all__ = ["DTYPES", "Device", "LogError", "NcclSaid", "Row", "Run", "Timing", "check_printed",
-           "infer_op", "nccl_said", "parse", "record"]
+__all__ = ["DTYPES", "Device", "LogError", "Row", "Run", "Timing", "check_printed", "infer_op",
+           "parse", "record"]
 
 # nccl-tests' type names -> (commbench's name, bytes per element)
 DTYPES = {"int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4),
@@ -54,13 +55,13 @@ DTYPES = {"int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1), "int3
           "f8e5m2": ("float8_e5m2", 1), "fp8_e4m3": ("float8_e4m3", 1),
           "fp8_e5m2": ("float8_e5m2", 1)}
 
-_PREFIX = re.compile(r"^(?:\s*\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
 _DEVICE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+"
                      r"device\s+(\d+)\s+\[([^\]]*)\]\s+(.*?)\s*$")
 _TOOL = re.compile(r"#\s*(nccl|rccl)-tests version\s+(\S+)(?:.*nccl-library=(\d+))?")
 _RCCL_TESTS = re.compile(r"^rccl-tests:\s*Version\s*(.*?)\s*$")
 _NCCL_VERSION = re.compile(r"^NCCL version\s+(\S+)")
 _RCCL_VERSION = re.compile(r"^RCCL version\s*:\s*(\S+)")
+_ITEMSIZE = {name: size for name, size in DTYPES.values()}  # commbench's dtype name -> bytes
 _PERF = re.compile(r"\b([a-z_]+)_perf(?:_mpi)?\b")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([-+0-9.eE]+|nan|inf)")
 _FAILURE = re.compile(r"Test (?:NCCL |CUDA |HIP )?failure")
@@ -68,81 +69,6 @@ _NCCL_INFO = re.compile(r"\b(?:NCCL|RCCL) (?:INFO|WARN|TRACE)\b")
 _PARAM = re.compile(r"\b(nThread|nGpus|minBytes|maxBytes|validation|graph|unalign)\b:?\s+(-?\d+)")
 _ITERS = re.compile(r"\b(warmup iters|agg iters|iters):\s*(\d+)")
 _ELIDED = re.compile(r"^\s*(?:\.{3,}|…)\s*$")
-
-
-_INFO_HOST = re.compile(r"^(\S+?):\d+:\d+ \[\d+\] (?:NCCL|RCCL) INFO (.*)$")
-_CHANNELS = re.compile(r"(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels, )?"
-                       r"(\d+) p2p channels, (\d+) p2p channels per peer")
-_NET = re.compile(r"^NET/(\S+) : Using (.*?)(?:\s*;\s*OOB.*)?$")
-_INIT = re.compile(r"\brank (\d+) nranks (\d+) cudaDev (\d+).*Init COMPLETE")
-_RING = re.compile(r"^Channel (\d+)/(\d+) :((?:\s+\d+)+)\s*$")
-
-
-@dataclass
-class NcclSaid:
-    """What NCCL itself printed under ``NCCL_DEBUG=INFO`` (None / 0 / '': it did not say)."""
-
-    version: str = ""
-    network: str = ""              # "IB", "Socket", "OFI", ...: the transport of NET/<name>
-    net_devices: tuple[str, ...] = ()  # what it says it uses: "mlx5_0:1/IB", "eth0:10.0.0.1<0>"
-    coll_channels: int | None = None
-    nvls_channels: int | None = None
-    p2p_channels: int | None = None
-    nranks: int | None = None
-    hosts: tuple[str, ...] = ()
-    rings: int = 0                 # "Channel k/N : 0 1 2 ..." lines: N, the rings NCCL built
-    p2p_intra: bool | None = None  # "Check P2P Type intraNodeP2pSupport 1|0"
-
-    def facts(self) -> list[str]:
-        out = []
-        if self.version:
-            out.append(f"NCCL {self.version}")
-        if self.nranks:
-            out.append(f"{self.nranks} ranks" + (f" on {len(self.hosts)} host(s)" if self.hosts
-                                                 else ""))
-        if self.network:
-            out.append(f"network NET/{self.network} over {len(self.net_devices)} device(s)")
-        if self.coll_channels is not None:
-            out.append(f"{self.coll_channels} collective channels")
-        if self.rings:
-            out.append(f"{self.rings} rings")
-        if self.nvls_channels is not None:
-            out.append(f"{self.nvls_channels} NVLS channels")
-        if self.p2p_intra is not None:
-            out.append("intra-node P2P " + ("on" if self.p2p_intra else "off"))
-        return out
-
-
-def nccl_said(lines) -> NcclSaid | None:
-    """NCCL's own ``INFO`` lines among ``lines``, read (None when there are none)."""
-    said, hosts, seen = NcclSaid(), [], False
-    for raw in lines:
-        m = _INFO_HOST.match(_clean(raw))
-        if not m:
-            continue
-        seen = True
-        host, text = m.group(1), m.group(2).strip()
-        if host not in hosts:
-            hosts.append(host)
-        if text.startswith("NCCL version "):
-            said.version = text.split()[2]
-        elif n := _NET.match(text):
-            said.network = n.group(1)
-            said.net_devices = tuple(d for d in re.findall(r"\[\d+\](\S+)", n.group(2)))
-        elif c := _CHANNELS.search(text):
-            said.coll_channels = int(c.group(1))
-            said.nvls_channels = int(c.group(3)) if c.group(3) is not None else said.nvls_channels
-            said.p2p_channels = int(c.group(4))
-        elif i := _INIT.search(text):
-            said.nranks = int(i.group(2))
-        elif r := _RING.match(text):
-            said.rings = max(said.rings, int(r.group(2)))
-        elif text.startswith("Check P2P Type intraNodeP2pSupport"):
-            said.p2p_intra = text.split()[4] == "1"
-    if not seen:
-        return None
-    said.hosts = tuple(hosts)
-    return said
 
 
 class LogError(ValueError):
@@ -244,11 +170,6 @@ class Run:
         return bool(self.rows) and not self.closed and not self.failure
 
 
-def _clean(raw: str) -> str:
-    line = _PREFIX.sub("", raw.rstrip("\r\n"))
-    return line.strip()
-
-
 def _columns(line: str) -> tuple[str, ...] | None:
     """The column words of a header line (``# size count type redop root time ...``)."""
     words = line.lstrip("#").split()
@@ -326,7 +247,7 @@ def parse(text: str, name: str = "log") -> list[Run]:
         return run
 
     for lineno, raw in enumerate(text.splitlines(), 1):
-        line = _clean(raw)
+        line = clean_line(raw)
         if not line:
             continue
         if _NCCL_INFO.search(line):
@@ -436,7 +357,7 @@ def infer_op(run: Run) -> str:
         return ""
     rooted = "root" in run.columns and any(r.root >= 0 for r in rows)
     reduces = rows[0].redop not in ("none", "")
-    item = DTYPES.get(next((d for d, v in DTYPES.items() if v[0] == rows[0].dtype), ""), ("", 0))[1]
+    item = _ITEMSIZE.get(rows[0].dtype, 0)
     per_rank = bool(item) and rows[0].size == rows[0].count * item * n and n > 1
     best = max(rows, key=lambda r: r.out.algbw)
     ratio = best.out.busbw / best.out.algbw if best.out.algbw >= 1.0 else None
@@ -455,11 +376,10 @@ def infer_op(run: Run) -> str:
 
 
 # -- a run as a commbench results file ------------------------------------------------------------
-def check_printed(run: Run) -> list[str]:
-    """Rows whose printed busbw disagrees with size / time x the bus factor of the run's op at
-    its ranks beyond the log's rounding: a sign that the op or the world is not what the header
-    says (one line each)."""
-    out = []
+def _mismatches(run: Run) -> list[tuple[Row, str]]:
+    """Each row whose printed busbw disagrees with size / time x the bus factor of the run's op at
+    its ranks beyond the log's rounding, and what it says."""
+    out: list[tuple[Row, str]] = []
     record = OPS.get(run.op)
     if record is None or record.bus is None or not run.ranks:
         return out
@@ -471,16 +391,23 @@ def check_printed(run: Run) -> list[str]:
         # the time has 3-4 significant digits, the bandwidths two decimals
         slack = 0.006 + alg * f * 0.01
         if abs(alg * f - r.out.busbw) > slack:
-            out.append(f"line {r.line}: busbw {r.out.busbw} printed, {alg * f:.2f} from size / "
-                       f"time x {f:.4g} ({run.op} at {run.ranks} ranks)")
+            out.append((r, f"line {r.line}: busbw {r.out.busbw} printed, {alg * f:.2f} from size "
+                           f"/ time x {f:.4g} ({run.op} at {run.ranks} ranks)"))
     return out
+
+
+def check_printed(run: Run) -> list[str]:
+    """Rows whose printed busbw disagrees with size / time x the bus factor of the run's op at
+    its ranks beyond the log's rounding: a sign that the op or the world is not what the header
+    says (one line each)."""
+    return [line for _, line in _mismatches(run)]
 
 
 def record(run: Run, source: str) -> dict:
     """``run`` as a commbench results file (module docstring); ``source``: the log's file name."""
     transport = "rccl" if run.tool == "rccl-tests" else "nccl"
     f = OPS[run.op].bus(run.ranks) if run.op in OPS and OPS[run.op].bus and run.ranks else 1.0
-    bad_lines = {int(x.split(":")[0].split()[1]) for x in check_printed(run)}
+    bad_lines = {r.line for r, _ in _mismatches(run)}
     rows = []
     for r in run.rows:
         t = r.out.time_us

@@ -1,0 +1,94 @@
+"""What NCCL itself prints under ``NCCL_DEBUG=INFO``, read from a log's lines (an nccl-tests log
+keeps them between its rows: :mod:`commbench.results.nccl_tests`): its version, ranks and
+hosts, the network it uses and its devices, its channels, NVLS, the rings it built, and whether
+intra-node P2P works. Lines as pasted: srun's ``  0: `` and Open MPI's ``[1,0]<stdout>:``
+prefixes are taken off first (:func:`clean_line`). Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["NcclSaid", "clean_line", "nccl_said"]
+
+_PREFIX = re.compile(r"^(?:\s*\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
+_INFO_HOST = re.compile(r"^(\S+?):\d+:\d+ \[\d+\] (?:NCCL|RCCL) INFO (.*)$")
+_CHANNELS = re.compile(r"(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels, )?"
+                       r"(\d+) p2p channels, (\d+) p2p channels per peer")
+_NET = re.compile(r"^NET/(\S+) : Using (.*?)(?:\s*;\s*OOB.*)?$")
+_INIT = re.compile(r"\brank (\d+) nranks (\d+) cudaDev (\d+).*Init COMPLETE")
+_RING = re.compile(r"^Channel (\d+)/(\d+) :((?:\s+\d+)+)\s*$")
+
+
+@dataclass
+class NcclSaid:
+    """What NCCL itself printed under ``NCCL_DEBUG=INFO`` (None / 0 / '': it did not say)."""
+
+    version: str = ""
+    network: str = ""              # "IB", "Socket", "OFI", ...: the transport of NET/<name>
+    net_devices: tuple[str, ...] = ()  # what it says it uses: "mlx5_0:1/IB", "eth0:10.0.0.1<0>"
+    coll_channels: int | None = None
+    nvls_channels: int | None = None
+    p2p_channels: int | None = None
+    nranks: int | None = None
+    hosts: tuple[str, ...] = ()
+    rings: int = 0                 # "Channel k/N : 0 1 2 ..." lines: N, the rings NCCL built
+    p2p_intra: bool | None = None  # "Check P2P Type intraNodeP2pSupport 1|0"
+
+    def facts(self) -> list[str]:
+        out = []
+        if self.version:
+            out.append(f"NCCL {self.version}")
+        if self.nranks:
+            out.append(f"{self.nranks} ranks" + (f" on {len(self.hosts)} host(s)" if self.hosts
+                                                 else ""))
+        if self.network:
+            out.append(f"network NET/{self.network} over {len(self.net_devices)} device(s)")
+        if self.coll_channels is not None:
+            out.append(f"{self.coll_channels} collective channels")
+        if self.rings:
+            out.append(f"{self.rings} rings")
+        if self.nvls_channels is not None:
+            out.append(f"{self.nvls_channels} NVLS channels")
+        if self.p2p_intra is not None:
+            out.append("intra-node P2P " + ("on" if self.p2p_intra else "off"))
+        return out
+
+
+def nccl_said(lines) -> NcclSaid | None:
+    """NCCL's own ``INFO`` lines among ``lines``, read (None when there are none)."""
+    said, hosts, seen = NcclSaid(), [], False
+    for raw in lines:
+        m = _INFO_HOST.match(clean_line(raw))
+        if not m:
+            continue
+        seen = True
+        host, text = m.group(1), m.group(2).strip()
+        if host not in hosts:
+            hosts.append(host)
+        if text.startswith("NCCL version "):
+            said.version = text.split()[2]
+        elif n := _NET.match(text):
+            said.network = n.group(1)
+            said.net_devices = tuple(d for d in re.findall(r"\[\d+\](\S+)", n.group(2)))
+        elif c := _CHANNELS.search(text):
+            said.coll_channels = int(c.group(1))
+            said.nvls_channels = int(c.group(3)) if c.group(3) is not None else said.nvls_channels
+            said.p2p_channels = int(c.group(4))
+        elif i := _INIT.search(text):
+            said.nranks = int(i.group(2))
+        elif r := _RING.match(text):
+            said.rings = max(said.rings, int(r.group(2)))
+        elif text.startswith("Check P2P Type intraNodeP2pSupport"):
+            said.p2p_intra = text.split()[4] == "1"
+    if not seen:
+        return None
+    said.hosts = tuple(hosts)
+    return said
+
+
+def clean_line(raw: str) -> str:
+    """A pasted line without its launcher prefix and surrounding whitespace."""
+    line = _PREFIX.sub("", raw.rstrip("\r\n"))
+    return line.strip()
