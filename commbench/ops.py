@@ -108,7 +108,8 @@ class Op:
     calls it alike, so debug mode checks that they agree before it starts and a replay re-issues
     it as one collective; bench: ``commbench run`` times it (``-b``..``-e``; the others are
     booked when the comm layer issues them); suite: in the default suite (``commbench run``,
-    ``make bench``: the collectives of the committed tables; the others are run by name); nccl:
+    ``make bench``: the collectives of the committed tables; the others are run by name); perf:
+    nccl-tests has a binary for it (``all_reduce_perf``); nccl:
     NCCL's ring for its tuning model, (the
     ring's steps over n ranks, the steps per node boundary that cross the network; 0: a chain,
     priced per step), None where the tuning model has none; names: :class:`Names`.
@@ -129,6 +130,7 @@ class Op:
     agreed: bool = False
     bench: bool = False
     suite: bool = False
+    perf: bool = False
     nccl: tuple[Callable[[int], int], int] | None = None
     names: Names = Names()
 
@@ -275,7 +277,7 @@ _RECORDS = [
     Op("all_reduce", "one rank's buffer", "whole", _all_reduce, lambda n: 2 * (n - 1) / n,
        lambda n, S: (2 * lg(n), 2 * (n - 1) / n * S, (n - 1) / n * S),
        lambda rank, n, count, root: [("reduced", None, 0, count)], reduces=True, agreed=True,
-       bench=True, suite=True, nccl=(lambda n: 2 * (n - 1), 2),
+       bench=True, suite=True, perf=True, nccl=(lambda n: 2 * (n - 1), 2),
        names=Names(("allreduce", "allreduce_coalesced", "all_reduce"),
                    (("c10d::allreduce_", 0, None), ("c10d::allreduce_coalesced_", 0, None)),
                    ("c10d.allreduce_", "c10d.allreduce_coalesced_", "_c10d_functional.all_reduce",
@@ -284,7 +286,7 @@ _RECORDS = [
                    profiler=("nccl:all_reduce", "gloo:all_reduce", "nccl:all_reduce_coalesced",
                              "gloo:all_reduce_coalesced"))),
     Op("all_gather", "the whole output", "block", _ring, _HALF,
-       lambda n, S: (lg(n), (n - 1) / n * S, 0.0), _inputs, agreed=True, bench=True, suite=True,
+       lambda n, S: (lg(n), (n - 1) / n * S, 0.0), _inputs, agreed=True, bench=True, suite=True, perf=True,
        nccl=(lambda n: n - 1, 1),
        names=Names(("_allgather_base", "allgather", "all_gather",
                     "allgather_into_tensor_coalesced", "all_gather_into_tensor",
@@ -301,7 +303,7 @@ _RECORDS = [
     Op("reduce_scatter", "the whole input", "blocks", _reduce_scatter, _HALF,
        lambda n, S: (lg(n), (n - 1) / n * S, (n - 1) / n * S),
        lambda rank, n, count, root: [("reduced", None, *_block(rank, n, count))],
-       reduces=True, agreed=True, bench=True, suite=True, nccl=(lambda n: n - 1, 1),
+       reduces=True, agreed=True, bench=True, suite=True, perf=True, nccl=(lambda n: n - 1, 1),
        names=Names(("_reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor_coalesced",
                     "reduce_scatter_tensor"),
                    (("c10d::reduce_scatter_", 1, None), ("c10d::_reduce_scatter_base_", 1, None),
@@ -316,7 +318,7 @@ _RECORDS = [
     Op("all_to_all", "one rank's whole send", "blocks", _all_to_all, _HALF,
        lambda n, S: (n - 1, (n - 1) / n * S, 0.0),
        lambda rank, n, count, root: _inputs(rank, n, count, root, *_block(rank, n, count)),
-       split=True, agreed=True, bench=True, suite=True,
+       split=True, agreed=True, bench=True, suite=True, perf=True,
        names=Names(("all_to_allv", "all_to_all", "alltoall", "alltoall_base"),
                    (("c10d::alltoall_base_", 1, None),),
                    ("c10d.alltoall_base_", "c10d.alltoall_", "_c10d_functional.all_to_all_single",
@@ -325,7 +327,7 @@ _RECORDS = [
     Op("broadcast", "one rank's buffer", "whole", _broadcast, _ONE,
        lambda n, S: (lg(n), lg(n) * S, 0.0),
        lambda rank, n, count, root: [("input", root, 0, count)], rooted=True, agreed=True,
-       bench=True, suite=True, nccl=(_N, 0),
+       bench=True, suite=True, perf=True, nccl=(_N, 0),
        names=Names(("broadcast",), (("c10d::broadcast_", 0, None),),
                    ("c10d.broadcast_", "_c10d_functional.broadcast",
                     "_c10d_functional.broadcast_"), "Broadcast", ("osu_bcast",),
@@ -333,23 +335,23 @@ _RECORDS = [
     Op("reduce", "one rank's buffer", "whole", _reduce, _ONE,
        lambda n, S: (lg(n), lg(n) * S, lg(n) * S),
        lambda rank, n, count, root: [("reduced", None, 0, count)] if rank == root else None,
-       reduces=True, rooted=True, agreed=True, bench=True, suite=True, nccl=(_N, 0),
+       reduces=True, rooted=True, agreed=True, bench=True, suite=True, perf=True, nccl=(_N, 0),
        names=Names(("reduce",), (("c10d::reduce_", 0, None),), ("c10d.reduce_",), "Reduce",
                    profiler=("nccl:reduce", "gloo:reduce"))),
     Op("gather", "the whole output", "block", _gather, _HALF,
        lambda n, S: (lg(n), (n - 1) / n * S, 0.0),
        lambda rank, n, count, root: _inputs(rank, n, count, root) if rank == root else None,
-       rooted=True, agreed=True, bench=True, suite=True,
+       rooted=True, agreed=True, bench=True, suite=True, perf=True,
        names=Names(("gather",), dispatch=("c10d.gather_",), kernel="SendRecv",
                    profiler=("nccl:gather", "gloo:gather"))),
     Op("scatter", "the root's whole send", "blocks", _scatter, _HALF,
        lambda n, S: (lg(n), (n - 1) / n * S, 0.0),
        lambda rank, n, count, root: [("input", root, *_block(rank, n, count))], rooted=True,
-       agreed=True, bench=True, suite=True,
+       agreed=True, bench=True, suite=True, perf=True,
        names=Names(("scatter",), dispatch=("c10d.scatter_",), kernel="SendRecv",
                    profiler=("nccl:scatter", "gloo:scatter"))),
     Op("sendrecv", "one rank's buffer", "whole", _sendrecv, _ONE, lambda n, S: (1, S, 0.0),
-       lambda rank, n, count, root: [("input", (rank - 1) % n, 0, count)], bench=True, suite=True),
+       lambda rank, n, count, root: [("input", (rank - 1) % n, 0, count)], bench=True, suite=True, perf=True),
     Op("pingpong", "one rank's buffer", "whole", _pingpong, _ONE, lambda n, S: (1, S, 0.0),
        one_way=True, ranks=2, bench=True, suite=True, names=Names(osu=("osu_latency",))),
     Op("all_to_allv", "one rank's whole send", "blocks", _vsplit_elements, _HALF,
@@ -376,6 +378,11 @@ OPS: dict[str, Op] = {o.name: o for o in _RECORDS}
 def benchmarked() -> tuple[str, ...]:
     """The collectives ``commbench run`` times, in the records' order."""
     return tuple(o.name for o in _RECORDS if o.bench)
+
+
+def bufferless(op: str) -> bool:
+    """Whether ``op`` moves no buffer (a barrier): no dtype and no count are booked for it."""
+    return op in OPS and OPS[op].input == "none"
 
 
 def op_record(op: str) -> Op:

@@ -251,3 +251,33 @@ def test_no_two_pattern_families_import_each_other():
     assert mutual_families({"commbench.patterns.tp.tp_layer_comms": {"commbench.patterns.dp.x"},
                             "commbench.patterns.dp.ddp": {"commbench.patterns.tp.y"}}) == \
         [("dp", "tp")]
+
+
+def modules_spelling(word: str, root: str = ROOT) -> list[str]:
+    """The package modules that spell ``word`` as a string literal (any quotes, any case)."""
+    hits = []
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(dirpath, f)
+                with open(path, encoding="utf-8") as fh:
+                    tree = ast.parse(fh.read())
+                if any(isinstance(n, ast.Constant) and isinstance(n.value, str)
+                       and n.value.lower() == word for n in ast.walk(tree)):
+                    hits.append(os.path.relpath(path, root))
+    return sorted(hits)
+
+
+@pytest.mark.parametrize("word", ["broadcast", "reduce", "gather", "scatter", "barrier", "hsdp"])
+def test_a_thing_no_other_names_is_spelled_in_at_most_three_modules(word):
+    """A collective that no pattern names lives in its record (ops.py), its comm-layer method
+    and its algorithms' schedule; a pattern in its family's file, its operators and the registry.
+    Every other module asks the record."""
+    assert len(modules_spelling(word)) <= 3, modules_spelling(word)
+
+
+def test_the_spelling_count_sees_a_sixth_table(tmp_path):
+    for i in range(4):
+        (tmp_path / f"m{i}.py").write_text(f"NAMES = ('x', {'BROADCAST'!r})\n")
+    (tmp_path / "n.py").write_text("# broadcast in a comment is no table\n")
+    assert modules_spelling("broadcast", str(tmp_path)) == ["m0.py", "m1.py", "m2.py", "m3.py"]

@@ -75,7 +75,7 @@ def rows_of(per_rank: list[list[dict]]) -> tuple[list[dict], list[str]]:
                             for x in m["recs"])
         else:
             op, what = r.op, r.op
-            size = r.count * item * (n if r.op in ("all_gather", "gather") else 1)
+            size = r.count * item * (n if r.op in OPS and OPS[r.op].input == "block" else 1)
         stats = summarize_iters(m["times"]) if m["times"] else {"time_us": 0.0}
         t = stats["time_us"]
         algbw = size / t / 1e3 if t > 0 else 0.0

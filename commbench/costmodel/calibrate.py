@@ -36,17 +36,17 @@ import math
 import re
 from dataclasses import dataclass, replace
 
+from commbench.costmodel.nccl import OPS as MODELLED
 from commbench.costmodel.nccl import PROTOS, constants, nccl_predict
 from commbench.costmodel.p2p import P2P_OPS
 from commbench.costmodel.topology import Topology, load
-from commbench.ops import OPS
+from commbench.ops import OPS as RECORDS
 from commbench.results.nccl_info import NcclSaid
 from commbench.results.nccl_tests import Run
 
 __all__ = ["Beside", "Fit", "Measured", "beside", "error", "fit", "held_out", "predict_us",
            "said_against", "topology_for"]
 
-MODELLED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 # GPU name words -> (one-node preset, multi-node preset); whole words: a GH200 is no H200
 _PRESETS = (("GH200", "alps-gh200", "alps-gh200"), ("H200", "dgx-h200", "cluster-h100-ndr"),
             ("H100", "dgx-h100", "cluster-h100-ndr"), ("A100", "dgx-a100", "cluster-a100-hdr"))
@@ -298,7 +298,7 @@ def beside(run: Run, topo, version: str = "2.30.7") -> list[Beside]:
     does not cover (gather, scatter)."""
     if run.op not in MODELLED + P2P_OPS or topo is None or topo.ranks != run.ranks:
         return []
-    f = OPS[run.op].bus(run.ranks)
+    f = RECORDS[run.op].bus(run.ranks)
     out = []
     for r in run.rows:
         if r.size <= 0 or r.out.time_us <= 0:

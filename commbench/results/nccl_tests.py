@@ -362,9 +362,9 @@ def infer_op(run: Run) -> str:
     best = max(rows, key=lambda r: r.out.algbw)
     ratio = best.out.busbw / best.out.algbw if best.out.algbw >= 1.0 else None
     fits = []
-    for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
-                 "gather", "scatter", "sendrecv"):
-        op = OPS[name]
+    for name, op in OPS.items():
+        if not op.perf:
+            continue
         if op.rooted != rooted or op.reduces != reduces:
             continue
         if item and per_rank != (op.input in ("block",) or (op.input == "blocks" and not op.split)):

@@ -26,6 +26,7 @@ from dataclasses import fields
 
 from commbench.costmodel.layout_config import Layout
 from commbench.names import ITEMSIZE
+from commbench.ops import bufferless
 from commbench.wire.ledger import Entry
 
 __all__ = ["compare", "layout_groups", "layout_tables", "parse_layout"]
@@ -113,7 +114,7 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
     flags: list[str] = []
     stray: dict[tuple, int] = {}
     for e in map(Entry._make, entries):
-        if len(e.group) < 2 or e.op == "barrier":
+        if len(e.group) < 2 or bufferless(e.op):
             continue
         op = KIND.get(e.op, e.op)
         if e.peer >= 0:  # a point-to-point call: on the layout's group holding both ends

@@ -32,7 +32,7 @@ import sys
 from array import array
 from dataclasses import dataclass, field, replace
 
-from commbench.ops import OPS
+from commbench.ops import OPS, bufferless
 from commbench.traces import stream
 from commbench.traces.calls import (
     CPP_TYPES,
@@ -76,7 +76,7 @@ def _call(e: dict, args: dict, where: str, ranks: tuple[int, ...] | None, groups
         raise TraceError(f"{where}: {name or e.get('name')} at ts {e.get('ts')}: its sizes "
                          "cannot be read (In msg nelems / Out msg nelems)") from None
     dtype, itemsize = DTYPES.get(str(args.get("dtype", "")), (str(args.get("dtype", "")), 0))
-    if itemsize == 0 and op != "barrier":
+    if itemsize == 0 and not bufferless(op):
         raise TraceError(f"{where}: {name} at ts {e.get('ts')}: dtype {args.get('dtype')!r} "
                          f"unknown; known: {', '.join(DTYPES)}")
     pg = sys.intern(str(args.get("Process Group Name", "")))

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from commbench.names import DTYPE_NAMES
-from commbench.ops import OPS
+from commbench.ops import OPS, bufferless
 from commbench.traces.calls import P2P, TraceError
 
 __all__ = ["Rec", "check", "complete", "from_audit", "from_traces", "scale"]
@@ -134,7 +134,7 @@ def check(world: int, plan: dict[int, list[Rec]]) -> None:
             if r.op not in COLLECTIVES + P2P:
                 raise TraceError(f"rank {rank}, call {k}: op {r.op!r} cannot be replayed; "
                                  f"replayed: {', '.join(COLLECTIVES + P2P)}")
-            if r.dtype not in DTYPE_NAMES and r.op != "barrier":
+            if r.dtype not in DTYPE_NAMES and not bufferless(r.op):
                 raise TraceError(f"rank {rank}, call {k} ({r.op}): dtype {r.dtype!r} cannot be "
                                  f"replayed; replayed: {', '.join(DTYPE_NAMES)}")
             bad = [x for x in r.group if not 0 <= x < world]

@@ -15,6 +15,7 @@ from dataclasses import astuple
 
 import torch
 
+from commbench.ops import bufferless
 from commbench.traces.calls import P2P
 from commbench.traces.recorded import Rec
 from commbench.wire.ledger import Entry
@@ -50,7 +51,7 @@ def _collective(ctx, comm, g, r: Rec, broken: dict):
     from commbench.timing.native import PREPARE, prepare_native
 
     dev = ctx.device
-    if r.op == "barrier":
+    if bufferless(r.op):
         return (lambda: comm.barrier(g)), (lambda: comm.backend.barrier(g))
     if r.op == "all_to_all" and r.in_splits and (len(set(r.in_splits)) > 1 or
                                                  len(set(r.out_splits)) > 1):
@@ -123,11 +124,11 @@ def mismatches(unit: dict) -> list[str]:
     """What the booked entries of one unit say that its recorded calls do not."""
     recs = [Rec(*t) for t in unit["recs"]]
     booked = [Entry._make(t) for t in unit["booked"]]
-    got = sorted((BOOKED_AS.get(e.op, e.op), e.group, e.dtype if e.op != "barrier" else "",
+    got = sorted((BOOKED_AS.get(e.op, e.op), e.group, "" if bufferless(e.op) else e.dtype,
                   e.count, e.peer if e.op in ("isend", "irecv", "send", "recv") else -1)
                  for e in booked)
     want = sorted((r.op, r.group if len(r.group) > 1 else got[0][1] if got else r.group,
-                   r.dtype if r.op != "barrier" else "", r.count if r.op != "barrier" else 0,
+                   "" if bufferless(r.op) else r.dtype, 0 if bufferless(r.op) else r.count,
                    r.peer if r.op in P2P else -1) for r in recs)
     if got == want:
         return []

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 import re
 
+from commbench.costmodel.nccl import OPS as MODELLED
+from commbench.costmodel.p2p import P2P_OPS
 from commbench.costmodel.topology import Topology, load
 from commbench.ops import OPS, booked, split_sizes
 from commbench.traces.analysis import Matched
@@ -86,8 +88,7 @@ def model_us(c: Call, topo: Topology, version: str = "2.30.7") -> tuple[float, s
     from commbench.patterns.base import Call as Priced
 
     n = len(c.group)
-    if n < 2 or c.op not in OPS or max(c.group) >= topo.ranks or c.op in ("barrier", "gather",
-                                                                           "scatter"):
+    if n < 2 or c.op not in MODELLED + P2P_OPS + P2P or max(c.group) >= topo.ranks:
         return None
     count = c.in_elems
     kw = _splits(c, n)

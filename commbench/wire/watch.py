@@ -35,7 +35,7 @@ import time
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from commbench.ops import booked
+from commbench.ops import booked, bufferless
 from commbench.wire import steps
 from commbench.wire.ledger import Ledger
 from commbench.wire.modules import module_tracker, origin
@@ -120,7 +120,7 @@ class watch(TorchDispatchMode):
         out = func(*args, **kwargs)
         seconds = time.perf_counter() - t0
         pg = pg_of(pg_arg)
-        first = None if op == "barrier" else first_tensor(list(named.values()))
+        first = None if bufferless(op) else first_tensor(list(named.values()))
         dtype = first.dtype if first is not None else torch.uint8
         sent, recv = booked(op, pg.size(), pg.rank(), count, dtype.itemsize, **vol)
         phase, module = origin(self._modules, op, sys._getframe(1))
