@@ -288,7 +288,7 @@ def test_a_rank_whose_script_raises_under_a_launcher_is_named_with_its_error(lau
                          timeout=300, cwd=tmp_path)
     assert out.returncode == (1 if "torch.distributed.run" in launcher else 3), out.stderr[-2000:]
     ours = [line for line in out.stderr.splitlines() if " stopped: " in line]
-    assert ours == ["[rank 1] commbench: run_script stopped: rank 1 of 2 raised ValueError: "
+    assert ours == ["[rank 1] commbench: script_rank stopped: rank 1 of 2 raised ValueError: "
                     "planted at rank 1 (its traceback is in the log)"], out.stderr[-2000:]
     assert 'raise ValueError("planted at rank 1")' in out.stderr  # the traceback
     assert "timed out" not in out.stderr
@@ -531,3 +531,94 @@ def test_fsdp2_on_a_two_d_mesh_makes_the_calls_of_hybrid_sharding(world):
         ("dp_replicate", "all_reduce", 1568, 2)}
     flat = compare(parse_layout(f"impl=fsdp2,dp=4,{FSDP2_LAYOUT}", 4), booked)["flags"]
     assert any("unexpected group" in f for f in flat), flat
+
+
+SAYS_HELLO = """
+import sys
+import torch
+import torch.distributed as dist
+
+if sys.argv[1:] == ["init"]:
+    dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()} says hello")
+print("and warns", file=sys.stderr)
+dist.all_reduce(torch.ones(4))
+"""
+
+
+@pytest.mark.local
+def test_a_script_that_never_initialises_is_told_so_and_its_output_is_shown(tmp_path, capsys):
+    """Under torchrun a script without init_process_group fails at its first collective: the
+    audit says so (exit 1) rather than passing with the calls booked. What the script printed
+    is shown, rank 0's unless --output names others."""
+    from commbench.cli.main import main
+
+    script = tmp_path / "hello.py"
+    script.write_text(SAYS_HELLO)
+    assert main(["audit", str(script), "--np", "2", "--no-write"]) == 1
+    out, err = capsys.readouterr()
+    assert "# rank 0's output:\nrank 0 says hello\nand warns\n# (end of rank 0's output)" in out
+    assert "rank 1 says hello" not in out and "| all_reduce" in out
+    assert "never calls torch.distributed.init_process_group (itself or through a library) " \
+           "on ranks [0, 1]" in err
+    assert main(["audit", str(script), "--np", "2", "--no-write", "--output", "1", "--",
+                 "init"]) == 0
+    out, err = capsys.readouterr()
+    assert "rank 1 says hello" in out and "rank 0 says hello" not in out
+    assert "init_process_group" not in err
+
+
+def test_output_naming_a_rank_outside_the_world_is_refused_before_any_rank_starts(capsys):
+    from commbench.cli.main import main
+
+    script = os.path.join(EXAMPLES, "ddp.py")
+    assert main(["audit", script, "--np", "2", "--output", "0,5", "--no-write"]) == 2
+    assert "--output 0,5: rank 5 is not in the world of 2 (0..1)" in said(capsys)
+    assert main(["audit", script, "--np", "2", "--output", "first", "--no-write"]) == 2
+    assert "--output first: must be 0, a list of ranks (0,3), all or none" in said(capsys)
+
+
+def _status_after(ctx, path):
+    from commbench.runtime.status import MemorySink, Tracker
+
+    saved, ctx.tracker = ctx.tracker, Tracker(MemorySink())
+    try:
+        run_script(ctx, path, ["init"])
+        return ctx.tracker.sink.text
+    finally:
+        ctx.tracker = saved
+
+
+@pytest.mark.world(sizes=[2])
+def test_a_rank_s_status_names_the_script_s_call_and_its_line(world, tmp_path):
+    """What a hang report shows of a rank blocked in (or after) a script's collective: the
+    call, its line in the script and its group, not "no call yet"."""
+    script = tmp_path / "hello.py"
+    script.write_text(SAYS_HELLO)
+    for text in world.run(_status_after, str(script)):
+        assert text == "running hello.py, after all_reduce at hello.py:10 (call #1) on group " \
+                       "[0, 1]", text
+
+
+def _script_s_view(ctx):
+    import torch.distributed as dist
+    import torch.distributed.device_mesh as device_mesh
+
+    asked: dict = {}
+    seen = []
+    with _process_group_kept(asked):
+        seen.append((dist.is_initialized(), device_mesh.is_initialized(), dict(asked)))
+        dist.init_process_group("gloo", device_id=None)
+        seen.append((dist.is_initialized(), device_mesh.is_initialized(), dict(asked)))
+    seen.append((dist.is_initialized(), device_mesh.is_initialized(), {}))
+    return seen
+
+
+@pytest.mark.world(sizes=[2])
+def test_to_the_script_the_group_is_up_once_it_or_a_library_initialised_it(world):
+    """The examples initialise only ``if not dist.is_initialized()``; DeepSpeed and Megatron
+    likewise; device_mesh initialises the default group itself: to the script the group is up
+    only once one of them called init_process_group, and after the script it is up again."""
+    for seen in world.run(_script_s_view):
+        assert seen == [(False, False, {"called": False}),
+                        (True, True, {"called": True, "device_id": None}), (True, True, {})]

@@ -38,11 +38,36 @@ def test_split_counts_a_bitwise_reduction_and_lone_rings_are_found_with_their_li
     code, out = _audit(capsys, MISTAKES, 3, "eager")
     assert code == 1
     assert "NCCL has no band reduction: rank 0's all_reduce on group [0, 1, 2] at " \
-           "nccl_mistakes.py:17" in out
-    assert "rank 0's host waits to connect to rank 2" in out and "nccl_mistakes.py:25" in out
+           "nccl_mistakes.py:18" in out
+    assert "rank 0's host waits to connect to rank 2" in out and "nccl_mistakes.py:26" in out
     assert "ncclCommSplit 0: ranks [0] pass the colour of group [0, 2]" in out
 
 
 def test_the_same_script_done_right_passes(capsys):
     code, out = _audit(capsys, MISTAKES, 3, "eager", "--", "good")
     assert code == 0 and "nothing would hang or fail" in out, out
+
+
+EAGER = """
+import torch
+import torch.distributed as dist
+
+# what a GPU script gives: under the audit init_process_group does not run, so a CUDA device_id
+# on a CPU machine is only read
+dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
+x = torch.ones(4)
+if dist.get_rank() == 0:
+    dist.isend(x, 1)
+dist.all_reduce(x)
+if dist.get_rank() == 1:
+    dist.recv(x, 0)
+"""
+
+
+def test_auto_takes_eager_init_from_the_device_id_the_script_gives(capsys, tmp_path):
+    script = tmp_path / "eager.py"
+    script.write_text(EAGER)
+    code, out = _audit(capsys, str(script), 2, "auto")
+    assert "NCCL's rules (eager: the script gives init_process_group a device_id (ranks " \
+           "[0, 1])): 1 finding(s)" in out, out
+    assert code == 1

@@ -39,6 +39,9 @@ def add_parser(sub) -> None:
                    "report what would hang or fail there, with the ranks, calls and lines (exit "
                    "1 on a finding); the init mode the script asks for (device_id given: eager), "
                    "or the one named")
+    a.add_argument("--output", default="0", metavar="RANKS",
+                   help="whose printed output to show, before the tables: 0 (rank 0's, the "
+                        "default), a list of ranks (0,3), all, or none")
     a.add_argument("--step", type=int, default=None, metavar="N",
                    help="compare only step N (from 1) of those the script marks with "
                         "commbench.audit.step(); default: the whole script")
@@ -71,6 +74,7 @@ def command(a) -> int:
         checks.check_out(a.kineto, "--kineto")
     if a.step is not None and (a.step < 1 or a.steps < 1):
         raise UsageError(f"--step {a.step} --steps {a.steps}: both must be >= 1")
+    shown = _shown(a.output, size)
     if a.step is not None and not a.layout:
         raise UsageError(f"--step {a.step}: selects the steps --layout compares; give --layout")
     lay = None
@@ -84,7 +88,7 @@ def command(a) -> int:
     from commbench.results import records as res
     from commbench.results.machine import machine_class
     from commbench.results.trace import chrome_trace
-    from commbench.studies.audit import audit_markdown, run_script, tables
+    from commbench.studies.audit import audit_markdown, script_rank, tables
     from commbench.wire.ledger import Entry
 
     # NCCL records each collective's start and end on the GPU (the device time of the tables)
@@ -109,11 +113,16 @@ def command(a) -> int:
                 from commbench.studies.audit_nccl import run_script_nccl
 
                 full = world.run(run_script_nccl, path, list(a.args))
-                per_rank = [out["entries"] for out in full]
             else:
-                per_rank = world.run(run_script, path, list(a.args))
+                full = world.run(script_rank, path, list(a.args))
+            per_rank = [out["entries"] for out in full]
     finally:
         world.close()
+    if prints:
+        for r in shown:
+            text = full[r]["output"]
+            if text:
+                print(f"# rank {r}'s output:\n{text.rstrip()}\n# (end of rank {r}'s output)")
     record = res.header("audit", size, f"local-{world.launch}" if not launcher else launcher,
                         machine_class(a.label), {"what": "the calls a script issued, booked"})
     record["script"] = os.path.basename(a.script)
@@ -158,6 +167,13 @@ def command(a) -> int:
         print(f"# {len(flags)} difference(s) from the layout:", *flags, sep="\n#   ")
         print(f"commbench audit: {len(flags)} difference(s) from the layout {a.layout}",
               file=sys.stderr)
+    alone = [r for r, out in enumerate(full) if not out["initialised"]]
+    calls = sum(len(es) for es in per_rank)
+    if alone and calls:
+        print(f"commbench audit: {a.script} never calls torch.distributed.init_process_group "
+              f"(itself or through a library) on ranks {_ranks(alone)}, yet its ranks issued "
+              f"{calls} call(s): launched by torchrun, srun or mpirun its first would fail "
+              "(the default process group is not initialised)", file=sys.stderr)
     found: list[str] = []
     if a.nccl:
         from commbench.studies.audit_nccl import findings
@@ -171,7 +187,29 @@ def command(a) -> int:
             if found:
                 print(f"commbench audit: NCCL would hang or fail on {a.script}: {len(found)} "
                       "finding(s)", file=sys.stderr)
-    return 1 if flags or found else 0
+    return 1 if flags or found or (alone and calls) else 0
+
+
+def _shown(spec: str, size: int) -> list[int]:
+    """The ranks ``--output`` names, refused before any rank starts if out of the world."""
+    if spec in ("none", ""):
+        return []
+    if spec == "all":
+        return list(range(size))
+    try:
+        ranks = [int(x) for x in spec.split(",")]
+    except ValueError:
+        raise UsageError(f"--output {spec}: must be 0, a list of ranks (0,3), all or none") \
+            from None
+    bad = [r for r in ranks if not 0 <= r < size]
+    if bad:
+        raise UsageError(f"--output {spec}: rank {bad[0]} is not in the world of {size} "
+                         f"(0..{size - 1})")
+    return sorted(set(ranks))
+
+
+def _ranks(ranks: list[int]) -> str:
+    return str(ranks) if len(ranks) <= 8 else f"[{', '.join(map(str, ranks[:8]))}, ...]"
 
 
 # what the libs extra brings (pyproject.toml): a script importing them gets its install line

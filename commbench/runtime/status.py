@@ -91,4 +91,6 @@ class Tracker:
         self.sink.write(IN_OP, self.seq, f"{op}, sample {sample} of {total} {self._current}")
 
     def leave(self, op: str) -> None:
-        self.sink.write(IN_TASK, self.seq, f"running {self.task}, after {op} (call #{self.seq})")
+        """Out of the call ``op``; a rank blocked after it (in the wait of an asynchronous call,
+        or in code of its own) is named by it: ``after all_reduce (call #3) on group [0, 1]``."""
+        self.sink.write(IN_TASK, self.seq, f"running {self.task}, after {op} {self._current}")

@@ -11,6 +11,7 @@ rank's entries into the rows ``commbench audit`` prints and writes.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import runpy
 import sys
@@ -19,18 +20,19 @@ from collections.abc import Callable
 from commbench.wire.ledger import Entry, Ledger
 from commbench.wire.steps import step, step_of
 
-__all__ = ["audit", "audit_markdown", "in_steps", "run_script", "step_rows", "tables",
-           "torchrun_env"]
+__all__ = ["audit", "audit_markdown", "in_steps", "run_script", "script_rank", "step_rows",
+           "tables", "torchrun_env"]
 
 
 def audit(step: Callable, *args, ledger: Ledger | None = None, script: str | None = None,
-          **kwargs) -> list[Entry]:
+          tracker=None, **kwargs) -> list[Entry]:
     """Run ``step(*args, **kwargs)`` under the watcher; the entries it booked on this rank
-    (with ``script``, each with the line of that file that issued it)."""
+    (with ``script``, each with the line of that file that issued it; with ``tracker``, the
+    rank's status names each call while it runs)."""
     from commbench.wire.watch import watch
 
     ledger = ledger or Ledger()
-    with watch(ledger, script=script) as w, ledger.capture() as cap:
+    with watch(ledger, script=script, tracker=tracker) as w, ledger.capture() as cap:
         step(*args, **kwargs)
     device = w.device_times()
     return [e._replace(device_seconds=device[id(e)]) if id(e) in device else e
@@ -44,19 +46,77 @@ audit.step = step  # commbench.audit.step(): marks a training step in a script
 def _process_group_kept(asked: dict | None = None):
     """The script's init_process_group / destroy_process_group become no-ops while the rank's
     own world is up (a launcher's script calls them; the audit's world already did); the
-    keywords the script gave init_process_group go into ``asked``."""
+    keywords the script gave init_process_group go into ``asked``, with ``called``.
+
+    To the script the default group is up only once it has called init_process_group, itself
+    or through a library, as under torchrun: ``dist.is_initialized()`` says False before (the
+    scripts and libraries that initialise only ``if not dist.is_initialized()`` then do), and so
+    does the check device_mesh makes before it initialises the default group itself
+    (``init_device_mesh`` in a script that never calls init_process_group)."""
     import torch.distributed as dist
+    import torch.distributed.device_mesh as device_mesh
 
     if not dist.is_initialized():
         yield
         return
-    saved = dist.init_process_group, dist.destroy_process_group
-    dist.init_process_group = lambda *a, **k: (asked or {}).update(k, called=True)
-    dist.destroy_process_group = lambda *a, **k: None
+    asked = asked if asked is not None else {}
+    asked["called"] = False
+    real_is = dist.is_initialized
+
+    def init_process_group(*args, **kwargs) -> None:
+        asked.update(kwargs, called=True)
+
+    def is_initialized() -> bool:
+        return bool(asked["called"]) and real_is()
+
+    # device_mesh holds its own references to both (from distributed_c10d import ...)
+    places = [(dist, "init_process_group", init_process_group),
+              (dist, "destroy_process_group", lambda *a, **k: None),
+              (dist, "is_initialized", is_initialized)]
+    places += [(device_mesh, name, new) for _, name, new in places
+               if name != "destroy_process_group" and hasattr(device_mesh, name)]
+    saved = [(where, name, getattr(where, name)) for where, name, _ in places]
+    for where, name, new in places:
+        setattr(where, name, new)
     try:
         yield
     finally:
-        dist.init_process_group, dist.destroy_process_group = saved
+        for where, name, old in saved:
+            setattr(where, name, old)
+
+
+class _Kept(io.TextIOBase):
+    """What a script printed (its ``sys.stdout`` and ``sys.stderr``), the last ``limit``
+    characters of it, with the number left out before them. What is written to the file
+    descriptor itself (C code, subprocesses, ``faulthandler``) goes where it went before: the
+    rank's own stderr."""
+
+    encoding = "utf-8"
+
+    def __init__(self, limit: int = 256 * 1024) -> None:
+        self.parts: list[str] = []
+        self.size = self.dropped = 0
+        self.limit = limit
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return sys.__stderr__.fileno()
+
+    def write(self, s: str) -> int:
+        self.parts.append(s)
+        self.size += len(s)
+        if self.size > 2 * self.limit:
+            text = "".join(self.parts)
+            self.dropped += len(text) - self.limit
+            self.parts, self.size = [text[-self.limit:]], self.limit
+        return len(s)
+
+    def text(self) -> str:
+        text = "".join(self.parts)
+        cut = self.dropped + max(0, len(text) - self.limit)
+        return (f"[{cut} earlier characters left out]\n" if cut else "") + text[-self.limit:]
 
 
 # torchrun's defaults where it is not given an endpoint: nothing connects to it (the script's
@@ -94,28 +154,55 @@ def _looks_like_torchrun(ctx):
 
 
 def run_script(ctx, path: str, argv: list[str], extra: contextlib.AbstractContextManager
-               | None = None, asked: dict | None = None) -> list[tuple]:
+               | None = None, asked: dict | None = None,
+               output: list[str] | None = None) -> list[tuple]:
     """On a rank: ``path`` run as ``__main__`` with ``argv`` under the watcher, with torchrun's
     variables and, as ``python path`` has it, the script's folder first on ``sys.path`` (its
     own modules import); its entries as plain tuples (``Entry`` fields), for the driver.
     ``extra``: a context the script also runs in; ``asked``: filled with the keywords the script
-    gave ``init_process_group``."""
+    gave ``init_process_group`` (``called``: whether it did); ``output``: given, what the script
+    printed is kept (:class:`_Kept`) and appended to it, also when the script raises."""
     from commbench.wire import steps
 
+    ctx.tracker.start_task(os.path.basename(path))  # a hang report names the script
     saved, folder = sys.argv, os.path.dirname(os.path.abspath(path))
     sys.argv = [path, *argv]
     sys.path.insert(0, folder)
     steps.restart()
+    kept = _Kept() if output is not None else None
     try:
         with _process_group_kept(asked), _looks_like_torchrun(ctx), steps.profiler_steps(), \
-                extra or contextlib.nullcontext():
+                extra or contextlib.nullcontext(), _printing_to(kept):
             entries = audit(runpy.run_path, path, run_name="__main__", ledger=ctx.ledger,
-                            script=os.path.abspath(path))
+                            script=os.path.abspath(path), tracker=ctx.tracker)
     finally:
         sys.argv = saved
         if folder in sys.path:
             sys.path.remove(folder)
+        if kept is not None:
+            output.append(kept.text())
     return [tuple(e) for e in entries]
+
+
+@contextlib.contextmanager
+def _printing_to(kept: _Kept | None):
+    if kept is None:
+        yield
+        return
+    with contextlib.redirect_stdout(kept), contextlib.redirect_stderr(kept):
+        yield
+
+
+def script_rank(ctx, path: str, argv: list[str], extra: contextlib.AbstractContextManager
+                | None = None) -> dict:
+    """On a rank, for ``commbench audit``: :func:`run_script`'s entries with what the script
+    printed (``output``), whether it called init_process_group (``initialised``) and the
+    keywords it gave it a value (``asked``: their names; the values need not pickle)."""
+    asked: dict = {}
+    output: list[str] = []
+    entries = run_script(ctx, path, argv, extra=extra, asked=asked, output=output)
+    return {"entries": entries, "output": output[0], "initialised": bool(asked.get("called")),
+            "asked": sorted(k for k, v in asked.items() if k != "called" and v is not None)}
 
 
 def tables(per_rank: list[list[tuple]]) -> dict:

@@ -38,11 +38,10 @@ def run_script_nccl(ctx, path: str, argv: list[str]) -> dict:
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    from commbench.studies.audit import run_script
+    from commbench.studies.audit import script_rank
     from commbench.wire.watch import batched
 
     made: list[tuple[tuple[int, ...], str]] = []
-    asked: dict = {}
     real_new, real_batch = c10d.new_group, c10d.batch_isend_irecv
 
     def new_group(ranks=None, timeout=None, backend=None, *args, **kwargs):
@@ -67,9 +66,8 @@ def run_script_nccl(ctx, path: str, argv: list[str]) -> dict:
             dist.new_group, dist.batch_isend_irecv = saved
             c10d.new_group, c10d.batch_isend_irecv = real_new, real_batch
 
-    entries = run_script(ctx, path, argv, extra=watching(), asked=asked)
-    return {"entries": entries, "creations": made,
-            "device_id": asked.get("device_id") is not None}
+    out = script_rank(ctx, path, argv, extra=watching())
+    return {**out, "creations": made, "device_id": "device_id" in out["asked"]}
 
 
 def _posts(entries: list[tuple]) -> list[Post]:

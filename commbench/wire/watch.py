@@ -36,6 +36,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from commbench.ops import booked, bufferless
+from commbench.runtime.status import Tracker
 from commbench.wire import steps
 from commbench.wire.ledger import Ledger
 from commbench.wire.modules import module_tracker, origin
@@ -86,10 +87,12 @@ class watch(TorchDispatchMode):
     """Book torch.distributed calls made inside the ``with`` block into ``ledger``."""
 
     def __init__(self, ledger: Ledger, transport: str | None = None,
-                 script: str | None = None) -> None:
+                 script: str | None = None, tracker: Tracker | None = None) -> None:
         super().__init__()
         self.ledger, self.transport = ledger, transport
         self.script = script  # an audited script's path: each entry gets its line there
+        # the rank's status: a hang report names the call a rank is blocked in, and its line
+        self.tracker = tracker
         self.works: list[tuple] = []  # (entry, c10d Work) of the calls on CUDA tensors
         self._modules = module_tracker()
 
@@ -116,10 +119,16 @@ class watch(TorchDispatchMode):
         named = {arg.name: (args[i] if i < len(args) else kwargs.get(arg.name, arg.default_value))
                  for i, arg in enumerate(func._schema.arguments)}
         op, pg_arg, count, vol = read(name, named)
+        pg = pg_of(pg_arg)
+        line = _line(self.script, sys._getframe(1)) if self.script else ""
+        said = f"{op} at {line}" if line else op
+        if self.tracker is not None:
+            self.tracker.enter(said, ranks_of(pg))
         t0 = time.perf_counter()
         out = func(*args, **kwargs)
         seconds = time.perf_counter() - t0
-        pg = pg_of(pg_arg)
+        if self.tracker is not None:
+            self.tracker.leave(said)
         first = None if bufferless(op) else first_tensor(list(named.values()))
         dtype = first.dtype if first is not None else torch.uint8
         sent, recv = booked(op, pg.size(), pg.rank(), count, dtype.itemsize, **vol)
@@ -137,8 +146,7 @@ class watch(TorchDispatchMode):
                                        redop=redop_name(named.get("reduce_op")), phase=phase,
                                        module=module, nbytes=count * dtype.itemsize, start=t0,
                                        peer=peer, splits=splits,
-                                       line=_line(self.script, sys._getframe(1))
-                                       if self.script else "",
+                                       line=line,
                                        batch=_BATCH.get() if op in ("send", "recv") else -1)
         if first is not None and first.is_cuda:
             work = _work_of(out)

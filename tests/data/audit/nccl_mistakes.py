@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 good = sys.argv[1:] == ["good"]
+dist.init_process_group("gloo")
 rank, size = dist.get_rank(), dist.get_world_size()
 pair = dist.new_group([0, 1], backend=None if good else "gloo")
 other = dist.new_group([0, 2])
