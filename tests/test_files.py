@@ -47,6 +47,28 @@ def test_a_device_a_fifo_and_a_large_file_are_refused_as_results(tmp_path, capsy
         _one_line(capsys, main(["compare", GOOD, path]), path, why)
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_is_named_as_one_wherever_a_file_is_read_or_written(tmp_path, capsys):
+    """A trace, a script, a log: read, it would block for ever (or be called missing); written,
+    the results' temporary file would replace it. Each is one line naming the FIFO, exit 2."""
+    fifo = _hostile(tmp_path)["a FIFO"]
+    log = os.path.join(os.path.dirname(__file__), "data", "nccl_tests",
+                       "cscs_gh200_2x4_all_reduce.log")
+    trace = os.path.join(os.path.dirname(__file__), "data", "traces")
+    for argv, rule in (
+            (["analyze", fifo], "is a FIFO; a trace must be a regular file or a folder of them"),
+            (["replay", fifo, "--np", "2"], "is a FIFO; a trace must be a regular file"),
+            (["audit", fifo, "--np", "2"], "is a FIFO; a script must be a regular file"),
+            (["import", fifo], "is a FIFO; a log file must be a regular file"),
+            (["analyze", trace, "--json", fifo], "--json " + fifo + ": is a FIFO; give a regular"),
+            (["calibrate", log, "--topology", "alps-gh200", "--json", fifo],
+             "--json " + fifo + ": is a FIFO; give a regular file's name"),
+            (["audit", os.path.join(RESULTS, "..", "examples", "ddp.py"), "--trace", fifo],
+             "--trace " + fifo + ": is a FIFO")):
+        _one_line(capsys, main(argv), fifo, rule)
+    assert os.path.exists(fifo) and not os.path.isfile(fifo)  # still the FIFO
+
+
 def _record_with(tmp_path, change) -> str:
     with open(GOOD) as f:
         record = json.load(f)

@@ -38,7 +38,10 @@ def add_parser(sub) -> None:
 
 
 def command(a) -> int:
-    from commbench.cli.checks import max_chars
+    from commbench.cli.checks import check_file, max_chars
+
+    if a.json:
+        check_file(a.json, "--json")
     from commbench.traces import wire
     from commbench.traces.analysis import match, misaligned
     from commbench.traces.calls import TraceError

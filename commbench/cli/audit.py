@@ -51,7 +51,11 @@ def add_parser(sub) -> None:
 
 def command(a) -> int:
     if not os.path.isfile(a.script):
-        raise UsageError(f"{a.script}: no such script")
+        from commbench.results.files import kind_of
+
+        what = kind_of(a.script)
+        raise UsageError(f"{a.script}: is {what}; a script must be a regular file" if what
+                         else f"{a.script}: no such script")
     try:  # refused before any rank starts, as python would refuse it
         with open(a.script, "rb") as f:
             compile(f.read(), a.script, "exec")

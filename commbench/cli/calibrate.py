@@ -38,6 +38,7 @@ def command(a) -> int:
 
     from tabulate import tabulate
 
+    from commbench.cli.checks import check_file
     from commbench.cli.importing import LOG_LIMIT
     from commbench.costmodel.calibrate import MODELLED, Measured, error, fit, held_out
     from commbench.costmodel.nccl import versions
@@ -47,6 +48,7 @@ def command(a) -> int:
     from commbench.results.nccl_tests import LogError, parse
     from commbench.results.records import write_atomic
 
+    check_file(a.json, "--json")
     if a.nccl_version not in versions():
         raise UsageError(f"--nccl-version {a.nccl_version}: must be one of {', '.join(versions())}")
     try:

@@ -134,8 +134,14 @@ def check_out(path: str, flag: str = "--out") -> None:
 
 def check_file(path: str, flag: str) -> None:
     """``path`` is a file this process can write (its folder exists or can be created)."""
-    if os.path.isdir(path):
+    from commbench.results.files import kind_of
+
+    what = kind_of(path)
+    if what == "a folder":
         raise HostRefusal(f"{flag} {path}: is a folder; give a file name")
+    if what not in ("", "a regular file"):
+        raise HostRefusal(f"{flag} {path}: is {what}; give a regular file's name (commbench "
+                          "writes it whole, through a temporary file beside it)")
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise HostRefusal(f"{flag} {path}: this user cannot write it")
     check_out(os.path.dirname(os.path.abspath(path)), flag)

@@ -13,7 +13,7 @@ import json
 import os
 import stat
 
-__all__ = ["RESULTS_LIMIT", "TOPOLOGY_LIMIT", "FileRefused", "read_json", "read_text"]
+__all__ = ["RESULTS_LIMIT", "TOPOLOGY_LIMIT", "FileRefused", "kind", "kind_of", "read_json", "read_text"]
 
 TOPOLOGY_LIMIT = 16 << 20  # bytes: an NCCL topology dump of a large node is a few hundred KB
 RESULTS_LIMIT = 64 << 20  # bytes: a sweep of 8 B .. 8 GiB over every algorithm is a few MB
@@ -21,6 +21,22 @@ RESULTS_LIMIT = 64 << 20  # bytes: a sweep of 8 B .. 8 GiB over every algorithm 
 
 class FileRefused(ValueError):
     """An input file that is not read: not a regular file, too large, or not valid."""
+
+
+def kind(mode: int) -> str:
+    """What a file of ``mode`` (``st_mode``) is, in the words a refusal uses."""
+    return ("a regular file" if stat.S_ISREG(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a folder"
+            if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "not a regular file")
+
+
+def kind_of(path: str) -> str:
+    """:func:`kind` of the file at ``path`` (links followed), '' where there is none."""
+    try:
+        return kind(os.stat(path).st_mode)
+    except OSError:
+        return ""
 
 
 def read_text(path: str, what: str, limit: int) -> str:
@@ -35,10 +51,8 @@ def read_text(path: str, what: str, limit: int) -> str:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device"
-                    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a folder"
-                    if stat.S_ISDIR(st.st_mode) else "not a regular file")
-            raise FileRefused(f"{path}: is {kind}; a {what} file must be a regular file")
+            raise FileRefused(f"{path}: is {kind(st.st_mode)}; a {what} file must be a regular "
+                              "file")
         if st.st_size > limit:
             raise FileRefused(f"{path}: {st.st_size} B, more than the {limit} B a {what} "
                               "file may have")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from commbench.results.files import kind_of
 from commbench.traces.calls import TraceError
 from commbench.traces.kineto import RankTrace, read
 from commbench.traces.stream import LIMIT
@@ -31,6 +32,9 @@ def files(names: list[str]) -> tuple[list[str], bool]:
             out += found
         elif os.path.isfile(name):
             out.append(name)
+        elif kind_of(name):
+            raise TraceError(f"{name}: is {kind_of(name)}; a trace must be a regular file or a "
+                             "folder of them")
         else:
             raise TraceError(f"{name}: no such file or folder")
     return out, folder or len(out) > 1
