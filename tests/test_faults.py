@@ -137,21 +137,26 @@ def _workers_of(pid: int) -> list[int]:
 
 
 @pytest.mark.local
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "kill a rank"])
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "kill a rank", "stop a rank"])
 def test_an_interrupted_sweep_keeps_its_rows_and_resumes(tmp_path, how):
     path = tmp_path / "all_reduce_test-box-gloo-x2.json"
     proc = _sweep(tmp_path)
     _wait_rows(path, 3, proc)
-    if how == "kill a rank":
-        os.kill(_workers_of(proc.pid)[0], signal.SIGKILL)
+    if how in ("kill a rank", "stop a rank"):
+        victim = _workers_of(proc.pid)[0]
+        os.kill(victim, signal.SIGKILL if how == "kill a rank" else signal.SIGSTOP)
     else:
         proc.send_signal(getattr(signal, how))
     out, err = proc.communicate(timeout=120)  # a bound for a hang, not a speed: no load decides it
-    assert proc.returncode == {"SIGINT": 130, "SIGTERM": 143, "kill a rank": 3}[how], \
-        (err, out[-2000:])
+    assert proc.returncode == {"SIGINT": 130, "SIGTERM": 143, "kill a rank": 3,
+                               "stop a rank": 3}[how], (err, out[-2000:])
     assert err.count("\n") == 1 and "Traceback" not in err, err  # one line
     if how == "kill a rank":
         assert "rank" in err and "died" in err and "traceback in " in err
+    if how == "stop a rank":  # named by its state after 10 s, not by the call's 120 s limit
+        assert f"(pid {victim}) stopped (SIGSTOP: the kernel's state T) for 10 s or more" in err, \
+            err
+        assert "timed out" not in err
     kept = load(str(path))["rows"]  # valid JSON, finished rows all there
     assert len(kept) >= 3 and all(r["wrong"] == 0 for r in kept)
     assert not _workers_of(proc.pid)

@@ -9,7 +9,10 @@ every failing rank's traceback. No call blocks forever:
   status slots of :mod:`commbench.runtime.status`);
 * a rank whose process ends raises :class:`~commbench.runtime.errors.RankDied` as soon as its connection
   closes (well under the 10 s bound), naming it and what the others were doing;
-* a rank that raised while others wait for it in a collective ends the call after ``grace_s``.
+* a rank that raised while others wait for it in a collective ends the call after ``grace_s``;
+* a rank whose process stays stopped (SIGSTOP: the kernel's state ``T``) for ``stopped_s`` ends
+  the call then, naming it and its state, instead of at the call's timeout (a rank stopped by a
+  debugger, state ``t``, is left to its debugger).
 
 After any of these the world is torn down, and the next call spawns a fresh one. Ranks are
 started with ``mpiexec`` when mpi4py and an ``mpiexec`` are there (transports gloo and MPI), else
@@ -50,7 +53,7 @@ class LocalWorld(FailureReports):
 
     def __init__(self, size: int, *, launch: str = "auto", backend: str = "gloo",
                  timeout_s: float = 120.0, start_timeout_s: float = 90.0,
-                 grace_s: float = 2.0) -> None:
+                 grace_s: float = 2.0, stopped_s: float = 10.0) -> None:
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"size={size!r}: must be an integer >= 1")
         if launch not in ("auto", "mpi", "plain"):
@@ -61,6 +64,7 @@ class LocalWorld(FailureReports):
         self.size, self.backend = size, backend
         self.launch = ("mpi" if mpi_usable() else "plain") if launch == "auto" else launch
         self.timeout_s, self.start_timeout_s, self.grace_s = timeout_s, start_timeout_s, grace_s
+        self.stopped_s = stopped_s
         self.transports: tuple[str, ...] = ()
         self.starts = 0
         self._procs: list[subprocess.Popen] = []
@@ -223,9 +227,11 @@ class LocalWorld(FailureReports):
         start = time.monotonic()
         deadline = start + timeout
         by_conn = {c: r for r, c in self._conns.items()}
+        stopped: dict[int, float] = {}  # rank -> when its process was first seen stopped
         while len(results) < self.size:
             pending = [c for c, r in by_conn.items() if r not in results]
             now = time.monotonic()
+            self._watch_stopped(stopped, now, name, results)
             failed = [o.error for o in results.values() if not o.ok]
             if failed:
                 deadline = min(deadline, self._first_failure_at + self.grace_s)
@@ -248,6 +254,19 @@ class LocalWorld(FailureReports):
                         self._first_failure_at = time.monotonic()
                     results[r] = Outcome(r, False, None, data)
         return [results[r] for r in range(self.size)]
+
+
+    def _watch_stopped(self, stopped: dict[int, float], now: float, name: str, results) -> None:
+        """Note each rank whose process is stopped (state ``T``) and fail the call once one
+        has been for ``stopped_s``: its peers would wait for it until the call's limit."""
+        for r, pid in self._pids.items():
+            if spawn.process_state(pid) == "T":
+                stopped.setdefault(r, now)
+            else:
+                stopped.pop(r, None)
+        late = sorted(r for r, t in stopped.items() if now - t >= self.stopped_s)
+        if late:
+            self._fail_stopped(name, late, results)
 
 
 def _name(fn) -> str:
