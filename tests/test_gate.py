@@ -110,19 +110,57 @@ def test_the_gate_report_says_what_it_found():
     text = report(rows, bad, 0.10, 1 << 16)
     head, rule, *table, verdict = text.splitlines()
     assert [c.strip() for c in head.split("|")[1:-1]] == [
-        "op", "algo", "transport", "size", "old(us)", "new(us)", "old busbw", "new busbw",
-        "new/old", ""] and set(rule) <= set("|- ")
+        "op", "algo", "transport", "size", "old(us)", "new(us)", "time new/old", "old range(us)",
+        "new range(us)", "busbw new/old", "verdict"] and set(rule) <= set("|- ")
     first = [c.strip() for c in table[0].split("|")[1:-1]]
-    b0 = (1 << 16) / 100.0 / 1e3
-    assert first == ["all_reduce", "ring", "gloo", "65536", "100.0", "125.0", f"{b0:.4f}",
-                     f"{(1 << 16) / 125.0 / 1e3:.4f}", "0.800", "REGRESSED"]
-    assert verdict == ("# 3 of 3 rows regressed (busbw down > 10%, i.e. time up > 11.1%, in the "
-                       "median and in the best iteration, at >= 65536 B, over 3 consecutive sizes "
-                       "of a series)")
+    assert first == ["all_reduce", "ring", "gloo", "65536", "100.0", "125.0", "1.250",
+                     "100.0-100.0", "125.0-125.0", "0.800", "REGRESSED"]
+    test = ("the new run's range of typical times (rounds' medians, else lower decile to median "
+            "of its iterations) above the old run's by > 11.1% (busbw down > 10%), at >= 65536 "
+            "B, over 3 consecutive sizes of a series")
+    assert verdict == "# 3 of 3 rows regressed: " + test
     rows, bad = compare(old, old, 0.10, 1 << 16)
-    text = report(rows, bad, 0.25, 1 << 17)
-    assert text.splitlines()[-1] == "# no regression in 3 matched rows"
+    text = report(rows, bad, 0.10, 1 << 16)
+    assert text.splitlines()[-1] == "# no regression in 3 matched rows (" + test + ")"
     assert "REGRESSED" not in text and len(text.splitlines()) == 6
+
+
+def test_a_row_is_judged_against_both_runs_own_spread():
+    """Rounds give the run-to-run spread, iterations the lower decile: a median 50% slower whose
+    ranges overlap is not judged (exit 0, listed); ranges apart by more than the threshold are a
+    regression; a row beyond the spread at one size alone is an isolated one, not judged."""
+    from commbench.results.compare import compare, report, typical
+
+    sizes = [1 << 16, 1 << 17, 1 << 18]
+
+    def rounds(t, *rs):
+        return [{**_row(s, t), "rounds_us": list(rs)} for s in sizes]
+
+    old = _rec(rounds(100.0, 100.0, 120.0, 160.0))
+    assert typical(old["rows"][0]) == (100.0, 160.0)
+    within = _rec(rounds(150.0, 150.0, 170.0, 175.0))  # 150 <= 160 x 1.111
+    rows, bad = compare(old, within, 0.10, 1 << 16)
+    assert bad == [] and [r["verdict"] for r in rows] == ["within spread"] * 3
+    apart = _rec(rounds(180.0, 180.0, 181.0, 200.0))  # 180 > 160 x 1.111 = 177.8
+    assert len(compare(old, apart, 0.10, 1 << 16)[1]) == 3
+    # iterations: the lower decile to the median
+    deciles = _rec([{**_row(s, 100.0, min_us=50.0), "p10_us": 90.0} for s in sizes])
+    assert typical(deciles["rows"][0]) == (90.0, 100.0)
+    wide = _rec([{**_row(s, 150.0, min_us=60.0), "p10_us": 105.0} for s in sizes])
+    rows, bad = compare(deciles, wide, 0.10, 1 << 16)
+    assert bad == [] and {r["verdict"] for r in rows} == {"within spread"}
+    text = report(rows, bad, 0.10, 1 << 16)
+    assert text.splitlines()[-1] == (
+        "# 3 rows not judged: slower by > 11.1% in the median, but 3 within the runs' own spread "
+        "and 0 beyond it at fewer than 3 consecutive sizes (the machine's noise cannot be told "
+        "from the code's)")
+    one = _rec([{**_row(s, 300.0 if k == 1 else 100.0), "p10_us": 300.0 if k == 1 else 90.0}
+                for k, s in enumerate(sizes)])
+    rows, bad = compare(deciles, one, 0.10, 1 << 16)
+    assert bad == [] and [r["verdict"] for r in rows] == ["", "isolated", ""]
+    # a file without spread: its one figure is the range
+    flat = _rec([{**_row(s, 100.0, min_us=50.0), "spread": False} for s in sizes])
+    assert typical(flat["rows"][0]) == (100.0, 100.0)
 
 
 def test_the_gate_at_exact_limits_and_windows():

@@ -63,3 +63,18 @@ def test_a_machine_label_at_its_limits():
     with pytest.raises(ValueError, match="use lower-case letters, digits and '-' \\(e.g. 'my-box'\\)"):
         machine_class("My Box")
     assert slug("") == "unknown" and slug("(R)(TM)") == "unknown"
+
+
+def test_a_plot_s_title_names_machine_transport_world_and_commit():
+    """Two plots of one machine, one per transport, read apart; so do two commits."""
+    from commbench.results.records import header, plot_title
+
+    rec = header("collectives", 4, "local-mpi", "intel-xeon-2c", {})
+    rec["commit"] = "0123456789ab"
+    gloo = {**rec, "rows": [{"transport": "gloo"}]}
+    mpi = {**rec, "rows": [{"transport": "mpi"}, {"transport": "mpi"}]}
+    assert plot_title(gloo) == ("collectives: intel-xeon-2c, gloo, 4 ranks (local-mpi), commit "
+                                "0123456789ab")
+    assert plot_title(mpi) != plot_title(gloo) and ", mpi, " in plot_title(mpi)
+    both = {**rec, "rows": gloo["rows"] + mpi["rows"], "commit": ""}
+    assert plot_title(both).endswith("intel-xeon-2c, gloo+mpi, 4 ranks (local-mpi), commit unknown")

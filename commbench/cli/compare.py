@@ -12,9 +12,11 @@ __all__ = ["add_parser", "command"]
 def add_parser(sub) -> None:
     c = sub.add_parser(
         "compare", help="per-row ratios of two results files; a regression gate",
-        description="A row regresses when its busbw fell by more than --threshold (its time "
-        "grew by more than 1/(1-threshold)) in the median and in the best iteration, at sizes "
-        ">= --min-size, at 3 consecutive sizes of its series (a shorter series: at every size). "
+        description="Each row's range of typical times is its rounds' medians (--repeat), else "
+        "its iterations' lower decile to median. A row regresses when the new range lies above "
+        "the old one by more than 1/(1-threshold) (busbw down by more than --threshold), at sizes "
+        ">= --min-size, at 3 consecutive sizes of its series (a shorter series: at every size); "
+        "a slower median within the runs' own spread, or at fewer sizes, is listed as not judged. "
         "Exit 0: no regression; 1: a regression; 2: a file unreadable or unsound (a size not a "
         "whole number, a time not finite and > 0, a busbw not finite and >= 0), or no rows in "
         "common. Example: commbench compare results/collectives_a-gloo-x4.json "

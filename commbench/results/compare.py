@@ -1,17 +1,25 @@
 """``commbench compare OLD NEW``: per-row ratios between two results files, and a regression gate.
 
-Rows are matched on (op, algo, transport, type, redop, root, size). A row regresses when, at a
-size of at least ``min_size`` (default 64 KiB; smaller messages measure latency, whose noise on a
-shared machine exceeds any threshold worth setting), its time grew by more than the threshold
-(default 10%, in busbw: fell by more than 10%) both in the median and in the best iteration
-(``min_us``), at three consecutive sizes of the same series (op, algo, transport, ...); a
-series with fewer sizes at or above ``min_size`` must regress at all of them. Slow outliers move
-the median but not the best iteration, a lucky best iteration moves the minimum but not the
-median; a slow spell of a shared machine strikes one or two sizes; a regression of the code
-moves both statistics over a range of sizes (the reruns that decided it: docs/decisions.md).
-Tables measured with ``--repeat R`` hold each row's best round. Rows imported from logs that
-print no spread (``spread`` false: nccl-tests' one average per size, ``commbench import``) are
-judged on that one figure as both statistics, and the report says how many there were.
+Rows are matched on (op, algo, transport, type, redop, root, size). Each run's row carries its
+own spread, a *range* of its typical time:
+
+* measured with ``--repeat R`` (``rounds_us``): from its fastest round's median to its slowest's,
+  the run-to-run spread measured inside the run;
+* else from the lower decile of its iterations (``p10_us``; ``min_us`` in files without it) to
+  their median;
+* imported from a log that prints no spread (``spread`` false: nccl-tests' one average per
+  size): that one figure, and the report says how many such rows there were.
+
+A row *regresses* when, at a size of at least ``min_size`` (default 64 KiB; smaller messages
+measure latency, whose noise on a shared machine exceeds any threshold worth setting), the new
+run's range lies wholly above the old run's by more than the threshold: the new range's low end
+is more than ``1/(1 - threshold)`` times the old range's high end (default 10% in busbw, 11.1% in
+time), at three consecutive sizes of the same series (op, algo, transport, ...; a series with
+fewer sizes at or above ``min_size`` must regress at all of them). A row whose median is that
+much slower but whose ranges overlap is *not judged*: the runs' own spread cannot tell a
+regression from the machine's noise there; so is a row beyond the spread at fewer consecutive
+sizes (a slow spell of a shared machine strikes one or two sizes; a regression of the code
+strikes a range of them: docs/decisions.md). Not-judged rows are listed and do not fail the gate.
 
 Every row must be sound before anything is compared: a size that is not a whole number >= 0, a
 time (median or best) that is not a finite number > 0, a busbw that is not finite and >= 0 (> 0
@@ -91,9 +99,24 @@ def _unsound(row: dict, ranks) -> str:
     return ""
 
 
+def typical(row: dict) -> tuple[float, float]:
+    """(low, high) of a row's typical time, us: the range of its rounds' medians, else its
+    iterations' lower decile to median; the median always inside it (module docstring)."""
+    median = row["time_us"]
+    rounds = row.get("rounds_us")
+    if row.get("spread") is False:
+        return median, median
+    if isinstance(rounds, list) and len(rounds) > 1 and all(_number(t) and t > 0 for t in rounds):
+        return min(min(rounds), median), max(max(rounds), median)
+    low = row.get("p10_us", row["min_us"])
+    low = low if _number(low) and low > 0 else row["min_us"]
+    return min(low, median), median
+
+
 def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 << 10
             ) -> tuple[list[dict], list[dict]]:
-    """(every matched row with its ratio and verdict, the regressed rows)."""
+    """(every matched row with its ratios, ranges and verdict, the regressed rows). A row's
+    ``verdict``: ``REGRESSED``, ``within spread`` or ``isolated`` (both not judged), or ''."""
     if not 0 < threshold < 1:
         raise CompareError(f"threshold={threshold}: must be between 0 and 1")
     if old["world_size"] != new["world_size"]:
@@ -108,11 +131,15 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
             continue
         ratio = r["busbw"] / o["busbw"] if o["busbw"] > 0 else float("nan")
         limit = 1 / (1 - threshold)  # a busbw drop of `threshold` is a time growth of this factor
-        regressed = (r["size"] >= min_size and o["busbw"] > 0
-                     and r["time_us"] > o["time_us"] * limit and r["min_us"] > o["min_us"] * limit)
+        old_range, new_range = typical(o), typical(r)
+        judged = r["size"] >= min_size and o["busbw"] > 0
+        regressed = judged and new_range[0] > old_range[1] * limit
+        slower = judged and r["time_us"] > o["time_us"] * limit
         row = {**dict(zip(KEY, key)), "old_busbw": o["busbw"], "new_busbw": r["busbw"],
-               "ratio": ratio, "old_us": o["time_us"], "new_us": r["time_us"],
-               "new_min_us": r["min_us"], "regressed": regressed,
+               "ratio": ratio, "time_ratio": r["time_us"] / o["time_us"], "old_us": o["time_us"],
+               "new_us": r["time_us"], "new_min_us": r["min_us"], "old_range": old_range,
+               "new_range": new_range, "regressed": regressed,
+               "verdict": "within spread" if slower and not regressed else "",
                "no_spread": r.get("spread") is False or o.get("spread") is False}
         out.append(row)
     series: dict[tuple, list[dict]] = {}
@@ -126,23 +153,42 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
         for i, row in enumerate(rows):
             row["regressed"] = any(all(slow[j:j + run]) for j in range(max(0, i - run + 1),
                                                                        min(i, len(rows) - run) + 1))
+            if slow[i] and not row["regressed"]:
+                row["verdict"] = "isolated"
+    for row in out:
+        if row["regressed"]:
+            row["verdict"] = "REGRESSED"
     bad = [row for row in out if row["regressed"]]
     return out, bad
+
+
+def _span(lo_hi: tuple[float, float]) -> str:
+    return f"{lo_hi[0]:.1f}-{lo_hi[1]:.1f}"
 
 
 def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -> str:
     from tabulate import tabulate
 
     table = [[r["op"], r["algo"], r["transport"], r["size"], f"{r['old_us']:.1f}",
-              f"{r['new_us']:.1f}", f"{r['old_busbw']:.4f}", f"{r['new_busbw']:.4f}",
-              f"{r['ratio']:.3f}", "REGRESSED" if r["regressed"] else ""] for r in rows]
+              f"{r['new_us']:.1f}", f"{r['time_ratio']:.3f}", _span(r["old_range"]),
+              _span(r["new_range"]), f"{r['ratio']:.3f}", r["verdict"]] for r in rows]
     text = tabulate(table, headers=["op", "algo", "transport", "size", "old(us)", "new(us)",
-                                    "old busbw", "new busbw", "new/old", ""], tablefmt="github",
+                                    "time new/old", "old range(us)", "new range(us)",
+                                    "busbw new/old", "verdict"], tablefmt="github",
                      disable_numparse=True)  # the precision chosen above, not tabulate's
-    verdict = (f"# {len(bad)} of {len(rows)} rows regressed (busbw down > {threshold:.0%}, i.e. time"
-               f" up > {1 / (1 - threshold) - 1:.1%}, in the median and in the best iteration, at "
-               f">= {min_size} B, over {RUN} consecutive sizes of a series)" if bad else
-               f"# no regression in {len(rows)} matched rows")
+    test = (f"the new run's range of typical times (rounds' medians, else lower decile to median"
+            f" of its iterations) above the old run's by > {1 / (1 - threshold) - 1:.1%} (busbw "
+            f"down > {threshold:.0%}), at >= {min_size} B, over {RUN} consecutive sizes of a "
+            "series")
+    verdict = (f"# {len(bad)} of {len(rows)} rows regressed: {test}" if bad else
+               f"# no regression in {len(rows)} matched rows ({test})")
+    unjudged = [r for r in rows if r["verdict"] in ("within spread", "isolated")]
+    if unjudged:
+        spread = sum(1 for r in unjudged if r["verdict"] == "within spread")
+        verdict += (f"\n# {len(unjudged)} rows not judged: slower by > "
+                    f"{1 / (1 - threshold) - 1:.1%} in the median, but {spread} within the runs' "
+                    f"own spread and {len(unjudged) - spread} beyond it at fewer than {RUN} "
+                    "consecutive sizes (the machine's noise cannot be told from the code's)")
     flat = sum(1 for r in rows if r.get("no_spread"))
     if flat:
         verdict += (f"\n# {flat} of {len(rows)} rows come from logs that print no spread "

@@ -211,6 +211,16 @@ def overhead_markdown(record: dict) -> str:
             f"{table}\n\nWorst ratio: {worst:.3f} (target: at most 1.10).\n")
 
 
+def plot_title(record: dict) -> str:
+    """What a plot says it shows: the suite, the machine class, the transports of its rows, the
+    world and how it was launched, and the commit measured (two plots of one machine, one per
+    transport, otherwise read alike)."""
+    transports = sorted({str(r.get("transport", "")) for r in record.get("rows", [])} - {""})
+    return (f"{record['suite']}: {record['hardware']}, {'+'.join(transports) or 'no rows'}, "
+            f"{record['world_size']} ranks ({record['launch']}), commit "
+            f"{record.get('commit') or 'unknown'}")
+
+
 def plot(record: dict, path: str) -> str | None:
     """busbw against size, one panel per collective, one line per algorithm. None without
     matplotlib."""
@@ -243,8 +253,7 @@ def plot(record: dict, path: str) -> str | None:
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(series):]:
         ax.axis("off")
-    fig.suptitle(f"{record['suite']}: {record['hardware']}, {record['world_size']} ranks, "
-                 f"{record['launch']}")
+    fig.suptitle(plot_title(record))
     fig.tight_layout()
     tmp = path + ".tmp.png"
     fig.savefig(tmp, dpi=90)

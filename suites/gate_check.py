@@ -1,0 +1,162 @@
+"""The regression gate on this machine's own noise: no false alarm between two runs of one
+commit, every row of a slowed algorithm caught.
+
+    .venv/bin/python suites/gate_check.py [--runs 4] [--np 2] [-b 64K] [-e 4M] [--repeat 3]
+
+``commbench run OPS --np 2 --repeat 3`` ``--runs`` times back to back on the same commit, each
+into a folder of its own (no in-run second look), then ``commbench compare`` of every ordered
+pair of them, per transport. The targets, checked (exit 1 when one is missed):
+
+* runs of one commit flag no row (rows whose medians differ but whose ranges overlap are listed
+  as not judged, which does not fail the gate);
+* the second table with one algorithm slowed 2x (each algorithm in turn; every time figure of
+  its rows, rounds and quantiles, times 2: suites/plant_regression.py's arithmetic) is flagged
+  on every row of that algorithm from 64 KiB up, and on no other row.
+
+At 2 ranks (one per core): at 4 ranks on 2 cores a row's run-to-run spread is wider than any
+useful threshold (suites/verdict_bench.py measured it). Writes
+``results/gate_check_<machine class>-x<np>.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+TIMES = ("time_us", "min_us", "max_us", "p99_us", "p10_us", "avg_us")
+
+
+def _run(folder: str, a) -> None:
+    out = subprocess.run([sys.executable, "-m", "commbench", "run", *a.ops, "--np", str(a.np),
+                          "-b", a.b, "-e", a.e, "--repeat", str(a.repeat), "--out", folder,
+                          "--label", "gate"], capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise SystemExit(f"commbench run failed ({out.returncode}): {out.stderr[-800:]}")
+
+
+def slowed(record: dict, algo: str, factor: float) -> dict:
+    """``record`` with every time figure of ``algo``'s rows times ``factor``."""
+    rows = []
+    for r in record["rows"]:
+        r = dict(r)
+        if r["algo"] == algo:
+            for k in TIMES:
+                if k in r:
+                    r[k] *= factor
+            if "rounds_us" in r:
+                r["rounds_us"] = [t * factor for t in r["rounds_us"]]
+            for k in ("algbw", "busbw"):
+                r[k] /= factor
+        rows.append(r)
+    return {**record, "rows": rows}
+
+
+def _tally(first: dict, second: dict) -> dict:
+    """One ordered pair of tables: the gate's flags, its not-judged rows, and per algorithm how
+    many of its judged rows a 2x slowdown of it alone gets flagged (and how many other rows)."""
+    from commbench.results.compare import compare
+
+    rows, bad = compare(first, second)
+    judged = [r for r in rows if r["size"] >= 64 << 10]
+    out = {"judged": len(judged), "flagged": len(bad),
+           "unjudged": sum(1 for r in judged if r["verdict"] in ("within spread", "isolated")),
+           "ratios": [r["time_ratio"] for r in judged], "planted": {}}
+    for algo in sorted({r["algo"] for r in judged}):
+        _, bad2 = compare(first, slowed(second, algo, 2.0))
+        target = sum(1 for r in judged if r["algo"] == algo)
+        caught = sum(1 for r in bad2 if r["algo"] == algo)
+        out["planted"][algo] = (caught, target, sum(1 for r in bad2 if r["algo"] != algo))
+    return out
+
+
+def main() -> int:
+    import itertools
+
+    from commbench.results.compare import load
+    from commbench.results.machine import machine_class
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=4, help="runs of one commit, back to back; every "
+                   "ordered pair of them is compared")
+    p.add_argument("--np", type=int, default=2)
+    p.add_argument("-b", default="64K")
+    p.add_argument("-e", default="4M")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("ops", nargs="*", default=["all_reduce", "all_gather", "reduce_scatter",
+                                              "all_to_all", "broadcast"])
+    a = p.parse_args()
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as top:
+        folders = [os.path.join(top, str(k)) for k in range(a.runs)]
+        for folder in folders:
+            _run(folder, a)
+            print(f"# run {folder[-1]} done", flush=True)
+        names = sorted(f for f in os.listdir(folders[0]) if f.endswith(".json"))
+        tables = {f: [load(os.path.join(d, f)) for d in folders] for f in names}
+        commit = tables[names[0]][0].get("commit", "")
+    minutes = (time.monotonic() - t0) / 60
+    text, missed = [], []
+    lines, planted = [], {}
+    for name in names:
+        transport = tables[name][0]["rows"][0]["transport"]
+        for i, j in itertools.permutations(range(a.runs), 2):
+            t = _tally(tables[name][i], tables[name][j])
+            ratios = sorted(t["ratios"])
+            lines.append((transport, i + 1, j + 1, t["judged"], t["flagged"], t["unjudged"],
+                          ratios[len(ratios) // 2], ratios[0], ratios[-1]))
+            for algo, (c, n, o) in t["planted"].items():
+                k = planted.setdefault((transport, algo), [0, 0, 0, 0, 0])
+                k[0] += c == n  # every row of the algorithm caught
+                k[1] += 1
+                k[2] += c
+                k[3] += n
+                k[4] += o
+    hw = machine_class("")
+    flagged = sum(x[4] for x in lines)
+    judged = sum(x[3] for x in lines)
+    if flagged:
+        missed.append(f"{flagged} of {judged} judged rows flagged between runs of one commit")
+    short = [f"{t} {algo}" for (t, algo), k in planted.items() if k[0] < k[1] or k[4]]
+    if short:
+        missed.append(f"a 2x slowdown not caught on every row, or other rows flagged, for "
+                      f"{len(short)} of {len(planted)} algorithms")
+    text = [f"# The regression gate on this machine's noise: {hw}, {a.np} ranks, --repeat "
+            f"{a.repeat}", "",
+            f"`.venv/bin/python suites/gate_check.py --runs {a.runs} --np {a.np} -b {a.b} -e "
+            f"{a.e} --repeat {a.repeat} {' '.join(a.ops)}` ({minutes:.0f} min), commit "
+            f"`{commit}`. `commbench run {' '.join(a.ops)} --np {a.np} -b {a.b} -e {a.e} "
+            f"--repeat {a.repeat}` {a.runs} times back to back, each into its own folder; "
+            "`commbench compare` of every ordered pair (threshold 10% busbw, rows >= 64 KiB "
+            "judged). `flagged`: rows the gate calls regressed (target 0); `not judged`: slower "
+            "medians within the runs' own spread or at isolated sizes (listed, exit 0); "
+            "`second/first`: the judged rows' ratio of best-round medians, median (min-max): "
+            "the machine's run-to-run noise.", "",
+            "| transport | first | second | judged | flagged | not judged | second/first |",
+            "|---|---:|---:|---:|---:|---:|---|"]
+    text += [f"| {t} | {i} | {j} | {n} | {f} | {u} | {m:.2f} ({lo:.2f}-{hi:.2f}) |"
+             for t, i, j, n, f, u, m, lo, hi in lines]
+    text += ["", "Each algorithm slowed 2x alone in the second table of every pair (every time "
+             "figure of its rows, rounds and quantiles, doubled): pairs in which every one of "
+             "its judged rows was flagged, its rows flagged in all, and other rows flagged "
+             "(target: every row, no other).", "",
+             "| transport | algorithm | every row caught | rows caught | other rows flagged |",
+             "|---|---|---:|---:|---:|"]
+    text += [f"| {t} | {algo} | {k[0]} of {k[1]} | {k[2]} of {k[3]} | {k[4]} |"
+             for (t, algo), k in sorted(planted.items())]
+    text += ["", "Targets: " + ("met" if not missed else "missed: " + "; ".join(missed))]
+    out = os.path.join(os.path.dirname(HERE), "results", f"gate_check_{hw}-x{a.np}.md")
+    with open(out, "w") as f:
+        f.write("\n".join(text) + "\n")
+    print(f"wrote {out}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
