@@ -12,9 +12,8 @@ import argparse
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-
 from layers import Layer, shape_args  # examples/layers.py
+from torch.nn.parallel import DistributedDataParallel
 
 try:
     import commbench

@@ -16,7 +16,6 @@ import argparse
 
 import torch
 import torch.distributed as dist
-
 from layers import Layer, shape_args  # examples/layers.py
 
 try:

@@ -11,10 +11,8 @@ import argparse
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
-
 from layers import Layer, shape_args  # examples/layers.py
-
+from torch.distributed.fsdp import fully_shard
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()

@@ -1,7 +1,8 @@
 """torch's pipelining: the transformer-shaped layers of examples/layers.py cut into one stage per
 rank, ``--micro-batches`` micro-batches through GPipe (``--schedule gpipe``, the default) or
-1F1B (``--schedule 1f1b``): each micro-batch's activations x [b, s, h] sent forward stage to
-stage, their gradients sent back. ``--steps`` steps, each marked for the audit's ``--step``.
+1F1B (``--schedule 1f1b``), or two stages per rank (rank and rank + ranks) through interleaved
+1F1B (``--schedule interleaved``): each micro-batch's activations x [b, s, h] sent forward
+stage to stage, their gradients sent back. ``--steps`` steps, each marked for the audit's ``--step``.
 
     commbench audit examples/torch_pipelining.py --np 2
     commbench audit examples/torch_pipelining.py --np 4 -- --schedule 1f1b
@@ -16,9 +17,13 @@ import argparse
 
 import torch
 import torch.distributed as dist
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-
 from layers import Layer, shape_args  # examples/layers.py
+from torch.distributed.pipelining import (
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+)
 
 try:
     import commbench
@@ -29,7 +34,7 @@ except ImportError:  # without commbench
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe")
+    p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved"), default="gpipe")
     shape_args(p)
     p.set_defaults(layers=0)  # 0: one layer per stage
     p.add_argument("--micro-batches", type=int, default=4)
@@ -39,14 +44,20 @@ if __name__ == "__main__":
     if not dist.is_initialized():
         dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
-    layers = a.layers or size
-    if layers % size:
-        p.error(f"--layers {layers}: must be a multiple of the {size} stages")
+    chunks = 2 if a.schedule == "interleaved" else 1  # stages per rank: rank, rank + size
+    stages = size * chunks
+    layers = a.layers or stages
+    if layers % stages:
+        p.error(f"--layers {layers}: must be a multiple of the {stages} stages")
     torch.manual_seed(rank)
-    part = torch.nn.Sequential(*[Layer(a.hidden, a.ffn) for _ in range(layers // size)])
-    stage = PipelineStage(part, rank, size, torch.device("cpu"))
-    kind = ScheduleGPipe if a.schedule == "gpipe" else Schedule1F1B
-    schedule = kind(stage, a.micro_batches, loss_fn=lambda out, target: out.pow(2).mean())
+    parts = [torch.nn.Sequential(*[Layer(a.hidden, a.ffn) for _ in range(layers // stages)])
+             for _ in range(chunks)]
+    mine = [PipelineStage(part, rank + k * size, stages, torch.device("cpu"))
+            for k, part in enumerate(parts)]
+    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}.get(a.schedule)
+    loss = lambda out, target: out.pow(2).mean()  # noqa: E731
+    schedule = (kind(mine[0], a.micro_batches, loss_fn=loss) if kind else
+                ScheduleInterleaved1F1B(mine, a.micro_batches, loss_fn=loss))
     rows = a.batch * a.micro_batches  # x [b m, s, h], cut into m micro-batches of b
     for _ in range(a.steps):
         with step():

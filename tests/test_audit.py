@@ -301,19 +301,22 @@ def _pipelined(ctx, schedule):
 
 
 @pytest.mark.world(sizes=[2, 4])
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved"])
 def test_torch_pipelining_s_sends_carry_the_phase_the_schedule_gives_them(world, schedule):
-    """4 micro-batches through one stage per rank: each stage but the last sends its
-    activations forward and receives their gradients (backward), each but the first receives
-    activations and sends gradients back. The gradient batches run outside the autograd
-    engine; torch labels them ``bwd_send`` / ``bwd_recv``, and the watcher reads the label."""
+    """4 micro-batches through one stage per rank (interleaved: two, stages r and r + P of 2P):
+    each stage but the last sends its activations forward and receives their gradients
+    (backward), each but the first receives activations and sends gradients back. The gradient
+    batches run outside the autograd engine; torch labels them ``bwd_send`` / ``bwd_recv``, and
+    its multi-stage schedules' actions ``SEND_B`` / ``RECV_B``: the watcher reads either."""
     P = world.size
+    stages = 2 * P if schedule == "interleaved" else P
     for rank, got in enumerate(world.run(_pipelined, schedule)):
         want = Counter()
-        if rank < P - 1:
-            want.update({("send", "forward"): 4, ("recv", "backward"): 4})
-        if rank > 0:
-            want.update({("recv", "forward"): 4, ("send", "backward"): 4})
+        for s in range(rank, stages, P):  # this rank's stages
+            if s < stages - 1:
+                want.update({("send", "forward"): 4, ("recv", "backward"): 4})
+            if s > 0:
+                want.update({("recv", "forward"): 4, ("send", "backward"): 4})
         assert got == want, (rank, got)
 
 

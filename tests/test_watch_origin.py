@@ -104,6 +104,29 @@ def test_the_phase_a_library_gives_a_call_outside_the_engine():
         return neither(depth)
 
     assert grads_reduced(1) == "" and grads_reduced(2) == "backward"
+
+    class DistributedOptimizer:  # megatron-core's: the parameter gather inside the step
+        def step(self):
+            return self.step_with_ready_grads(), self.get_grad_norm_fp32()
+
+        def step_with_ready_grads(self):
+            return self._copy_main_params_to_model_params()
+
+        def _copy_main_params_to_model_params(self):
+            return here("all_gather")
+
+        def get_grad_norm_fp32(self):
+            return here("all_reduce")
+
+    def finish_grad_sync():  # megatron-core's DDP: the gradient reduce-scatter
+        return here("reduce_scatter")
+
+    def clip_grad_norm_():  # torch's, called by a script outside any step
+        return here("all_reduce")
+
+    assert DistributedOptimizer().step() == ("optimizer", "optimizer")
+    assert finish_grad_sync() == "backward" and clip_grad_norm_() == ""
+    assert DistributedOptimizer().step_with_ready_grads() == "optimizer"
     assert _batch_p2p(["isend"], desc="FWD_SEND") == [""]  # torch's labels are lower case
 
 

@@ -6,15 +6,19 @@ and the phase a library gives a call it makes outside the autograd engine.
 Phase: ``backward`` while the autograd engine runs a backward pass. Libraries also move
 gradients outside it: DeepSpeed's ZeRO-1/2 reduce them after ``loss.backward()`` returns (in
 ``engine.backward`` / ``allreduce_gradients``), torch's pipelining sends and receives them in
-batches it labels ``bwd_send`` / ``bwd_recv``. An optimizer's step is a phase of its own,
+batches it labels ``bwd_send`` / ``bwd_recv`` (its multi-stage schedules in actions,
+``SEND_B`` / ``RECV_B``). An optimizer's step is a phase of its own,
 ``optimizer``: DeepSpeed's all-reduce of the gradients' norm and its ZeRO-1/2 all-gather of the
 updated partitions, a distributed optimizer's parameter gather. :func:`library_phase` reads
 these off the call's stack: the innermost frame that says decides, by a pipelining batch's
 ``desc`` (``fwd_send_bwd_recv``: the sends forward, the receives backward), by an optimizer's
-``step`` (a method ``step`` of a class whose name, or a base's, has ``Optimizer`` in it:
-torch's optimizers, DeepSpeed's ZeRO optimizers, Megatron's), or by the words of its
-function's name (``backward``, ``bwd``, ``gradients``, ``grads``; ``forward``, ``fwd``; a name
-with words of both, such as Megatron's ``forward_backward_no_pipelining``, decides nothing).
+``step`` (a method ``step`` or ``step_*`` of a class whose name, or a base's, has
+``Optimizer`` in it: torch's optimizers, DeepSpeed's ZeRO optimizers, Megatron's and its
+``step_with_ready_grads``), by a multi-stage pipelining schedule's action, or by the words of
+its function's name (``backward``, ``bwd``, ``gradients``, ``grads``, ``grad``: Megatron's
+``finish_grad_sync``; ``forward``, ``fwd``; a name with words of both, such as Megatron's
+``forward_backward_no_pipelining``, or with ``norm``, a gradient norm computed rather than a
+gradient moved, decides nothing).
 """
 
 from __future__ import annotations
@@ -26,13 +30,20 @@ import torch
 
 __all__ = ["holder", "library_module", "library_phase", "module_tracker", "origin"]
 
-_BACKWARD = {"backward", "bwd", "gradients", "grads"}
+_BACKWARD = {"backward", "bwd", "gradients", "grads", "grad"}
 _FORWARD = {"forward", "fwd"}
 _BATCHES = ("_batch_p2p", "_sorted_batch_p2p")  # torch.distributed.pipelining.schedules
+# the multi-stage schedules' actions (_PipelineScheduleRuntime: Interleaved1F1B, LoopedBFS,
+# the zero-bubble ones) batch their sends and receives without a desc; the action says
+_ACTIONS = {"F": "forward", "SEND_F": "forward", "RECV_F": "forward", "B": "backward",
+            "I": "backward", "W": "backward", "SEND_B": "backward", "RECV_B": "backward",
+            "REDUCE_GRAD": "backward"}
 
 
 def _says(name: str) -> str:
     words = set(name.strip("_").lower().split("_"))
+    if "norm" in words:  # a gradient norm is computed, not moved (clip_grad_norm_, ...)
+        return ""
     back, fwd = bool(words & _BACKWARD), bool(words & _FORWARD)
     return "" if back == fwd else ("backward" if back else "forward")
 
@@ -47,8 +58,11 @@ def _batch_says(desc: str, op: str) -> str:
 
 
 def _optimizer_step(frame) -> bool:
-    """Whether ``frame`` runs an optimizer's ``step`` method."""
-    if frame.f_code.co_name != "step" or "self" not in frame.f_code.co_varnames[:1]:
+    """Whether ``frame`` runs an optimizer's ``step`` method (or ``step_*``: Megatron's
+    ``step_with_ready_grads``, whose words are no gradient's move)."""
+    name = frame.f_code.co_name
+    if not (name == "step" or name.startswith("step_")) or \
+            "self" not in frame.f_code.co_varnames[:1]:
         return False
     kinds = type(frame.f_locals.get("self")).__mro__
     return any("Optimizer" in k.__name__ for k in kinds)
@@ -67,10 +81,15 @@ def library_phase(frame, op: str = "", depth: int = 64) -> str:
             desc = f.f_locals.get("desc")
             if isinstance(desc, str) and _batch_says(desc, op):
                 return _batch_says(desc, op)
-        elif _says(name):
-            return _says(name)
+        elif "comp_type" in f.f_locals and "pipelining" in f.f_code.co_filename:
+            kind = f.f_locals["comp_type"]
+            way = _ACTIONS.get(str(getattr(kind, "value", kind)), "")
+            if way:
+                return way
         elif _optimizer_step(f):
             return "optimizer"
+        elif _says(name):
+            return _says(name)
         f = f.f_back
     return ""
 
