@@ -558,14 +558,14 @@ def test_a_script_that_never_initialises_is_told_so_and_its_output_is_shown(tmp_
 
     script = tmp_path / "hello.py"
     script.write_text(SAYS_HELLO)
-    assert main(["audit", str(script), "--np", "2", "--no-write"]) == 1
+    assert main(["audit", str(script), "--np", "2", "--no-write", "--timeout", "120"]) == 1
     out, err = capsys.readouterr()
     assert "# rank 0's output:\nrank 0 says hello\nand warns\n# (end of rank 0's output)" in out
     assert "rank 1 says hello" not in out and "| all_reduce" in out
     assert "never calls torch.distributed.init_process_group (itself or through a library) " \
            "on ranks [0, 1]" in err
-    assert main(["audit", str(script), "--np", "2", "--no-write", "--output", "1", "--",
-                 "init"]) == 0
+    assert main(["audit", str(script), "--np", "2", "--no-write", "--timeout", "120", "--output",
+                 "1", "--", "init"]) == 0
     out, err = capsys.readouterr()
     assert "rank 1 says hello" in out and "rank 0 says hello" not in out
     assert "init_process_group" not in err

@@ -19,7 +19,9 @@ MISTAKES = os.path.join(HERE, "data", "audit", "nccl_mistakes.py")
 
 
 def _audit(capsys, script, np, mode, *args) -> tuple[int, str]:
-    code = main(["audit", script, "--np", str(np), "--nccl", mode, "--no-write", *args])
+    # a limit: a script that hangs on gloo fails the test instead of blocking the suite
+    code = main(["audit", script, "--np", str(np), "--nccl", mode, "--no-write", "--timeout",
+                 "120", *args])
     return code, capsys.readouterr().out
 
 
@@ -57,9 +59,11 @@ import torch.distributed as dist
 dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
 x = torch.ones(4)
 if dist.get_rank() == 0:
-    dist.isend(x, 1)
+    work = dist.isend(x, 1)  # kept and waited: a send whose work is dropped may never arrive
 dist.all_reduce(x)
-if dist.get_rank() == 1:
+if dist.get_rank() == 0:
+    work.wait()
+else:
     dist.recv(x, 0)
 """
 

@@ -116,9 +116,9 @@ def command(a) -> int:
             if a.nccl:
                 from commbench.studies.audit_nccl import run_script_nccl
 
-                full = world.run(run_script_nccl, path, list(a.args))
+                full = world.run(run_script_nccl, path, list(a.args), shown=tuple(shown))
             else:
-                full = world.run(script_rank, path, list(a.args))
+                full = world.run(script_rank, path, list(a.args), shown=tuple(shown))
             per_rank = [out["entries"] for out in full]
     finally:
         world.close()

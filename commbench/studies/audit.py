@@ -194,14 +194,17 @@ def _printing_to(kept: _Kept | None):
 
 
 def script_rank(ctx, path: str, argv: list[str], extra: contextlib.AbstractContextManager
-                | None = None) -> dict:
+                | None = None, shown: tuple[int, ...] = (0,)) -> dict:
     """On a rank, for ``commbench audit``: :func:`run_script`'s entries with what the script
-    printed (``output``), whether it called init_process_group (``initialised``) and the
-    keywords it gave it a value (``asked``: their names; the values need not pickle)."""
+    printed (``output``: kept on the ``shown`` ranks only, '' on the others, so that a large
+    world sends rank 0 no more than it prints), whether it called init_process_group
+    (``initialised``) and the keywords it gave it a value (``asked``: their names; the values
+    need not pickle)."""
     asked: dict = {}
-    output: list[str] = []
+    output: list[str] | None = [] if ctx.rank in shown else None
     entries = run_script(ctx, path, argv, extra=extra, asked=asked, output=output)
-    return {"entries": entries, "output": output[0], "initialised": bool(asked.get("called")),
+    return {"entries": entries, "output": output[0] if output else "",
+            "initialised": bool(asked.get("called")),
             "asked": sorted(k for k, v in asked.items() if k != "called" and v is not None)}
 
 

@@ -32,7 +32,7 @@ __all__ = ["findings", "run_script_nccl"]
 NO_NCCL_REDOPS = ("band", "bor", "bxor")
 
 
-def run_script_nccl(ctx, path: str, argv: list[str]) -> dict:
+def run_script_nccl(ctx, path: str, argv: list[str], shown: tuple[int, ...] = (0,)) -> dict:
     """On a rank: :func:`~commbench.studies.audit.run_script` with group creations, batches and
     ``init_process_group``'s keywords recorded (module docstring)."""
     import torch.distributed as dist
@@ -66,7 +66,7 @@ def run_script_nccl(ctx, path: str, argv: list[str]) -> dict:
             dist.new_group, dist.batch_isend_irecv = saved
             c10d.new_group, c10d.batch_isend_irecv = real_new, real_batch
 
-    out = script_rank(ctx, path, argv, extra=watching())
+    out = script_rank(ctx, path, argv, extra=watching(), shown=shown)
     return {**out, "creations": made, "device_id": "device_id" in out["asked"]}
 
 
