@@ -248,3 +248,77 @@ def test_what_nccl_printed_is_read_and_set_against_the_topology(tmp_path, capsys
     assert "# NCCL said: 2 ranks on 1 host(s), 4 collective channels, 0 NVLS channels" in out
     assert "# NCCL against the model's topology: NCCL built 4 collective channels" in out
     assert nccl_said(["no NCCL here"]) is None
+
+
+# -- OSU Micro-Benchmarks ------------------------------------------------------------------------
+OSU_ALLTOALL = "osu_cscs_gh200_2x4_alltoall.log"
+OSU_BW = "osu_cscs_gh200_2x1_bw.log"
+
+
+def _osu_blocks(text: str) -> list[tuple[str, list[tuple[int, float, str]]]]:
+    """An independent reading of the OSU blocks: (title, [(size, us, Pass/Fail)])."""
+    blocks: list[tuple[str, list]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("# OSU "):
+            blocks.append((line, []))
+        elif blocks and re.fullmatch(r"\d+\s+[\d.]+\s+(Pass|Fail)", line):
+            size, us, ok = line.split()
+            blocks[-1][1].append((int(size), float(us), ok))
+    return blocks
+
+
+def test_osu_all_to_all_imports_row_for_row_with_its_world_from_the_launch_line(tmp_path, capsys):
+    """Four osu_alltoall blocks of 8 ranks (srun -N2 --ntasks-per-node=4): CPU and GPU buffers,
+    with and without the Slingshot hook. OSU's Size is one rank's block to each peer; the row's
+    size is nccl-tests' (the whole send, x 8), its busbw size/time x 7/8."""
+    text = _text(OSU_ALLTOALL)
+    want = _osu_blocks(text)
+    assert [len(rows) for _, rows in want] == [21] * 4
+    assert main(["import", os.path.join(DATA, OSU_ALLTOALL), "--out", str(tmp_path)]) == 0
+    names = ["osu_all_to_all_mpi-x8", "osu_all_to_all_mpi-x8-2", "osu_all_to_all_mpi-cuda-x8",
+             "osu_all_to_all_mpi-cuda-x8-2"]
+    for name, (title, rows) in zip(names, want, strict=True):
+        rec = json.loads((tmp_path / f"{name}.json").read_text())
+        assert rec["world_size"] == 8 and rec["measurement"]["api"] in title
+        got = [(r["osu_size"], r["size"], r["time_us"], r["busbw"]) for r in rec["rows"]]
+        assert got == [(s, 8 * s, us, pytest.approx(8 * s / us / 1e3 * 7 / 8))
+                       for s, us, _ in rows]
+        assert all(r["op"] == "all_to_all" and r["transport"] == "mpi" and r["wrong"] == 0
+                   and r["spread"] is False for r in rec["rows"])
+    assert said(capsys) == ""
+    # the hook disabled against enabled: the gate sees it
+    code = main(["compare", str(tmp_path / f"{names[0]}.json"), str(tmp_path / f"{names[1]}.json")])
+    out = capsys.readouterr().out
+    assert code == 1 and "21 of 21 rows come from logs that print no spread" in out
+
+
+def test_osu_s_failed_validation_is_flagged_and_its_world_can_be_given(tmp_path, capsys):
+    text = _text(OSU_ALLTOALL)
+    failed = text.replace("524288                236.43              Pass",
+                          "524288                236.43              Fail", 1)
+    assert failed != text
+    path = tmp_path / "failed.log"
+    path.write_text(failed)
+    assert main(["import", str(path), "--out", str(tmp_path / "a")]) == 1
+    rec = json.loads((tmp_path / "a" / "osu_all_to_all_mpi-x8.json").read_text())
+    assert [r["size"] for r in rec["rows"] if r["wrong"]] == [8 * 524288]
+    assert "1 row(s) of the OSU All-to-All Personalized Exchange Latency test failed" in \
+        said(capsys)
+    bare = tmp_path / "bare.log"  # no launch line: the world is unknown
+    bare.write_text("\n".join(line for line in text.splitlines() if "srun" not in line))
+    assert main(["import", str(bare), "--out", str(tmp_path / "b")]) == 2
+    assert "the OSU All-to-All Personalized Exchange Latency test's world is unknown" in \
+        said(capsys)
+    assert main(["import", str(bare), "--out", str(tmp_path / "b"), "--ranks", "4"]) == 0
+    rec = json.loads((tmp_path / "b" / "osu_all_to_all_mpi-x4.json").read_text())
+    assert rec["world_size"] == 4 and rec["rows"][0]["size"] == 4
+
+
+def test_osu_bandwidth_tests_are_left_out_and_said_so(tmp_path, capsys):
+    """osu_bw's window bandwidth is no commbench op: a file of it alone is refused, exit 2."""
+    assert main(["import", os.path.join(DATA, OSU_BW), "--out", str(tmp_path)]) == 2
+    err = said(capsys)
+    assert "line 5: OSU Bandwidth test left out" in err
+    assert "OSU output with no test commbench reads" in err
+    assert not os.listdir(tmp_path)

@@ -22,7 +22,8 @@ def add_parser(sub) -> None:
         "it as on commbench's own runs. Each row is printed beside NCCL's modelled busbw on the "
         "topology the header's GPU and hosts describe (or --topology). Exit 0: read; 1: a row "
         "with #wrong > 0 (written and flagged); 2: a file that is no such log. A truncated log "
-        "keeps its complete rows and says so on stderr. Example: commbench import "
+        "keeps its complete rows and says so on stderr. OSU Micro-Benchmarks' collective latency "
+        "tests and osu_latency are read too (docs/nccl-tests.md). Example: commbench import "
         "all_reduce_perf.log --out results/cluster")
     c.add_argument("logs", nargs="+", metavar="LOG", help="nccl-tests or rccl-tests output")
     c.add_argument("--out", default="results", help="folder for the results files")
@@ -31,6 +32,8 @@ def add_parser(sub) -> None:
     c.add_argument("--op", help="the collective, for a log that names none (no 'Collective "
                    "test starting' line, no *_perf command, no op in its file name)")
     c.add_argument("--nccl-version", default="2.30.7", help="NCCL version of the model")
+    c.add_argument("--ranks", type=int, default=0, help="the world of an OSU log whose launch "
+                   "line (srun/mpirun -n, -N x --ntasks-per-node) is not in it")
 
 
 def _slug(text: str) -> str:
@@ -53,11 +56,19 @@ def command(a) -> int:
     op = canonical(a.op) if a.op else ""
     if a.op and (op not in OPS or OPS[op].bus is None):
         raise UsageError(f"--op {a.op}: not a collective nccl-tests measures")
-    parsed = []
+    if a.ranks < 0:
+        raise UsageError(f"--ranks {a.ranks}: must be >= 1")
+    parsed, osu = [], []
     for path in a.logs:  # every file read and checked before anything is written
         try:
-            runs = parse(read_text(path, "log", LOG_LIMIT), os.path.basename(path))
-        except (FileRefused, LogError) as exc:
+            text = read_text(path, "log", LOG_LIMIT)
+        except FileRefused as exc:
+            raise UsageError(str(exc)) from None
+        if _osu_runs(path, text, a.ranks, osu):
+            continue
+        try:
+            runs = parse(text, os.path.basename(path))
+        except LogError as exc:
             raise UsageError(str(exc)) from None
         for run in runs:
             if op and run.op_from in ("", "columns"):
@@ -69,8 +80,8 @@ def command(a) -> int:
                 raise UsageError(f"{path}: line {run.first_line}: no '# Rank N ... device' lines: "
                                  "the run's world is unknown")
         parsed.append((path, runs))
-    wrong = 0
     taken: set[str] = set()
+    wrong = _write_osu(osu, a.out, taken)
     for path, runs in parsed:
         for run in runs:
             rec = record(run, os.path.basename(path))
@@ -120,6 +131,79 @@ def command(a) -> int:
                       "the results file)", file=sys.stderr)
             wrong += bad
     return 1 if wrong else 0
+
+
+def _osu_runs(path: str, text: str, ranks: int, out: list) -> bool:
+    """Whether ``text`` is OSU output; its importable runs (with their world) added to ``out``,
+    those of no commbench op said on stderr; refusals (a world unknown, nothing importable)
+    raised before anything is written."""
+    import os
+
+    from commbench.results import osu
+
+    if not osu.is_osu(text):
+        return False
+    runs = osu.parse(text)
+    kept = 0
+    for run in runs:
+        if not run.op:
+            print(f"{path}: line {run.first_line}: OSU {run.test} test left out (no commbench "
+                  "op measures it: bandwidth, non-blocking and barrier tests)", file=sys.stderr)
+            continue
+        if not run.rows:
+            print(f"{path}: line {run.first_line}: OSU {run.test} test has no rows; left out",
+                  file=sys.stderr)
+            continue
+        n = run.ranks or ranks
+        if not n:
+            raise UsageError(f"{path}: line {run.first_line}: the OSU {run.test} test's world is "
+                             "unknown (no srun/mpirun line with -n or -N and --ntasks-per-node "
+                             "before it); give --ranks")
+        if n < 2:
+            raise UsageError(f"{path}: line {run.first_line}: {n} rank: OSU's tests need 2 or "
+                             "more")
+        out.append((path, run, n, os.path.basename(path)))
+        kept += 1
+    if not kept:
+        raise UsageError(f"{path}: OSU output with no test commbench reads (collective latency "
+                         "tests and osu_latency)")
+    return True
+
+
+def _write_osu(runs: list, folder: str, taken: set[str]) -> int:
+    """Each OSU run as a results file; the rows with OSU's validation failed."""
+    import os
+
+    from tabulate import tabulate
+
+    from commbench.results.osu import record
+    from commbench.results.records import write_atomic, write_json
+
+    wrong = 0
+    for path, run, n, source in runs:
+        rec = record(run, n, source)
+        stem = f"osu_{run.op}_{_slug(run.api)}-x{n}"
+        k, name = 1, stem
+        while name in taken:
+            k += 1
+            name = f"{stem}-{k}"
+        taken.add(name)
+        cells = [[r["osu_size"], r["size"], f"{r['time_us']:.2f}", f"{r['busbw']:.4f}",
+                  r.get("flag", "")] for r in rec["rows"]]
+        table = tabulate(cells, headers=["OSU size(B)", "size(B)", "time(us)", "busbw(GB/s)",
+                                         ""], tablefmt="github", disable_numparse=True)
+        head = (f"# {path}: OSU {run.api} {run.test} v{run.version}, {run.op}, {n} ranks "
+                f"({'launch line' if run.ranks else '--ranks'}), {len(rec['rows'])} rows")
+        write_json(os.path.join(folder, name + ".json"), rec)
+        write_atomic(os.path.join(folder, name + ".md"), head.lstrip("# ") + "\n\n" + table
+                     + "\n")
+        print(head + "\n" + table + f"\n# wrote {os.path.join(folder, name)}.json and .md")
+        bad = sum(r["wrong"] for r in rec["rows"])
+        if bad:
+            print(f"{path}: {bad} row(s) of the OSU {run.test} test failed its validation "
+                  "(flagged in the results file)", file=sys.stderr)
+        wrong += bad
+    return wrong
 
 
 def _cells(rec: dict) -> tuple[list[str], list[list]]:

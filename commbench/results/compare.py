@@ -192,6 +192,6 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
     flat = sum(1 for r in rows if r.get("no_spread"))
     if flat:
         verdict += (f"\n# {flat} of {len(rows)} rows come from logs that print no spread "
-                    "(nccl-tests: one average per size): judged on that average alone, as median "
-                    "and best iteration both")
+                    "(nccl-tests, OSU: one average per size): judged on that average alone, as "
+                    "its whole range")
     return text + "\n" + verdict
