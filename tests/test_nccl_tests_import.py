@@ -323,3 +323,16 @@ def test_osu_bandwidth_tests_are_left_out_and_said_so(tmp_path, capsys):
     assert "line 5: OSU Bandwidth test left out" in err  # every rank says what it leaves out
     assert ("OSU output with no test commbench reads" in err) != quiet_rank()  # rank 0 refuses
     assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("line, ranks", [
+    ("$ srun -N2 --ntasks-per-node=4 --mpi=pmix ./collective/osu_alltoall --validation", 8),
+    ("$ srun -u --mpi=pmix -n4 osu_iallreduce -d cuda", 4),
+    ("mpirun -n 144 -N 36 -hostfile hosts osu_allreduce -x 10", 144),  # Open MPI's -N: per node
+    ("mpirun --hostfile ./h --allow-run-as-root -N 2 -np 2 -map-by ppr:1:node osu_allreduce", 2),
+    ("time flux run -N4 --tasks-per-node=96 -o cpu-affinity=per-task osu_allreduce", 384),
+    ("./collective/osu_allreduce", 0)])
+def test_an_osu_run_s_world_is_read_off_its_launch_line(line, ranks):
+    from commbench.results.osu import OsuRun
+
+    assert OsuRun("MPI", "Allreduce Latency", "7.5", 1, line).ranks == ranks

@@ -14,7 +14,7 @@ The title names the API (``MPI``, ``MPI-CUDA``, ``MPI-ROCM``, ``NCCL``, ...) and
 columns are ``Avg Latency(us)``, with ``-f`` also ``Min``, ``Max`` and ``Iterations``, with
 ``--validation`` a ``Pass``/``Fail`` column. OMB prints no world size: it is read from the
 launch line before the title (``-n``/``-np``/``--ntasks``, or ``-N`` nodes times
-``--ntasks-per-node``), else given to ``commbench import --ranks``.
+``--ntasks-per-node``, flux's ``--tasks-per-node``), else given to ``commbench import --ranks``.
 
 Sizes: OMB's ``Size`` is the message of one rank (its whole buffer for all-reduce, broadcast,
 reduce and reduce-scatter; its block to or from each peer for all-gather, all-to-all, gather and
@@ -88,7 +88,7 @@ class OsuRun:
         if n:
             return int(n.group(1))
         nodes = re.search(r"(?:^|\s)(?:-N|--nodes)[=\s]*(\d+)", c)
-        per = re.search(r"--ntasks-per-node[=\s]*(\d+)", c)
+        per = re.search(r"--n?tasks-per-node[=\s]*(\d+)", c)  # srun's; flux's
         if nodes and per:
             return int(nodes.group(1)) * int(per.group(1))
         return 0
