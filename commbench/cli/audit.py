@@ -173,7 +173,7 @@ def command(a) -> int:
               file=sys.stderr)
     alone = [r for r, out in enumerate(full) if not out["initialised"]]
     calls = sum(len(es) for es in per_rank)
-    if alone and calls:
+    if alone and calls and prints:  # rank 0's line, not one per rank of a launched world
         print(f"commbench audit: {a.script} never calls torch.distributed.init_process_group "
               f"(itself or through a library) on ranks {_ranks(alone)}, yet its ranks issued "
               f"{calls} call(s): launched by torchrun, srun or mpirun its first would fail "
