@@ -30,7 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-TIMES = ("time_us", "min_us", "max_us", "p99_us", "p10_us", "avg_us")
+from plant_regression import slowed  # noqa: E402  (suites/, the script's own folder)
 
 
 def _run(folder: str, a) -> None:
@@ -39,23 +39,6 @@ def _run(folder: str, a) -> None:
                           "--label", "gate"], capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise SystemExit(f"commbench run failed ({out.returncode}): {out.stderr[-800:]}")
-
-
-def slowed(record: dict, algo: str, factor: float) -> dict:
-    """``record`` with every time figure of ``algo``'s rows times ``factor``."""
-    rows = []
-    for r in record["rows"]:
-        r = dict(r)
-        if r["algo"] == algo:
-            for k in TIMES:
-                if k in r:
-                    r[k] *= factor
-            if "rounds_us" in r:
-                r["rounds_us"] = [t * factor for t in r["rounds_us"]]
-            for k in ("algbw", "busbw"):
-                r[k] /= factor
-        rows.append(r)
-    return {**record, "rows": rows}
 
 
 def _tally(first: dict, second: dict) -> dict:
@@ -69,7 +52,7 @@ def _tally(first: dict, second: dict) -> dict:
            "unjudged": sum(1 for r in judged if r["verdict"] in ("within spread", "isolated")),
            "ratios": [r["time_ratio"] for r in judged], "planted": {}}
     for algo in sorted({r["algo"] for r in judged}):
-        _, bad2 = compare(first, slowed(second, algo, 2.0))
+        _, bad2 = compare(first, slowed(second, 2.0, algo))
         target = sum(1 for r in judged if r["algo"] == algo)
         caught = sum(1 for r in bad2 if r["algo"] == algo)
         out["planted"][algo] = (caught, target, sum(1 for r in bad2 if r["algo"] != algo))

@@ -27,6 +27,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from plant_regression import slowed  # noqa: E402  (suites/, the script's own folder)
+
 
 def _run(folder: str, a) -> str:
     out = subprocess.run([sys.executable, "-m", "commbench", "run", "--np", str(a.np), "-b", a.b,
@@ -36,19 +38,6 @@ def _run(folder: str, a) -> str:
     if out.returncode not in (0, 1):
         raise SystemExit(f"commbench run failed ({out.returncode}): {out.stderr[-800:]}")
     return out.stdout
-
-
-def _slowed(record: dict, factor: float) -> dict:
-    rows = []
-    for r in record["rows"]:
-        r = dict(r)
-        for k in ("time_us", "min_us", "max_us", "p99_us", "p10_us", "avg_us"):
-            if k in r:
-                r[k] *= factor
-        for k in ("algbw", "busbw"):
-            r[k] /= factor
-        rows.append(r)
-    return {**record, "rows": rows}
 
 
 def main() -> None:
@@ -80,7 +69,7 @@ def main() -> None:
             confirmed = sum(int(c) for _, c in said)
             rows = [r for t in tables for r in t["rows"]]
             judged = [r for r in rows if r["size"] >= 64 << 10]
-            planted = sum(len(compare(old, _slowed(t, a.factor))[1])
+            planted = sum(len(compare(old, slowed(t, a.factor))[1])
                           for old, t in zip(firsts, tables, strict=True))
             ratios = sorted(r["new_us"] / r["old_us"] for old, t in zip(firsts, tables, strict=True)
                             for r in compare(old, t)[0] if r["size"] >= 64 << 10)

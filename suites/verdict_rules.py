@@ -24,6 +24,8 @@ from collections import defaultdict
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from plant_regression import slowed  # noqa: E402  (suites/, the script's own folder)
+
 from commbench.results.compare import KEY, compare, load  # noqa: E402
 
 LIMIT = 1 / 0.9
@@ -40,13 +42,6 @@ def _runs(folder: str) -> list[dict]:
         if tables:
             out.append(tables)
     return [t for t in out if set(t) == set(out[0])]
-
-
-def _slowed(record: dict, factor: float) -> dict:
-    keys = ("time_us", "min_us", "max_us", "p99_us", "p10_us", "avg_us")
-    return {**record, "rows": [{**r, **{k: r[k] * factor for k in keys if k in r},
-                                "algbw": r["algbw"] / factor, "busbw": r["busbw"] / factor}
-                               for r in record["rows"]]}
 
 
 def _judged(record: dict) -> dict:
@@ -90,7 +85,7 @@ def main(folder: str) -> None:
             for tr in a:
                 judged += len(_judged(b[tr]))
                 f += len(rule(a[tr], b[tr]) & rule(a[tr], c[tr]))
-                p += len(rule(a[tr], _slowed(b[tr], 1.25)) & rule(a[tr], _slowed(c[tr], 1.25)))
+                p += len(rule(a[tr], slowed(b[tr], 1.25)) & rule(a[tr], slowed(c[tr], 1.25)))
             false.append(f)
             power.append(f"{p}/{judged}")
         print(f"{name:38} false flags {false}  planted 1.25x flagged {power}")

@@ -36,6 +36,17 @@ def add_parser(sub) -> None:
                    "line (srun/mpirun -n, -N x --ntasks-per-node) is not in it")
 
 
+def _unique(stem: str, taken: set[str]) -> str:
+    """``stem``, or ``stem-2``, ``stem-3``, ... : the first name not yet ``taken`` (now taken),
+    so that several runs of one file and op each get a file of their own."""
+    k, name = 1, stem
+    while name in taken:
+        k += 1
+        name = f"{stem}-{k}"
+    taken.add(name)
+    return name
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "gpu"
 
@@ -85,12 +96,7 @@ def command(a) -> int:
     for path, runs in parsed:
         for run in runs:
             rec = record(run, os.path.basename(path))
-            stem = f"{run.tool}_{run.op}_{_slug(run.gpu)}-x{run.ranks}"
-            k, name = 1, stem
-            while name in taken:
-                k += 1
-                name = f"{stem}-{k}"
-            taken.add(name)
+            name = _unique(f"{run.tool}_{run.op}_{_slug(run.gpu)}-x{run.ranks}", taken)
             try:
                 topo, why = topology_for(run, a.topology)
             except ValueError as exc:
@@ -182,12 +188,7 @@ def _write_osu(runs: list, folder: str, taken: set[str]) -> int:
     wrong = 0
     for path, run, n, source in runs:
         rec = record(run, n, source)
-        stem = f"osu_{run.op}_{_slug(run.api)}-x{n}"
-        k, name = 1, stem
-        while name in taken:
-            k += 1
-            name = f"{stem}-{k}"
-        taken.add(name)
+        name = _unique(f"osu_{run.op}_{_slug(run.api)}-x{n}", taken)
         cells = [[r["osu_size"], r["size"], f"{r['time_us']:.2f}", f"{r['busbw']:.4f}",
                   r.get("flag", "")] for r in rec["rows"]]
         table = tabulate(cells, headers=["OSU size(B)", "size(B)", "time(us)", "busbw(GB/s)",

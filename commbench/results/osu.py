@@ -100,11 +100,7 @@ class OsuRun:
 
 
 def is_osu(text: str) -> bool:
-    return any(_TITLE.match(_clean(line)) for line in text.splitlines()[:10000])
-
-
-def _clean(line: str) -> str:
-    return line.strip()
+    return any(_TITLE.match(line.strip()) for line in text.splitlines()[:10000])
 
 
 def parse(text: str) -> list[OsuRun]:
@@ -113,7 +109,7 @@ def parse(text: str) -> list[OsuRun]:
     runs: list[OsuRun] = []
     command, run = "", None
     for k, raw in enumerate(text.splitlines(), 1):
-        line = _clean(raw)
+        line = raw.strip()
         m = _TITLE.match(line)
         if m:
             run = OsuRun(m["api"], m["test"], m["version"], k, command)

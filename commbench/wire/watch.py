@@ -120,10 +120,11 @@ class watch(TorchDispatchMode):
                  for i, arg in enumerate(func._schema.arguments)}
         op, pg_arg, count, vol = read(name, named)
         pg = pg_of(pg_arg)
+        ranks = ranks_of(pg)
         line = _line(self.script, sys._getframe(1)) if self.script else ""
         said = f"{op} at {line}" if line else op
         if self.tracker is not None:
-            self.tracker.enter(said, ranks_of(pg))
+            self.tracker.enter(said, ranks)
         t0 = time.perf_counter()
         out = func(*args, **kwargs)
         seconds = time.perf_counter() - t0
@@ -134,12 +135,12 @@ class watch(TorchDispatchMode):
         sent, recv = booked(op, pg.size(), pg.rank(), count, dtype.itemsize, **vol)
         phase, module = origin(self._modules, op, sys._getframe(1))
         end = named.get("dst", named.get("src")) if op in ("send", "recv") else None
-        peer = ranks_of(pg)[end] if isinstance(end, int) and 0 <= end < pg.size() else -1
+        peer = ranks[end] if isinstance(end, int) and 0 <= end < pg.size() else -1
         n, row = steps.current(), vol.get("row", 1)  # an all-to-all's splits in elements:
         splits = tuple(tuple(int(s) * row for s in vol[k]) for k in ("in_splits", "out_splits")) \
             if "in_splits" in vol else ()
         with self.ledger.scope(f"step {n}") if n else contextlib.nullcontext():
-            entry = self.ledger.record(op, ranks_of(pg), self.transport or _backend(pg),
+            entry = self.ledger.record(op, ranks, self.transport or _backend(pg),
                                        str(dtype).removeprefix("torch.") if first is not None else "",
                                        count, sent, recv,
                                        seconds, source="torch",

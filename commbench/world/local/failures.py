@@ -43,18 +43,14 @@ class FailureReports:
                           + describe_hang(statuses, processes))
 
     def _fail_stopped(self, name: str, ranks: list[int], results) -> None:
-        statuses, processes = self._statuses(), self._processes()
+        statuses, processes, pids = self._statuses(), self._processes(), dict(self._pids)
         self.close()
-        who = ", ".join(f"rank {r} (pid {self._pid_of(processes, r)})" for r in ranks)
+        who = ", ".join(f"rank {r} (pid {pids.get(r, '?')})" for r in ranks)
         raise CallTimeout(f"{name}: {who} stopped (SIGSTOP: the kernel's state T) for "
                           f"{self.stopped_s:g} s or more, its peers waiting for it; finished: "
                           f"{sorted(results)}; the "
                           "world is torn down and the next call starts a fresh one\n"
                           + describe_hang(statuses, processes))
-
-    @staticmethod
-    def _pid_of(processes: dict[int, str], rank: int) -> str:
-        return processes.get(rank, "?").split(" ", 1)[0]
 
     def _fail_death(self, name: str, rank: int, results) -> None:
         statuses = self._statuses()
