@@ -1,7 +1,10 @@
 """FSDP2 on a transformer-shaped model: ``fully_shard`` on each layer (examples/layers.py) and
 on the root, one step of one micro-batch: the calls ``predict layout --impl fsdp2`` prices
 (with ``--no-reshard``: those of ``impl=fsdp2,no-reshard``; with ``--dp-replicate R``: FSDP2's
-hybrid sharding on a 2-D mesh of R replicas, those of ``dp-replicate=R``).
+hybrid sharding on a 2-D mesh of R replicas, those of ``dp-replicate=R``; with ``--tp T``:
+torch's tensor parallelism inside each layer on a (dp, tp) mesh, q, k, v and fc1 column-, o and
+fc2 row-parallel, the LayerNorms replicated, those of ``tp=T``; ``--sp`` adds torch's sequence
+parallelism, those of ``tp=T,sp``).
 
     commbench audit examples/fsdp2_layers.py --np 2 --layout impl=fsdp2,dp=2,layers=2,\
 hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,loss=none,act-bytes=4
@@ -14,6 +17,37 @@ import torch.distributed as dist
 from layers import Layer, shape_args  # examples/layers.py
 from torch.distributed.fsdp import fully_shard
 
+try:
+    import commbench
+
+    step = commbench.audit.step  # marks the step for commbench audit --step
+except ImportError:  # without commbench
+    from contextlib import nullcontext as step
+
+
+def tp_mesh(model: torch.nn.Sequential, tp: int, sp: bool):
+    """Megatron's split of each layer over the mesh's ``tp`` dim, with torch's styles; the
+    ``dp`` dim for fully_shard."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))
+    col = ColwiseParallel(input_layouts=Shard(1)) if sp else ColwiseParallel()
+    row = RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel()
+    plan = {"q": col, "k": col, "v": col, "fc1": col, "o": row, "fc2": row}
+    if sp:
+        plan |= {"ln1": SequenceParallel(), "ln2": SequenceParallel()}
+    for layer in model:
+        parallelize_module(layer, mesh["tp"], plan)
+    return mesh["dp"]
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     shape_args(p)
@@ -21,6 +55,10 @@ if __name__ == "__main__":
                    help="reshard_after_forward=False: the layers stay gathered for backward")
     p.add_argument("--dp-replicate", type=int, default=1,
                    help="hybrid sharding: replicas on a (replicate, shard) device mesh")
+    p.add_argument("--micro-batches", type=int, default=1)
+    p.add_argument("--steps", type=int, default=1)
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (the mesh's last dim)")
+    p.add_argument("--sp", action="store_true", help="with --tp: sequence parallelism")
     p.add_argument("--extra", action="store_true", help="one all-reduce no layout makes")
     a = p.parse_args()
     if not dist.is_initialized():
@@ -28,7 +66,9 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[Layer(a.hidden, a.ffn) for _ in range(a.layers)])
     mesh = None
-    if a.dp_replicate > 1:
+    if a.tp > 1:
+        mesh = tp_mesh(model, a.tp, a.sp)
+    elif a.dp_replicate > 1:
         from torch.distributed.device_mesh import init_device_mesh
 
         world = dist.get_world_size()
@@ -37,6 +77,10 @@ if __name__ == "__main__":
     for layer in model:
         fully_shard(layer, mesh=mesh, reshard_after_forward=not a.no_reshard)
     fully_shard(model, mesh=mesh)
-    model(torch.randn(a.batch, a.seq, a.hidden)).sum().backward()
-    if a.extra:
-        dist.all_reduce(torch.ones(8))
+    seq = a.seq // a.tp if a.sp else a.seq  # under SP each rank holds its sequence shard
+    for _ in range(a.steps):
+        with step():
+            for _ in range(a.micro_batches):
+                model(torch.randn(a.batch, seq, a.hidden)).sum().backward()
+            if a.extra:
+                dist.all_reduce(torch.ones(8))

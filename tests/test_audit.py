@@ -15,7 +15,8 @@ import pytest
 import torch
 from said import said
 
-from commbench.studies.audit import _process_group_kept, run_script, tables
+from commbench.studies.audit import _process_group_kept, in_steps, run_script, tables
+from commbench.wire.ledger import Entry
 
 pytestmark = pytest.mark.foundation
 
@@ -534,6 +535,53 @@ def test_fsdp2_on_a_two_d_mesh_makes_the_calls_of_hybrid_sharding(world):
         ("dp_replicate", "all_reduce", 1568, 2)}
     flat = compare(parse_layout(f"impl=fsdp2,dp=4,{FSDP2_LAYOUT}", 4), booked)["flags"]
     assert any("unexpected group" in f for f in flat), flat
+
+
+def _fsdp2_tp_step_2(ctx, args):
+    booked = run_script(ctx, os.path.join(EXAMPLES, "fsdp2_layers.py"),
+                        ["--tp", "2", "--steps", "2", "--micro-batches", "2", *args])
+    return in_steps(booked, 2, 1)
+
+
+@pytest.mark.world(sizes=[4])
+@pytest.mark.parametrize("sp", [False, True], ids=["tp", "sp"])
+def test_fsdp2_with_torch_tp_on_a_dp_x_tp_mesh_makes_the_calls_of_its_flavour(world, sp):
+    """torch's TP (and SP) inside each layer, FSDP2 over the (dp 2, tp 2) mesh's dp dim, two
+    micro-batches of step 2. Per layer a TP rank holds 3072/2 matrix elements and the 64
+    LayerNorm elements whole: FSDP2 gathers 1600/2 = 800 (forward and backward) and
+    reduce-scatters 1600. On tp, torch's modules each convert their own activations: q, k and
+    v apart make three calls where Megatron's fused linear makes one; under SP each LayerNorm
+    tensor's gradient is all-reduced alone, every backward. ``impl=fsdp2`` predicts every call;
+    the Megatron flavour, which fuses q/k/v and sums the LayerNorms once per step, is flagged.
+    (Split over tp, as the layout once counted them, the LayerNorms would give 784.)"""
+    from commbench.studies.audit_layout import compare, parse_layout
+
+    spec = "impl=fsdp2,tp=2,dp=2,micro-batches=2," + FSDP2_LAYOUT.replace(
+        "micro-batches=1,", "") + (",sp" if sp else "")
+    booked = world.run(_fsdp2_tp_step_2, ["--sp"] if sp else [])[0]
+    ok = compare(parse_layout(spec, 4), booked)
+    assert ok["flags"] == []
+    A = 2 * 8 * 16  # the micro-batch's activations [b, s, h]
+    tp = ({("tp", "all_gather", A // 2, 24), ("tp", "reduce_scatter", A, 24),
+           ("tp", "all_reduce", 16, 16)} if sp else {("tp", "all_reduce", A, 24)})
+    assert {(r["axis"], r["op"], r["elements"], r["observed"]) for r in ok["rows"]} == {
+        ("dp", "all_gather", 800, 8), ("dp", "reduce_scatter", 1600, 4)} | tp
+    # the phase of every call of the step, by op and group ([0, 2] dp, [0, 1] tp)
+    on = Counter((t[0], tuple(t[1]), Entry._make(t).phase) for t in booked)
+    assert sum(on.values()) == len(booked)
+    assert on[("all_gather", (0, 2), "forward")] == on[("all_gather", (0, 2), "backward")] == 4
+    assert on[("reduce_scatter", (0, 2), "backward")] == 4
+    if sp:  # forward: q, k, v, fc1 gather, o, fc2 scatter; backward the other way round
+        assert (on[("all_gather", (0, 1), "forward")], on[("all_gather", (0, 1), "backward")],
+                on[("reduce_scatter", (0, 1), "forward")],
+                on[("reduce_scatter", (0, 1), "backward")],
+                on[("all_reduce", (0, 1), "backward")]) == (16, 8, 8, 16, 16)
+    else:  # forward: o and fc2's outputs; backward: q, k, v and fc1's inputs' gradients
+        assert (on[("all_reduce", (0, 1), "forward")],
+                on[("all_reduce", (0, 1), "backward")]) == (8, 16)
+    megatron = compare(parse_layout(spec.replace("impl=fsdp2", "impl=megatron,zero=3"), 4),
+                       booked)["flags"]
+    assert any(f.startswith("extra all_") and "on tp" in f for f in megatron), megatron
 
 
 SAYS_HELLO = """

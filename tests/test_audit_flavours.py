@@ -31,7 +31,7 @@ PARAMS = layer_params(16, 16, 64, 1) * 2  # examples/layers.py's, 3136 a layer
 
 def test_a_layer_s_parameters_are_the_layout_s_layer():
     assert PARAMS[:10] == [16, 16, 256, 256, 256, 256, 16, 16, 1024, 1024] and sum(PARAMS) == 6272
-    assert layer_params(16, 8, 64, 2) == [8, 8, 128, 64, 64, 128, 8, 8, 512, 512]
+    assert layer_params(16, 8, 64, 2) == [16, 16, 128, 64, 64, 128, 16, 16, 512, 512]  # LNs whole
     assert all(type(x) is int for x in layer_params(16, 8, 64, 2))
 
 

@@ -45,7 +45,9 @@ LAYOUT_HELP = {
             "fsdp2 (torch's fully_shard per layer: gathers per layer forward and backward, a "
             "reduce-scatter per layer), deepspeed (ZeRO 1/2: the whole gradient all-reduced, "
             "the partitions all-gathered; 3: the model gathered and the gradient "
-            "reduce-scattered per micro-batch) or torch-ddp (DDP's rebuilt buckets)",
+            "reduce-scattered per micro-batch) or torch-ddp (DDP's rebuilt buckets); with "
+            "--tp, fsdp2 and torch-ddp price torch's TP styles (q, k, v apart), the others "
+            "Megatron's",
     "bucket_mb": "torch-ddp: DistributedDataParallel's bucket_cap_mb",
     "no_reshard": "fsdp2: reshard_after_forward=False (the layers stay gathered for backward)",
     "grad_bytes": "bytes per gradient element (the all-reduce's dtype)",

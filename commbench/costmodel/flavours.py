@@ -11,7 +11,8 @@ the versions of the ``libs`` extra, each checked against the library's own booke
 
 A layer's parameters (:func:`layer_params`) are those of the layout's transformer layer, in
 registration order: LayerNorm weight and bias, q, k, v and output projections, LayerNorm weight
-and bias, the MLP's two matrices, no biases in the linears (examples/layers.py is that layer).
+and bias, the MLP's two matrices, no biases in the linears (examples/layers.py is that layer);
+with tp > 1 the matrices are split and the LayerNorms replicated, in Megatron as in torch.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ FIRST_BUCKET = 1 << 20    # torch's dist._DEFAULT_FIRST_BUCKET_BYTES
 
 
 def layer_params(h: int, kv_d: int, f: int, t: int) -> list[int]:
-    """One layer's parameters' elements on one TP rank, in registration order (above); each
-    split over the ``t`` TP ranks, as the layout counts a layer (its LayerNorms too)."""
-    return [x // t for x in (h, h, h * h, h * kv_d, h * kv_d, h * h, h, h, h * f, f * h)]
+    """One layer's parameters' elements on one TP rank, in registration order (above): the
+    matrices split over the ``t`` TP ranks, the LayerNorms whole (replicated over TP)."""
+    return [h, h, *(x // t for x in (h * h, h * kv_d, h * kv_d, h * h)), h, h, h * f // t,
+            f * h // t]
 
 
 def fsdp2_calls(per_layer: int, layers: int, root: int, n: int, m: int, g: int,

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-__all__ = ["DTYPE", "IMPLS", "Layout"]
+__all__ = ["DTYPE", "IMPLS", "TORCH_TP", "Layout"]
 
 DTYPE = {1: "int8", 2: "bfloat16", 4: "float32", 8: "float64"}  # bytes per element -> dtype
 IMPLS = ("megatron", "fsdp2", "deepspeed", "torch-ddp")  # whose data-parallel calls (flavours.py)
+# the flavours whose tensor parallelism is torch's parallelize_module styles (q, k, v apart); the
+# others' is Megatron's (q, k, v one fused column-parallel linear)
+TORCH_TP = ("fsdp2", "torch-ddp")
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,9 @@ class Layout:
             raise ValueError(f"vocab={self.vocab}: must be a multiple of tp={self.tp}")
         if self.regather and not self.sp:
             raise ValueError("regather=True: the backward re-gather exists under sp only")
+        if self.regather and self.tp_style == "torch":
+            raise ValueError(f"regather=True: Megatron's backward re-gather; torch's "
+                             f"ColwiseParallel keeps its gathered input (impl={self.impl!r})")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero={self.zero}: must be 0, 1, 2 or 3")
         if self.impl not in IMPLS:
@@ -137,12 +143,19 @@ class Layout:
         return self.micro_batch * self.seq // self.cp
 
     @property
+    def tp_style(self) -> str:
+        """Whose tensor parallelism the flavour runs: ``torch`` (:data:`TORCH_TP`) or
+        ``megatron``."""
+        return "torch" if self.impl in TORCH_TP else "megatron"
+
+    @property
     def layer_params(self) -> int:
-        """A dense layer's parameters on one TP rank (attention, LayerNorms and, without
-        experts, the MLP), the LayerNorms split over TP as the layout counts them."""
+        """A dense layer's parameters on one TP rank: the matrices of attention and, without
+        experts, the MLP split over TP; the two LayerNorms' weights and biases (4h) whole, as
+        Megatron and torch's tensor parallelism replicate them."""
         h, d = self.hidden, self.hidden // self.heads
         kv, f = self.kv_heads or self.heads, self.ffn or 4 * self.hidden
-        return (2 * h * h + 2 * h * kv * d + 4 * h + (0 if self.experts else 2 * h * f)) // self.tp
+        return (2 * h * h + 2 * h * kv * d + (0 if self.experts else 2 * h * f)) // self.tp + 4 * h
 
     @property
     def root_params(self) -> int:

@@ -31,7 +31,7 @@ from commbench.patterns.tp.configs import (
 )
 
 __all__ = ["TOLERANCE", "LayerPattern", "activation_calls", "ddp_calls", "replicated_sync",
-           "tp_calls", "tp_configs"]
+           "torch_style_calls", "tp_calls", "tp_configs"]
 
 TOLERANCE = Tolerance(
     "float64: only the order of the sums over the TP and DP groups differs from the oracle "
@@ -95,6 +95,33 @@ def activation_calls(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False
             calls += [call("all_gather", rows * 3 * cfg.hidden // P),
                       call("all_gather", rows * cfg.hidden // P)]
     return calls
+
+
+def torch_style_calls(cfg: TPConfig, sp: bool) -> list[Call]:
+    """One forward + backward of the layout's layer (examples/layers.py: no linear biases) under
+    torch's parallelize_module styles, q, k, v and fc1 ``ColwiseParallel``, o and fc2
+    ``RowwiseParallel``, each module converting its own input and output (so q, k and v, apart,
+    make three calls where Megatron's fused linear makes one):
+
+    * without SP: an all-reduce of each row-parallel output (forward) and of each
+      column-parallel input's gradient (backward): 2 + 4 of A;
+    * with SP (``SequenceParallel`` LayerNorms): an all-gather of A/P before each
+      column-parallel module (forward) and of each row-parallel output's gradient (backward),
+      a reduce-scatter of A after each row-parallel module (forward) and of each column-parallel
+      input's gradient (backward): 6 of each; and each LayerNorm weight's and bias's gradient,
+      replicated and computed on the rank's sequence shard, all-reduced on its own in every
+      backward: 4 of h."""
+    if cfg.tp == 1:
+        return []
+    A, col, row = cfg.batch * cfg.seq * cfg.hidden, 4, 2
+
+    def call(op: str, count: int) -> Call:
+        return _tp_call(cfg, 0, op, count)
+
+    if sp:
+        return ([call("all_gather", A // cfg.tp)] * (col + row) +
+                [call("reduce_scatter", A)] * (row + col) + [call("all_reduce", cfg.hidden)] * 4)
+    return [call("all_reduce", A)] * (row + col)
 
 
 def tp_calls(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False) -> list[Call]:
@@ -191,7 +218,9 @@ class LayerPattern(Pattern):
     def layout_calls(self, lay, stage: int | None) -> dict[str, list[tuple[Call, int]]]:
         """The layer's activation calls x layers x micro-batches, and under SP the TP sum of
         the replicated gradients once per layer per step: the whole layer's (``layout_layer``),
-        not its MLP block's or DDP's, which run the same layer."""
+        not its MLP block's or DDP's, which run the same layer. Under a flavour whose tensor
+        parallelism is torch's (``lay.tp_style``), torch's calls per micro-batch
+        (:func:`torch_style_calls`)."""
         if not self.layout_layer:
             return {}
         cfg = TPConfig(batch=lay.micro_batch, seq=lay.seq // lay.cp, hidden=lay.hidden,
@@ -199,6 +228,8 @@ class LayerPattern(Pattern):
                        dtype=lay.act_dtype)
         variant = ("sp_regather" if lay.regather else "sp") if lay.sp else "tp"
         L, m = lay.stage_layers, lay.micro_batches
+        if lay.tp_style == "torch":
+            return {"tp": [(c, L * m) for c in torch_style_calls(cfg, lay.sp)]}
         return {"tp": [(c, L * m) for c in activation_calls(cfg, variant, 0)] +
                 [(c, L) for c in replicated_sync(cfg, variant, 0)]}
 
