@@ -15,7 +15,7 @@ import argparse
 import torch
 import torch.distributed as dist
 from layers import Layer, shape_args  # examples/layers.py
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 try:
     import commbench
@@ -59,6 +59,10 @@ if __name__ == "__main__":
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (the mesh's last dim)")
     p.add_argument("--sp", action="store_true", help="with --tp: sequence parallelism")
+    p.add_argument("--param-dtype", default=None, choices=["bfloat16", "float16", "float32"],
+                   help="MixedPrecisionPolicy's param_dtype: the width parameters are gathered in")
+    p.add_argument("--reduce-dtype", default=None, choices=["bfloat16", "float16", "float32"],
+                   help="MixedPrecisionPolicy's reduce_dtype: the width gradients are reduced in")
     p.add_argument("--extra", action="store_true", help="one all-reduce no layout makes")
     a = p.parse_args()
     if not dist.is_initialized():
@@ -74,9 +78,11 @@ if __name__ == "__main__":
         world = dist.get_world_size()
         mesh = init_device_mesh("cpu", (a.dp_replicate, world // a.dp_replicate),
                                 mesh_dim_names=("dp_replicate", "dp_shard"))
+    mp = MixedPrecisionPolicy(*(a.param_dtype and getattr(torch, a.param_dtype),
+                                a.reduce_dtype and getattr(torch, a.reduce_dtype)))
     for layer in model:
-        fully_shard(layer, mesh=mesh, reshard_after_forward=not a.no_reshard)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, mesh=mesh, reshard_after_forward=not a.no_reshard, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
     seq = a.seq // a.tp if a.sp else a.seq  # under SP each rank holds its sequence shard
     for _ in range(a.steps):
         with step():

@@ -537,6 +537,29 @@ def test_fsdp2_on_a_two_d_mesh_makes_the_calls_of_hybrid_sharding(world):
     assert any("unexpected group" in f for f in flat), flat
 
 
+@pytest.mark.world(sizes=[2])
+def test_fsdp2_s_mixed_precision_gathers_in_param_dtype_and_reduces_in_reduce_dtype(world):
+    """MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) on fp32 parameters: the
+    gathers are bfloat16, the reduce-scatters float32; ``param-bytes=2`` says so and nothing is
+    flagged. Without it the gathers are flagged as parameters (not gradients) and the setting
+    to give is named; the policy priced but not used is flagged the other way."""
+    from commbench.studies.audit_layout import compare, parse_layout
+
+    spec = f"impl=fsdp2,dp=2,{FSDP2_LAYOUT}"
+    policy = ["--param-dtype", "bfloat16", "--reduce-dtype", "float32"]
+    mixed, plain = world.run(_fsdp2_layers, policy)[0], world.run(_fsdp2_layers, [])[0]
+    ok = compare(parse_layout(spec + ",param-bytes=2", 2), mixed)
+    assert ok["flags"] == []
+    assert {(r["op"], r["elements"], r["dtype"]) for r in ok["rows"]} == {
+        ("all_gather", 1568, "bfloat16"), ("reduce_scatter", 3136, "float32")}
+    assert compare(parse_layout(spec, 2), mixed)["flags"] == [
+        "dtype: all_gather of 1568 elements on dp in bfloat16; the layout's gathered parameters "
+        "are 4 B per element (grad_bytes=4)"]
+    assert compare(parse_layout(spec + ",param-bytes=2", 2), plain)["flags"] == [
+        "dtype: all_gather of 1568 elements on dp in float32; the layout's gathered parameters "
+        "are 2 B per element (param_bytes=2)"]
+
+
 def _fsdp2_tp_step_2(ctx, args):
     booked = run_script(ctx, os.path.join(EXAMPLES, "fsdp2_layers.py"),
                         ["--tp", "2", "--steps", "2", "--micro-batches", "2", *args])

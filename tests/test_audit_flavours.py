@@ -92,12 +92,21 @@ def test_fsdp2_s_calls_by_hand():
         ("reduce_scatter", 64, 4, 3)]
     # elements are whole numbers (a float equals its int in a comparison, not in a ledger)
     assert all(type(c) is int for _, c, _, _ in fsdp2_calls(3136, 2, 64, 4, 1, 2))
+    # a MixedPrecisionPolicy: gathers in param_dtype (2 B), reduce-scatters in reduce_dtype (4 B)
+    assert fsdp2_calls(3136, 2, 64, 2, 1, 4, p=2) == [
+        ("all_gather", 1568, 2, 4), ("reduce_scatter", 3136, 4, 2), ("all_gather", 32, 2, 1),
+        ("reduce_scatter", 64, 4, 1)]
 
 
 @pytest.mark.parametrize("spec, says", [
     ("impl=deepspeed,zero=0", "impl='deepspeed': ZeRO stage 1, 2 or 3 on a dense model"),
     ("impl=torch-ddp,zero=1", "impl='torch-ddp': replicates every parameter"),
     ("impl=torch-ddp,bucket-mb=0", "bucket_mb=0.0: must be > 0"),
+    ("impl=megatron,param-bytes=2", "param_bytes=2: FSDP2's param_dtype, 1, 2, 4 or 8 bytes; "
+                                    "needs impl='fsdp2' (impl='megatron')"),
+    ("impl=fsdp2,param-bytes=3", "param_bytes=3: FSDP2's param_dtype"),
+    ("impl=fsdp2,tp=2,sp,regather", "regather=True: Megatron's backward re-gather; torch's "
+                                    "ColwiseParallel keeps its gathered input (impl='fsdp2')"),
     ("impl=horovod", "impl='horovod': must be one of megatron, fsdp2, deepspeed, torch-ddp"),
     ("impl=torch-ddp,no-reshard", "no_reshard=True: FSDP2's reshard_after_forward; needs "
                                   "impl='fsdp2' (impl='torch-ddp')"),

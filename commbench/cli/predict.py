@@ -50,7 +50,9 @@ LAYOUT_HELP = {
             "Megatron's",
     "bucket_mb": "torch-ddp: DistributedDataParallel's bucket_cap_mb",
     "no_reshard": "fsdp2: reshard_after_forward=False (the layers stay gathered for backward)",
-    "grad_bytes": "bytes per gradient element (the all-reduce's dtype)",
+    "grad_bytes": "bytes per gradient element (the all-reduce's dtype; fsdp2: reduce_dtype)",
+    "param_bytes": "fsdp2: bytes per gathered parameter element (MixedPrecisionPolicy's "
+                   "param_dtype; 0: as --grad-bytes)",
 }
 EXAMPLES = {
     "collective": "commbench predict collective all_reduce 1G --topology dgx-h100,pcie-8gpu",

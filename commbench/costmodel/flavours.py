@@ -37,7 +37,7 @@ def layer_params(h: int, kv_d: int, f: int, t: int) -> list[int]:
 
 
 def fsdp2_calls(per_layer: int, layers: int, root: int, n: int, m: int, g: int,
-                reshard: bool = True) -> Calls:
+                reshard: bool = True, p: int = 0) -> Calls:
     """torch 2.13's FSDP2 with ``fully_shard`` on each of ``layers`` layers of ``per_layer``
     elements and on the root (``root`` elements: the embedding and head), over ``n`` ranks,
     ``m`` micro-batches, in ``g``-byte elements: per micro-batch each layer all-gathers its
@@ -45,11 +45,13 @@ def fsdp2_calls(per_layer: int, layers: int, root: int, n: int, m: int, g: int,
     for backward, and reduce-scatters its gradient; the root gathers once per micro-batch (it
     is not resharded after forward) and reduce-scatters its gradient (sizes divisible by n:
     FSDP2 pads each parameter's dim 0). Every layer is resharded after its backward, so each
-    micro-batch gathers again."""
-    calls = [("all_gather", per_layer // n, g, (2 if reshard else 1) * layers * m),
+    micro-batch gathers again. With a ``MixedPrecisionPolicy`` the gathers are in its
+    ``param_dtype`` (``p`` bytes) and the reduce-scatters in its ``reduce_dtype`` (``g``)."""
+    p = p or g
+    calls = [("all_gather", per_layer // n, p, (2 if reshard else 1) * layers * m),
              ("reduce_scatter", per_layer, g, layers * m)]
     if root:
-        calls += [("all_gather", root // n, g, m), ("reduce_scatter", root, g, m)]
+        calls += [("all_gather", root // n, p, m), ("reduce_scatter", root, g, m)]
     return calls
 
 

@@ -102,7 +102,7 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     out = {}
     if n > 1 and lay.dense_params:
         if lay.impl == "fsdp2":  # layers and root
-            calls = fsdp2_calls(layer, L, emb, n, m, g, not lay.no_reshard)
+            calls = fsdp2_calls(layer, L, emb, n, m, g, not lay.no_reshard, lay.param_bytes)
         elif lay.impl == "deepspeed":
             calls = deepspeed_calls(lay.zero, lay.dense_params, n, m, g)
         else:  # torch-ddp: the embedding first, then the layers

@@ -47,6 +47,8 @@ class Layout:
     no_reshard: bool = False  # fsdp2: reshard_after_forward=False (no backward re-gather)
     act_bytes: int = 2
     grad_bytes: int = 4
+    param_bytes: int = 0    # fsdp2: MixedPrecisionPolicy's param_dtype, the gathers' width (0: as
+    #                         grad_bytes, no policy); grad_bytes is then its reduce_dtype
 
     def __post_init__(self) -> None:
         if self.dp_shard > 0 and self.dp == 1:  # --dp-shard N --dp-replicate M: dp is N x M
@@ -105,6 +107,9 @@ class Layout:
         if self.no_reshard and self.impl != "fsdp2":
             raise ValueError(f"no_reshard=True: FSDP2's reshard_after_forward; needs impl='fsdp2' "
                              f"(impl={self.impl!r})")
+        if self.param_bytes and (self.param_bytes not in DTYPE or self.impl != "fsdp2"):
+            raise ValueError(f"param_bytes={self.param_bytes}: FSDP2's param_dtype, 1, 2, 4 or 8 "
+                             f"bytes; needs impl='fsdp2' (impl={self.impl!r})")
         if self.dp_shard < 0:
             raise ValueError(f"dp_shard={self.dp_shard}: must be >= 0 (0: dp / dp_replicate)")
         if self.dp % self.dp_replicate or self.dp_shard and \
@@ -128,6 +133,11 @@ class Layout:
         return self.tp * self.cp * self.dp * self.pp
 
     # -- the model's arithmetic, as every pattern's contribution to the layout reads it --------
+    @property
+    def gather_bytes(self) -> int:
+        """The width parameters are gathered in: ``param_bytes``, else ``grad_bytes``."""
+        return self.param_bytes or self.grad_bytes
+
     @property
     def act_dtype(self) -> str:
         return DTYPE[self.act_bytes]

@@ -10,7 +10,9 @@ reader looks for:
 * ``extra``/``missing``: more or fewer calls of that op and size than the layout makes (an
   all-gather the model has no reason for, a re-gather the layout was not told of);
 * ``dtype``: a call in another width than the layout's (``act_bytes`` on tp/cp/ep,
-  ``grad_bytes`` on dp/edp): a gradient reduction in fp32 where bf16 was meant;
+  ``grad_bytes`` on dp/edp, FSDP2's ``param_bytes`` for its parameter gathers): a gradient
+  reduction in fp32 where bf16 was meant, parameters gathered in fp32 where a mixed-precision
+  policy would gather bf16;
 * ``unexpected group``: a call on ranks that are none of the layout's groups (a point-to-point
   call: rank 0 and a peer that share none).
 
@@ -148,9 +150,16 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
         width = own or getattr(lay, _width(axis))
         wrong = sorted(d for d in dtypes.get(key, ()) if ITEMSIZE.get(d) != width)
         if wrong:
-            what = "gradients" if _width(axis) == "grad_bytes" else "activations"
-            why = (f"the layout makes this call in {width} B per element" if own else
-                   f"the layout's {what} are {width} B per element ({_width(axis)}={width})")
+            if _width(axis) == "act_bytes":
+                what, setting = "activations", "act_bytes"
+            elif op == "all_gather":  # on a gradient group a gather carries parameters
+                what, setting = "gathered parameters", "param_bytes" if lay.param_bytes \
+                    else "grad_bytes"
+            else:
+                what, setting = "gradients", "grad_bytes"
+            why = (f"the layout's {what} are {width} B per element ({setting}={width})"
+                   if getattr(lay, setting) == width else
+                   f"the layout makes this call in {width} B per element")
             dflag = f"dtype: {op} of {count} elements on {axis} in {', '.join(wrong)}; {why}"
             flag = f"{flag}; {dflag}" if flag else dflag
         if flag:
