@@ -18,6 +18,7 @@ from commbench.costmodel.flavours import (
     deepspeed_calls,
     fsdp2_calls,
     layer_params,
+    megatron_buffer,
 )
 from commbench.studies.audit import in_steps, run_script
 from commbench.studies.audit_layout import compare, parse_layout
@@ -98,6 +99,16 @@ def test_fsdp2_s_calls_by_hand():
         ("reduce_scatter", 64, 4, 1)]
 
 
+def test_megatron_s_padded_buffer_by_hand():
+    """Each parameter starts at a multiple of 64 elements, the bucket ends at a multiple of
+    lcm(n, 128): examples/layers.py's two layers' 6272 become 6656 (eight 16-element LayerNorm
+    tensors take 64 each); the reverse-order walk megatron-core makes gives the same sum."""
+    assert megatron_buffer(PARAMS, 2) == megatron_buffer(PARAMS, 4) == 6656
+    assert megatron_buffer([1024, 64, 1024, 16], 2) == 2176  # the last param's tail to 128
+    assert megatron_buffer([128], 3) == 384  # lcm(3, 128): three equal aligned shards
+    assert megatron_buffer([100], 256) == 256
+
+
 @pytest.mark.parametrize("spec, says", [
     ("impl=deepspeed,zero=0", "impl='deepspeed': ZeRO stage 1, 2 or 3 on a dense model"),
     ("impl=torch-ddp,zero=1", "impl='torch-ddp': replicates every parameter"),
@@ -105,6 +116,8 @@ def test_fsdp2_s_calls_by_hand():
     ("impl=megatron,param-bytes=2", "param_bytes=2: FSDP2's param_dtype, 1, 2, 4 or 8 bytes; "
                                     "needs impl='fsdp2' (impl='megatron')"),
     ("impl=fsdp2,param-bytes=3", "param_bytes=3: FSDP2's param_dtype"),
+    ("impl=fsdp2,grad-norm=0", "grad_norm=False: megatron-core's optimizer's norm all-reduce; "
+                               "needs impl='megatron' (impl='fsdp2': the flavour says)"),
     ("impl=fsdp2,tp=2,sp,regather", "regather=True: Megatron's backward re-gather; torch's "
                                     "ColwiseParallel keeps its gathered input (impl='fsdp2')"),
     ("impl=horovod", "impl='horovod': must be one of megatron, fsdp2, deepspeed, torch-ddp"),
@@ -143,7 +156,7 @@ def test_ddp_s_rebuilt_buckets_are_the_torch_ddp_flavour_s_calls(world):
                               "makes (0)"]
 
 
-PIPE = "layers={P},hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,loss=none,act-bytes=4"
+PIPE = "grad-norm=0,layers={P},hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,loss=none,act-bytes=4"
 
 
 def _pipelined_steps(ctx, args):

@@ -25,7 +25,7 @@ from commbench.wire.ledger import Entry
 pytestmark = pytest.mark.foundation
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "megatron_sp.py")
-SPEC = ("tp={P},sp,layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,"
+SPEC = ("grad-norm=0,tp={P},sp,layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,"
         "loss=none,act-bytes=4,grad-bytes=4")
 
 
@@ -43,9 +43,14 @@ def test_a_layout_spec_is_read_and_checked_before_any_rank_starts():
 
 def test_the_layout_s_groups_in_megatron_order():
     # with ep = 1 the expert parameters' dp group (edp) is the dp group
-    assert layout_groups(Layout(tp=2, dp=2)) == {(0, 1): ("tp",), (2, 3): ("tp",),
-                                                 (0, 2): ("dp", "edp"), (1, 3): ("dp", "edp")}
-    cp = layout_groups(Layout(tp=2, cp=2, seq=8))  # with dp = 1 the cp ranks reduce gradients too
+    assert layout_groups(Layout(tp=2, dp=2, grad_norm=False)) == {
+        (0, 1): ("tp",), (2, 3): ("tp",), (0, 2): ("dp", "edp"), (1, 3): ("dp", "edp")}
+    # megatron-core's gradient norm: on the model-parallel ranks, or under the distributed
+    # optimizer on every rank
+    assert layout_groups(Layout(tp=2, dp=2))[(0, 1)] == ("tp", "mp")
+    assert layout_groups(Layout(tp=2, dp=2, zero=1))[(0, 1, 2, 3)] == ("world",)
+    # with dp = 1 the cp ranks reduce gradients too
+    cp = layout_groups(Layout(tp=2, cp=2, seq=8, grad_norm=False))
     assert cp == {(0, 1): ("tp",), (2, 3): ("tp",), (0, 2): ("cp", "dp", "edp"),
                   (1, 3): ("cp", "dp", "edp")}
     moe = layout_groups(Layout(cp=2, ep=2, dp=4, experts=4, seq=8))  # edp: two strides
@@ -83,7 +88,7 @@ def test_a_group_serving_two_axes_books_each_call_on_the_axis_that_predicts_it()
     ring's sends and the gradient all-reduce, booked on that one group, each land on their own
     axis; one more gradient all-reduce is an extra on dp, not on cp."""
     lay = Layout(tp=2, cp=2, layers=1, hidden=8, heads=4, kv_heads=4, seq=8, vocab=16,
-                 act_bytes=4, grad_bytes=4)
+                 act_bytes=4, grad_bytes=4, grad_norm=False)
     groups = {"tp": (0, 1), "cp": (0, 2), "dp": (0, 2)}
     exact = [tuple(Entry(op, groups[axis], "gloo", "float32", count, 0, 0, 0.0))
              for (axis, op, count), times in _predicted(lay)[0].items() for _ in range(times)]
@@ -138,7 +143,7 @@ def test_a_pipeline_layout_is_compared_on_the_first_stage_by_each_call_s_peer():
     pipelining does; its TP calls are those of 4/2 layers, without the last stage's head. A
     send to rank 1 (tp, not pp) or rank 3 (no group of rank 0's) is flagged; a receive from
     the wrong neighbour is not a pp call."""
-    spec = ("tp=2,pp=2,layers=4,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=3,"
+    spec = ("grad-norm=0,tp=2,pp=2,layers=4,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=3,"
             "loss=none,act-bytes=4")
     lay = parse_layout(spec, 4)
     counts = _predicted(lay)[0]
@@ -233,7 +238,7 @@ def test_the_comparison_s_edges():
 
 
 def test_three_stages_compare_rank_0_s_stage_not_the_busiest():
-    lay = parse_layout("pp=3,layers=3,hidden=16,heads=4,seq=8,micro-batch=2,micro-batches=2,"
+    lay = parse_layout("grad-norm=0,pp=3,layers=3,hidden=16,heads=4,seq=8,micro-batch=2,micro-batches=2,"
                        "loss=none,act-bytes=4", 3)
     assert _predicted(lay)[0] == {("pp", "send", 256): 2, ("pp", "recv", 256): 2}
     sends = [_p2p(op, 1, 256, group=(0, 1, 2)) for op in ("isend", "irecv") * 2]

@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.foundation, pytest.mark.local]
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 NEEDS = {"megatron_core_sp.py": ("megatron.core", "megatron-core"),
+         "megatron_core_distopt.py": ("megatron.core", "megatron-core"),
          "deepspeed_ulysses.py": ("deepspeed", "deepspeed"),
          "deepspeed_zero.py": ("deepspeed", "deepspeed")}
 
@@ -95,6 +96,51 @@ def test_the_library_examples_exist():
 
 
 SHAPE = "layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,loss=none"
+
+
+@pytest.mark.parametrize("P", [2, 4])
+def test_megatron_core_s_distributed_optimizer_makes_the_calls_of_the_megatron_flavour(tmp_path,
+                                                                                       P):
+    """megatron-core's DistributedDataParallel and DistributedOptimizer over examples/layers.py's
+    6272 float32 parameters, step 2: its buffer pads each parameter's start to 64 elements
+    (the eight 16-element LayerNorm tensors to 64 each: 6656) and its end to lcm(P, 128), the
+    whole buffer is reduce-scattered (backward), the gradients' norm all-reduced over every rank
+    and the 6656/P shards all-gathered (both in the optimizer's step): ``impl=megatron,zero=1``
+    predicts each call and phase, and the norm is taken whether or not the step clips (a
+    layout without it flags the call)."""
+    from commbench.studies.audit import in_steps
+    from commbench.wire.ledger import Entry
+
+    _needs("megatron_core_distopt.py")
+
+    def audit(*args, spec=""):
+        cmd = [sys.executable, "-m", "commbench", "audit",
+               os.path.join(EXAMPLES, "megatron_core_distopt.py"), "--np", str(P), "--out",
+               str(tmp_path), "--label", "t", "--step", "2", "--layout",
+               f"zero=1,dp={P},micro-batches=1,act-bytes=4,{SHAPE}{spec}", "--", *args]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert out.returncode in (0, 1), out.stderr[-2000:]
+        (path,) = tmp_path.glob("audit_*.json")
+        rec = json.loads(path.read_text())
+        path.unlink()
+        return out.returncode, rec["layout"], rec["calls"][0]
+
+    code, lay, calls = audit()
+    assert code == 0 and lay["flags"] == [], lay["flags"]
+    assert {(r["axis"], r["op"], r["elements"], r["observed"]) for r in lay["rows"]} == {
+        ("dp", "reduce_scatter", 6656, 1), ("dp", "all_gather", 6656 // P, 1),
+        ("world", "all_reduce", 1, 1)}
+    entries = [tuple(e[f] for f in Entry._fields) for e in calls]
+    step = list(map(Entry._make, in_steps(entries, 2, 1)))
+    assert {(e.op, e.phase) for e in step} == {("reduce_scatter", "backward"),
+                                               ("all_reduce", "optimizer"),
+                                               ("all_gather", "optimizer")}
+    # megatron-core 0.16's ChainedOptimizer takes the norm even when it clips nothing
+    code, lay, _ = audit("--clip-grad", "0")
+    assert code == 0 and lay["flags"] == []
+    code, lay, _ = audit(spec=",grad-norm=0")
+    assert code == 1 and lay["flags"] == [
+        "extra all_reduce: 1 more of 1 elements on dp than the layout makes (0)"]  # world = dp
 
 
 def _zero(tmp_path, P: int, stage: int, m: int, *args: str) -> tuple[int, dict, list]:

@@ -120,7 +120,7 @@ def test_hybrid_sharding_bytes_match_the_ledger_per_group(world):
             sum(c[3] for c in ledger if c[1] == group) > 0
     # through predict layout: the two groups, their ranks, and no plain dp group
     hsdp = Layout(layers=2, hidden=64, heads=4, seq=32, vocab=64, dp_shard=4, dp_replicate=2,
-                  zero=3)
+                  zero=3, grad_norm=False)
     rows = {r["group"]: r for r in predict_layout(hsdp, TOPO)}
     assert hsdp.dp == 8 and set(rows) == {"dp_shard", "dp_replicate"}
     assert (rows["dp_shard"]["size"], rows["dp_replicate"]["size"]) == (4, 2)
@@ -161,7 +161,10 @@ def test_a_hundred_thousand_ranks_are_priced():
     lay = Layout(layers=128, hidden=16384, heads=128, kv_heads=8, seq=8192, micro_batches=16,
                  tp=8, sp=True, cp=2, pp=8, dp=780, zero=1)
     rows = predict_layout(lay, load("cluster-h100-ndr", 12500))
-    assert lay.ranks == 99840 and {r["group"] for r in rows} == {"tp", "cp", "dp", "pp"}
+    # the distributed optimizer's gradient norm: one float32 all-reduced over every rank
+    assert lay.ranks == 99840 and {r["group"] for r in rows} == {"tp", "cp", "dp", "pp", "world"}
+    world = next(r for r in rows if r["group"] == "world")
+    assert (world["size"], world["calls"]) == (99840, 1) and 0 < world["bytes_per_rank"] <= 8
     assert all(r["time_ms"] > 0 and r["bytes_per_rank"] > 0 for r in rows)
 
 

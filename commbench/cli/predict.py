@@ -51,6 +51,8 @@ LAYOUT_HELP = {
     "bucket_mb": "torch-ddp: DistributedDataParallel's bucket_cap_mb",
     "no_reshard": "fsdp2: reshard_after_forward=False (the layers stay gathered for backward)",
     "grad_bytes": "bytes per gradient element (the all-reduce's dtype; fsdp2: reduce_dtype)",
+    "grad_norm": "megatron: its optimizer's all-reduce of the gradients' norm each step "
+                 "(--no-grad-norm: a job without megatron-core's optimizer)",
     "param_bytes": "fsdp2: bytes per gathered parameter element (MixedPrecisionPolicy's "
                    "param_dtype; 0: as --grad-bytes)",
 }
@@ -100,8 +102,9 @@ def add_parser(sub) -> None:
         kind = type(f.default)
         flag, text = f"--{name.replace('_', '-')}", LAYOUT_HELP[name]
         if kind is bool:
-            lay.add_argument(flag, action="store_true", default=f.default, help=f"{text} "
-                             f"(default: {'on' if f.default else 'off'})")
+            lay.add_argument(flag, action=argparse.BooleanOptionalAction if f.default
+                             else "store_true", default=f.default,
+                             help=f"{text} (default: {'on' if f.default else 'off'})")
         else:
             lay.add_argument(flag, type=kind, default=f.default, help=text)
 

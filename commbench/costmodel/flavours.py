@@ -3,7 +3,10 @@
 the versions of the ``libs`` extra, each checked against the library's own booked calls
 (tests/test_audit_libs.py, tests/test_audit_layout.py).
 
-* ``megatron``: ZeRO's stage calls of one flat vector (:func:`commbench.costmodel.layout.dp_calls`).
+* ``megatron``: ZeRO's stage calls of one flat vector (:func:`commbench.costmodel.layout.dp_calls`);
+  with ``zero`` >= 1 that vector is megatron-core 0.16's distributed optimizer's padded gradient
+  buffer (:func:`megatron_buffer`), and each step all-reduces the gradients' norm
+  (``grad_norm``; :func:`commbench.costmodel.layout._megatron_norm`).
 * ``fsdp2``: torch 2.13's ``fully_shard`` on every layer and on the root (:func:`fsdp2_calls`).
 * ``deepspeed``: DeepSpeed 0.19.8's ZeRO (:func:`deepspeed_calls`).
 * ``torch-ddp``: torch 2.13's DistributedDataParallel after its buckets are rebuilt
@@ -20,7 +23,7 @@ from __future__ import annotations
 from collections import Counter
 
 __all__ = ["DS_BUCKET", "DS_PREFETCH", "FIRST_BUCKET", "ddp_buckets", "deepspeed_calls",
-           "fsdp2_calls", "layer_params"]
+           "fsdp2_calls", "layer_params", "megatron_buffer"]
 
 Calls = list[tuple[str, int, int, int]]
 
@@ -34,6 +37,19 @@ def layer_params(h: int, kv_d: int, f: int, t: int) -> list[int]:
     matrices split over the ``t`` TP ranks, the LayerNorms whole (replicated over TP)."""
     return [h, h, *(x // t for x in (h * h, h * kv_d, h * kv_d, h * h)), h, h, h * f // t,
             f * h // t]
+
+
+def megatron_buffer(params: list[int], n: int) -> int:
+    """Elements of megatron-core 0.16's gradient buffer under its distributed optimizer
+    (``_ParamAndGradBuffer``, one bucket: ``overlap_grad_reduce`` off, the default) for
+    ``params`` over a data-parallel group of ``n``: each parameter starts at a multiple of 64
+    elements (128-byte alignment), and the bucket ends at a multiple of lcm(n, 128), so that it
+    cuts into n equal, aligned shards. The reduce-scatter takes the whole buffer, the
+    all-gather a shard."""
+    from math import lcm
+
+    aligned = sum(-(-p // 64) * 64 for p in params)
+    return -(-aligned // lcm(n, 128)) * lcm(n, 128)
 
 
 def fsdp2_calls(per_layer: int, layers: int, root: int, n: int, m: int, g: int,

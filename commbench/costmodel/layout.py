@@ -24,6 +24,9 @@ what the layout predicts is what the code moves:
          ZeRO-3 (or FSDP2) on ``dp_shard`` and the gradient shard all-reduced on
          ``dp_replicate`` (per step; FSDP2's, per micro-batch)
     pp   the ``pp`` pattern's calls of its busiest stage, m micro-batches of A/t (SP) or A
+    mp, world  megatron-core's optimizer's all-reduce of the gradients' norm (``grad_norm``),
+         one float32 element per step: on the model-parallel ranks (tp x pp), under the
+         distributed optimizer (``zero`` >= 1) on every rank
 
 Bytes are what those calls send; time is NCCL's model of each collective (:mod:`nccl`) and a
 latency plus bytes over the link for point-to-point and all-to-all. A small layout that the
@@ -35,12 +38,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from commbench.costmodel.flavours import (
-    ddp_buckets,
-    deepspeed_calls,
-    fsdp2_calls,
-    layer_params,
-)
+from commbench.costmodel.flavours import ddp_buckets, deepspeed_calls, fsdp2_calls
 from commbench.costmodel.layout_config import Layout
 from commbench.costmodel.nccl import nccl_predict
 from commbench.costmodel.topology import Topology
@@ -62,16 +60,29 @@ class Priced(Call):
 
 # the groups a layout's calls run on, in the order its table lists them; those that carry
 # gradients and parameters (in grad_bytes) rather than activations (in act_bytes)
-GROUPS = ("tp", "cp", "ep", "dp", "dp_shard", "dp_replicate", "edp", "pp")
+GROUPS = ("tp", "cp", "ep", "dp", "dp_shard", "dp_replicate", "edp", "pp", "mp", "world")
 GRADIENT_GROUPS = ("dp", "dp_shard", "dp_replicate", "edp")
 _HYBRID = ("dp_shard", "dp_replicate")
+_NORM = ("mp", "world")  # the groups of megatron-core's gradient norm
+
+
+def _norm_axis(lay: Layout) -> str:
+    """The group megatron-core's optimizer all-reduces the gradients' norm on: under the
+    distributed optimizer (``zero`` >= 1) every rank, else the model-parallel ranks; "" when
+    the layout makes no such call (``grad_norm`` off)."""
+    if lay.impl != "megatron" or not lay.grad_norm:
+        return ""
+    return "world" if lay.zero else "mp"
 
 
 def layout_axes(lay: Layout) -> tuple[str, ...]:
     """The groups ``lay`` has: with hybrid sharding (``dp_replicate`` > 1) its shard and
-    replicate groups in place of the one dp group."""
+    replicate groups in place of the one dp group; the group of megatron-core's gradient norm
+    when the layout makes it (:func:`_megatron_norm`)."""
     hybrid = lay.dp_replicate > 1
-    return tuple(g for g in GROUPS if (g in _HYBRID) == hybrid or g not in (*_HYBRID, "dp"))
+    norm = _norm_axis(lay)
+    return tuple(g for g in GROUPS if ((g in _HYBRID) == hybrid or g not in (*_HYBRID, "dp"))
+                 and (g not in _NORM or g == norm))
 
 
 def _calls(lay: Layout, stage: int | None = None) -> dict[str, list[tuple[Call, int]]]:
@@ -94,7 +105,7 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     the replicas per micro-batch, as ``fully_shard`` on a 2-D mesh does); DeepSpeed's ZeRO;
     DDP's buckets."""
     if lay.impl == "megatron":
-        return {}
+        return _megatron_norm(lay)
     m, g, L, R = lay.micro_batches, lay.grad_bytes, lay.stage_layers, lay.dp_replicate
     layer, emb = lay.layer_params, lay.root_params
     n = lay.dp // R * lay.cp
@@ -106,8 +117,7 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
         elif lay.impl == "deepspeed":
             calls = deepspeed_calls(lay.zero, lay.dense_params, n, m, g)
         else:  # torch-ddp: the embedding first, then the layers
-            h, kv_d = lay.hidden, (lay.kv_heads or lay.heads) * (lay.hidden // lay.heads)
-            params = ([emb] if emb else []) + layer_params(h, kv_d, lay.ffn or 4 * h, lay.tp) * L
+            params = ([emb] if emb else []) + lay.layer_tensors * L
             buckets = ddp_buckets(params, g, int(lay.bucket_mb * 2**20))
             calls = [("all_reduce", b, g, m * k) for b, k in sorted(Counter(buckets).items())]
         out[group] = _group(calls, group, n, g)
@@ -116,6 +126,18 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
                                                            if emb else [])
         out["dp_replicate"] = _group(shards, "dp_replicate", R, g)
     return out
+
+
+def _megatron_norm(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
+    """megatron-core 0.16's optimizer all-reduces the gradients' norm, one float32 element per
+    step (``get_grad_norm_fp32``), on its gradient-statistics group (:func:`_norm_axis`):
+    ``get_megatron_optimizer`` returns a ChainedOptimizer, whose step takes the norm whatever
+    ``clip_grad`` says (a lone optimizer takes it only with ``clip_grad`` > 0)."""
+    axis = _norm_axis(lay)
+    n = len(group_ranks(lay, axis)) if axis else 1
+    if n < 2:
+        return {}
+    return {axis: [(Priced("all_reduce", axis, 4, *booked("all_reduce", n, 0, 1, 4), 4), 1)]}
 
 
 def _group(calls: list[tuple[str, int, int, int]], axis: str, n: int, width: int = 0
@@ -130,7 +152,8 @@ def _group(calls: list[tuple[str, int, int, int]], axis: str, n: int, width: int
 # the coordinates each axis's group varies, of (tp, cp, ep, dp_shard/ep, dp_replicate, pp), TP
 # fastest (without hybrid sharding, dp_replicate is 1 and dp_shard is dp)
 _VARIES = {"tp": (0,), "cp": (1,), "ep": (2,), "dp": (1, 2, 3, 4), "edp": (1, 3, 4),
-           "dp_shard": (1, 2, 3), "dp_replicate": (4,), "pp": (5,)}
+           "dp_shard": (1, 2, 3), "dp_replicate": (4,), "pp": (5,), "mp": (0, 5),
+           "world": (0, 1, 2, 3, 4, 5)}
 
 
 def group_ranks(lay: Layout, axis: str, rank: int = 0) -> tuple[int, ...]:

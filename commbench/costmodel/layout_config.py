@@ -47,6 +47,8 @@ class Layout:
     no_reshard: bool = False  # fsdp2: reshard_after_forward=False (no backward re-gather)
     act_bytes: int = 2
     grad_bytes: int = 4
+    grad_norm: bool = True  # megatron: its optimizer all-reduces the gradients' norm each step
+    #                         (off: a script without megatron-core's optimizer)
     param_bytes: int = 0    # fsdp2: MixedPrecisionPolicy's param_dtype, the gathers' width (0: as
     #                         grad_bytes, no policy); grad_bytes is then its reduce_dtype
 
@@ -107,6 +109,9 @@ class Layout:
         if self.no_reshard and self.impl != "fsdp2":
             raise ValueError(f"no_reshard=True: FSDP2's reshard_after_forward; needs impl='fsdp2' "
                              f"(impl={self.impl!r})")
+        if not self.grad_norm and self.impl != "megatron":
+            raise ValueError(f"grad_norm=False: megatron-core's optimizer's norm all-reduce; "
+                             f"needs impl='megatron' (impl={self.impl!r}: the flavour says)")
         if self.param_bytes and (self.param_bytes not in DTYPE or self.impl != "fsdp2"):
             raise ValueError(f"param_bytes={self.param_bytes}: FSDP2's param_dtype, 1, 2, 4 or 8 "
                              f"bytes; needs impl='fsdp2' (impl={self.impl!r})")
@@ -166,6 +171,30 @@ class Layout:
         h, d = self.hidden, self.hidden // self.heads
         kv, f = self.kv_heads or self.heads, self.ffn or 4 * self.hidden
         return (2 * h * h + 2 * h * kv * d + (0 if self.experts else 2 * h * f)) // self.tp + 4 * h
+
+    @property
+    def layer_tensors(self) -> list[int]:
+        """A dense layer's parameter tensors on one TP rank, in registration order (the
+        flavours' :func:`~commbench.costmodel.flavours.layer_params`); with experts, its
+        router in place of the MLP."""
+        from commbench.costmodel.flavours import layer_params
+
+        h, f = self.hidden, self.ffn or 4 * self.hidden
+        kv_d = (self.kv_heads or self.heads) * (h // self.heads)
+        dense = layer_params(h, kv_d, f, self.tp)
+        return dense[:-2] + [h * self.experts] if self.experts else dense
+
+    @property
+    def flat_params(self) -> int:
+        """The flat gradient vector the ``megatron`` flavour reduces: the dense parameters,
+        with ``zero`` >= 1 in megatron-core's padded buffer (:func:`megatron_buffer`) over
+        the dp x cp ranks."""
+        if self.impl != "megatron" or not self.zero:
+            return self.dense_params
+        from commbench.costmodel.flavours import megatron_buffer
+
+        root = [self.root_params] if self.root_params else []
+        return megatron_buffer(root + self.layer_tensors * self.stage_layers, self.dp * self.cp)
 
     @property
     def root_params(self) -> int:

@@ -13,6 +13,7 @@ reader looks for:
   ``grad_bytes`` on dp/edp, FSDP2's ``param_bytes`` for its parameter gathers): a gradient
   reduction in fp32 where bf16 was meant, parameters gathered in fp32 where a mixed-precision
   policy would gather bf16;
+* a call in its own width (the float32 or float64 gradient norm): ``dtype`` says that width;
 * ``unexpected group``: a call on ranks that are none of the layout's groups (a point-to-point
   call: rank 0 and a peer that share none).
 
@@ -100,7 +101,7 @@ def _predicted(lay: Layout) -> tuple[dict[tuple[str, str, int], int], dict[tuple
             width = getattr(call, "itemsize", 0) or getattr(lay, _width(axis))
             key = (axis, KIND.get(call.op, call.op), call.size // width)
             out[key] = out.get(key, 0) + times
-            if width != getattr(lay, _width(axis)):
+            if width != getattr(lay, _width(axis)) or getattr(call, "itemsize", 0):
                 widths[key] = width
     return out, widths
 
@@ -146,6 +147,9 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
         elif got < want:
             flag = (f"missing {op}: {want - got} fewer of {count} elements on {axis} than the "
                     f"layout makes ({want})")
+            if axis in ("mp", "world"):  # the only call on these axes
+                flag += (": the gradients' norm megatron-core's optimizer all-reduces every "
+                         "step (grad-norm=0: a script without that optimizer)")
         own = widths.get(key, 0)  # a call in its own width (DeepSpeed's float64 norm)
         width = own or getattr(lay, _width(axis))
         wrong = sorted(d for d in dtypes.get(key, ()) if ITEMSIZE.get(d) != width)

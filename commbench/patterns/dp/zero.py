@@ -164,13 +164,14 @@ class Zero(Pattern):
 
     def layout_calls(self, lay, stage: int | None) -> dict[str, list[tuple[Call, int]]]:
         """The stage calls of one flat vector per step: the dense parameters over the DP and CP
-        ranks (``dp``), the experts over the ranks holding the same ones (``edp``); the layout's
-        own data parallelism only (``impl='megatron'``, no hybrid sharding: the libraries'
-        are their flavours', hybrid sharding its own pattern's)."""
+        ranks (``dp``; ``lay.flat_params``, padded as the flavour pads them), the experts over
+        the ranks holding the same ones (``edp``); the layout's own data parallelism only
+        (``impl='megatron'``, no hybrid sharding: the libraries' are their flavours', hybrid
+        sharding its own pattern's)."""
         if lay.impl != "megatron" or lay.dp_replicate > 1:
             return {}
         out = {}
-        for group, n, psi in (("dp", lay.dp * lay.cp, lay.dense_params),
+        for group, n, psi in (("dp", lay.dp * lay.cp, lay.flat_params),
                               ("edp", lay.dp // lay.ep * lay.cp, lay.expert_params)):
             if n > 1 and psi:
                 out[group] = flat_calls(dp_calls(psi, n, lay.zero, lay.micro_batches,

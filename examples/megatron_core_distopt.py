@@ -1,0 +1,84 @@
+"""megatron-core's own data parallelism: its DistributedDataParallel over the transformer-shaped
+layers of examples/layers.py with its DistributedOptimizer (``use_distributed_optimizer``,
+``clip_grad=1.0``, megatron-core's defaults otherwise), ``--steps`` steps each marked for the
+audit's ``--step``: per step the padded gradient buffer reduce-scattered (``finish_grad_sync``),
+the gradients' norm all-reduced and the updated parameters all-gathered (the optimizer's
+``step``; megatron-core 0.16 takes the norm whatever ``--clip-grad`` says), the calls of
+``predict layout --impl megatron --zero 1``.
+
+    pip install 'commbench[libs]'
+    commbench audit examples/megatron_core_distopt.py --np 2 --step 2 --layout zero=1,dp=2,\\
+layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,loss=none,act-bytes=4
+
+CPU stand-ins (megatron-core is written for CUDA devices): its tensors made with
+``device='cuda'`` are made on the CPU, ``Tensor.cuda()`` keeps a tensor where it is,
+``Tensor.type()`` answers as for a CUDA tensor (the optimizer accepts only those),
+``torch.cuda.current_device`` names the CPU and ``torch.cuda.synchronize`` does nothing. None
+of them touches what is communicated.
+"""
+
+import argparse
+
+import torch
+import torch.distributed as dist
+from layers import Layer, shape_args  # examples/layers.py
+from torch.overrides import TorchFunctionMode
+
+try:
+    import commbench
+
+    step = commbench.audit.step  # marks the step for commbench audit --step
+except ImportError:  # without commbench
+    from contextlib import nullcontext as step
+
+
+class OnCPU(TorchFunctionMode):
+    """megatron-core's CUDA tensors on the CPU (the module docstring's stand-ins)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if "cuda" in str(kwargs.get("device", "")):
+            kwargs["device"] = "cpu"
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+            return func(*args).replace("torch.", "torch.cuda.", 1)
+        return func(*args, **kwargs)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    shape_args(p)
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--clip-grad", type=float, default=1.0, help="OptimizerConfig's clip_grad")
+    a = p.parse_args()
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    if not torch.cuda.is_available():
+        torch.cuda.current_device = lambda: "cpu"
+        torch.cuda.synchronize = lambda *_, **__: None
+        OnCPU().__enter__()
+    from megatron.core import parallel_state
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.transformer import TransformerConfig
+
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel()
+    torch.manual_seed(0)
+    config = TransformerConfig(num_layers=a.layers, hidden_size=a.hidden, num_attention_heads=4,
+                               use_cpu_initialization=True, params_dtype=torch.float32)
+    layers = torch.nn.Sequential(*[Layer(a.hidden, a.ffn) for _ in range(a.layers)])
+    model = DistributedDataParallel(config, DistributedDataParallelConfig(
+        use_distributed_optimizer=True, grad_reduce_in_fp32=True), layers)
+    opt = get_megatron_optimizer(OptimizerConfig(
+        optimizer="adam", lr=1e-3, use_distributed_optimizer=True, clip_grad=a.clip_grad,
+        params_dtype=torch.float32), [model])
+    for _ in range(a.steps):
+        with step():
+            model.zero_grad_buffer()
+            opt.zero_grad()
+            model(torch.randn(a.batch, a.seq, a.hidden)).sum().backward()
+            model.finish_grad_sync()
+            opt.step()
+    parallel_state.destroy_model_parallel()
