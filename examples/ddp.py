@@ -1,8 +1,9 @@
 """torch's DistributedDataParallel: a four-layer MLP, its gradients all-reduced in buckets of
-``--bucket-mb`` MB, two iterations. torch 2.13 caps its first bucket at 1 MiB whatever
-``bucket_cap_mb`` says (``dist._DEFAULT_FIRST_BUCKET_BYTES``), before and after it rebuilds
-its buckets in the order the first iteration's gradients arrived: the 4 KiB of 16 x 16
-float32 weights here go in one all-reduce per iteration.
+``--bucket-mb`` MB, two iterations. torch 2.13 cuts its first bucket at 1 MiB only when
+``bucket_cap_mb`` is left at its default (``dist._DEFAULT_FIRST_BUCKET_BYTES``); given, the
+first bucket takes the cap too. It rebuilds its buckets in the order the first iteration's
+gradients arrived: the 4 KiB of 16 x 16 float32 weights here go in one all-reduce per
+iteration under the 4.2 kB cap.
 
     commbench audit examples/ddp.py --np 2
 """

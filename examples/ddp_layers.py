@@ -9,6 +9,7 @@ layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,loss=none,
 """
 
 import argparse
+from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
@@ -25,7 +26,13 @@ except ImportError:  # without commbench
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     shape_args(p)
-    p.add_argument("--bucket-mb", type=float, default=0.004)
+    p.add_argument("--bucket-mb", type=float, default=0.004, help="bucket_cap_mb (0: torch's "
+                   "default, 25 MiB with a first bucket of 1 MiB)")
+    p.add_argument("--no-sync", action="store_true",
+                   help="accumulate the micro-batches under no_sync(), the last one synced")
+    p.add_argument("--find-unused", action="store_true", help="find_unused_parameters=True")
+    p.add_argument("--static-graph", action="store_true", help="static_graph=True")
+    p.add_argument("--bucket-view", action="store_true", help="gradient_as_bucket_view=True")
     p.add_argument("--micro-batches", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--extra", action="store_true", help="one all-reduce no layout makes")
@@ -34,13 +41,18 @@ if __name__ == "__main__":
         dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[Layer(a.hidden, a.ffn) for _ in range(a.layers)])
-    ddp = DistributedDataParallel(model, bucket_cap_mb=a.bucket_mb)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=a.bucket_mb or None,
+                                  find_unused_parameters=a.find_unused,
+                                  static_graph=a.static_graph,
+                                  gradient_as_bucket_view=a.bucket_view)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     for _ in range(a.steps):
         with step():
             opt.zero_grad()
-            for _ in range(a.micro_batches):
-                ddp(torch.randn(a.batch, a.seq, a.hidden)).sum().backward()
+            for i in range(a.micro_batches):
+                last = i == a.micro_batches - 1
+                with ddp.no_sync() if a.no_sync and not last else nullcontext():
+                    ddp(torch.randn(a.batch, a.seq, a.hidden)).sum().backward()
             opt.step()
             if a.extra:
                 dist.all_reduce(torch.ones(8))

@@ -10,8 +10,10 @@ import torch
 class Layer(torch.nn.Module):
     def __init__(self, h: int, f: int) -> None:
         super().__init__()
-        self.ln1, self.ln2 = torch.nn.LayerNorm(h), torch.nn.LayerNorm(h)
+        # registered in the order forward uses them (the layout's order: DDP's first buckets)
+        self.ln1 = torch.nn.LayerNorm(h)
         self.q, self.k, self.v, self.o = (torch.nn.Linear(h, h, bias=False) for _ in range(4))
+        self.ln2 = torch.nn.LayerNorm(h)
         self.fc1, self.fc2 = torch.nn.Linear(h, f, bias=False), torch.nn.Linear(f, h, bias=False)
 
     def forward(self, x):

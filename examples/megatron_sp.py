@@ -6,7 +6,7 @@ parallel linear (its backward: a reduce-scatter of the gradient) and the row-par
 reduce-scattered back to sequence shards (its backward: an all-gather); after backward, one
 all-reduce of the LayerNorm and row-bias gradients, which each rank computed on its shard only.
 
-    L=tp=2,sp,layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,loss=none
+    L=tp=2,sp,grad-norm=0,layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,loss=none
     commbench audit examples/megatron_sp.py --np 2 --layout $L,act-bytes=4,grad-bytes=4
 
 ``--extra-gather`` also gathers the layer's output before the loss (as a loss on the full

@@ -6,7 +6,7 @@ stage to stage, their gradients sent back. ``--steps`` steps, each marked for th
 
     commbench audit examples/torch_pipelining.py --np 2
     commbench audit examples/torch_pipelining.py --np 4 -- --schedule 1f1b
-    commbench audit examples/torch_pipelining.py --np 2 --step 2 --layout pp=2,layers=2,\\
+    commbench audit examples/torch_pipelining.py --np 2 --step 2 --layout grad-norm=0,pp=2,layers=2,\\
 hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=4,loss=none,act-bytes=4 -- --steps 2
 
 The first step also sends each stage's shapes ahead (torch infers them at run time): compare

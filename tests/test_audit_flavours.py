@@ -13,6 +13,8 @@ import sys
 import pytest
 
 from commbench.costmodel.flavours import (
+    DDP_CAP,
+    FIRST_BUCKET,
     _chunks,
     ddp_buckets,
     deepspeed_calls,
@@ -42,18 +44,27 @@ def test_a_layer_s_parameters_are_the_layout_s_layer():
     # 524 B: each matrix closes its own bucket, LayerNorm pairs ride with the next one
     (int(0.0005 * 2**20), [1024, 1024, 288, 256, 256, 256, 1056, 1024, 288, 256, 256, 256, 32]),
     (int(0.01 * 2**20), [2848, 2624, 800]),
-    (25 * 2**20, [6272]),  # the default: one bucket
 ])
 def test_ddp_s_rebuilt_buckets_by_hand(cap, want):
-    assert ddp_buckets(PARAMS, 4, cap) == want
+    assert ddp_buckets(PARAMS, 4, cap, cap) == want
+    assert ddp_buckets(PARAMS, 4, DDP_CAP, FIRST_BUCKET) == [6272]  # the default: one bucket
 
 
-def test_ddp_s_first_bucket_closes_at_1_mib_under_a_bigger_cap():
-    # 300,000 float32 (1.2 MB) cross 1 MiB at the second parameter; the rest fill 25 MiB
-    assert ddp_buckets([150_000] * 4, 4, 25 * 2**20) == [300_000, 300_000]
-    assert ddp_buckets([150_000] * 4, 4, 2**20) == [300_000, 300_000]
-    assert ddp_buckets([100_000] * 4, 4, 2**20) == [300_000, 100_000]
-    assert ddp_buckets([512, 256, 768], 4, 4096) == [1024, 512]  # exactly at the cap: closed
+def test_ddp_s_first_bucket_is_1_mib_only_at_the_default_cap():
+    """torch 2.13 as measured (eight 256 x 256 float32 weights, 0.25 MiB each): at the default
+    cap the first bucket closes at 1 MiB; with ``bucket_cap_mb=1.6`` given, at 1.6 MB, seven
+    weights; with ``find_unused_parameters`` the cut runs in registration order."""
+    w = [65536] * 8
+    assert ddp_buckets(w, 4, DDP_CAP, FIRST_BUCKET) == [262144, 262144]
+    cap = int(1.6 * 2**20)
+    assert ddp_buckets(w, 4, cap, cap) == [458752, 65536]
+    assert ddp_buckets(w, 4, cap, cap, rebuilt=False) == [458752, 65536]
+    assert ddp_buckets([1, 2, 3], 4, 8, 8, rebuilt=False) == [3, 3]  # (1, 2) then 3
+    assert ddp_buckets([1, 2, 3], 4, 8, 8) == [3, 2, 1]  # 12 B, then 8 B: each closes alone
+    assert ddp_buckets([512, 256, 768], 4, 4096, 4096) == [1024, 512]  # at the cap: closed
+    # the example's layers at 524 B, never rebuilt: LayerNorm pairs ride with the next weight
+    assert sorted(ddp_buckets(PARAMS, 4, 524, 524, rebuilt=False)) == sorted(
+        [288, 256, 256, 256, 1056, 1024] * 2)
 
 
 def test_deepspeed_s_calls_by_hand():
@@ -112,7 +123,11 @@ def test_megatron_s_padded_buffer_by_hand():
 @pytest.mark.parametrize("spec, says", [
     ("impl=deepspeed,zero=0", "impl='deepspeed': ZeRO stage 1, 2 or 3 on a dense model"),
     ("impl=torch-ddp,zero=1", "impl='torch-ddp': replicates every parameter"),
-    ("impl=torch-ddp,bucket-mb=0", "bucket_mb=0.0: must be > 0"),
+    ("impl=torch-ddp,bucket-mb=-1", "bucket_mb=-1.0: must be >= 0 (0: torch's default)"),
+    ("impl=deepspeed,zero=2,bucket-mb=5", "bucket_mb=5.0: DistributedDataParallel's setting; "
+                                          "needs impl='torch-ddp' (impl='deepspeed')"),
+    ("impl=fsdp2,no-sync", "no_sync=True: DistributedDataParallel's setting; needs "
+                           "impl='torch-ddp' (impl='fsdp2')"),
     ("impl=megatron,param-bytes=2", "param_bytes=2: FSDP2's param_dtype, 1, 2, 4 or 8 bytes; "
                                     "needs impl='fsdp2' (impl='megatron')"),
     ("impl=fsdp2,param-bytes=3", "param_bytes=3: FSDP2's param_dtype"),
@@ -129,9 +144,10 @@ def test_a_flavour_that_cannot_hold_is_refused_naming_the_rule(spec, says):
         parse_layout(f"{spec},dp=2,{SHAPE}", 2)
 
 
-def _ddp_step_3(ctx, args):
-    booked = run_script(ctx, os.path.join(EXAMPLES, "ddp_layers.py"), ["--steps", "3", *args])
-    return in_steps(booked, 3, 1)
+def _ddp_step_3(ctx, args, step=3):
+    booked = run_script(ctx, os.path.join(EXAMPLES, "ddp_layers.py"),
+                        ["--steps", str(step), *args])
+    return in_steps(booked, step, 1)
 
 
 @pytest.mark.world(sizes=[2, 4])
@@ -144,8 +160,8 @@ def test_ddp_s_rebuilt_buckets_are_the_torch_ddp_flavour_s_calls(world):
         lay = parse_layout(f"impl=torch-ddp,bucket-mb={mb},dp={P},{SHAPE}", P)
         got = compare(lay, world.run(_ddp_step_3, ["--bucket-mb", mb])[0])
         assert got["flags"] == [], (mb, got["flags"])
-        assert sum(r["observed"] for r in got["rows"]) == len(ddp_buckets(
-            PARAMS, 4, int(float(mb) * 2**20)))
+        cap = int(float(mb) * 2**20)
+        assert sum(r["observed"] for r in got["rows"]) == len(ddp_buckets(PARAMS, 4, cap, cap))
     megatron = compare(parse_layout(f"dp={P},{SHAPE}", P),
                        world.run(_ddp_step_3, ["--bucket-mb", "0.004"])[0])
     assert "missing all_reduce: 1 fewer of 6272 elements on dp than the layout makes (1)" in \
@@ -154,6 +170,35 @@ def test_ddp_s_rebuilt_buckets_are_the_torch_ddp_flavour_s_calls(world):
                     world.run(_ddp_step_3, ["--bucket-mb", "0.004", "--extra"])[0])
     assert extra["flags"] == ["extra all_reduce: 1 more of 8 elements on dp than the layout "
                               "makes (0)"]
+
+
+@pytest.mark.world(sizes=[2])
+@pytest.mark.parametrize("setting, args, step", [
+    ("find-unused", ["--find-unused"], 3),
+    ("no-sync,micro-batches=3", ["--no-sync", "--micro-batches", "3"], 3),
+    ("no-sync,find-unused,micro-batches=3", ["--no-sync", "--find-unused", "--micro-batches",
+                                             "3"], 3),
+    ("static-graph", ["--static-graph"], 4),
+    ("static-graph,find-unused", ["--static-graph", "--find-unused"], 4),
+], ids=["find-unused", "no-sync", "no-sync-find-unused", "static-graph", "static-find-unused"])
+def test_ddp_s_settings_are_the_torch_ddp_flavour_s_calls(world, setting, args, step):
+    """DDP's everyday settings at 524 B buckets, in a step after its set-up (static_graph
+    rebuilds one step later: step 4): no difference from the flavour told the same setting.
+    find_unused_parameters keeps the buckets of registration order and all-reduces a bitmap of
+    the 20 parameters (int32) per synchronised backward; no_sync() leaves one all-reduce per
+    bucket per step; the default flavour flags each of them. gradient_as_bucket_view moves the
+    same calls."""
+    spec = f"impl=torch-ddp,bucket-mb=0.0005,dp=2,{SHAPE}".replace("micro-batches=1,", "")
+    booked = world.run(_ddp_step_3, ["--bucket-mb", "0.0005", "--bucket-view", *args], step)[0]
+    m = "" if "micro-batches" in setting else ",micro-batches=1"
+    got = compare(parse_layout(f"{spec},{setting}{m}", 2), booked)
+    assert got["flags"] == [], got["flags"]
+    bitmap = [r for r in got["rows"] if r["dtype"] == "int32"]
+    unused = "find-unused" in setting and "static" not in setting
+    assert [(r["elements"], r["observed"]) for r in bitmap] == ([(20, 1)] if unused else [])
+    plain = compare(parse_layout(f"{spec},micro-batches={3 if 'no-sync' in setting else 1}", 2),
+                    booked)["flags"]
+    assert (plain != []) == (setting not in ("static-graph", "static-graph,find-unused"))
 
 
 PIPE = "grad-norm=0,layers={P},hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,loss=none,act-bytes=4"

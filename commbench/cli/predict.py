@@ -48,7 +48,14 @@ LAYOUT_HELP = {
             "reduce-scattered per micro-batch) or torch-ddp (DDP's rebuilt buckets); with "
             "--tp, fsdp2 and torch-ddp price torch's TP styles (q, k, v apart), the others "
             "Megatron's",
-    "bucket_mb": "torch-ddp: DistributedDataParallel's bucket_cap_mb",
+    "bucket_mb": "torch-ddp: DistributedDataParallel's bucket_cap_mb (0: torch's default, "
+                 "25 MiB with a first bucket of 1 MiB)",
+    "no_sync": "torch-ddp: the micro-batches accumulated under no_sync(), one all-reduce per "
+               "bucket per step",
+    "find_unused": "torch-ddp: find_unused_parameters=True (buckets never rebuilt, a bitmap "
+                   "all-reduce per step)",
+    "static_graph": "torch-ddp: static_graph=True (the same steady state, rebuilt one step "
+                    "later; with --find-unused, rebuilt and no bitmap)",
     "no_reshard": "fsdp2: reshard_after_forward=False (the layers stay gathered for backward)",
     "grad_bytes": "bytes per gradient element (the all-reduce's dtype; fsdp2: reduce_dtype)",
     "grad_norm": "megatron: its optimizer's all-reduce of the gradients' norm each step "

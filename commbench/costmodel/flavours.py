@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-__all__ = ["DS_BUCKET", "DS_PREFETCH", "FIRST_BUCKET", "ddp_buckets", "deepspeed_calls",
+__all__ = ["DDP_CAP", "DS_BUCKET", "DS_PREFETCH", "FIRST_BUCKET", "ddp_buckets", "deepspeed_calls",
            "fsdp2_calls", "layer_params", "megatron_buffer"]
 
 Calls = list[tuple[str, int, int, int]]
@@ -30,6 +30,7 @@ Calls = list[tuple[str, int, int, int]]
 DS_BUCKET = 500_000_000   # DeepSpeed's reduce_bucket_size and allgather_bucket_size (elements)
 DS_PREFETCH = 50_000_000  # DeepSpeed's stage3_prefetch_bucket_size (elements)
 FIRST_BUCKET = 1 << 20    # torch's dist._DEFAULT_FIRST_BUCKET_BYTES
+DDP_CAP = 25 << 20        # torch's default bucket_cap_mb (25 MiB)
 
 
 def layer_params(h: int, kv_d: int, f: int, t: int) -> list[int]:
@@ -112,15 +113,19 @@ def deepspeed_calls(zero: int, psi: int, n: int, m: int, g: int) -> Calls:
             + [("all_reduce", 1, 4, 1)])
 
 
-def ddp_buckets(params: list[int], g: int, cap_bytes: int) -> list[int]:
-    """torch 2.13's DistributedDataParallel after its first iteration rebuilds its buckets in
-    the order the gradients arrived (the reverse of registration, for a model run front to
-    back): a bucket closes once it holds at least its limit, the first bucket's limit
-    min(1 MiB, ``bucket_cap_mb``), every later one's ``bucket_cap_mb``. Each bucket is one
-    all-reduce of its elements per backward. (The first iteration puts every parameter in
-    buckets of registration order and is the set-up's: mark the step.)"""
-    out, acc, limit = [], 0, min(FIRST_BUCKET, cap_bytes)
-    for p in reversed(params):
+def ddp_buckets(params: list[int], g: int, cap_bytes: int, first_bytes: int,
+                rebuilt: bool = True) -> list[int]:
+    """torch 2.13's DistributedDataParallel's buckets of ``params`` (registration order,
+    ``g``-byte gradients): a bucket closes once it holds at least its limit, the first
+    bucket's ``first_bytes``, every later one's ``cap_bytes`` (``bucket_cap_mb``; left at its
+    default, 25 MiB with a first bucket of 1 MiB, else the first is the cap too). After its
+    first iteration DDP rebuilds them in the order the gradients arrived (the reverse of
+    registration, for a model run front to back; the first iteration is the set-up's: mark
+    the step); with ``find_unused_parameters`` it never rebuilds (``rebuilt`` False): buckets
+    cut in registration order, the last one's gradients reduced first. Each bucket is one
+    all-reduce of its elements per synchronised backward."""
+    out, acc, limit = [], 0, first_bytes
+    for p in (reversed(params) if rebuilt else params):
         acc += p
         if acc * g >= limit:
             out.append(acc)

@@ -38,7 +38,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from commbench.costmodel.flavours import ddp_buckets, deepspeed_calls, fsdp2_calls
+from commbench.costmodel.flavours import (
+    DDP_CAP,
+    FIRST_BUCKET,
+    ddp_buckets,
+    deepspeed_calls,
+    fsdp2_calls,
+)
 from commbench.costmodel.layout_config import Layout
 from commbench.costmodel.nccl import nccl_predict
 from commbench.costmodel.topology import Topology
@@ -117,15 +123,28 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
         elif lay.impl == "deepspeed":
             calls = deepspeed_calls(lay.zero, lay.dense_params, n, m, g)
         else:  # torch-ddp: the embedding first, then the layers
-            params = ([emb] if emb else []) + lay.layer_tensors * L
-            buckets = ddp_buckets(params, g, int(lay.bucket_mb * 2**20))
-            calls = [("all_reduce", b, g, m * k) for b, k in sorted(Counter(buckets).items())]
+            calls = _ddp_calls(lay, ([emb] if emb else []) + lay.layer_tensors * L)
         out[group] = _group(calls, group, n, g)
     if R > 1:  # fsdp2 only (validate)
         shards = [("all_reduce", layer // n, g, L * m)] + ([("all_reduce", emb // n, g, m)]
                                                            if emb else [])
         out["dp_replicate"] = _group(shards, "dp_replicate", R, g)
     return out
+
+
+def _ddp_calls(lay: Layout, params: list[int]) -> list[tuple[str, int, int, int]]:
+    """DistributedDataParallel's calls per step for ``params`` (:func:`ddp_buckets`): one
+    all-reduce per bucket per micro-batch, or per step when the others accumulate under
+    ``no_sync()``; with ``find_unused_parameters`` the buckets stay as first cut and each
+    synchronised backward also all-reduces the bitmap of parameters used, one int32 each
+    (with ``static_graph`` too, only in the first iteration: the buckets are rebuilt)."""
+    m, g = 1 if lay.no_sync else lay.micro_batches, lay.grad_bytes
+    cap = int(lay.bucket_mb * 2**20) if lay.bucket_mb else DDP_CAP
+    first = cap if lay.bucket_mb else FIRST_BUCKET
+    rebuilt = lay.static_graph or not lay.find_unused
+    buckets = ddp_buckets(params, g, cap, first, rebuilt)
+    calls = [("all_reduce", b, g, m * k) for b, k in sorted(Counter(buckets).items())]
+    return calls + ([] if rebuilt else [("all_reduce", len(params), 4, m)])
 
 
 def _megatron_norm(lay: Layout) -> dict[str, list[tuple[Call, int]]]:

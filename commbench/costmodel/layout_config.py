@@ -43,7 +43,10 @@ class Layout:
     pp: int = 1
     zero: int = 0
     impl: str = "megatron"  # whose data-parallel calls: megatron | fsdp2 | deepspeed | torch-ddp
-    bucket_mb: float = 25.0  # torch-ddp: DistributedDataParallel's bucket_cap_mb
+    bucket_mb: float = 0.0  # torch-ddp: bucket_cap_mb (0: torch's default, 25 MiB, first 1 MiB)
+    no_sync: bool = False   # torch-ddp: micro-batches accumulated under no_sync()
+    find_unused: bool = False  # torch-ddp: find_unused_parameters=True
+    static_graph: bool = False  # torch-ddp: static_graph=True
     no_reshard: bool = False  # fsdp2: reshard_after_forward=False (no backward re-gather)
     act_bytes: int = 2
     grad_bytes: int = 4
@@ -128,8 +131,13 @@ class Layout:
                              "parameters over a shard group, on a dense model: needs zero=3 "
                              f"or impl='fsdp2' (impl={self.impl!r}, zero={self.zero}, "
                              f"experts={self.experts})")
-        if not self.bucket_mb > 0:
-            raise ValueError(f"bucket_mb={self.bucket_mb}: must be > 0")
+        if not self.bucket_mb >= 0:
+            raise ValueError(f"bucket_mb={self.bucket_mb}: must be >= 0 (0: torch's default)")
+        ddp = [k for k in ("bucket_mb", "no_sync", "find_unused", "static_graph")
+               if getattr(self, k)]
+        if ddp and self.impl != "torch-ddp":
+            raise ValueError(f"{ddp[0]}={getattr(self, ddp[0])}: DistributedDataParallel's "
+                             f"setting; needs impl='torch-ddp' (impl={self.impl!r})")
         if not self.capacity_factor > 0:
             raise ValueError(f"capacity_factor={self.capacity_factor}: must be > 0")
 
