@@ -13,6 +13,7 @@ layout's ``impl=deepspeed`` (docs/audit.md).
 """
 
 import argparse
+import json
 
 import torch
 import torch.distributed as dist
@@ -31,6 +32,8 @@ if __name__ == "__main__":
     shape_args(p)
     p.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation steps")
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--config", default=None,
+                   help="a ds_config JSON whose zero_optimization settings are laid over these")
     p.add_argument("--extra", action="store_true", help="one all-reduce no layout makes")
     a = p.parse_args()
     import deepspeed
@@ -45,6 +48,9 @@ if __name__ == "__main__":
               # every parameter sharded, as in a model of real size (the default keeps those
               # under 100,000 elements whole: every one of this model's)
               "zero_optimization": {"stage": a.stage, "stage3_param_persistence_threshold": 0}}
+    if a.config:
+        with open(a.config) as f:
+            config["zero_optimization"] |= json.load(f).get("zero_optimization", {})
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                       config=config)
     for _ in range(a.steps):

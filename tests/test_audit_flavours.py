@@ -18,6 +18,7 @@ from commbench.costmodel.flavours import (
     _chunks,
     ddp_buckets,
     deepspeed_calls,
+    ds_buckets,
     fsdp2_calls,
     layer_params,
     megatron_buffer,
@@ -75,10 +76,12 @@ def test_deepspeed_s_calls_by_hand():
                                                 ("all_gather", 1568, 4, 1), ("all_reduce", 1, 4, 1)]
     assert deepspeed_calls(3, psi, 2, 2, g) == [("all_gather", 3136, 4, 2),
                                                 ("reduce_scatter", 6272, 4, 2), ("all_reduce", 1, 8, 1)]
-    # a model past the buckets: the bytes whole, in ceil(psi / bucket) calls
+    # a model past the buckets: the bytes whole, in ceil(psi / bucket) calls; the partitions
+    # in one all_gather_into_tensor (allgather_bucket_size cuts nothing in DeepSpeed 0.19.8
+    # wherever torch has it: runtime/utils.py, all_gather_dp_groups)
     big = deepspeed_calls(1, 1_200_000_000, 8, 1, 2)
     assert [(op, c, k) for op, c, _, k in big] == [
-        ("all_reduce", 400_000_000, 3), ("all_gather", 50_000_000, 3), ("all_reduce", 1, 1)]
+        ("all_reduce", 400_000_000, 3), ("all_gather", 150_000_000, 1), ("all_reduce", 1, 1)]
     big3 = deepspeed_calls(3, 1_200_000_000, 8, 1, 2)  # 150M per rank, gathers of 50M/8
     assert [(op, c, k) for op, c, _, k in big3] == [
         ("all_gather", 6_250_000, 24), ("reduce_scatter", 400_000_000, 3), ("all_reduce", 1, 1)]
@@ -118,6 +121,44 @@ def test_megatron_s_padded_buffer_by_hand():
     assert megatron_buffer([1024, 64, 1024, 16], 2) == 2176  # the last param's tail to 128
     assert megatron_buffer([128], 3) == 384  # lcm(3, 128): three equal aligned shards
     assert megatron_buffer([100], 256) == 256
+
+
+def test_deepspeed_s_buckets_by_hand():
+    """At 2000 elements: ZeRO-1 walks registration order, ZeRO-2/3 arrival order, a parameter
+    that would pass the cap sending the bucket first (as measured in tests/test_audit_libs)."""
+    assert ds_buckets(PARAMS, 2000, False) == [1088, 1024, 1824, 1312, 1024]
+    assert ds_buckets(PARAMS, 2000, True) == [1024, 1824, 1312, 1824, 288]
+    assert ds_buckets(PARAMS, 500_000_000, True) == [6272]
+    assert ds_buckets([3000, 10], 2000, False) == [3000, 10]  # a parameter over the cap alone
+    assert deepspeed_calls(2, 6272, 2, 1, 4, PARAMS, 2000)[:4] == [
+        ("all_reduce", 1024, 4, 1), ("all_reduce", 1824, 4, 2), ("all_reduce", 1312, 4, 1),
+        ("all_reduce", 288, 4, 1)]
+
+
+def test_a_ds_config_is_read_and_must_agree_with_the_layout(tmp_path):
+    good = tmp_path / "ds.json"
+    good.write_text('{"gradient_accumulation_steps": 2, "zero_optimization": {"stage": 2, '
+                    '"reduce_bucket_size": 2e3}}')
+    lay = parse_layout(f"impl=deepspeed,zero=2,dp=2,ds-config={good},{SHAPE}"
+                       .replace("micro-batches=1", "micro-batches=2"), 2)
+    assert lay.ds_config == str(good)
+    bad = tmp_path / "bad.json"
+    for text, says in (("{", "not JSON"), ('{"zero_optimization": 3}', "needs an object with a "
+                       "zero_optimization object"),
+                       ('{"zero_optimization": {"reduce_bucket_size": 0}}',
+                        "reduce_bucket_size=0: must be a whole number >= 1")):
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=re.escape(says)):
+            parse_layout(f"impl=deepspeed,zero=2,dp=2,ds-config={bad},{SHAPE}", 2)
+    for spec, says in ((f"impl=deepspeed,zero=1,dp=2,ds-config={good}",
+                        f"zero=1: ds_config='{good}' says stage=2; give zero=2"),
+                       (f"impl=deepspeed,zero=2,dp=2,ds-config={good}",
+                        f"micro_batches=1: ds_config='{good}' says gradient_accumulation_steps=2"),
+                       (f"impl=megatron,dp=2,ds-config={good}", "ds_config="),
+                       (f"impl=deepspeed,zero=2,dp=2,ds-config={tmp_path}/none.json",
+                        "no such file or directory")):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            parse_layout(f"{spec},{SHAPE}", 2)
 
 
 @pytest.mark.parametrize("spec, says", [

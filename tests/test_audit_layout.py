@@ -25,6 +25,7 @@ from commbench.wire.ledger import Entry
 pytestmark = pytest.mark.foundation
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "megatron_sp.py")
+SHAPE_DS = "layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,loss=none,act-bytes=4"
 SPEC = ("grad-norm=0,tp={P},sp,layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,"
         "loss=none,act-bytes=4,grad-bytes=4")
 
@@ -200,6 +201,29 @@ def test_the_comparison_s_table_and_verdict_by_hand():
     assert verdict == "- extra all_reduce\n- dtype: x"
     assert layout_tables({"rows": [], "flags": []}, "seen")[1] == \
         "No difference: every call is one the layout makes."
+
+
+def test_the_same_bytes_cut_differently_are_said_once():
+    """ZeRO-2 priced as one 6272-element all-reduce, booked as DeepSpeed's 2000-element buckets
+    cut: one line naming both cuts, no extra and missing per size; a cut that loses bytes is
+    flagged size by size; sizes booked as predicted stay out of the line."""
+    lay = parse_layout(f"impl=deepspeed,zero=2,dp=2,micro-batches=1,{SHAPE_DS}", 2)
+
+    def booked(*sizes):
+        return [tuple(Entry("all_reduce", (0, 1), "gloo", "float32", k, 0, 0, 0.0))
+                for k in (*sizes, 1)] + [tuple(Entry("all_gather", (0, 1), "gloo", "float32",
+                                                     3136, 0, 0, 0.0))]
+
+    got = compare(lay, booked(1024, 1824, 1312, 1824, 288))
+    assert got["flags"] == ["same bytes per step, cut differently: all_reduce on dp, 6272 "
+                            "elements as 1 x 288 + 1 x 1024 + 1 x 1312 + 2 x 1824 where the "
+                            "layout makes 1 x 6272"]
+    assert {r["elements"]: r["flag"] for r in got["rows"] if r["op"] == "all_reduce"} == {
+        1: "", 288: "cut differently", 1024: "cut differently", 1312: "cut differently",
+        1824: "cut differently", 6272: "cut differently"}
+    short = compare(lay, booked(1024, 1824, 1312, 1824))["flags"]
+    assert len(short) == 4 and all(f.startswith(("extra", "missing")) for f in short)
+    assert compare(lay, booked(6272))["flags"] == []
 
 
 def test_the_comparison_s_edges():

@@ -143,13 +143,22 @@ def test_megatron_core_s_distributed_optimizer_makes_the_calls_of_the_megatron_f
         "extra all_reduce: 1 more of 1 elements on dp than the layout makes (0)"]  # world = dp
 
 
-def _zero(tmp_path, P: int, stage: int, m: int, *args: str) -> tuple[int, dict, list]:
+def _zero(tmp_path, P: int, stage: int, m: int, *args: str, buckets: str = ""
+          ) -> tuple[int, dict, list]:
     """``commbench audit examples/deepspeed_zero.py`` against ``impl=deepspeed`` in its third
     step (the first two trace ZeRO-3's parameter order): exit code, the comparison and rank 0's
-    booked calls."""
+    booked calls. ``buckets``: the job's ds_config has a reduce_bucket_size of 2000 and an
+    allgather_bucket_size of 1500 elements, and the layout reads it (``read``) or not
+    (``unread``)."""
     _needs("deepspeed_zero.py")
     _warm("deepspeed_zero.py")
     spec = f"impl=deepspeed,zero={stage},dp={P},micro-batches={m},{SHAPE}"
+    if buckets:
+        config = tmp_path / "ds_config.json"
+        config.write_text(json.dumps({"gradient_accumulation_steps": m, "zero_optimization": {
+            "stage": stage, "reduce_bucket_size": 2000, "allgather_bucket_size": 1500}}))
+        args = (*args, "--config", str(config))
+        spec += f",ds-config={config}" if buckets == "read" else ""
     cmd = [sys.executable, "-m", "commbench", "audit", os.path.join(EXAMPLES, "deepspeed_zero.py"),
            "--np", str(P), "--out", str(tmp_path), "--label", "t", "--step", "3", "--layout",
            spec, "--", "--stage", str(stage), "--micro-batches", str(m), "--steps", "3", *args]
@@ -159,6 +168,26 @@ def _zero(tmp_path, P: int, stage: int, m: int, *args: str) -> tuple[int, dict, 
     (path,) = tmp_path.glob("audit_*.json")
     rec = json.loads(path.read_text())
     return out.returncode, rec["layout"], rec["calls"][0]
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_deepspeed_s_own_buckets_from_its_ds_config_are_the_flavour_s_calls(tmp_path, stage):
+    """The job's ds_config, read by the layout too (``ds-config=PATH``), with a
+    reduce_bucket_size of 2000 elements: DeepSpeed cuts the gradient at parameters, ZeRO-1 in
+    registration order (1088, 1024, 1824, 1312, 1024), ZeRO-2 and 3 as the gradients arrive
+    (1024, 1824, 1312, 1824, 288); an allgather_bucket_size of 1500 cuts nothing. No
+    difference; without the file the layout says the same bytes are cut differently."""
+    code, lay, _ = _zero(tmp_path, 2, stage, 1, buckets="read")
+    assert code == 0 and lay["flags"] == [], lay["flags"]
+    op = "reduce_scatter" if stage == 3 else "all_reduce"
+    cut = Counter({1: [1088, 1024, 1824, 1312, 1024]}.get(stage, [1024, 1824, 1312, 1824, 288]))
+    assert {r["elements"]: r["observed"] for r in lay["rows"] if r["op"] == op
+            and r["elements"] > 1} == cut
+    for old in tmp_path.glob("audit_*"):
+        old.unlink()
+    code, lay, _ = _zero(tmp_path, 2, stage, 1, buckets="unread")
+    assert code == 1 and len(lay["flags"]) == 1 and lay["flags"][0].startswith(
+        f"same bytes per step, cut differently: {op} on dp, 6272 elements as ")
 
 
 @pytest.mark.parametrize("P", [2, 4])

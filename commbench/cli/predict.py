@@ -60,6 +60,8 @@ LAYOUT_HELP = {
     "grad_bytes": "bytes per gradient element (the all-reduce's dtype; fsdp2: reduce_dtype)",
     "grad_norm": "megatron: its optimizer's all-reduce of the gradients' norm each step "
                  "(--no-grad-norm: a job without megatron-core's optimizer)",
+    "ds_config": "deepspeed: the job's ds_config JSON (its stage, reduce_bucket_size and "
+                 "gradient_accumulation_steps; they must agree with --zero, --micro-batches)",
     "param_bytes": "fsdp2: bytes per gathered parameter element (MixedPrecisionPolicy's "
                    "param_dtype; 0: as --grad-bytes)",
 }

@@ -40,9 +40,11 @@ from dataclasses import dataclass
 
 from commbench.costmodel.flavours import (
     DDP_CAP,
+    DS_BUCKET,
     FIRST_BUCKET,
     ddp_buckets,
     deepspeed_calls,
+    ds_config,
     fsdp2_calls,
 )
 from commbench.costmodel.layout_config import Layout
@@ -121,7 +123,10 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
         if lay.impl == "fsdp2":  # layers and root
             calls = fsdp2_calls(layer, L, emb, n, m, g, not lay.no_reshard, lay.param_bytes)
         elif lay.impl == "deepspeed":
-            calls = deepspeed_calls(lay.zero, lay.dense_params, n, m, g)
+            ds = ds_config(lay.ds_config) if lay.ds_config else {}
+            calls = deepspeed_calls(lay.zero, lay.dense_params, n, m, g,
+                                    ([emb] if emb else []) + lay.layer_tensors * L,
+                                    ds.get("reduce_bucket_size", DS_BUCKET))
         else:  # torch-ddp: the embedding first, then the layers
             calls = _ddp_calls(lay, ([emb] if emb else []) + lay.layer_tensors * L)
         out[group] = _group(calls, group, n, g)

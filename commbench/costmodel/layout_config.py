@@ -52,6 +52,8 @@ class Layout:
     grad_bytes: int = 4
     grad_norm: bool = True  # megatron: its optimizer all-reduces the gradients' norm each step
     #                         (off: a script without megatron-core's optimizer)
+    ds_config: str = ""     # deepspeed: the job's ds_config JSON (stage, reduce_bucket_size,
+    #                         gradient_accumulation_steps)
     param_bytes: int = 0    # fsdp2: MixedPrecisionPolicy's param_dtype, the gathers' width (0: as
     #                         grad_bytes, no policy); grad_bytes is then its reduce_dtype
 
@@ -115,6 +117,8 @@ class Layout:
         if not self.grad_norm and self.impl != "megatron":
             raise ValueError(f"grad_norm=False: megatron-core's optimizer's norm all-reduce; "
                              f"needs impl='megatron' (impl={self.impl!r}: the flavour says)")
+        if self.ds_config:
+            self._check_ds_config()
         if self.param_bytes and (self.param_bytes not in DTYPE or self.impl != "fsdp2"):
             raise ValueError(f"param_bytes={self.param_bytes}: FSDP2's param_dtype, 1, 2, 4 or 8 "
                              f"bytes; needs impl='fsdp2' (impl={self.impl!r})")
@@ -140,6 +144,19 @@ class Layout:
                              f"setting; needs impl='torch-ddp' (impl={self.impl!r})")
         if not self.capacity_factor > 0:
             raise ValueError(f"capacity_factor={self.capacity_factor}: must be > 0")
+
+    def _check_ds_config(self) -> None:
+        """The ds_config agrees with the layout's own settings, which it does not override."""
+        from commbench.costmodel.flavours import ds_config
+
+        if self.impl != "deepspeed":
+            raise ValueError(f"ds_config={self.ds_config!r}: DeepSpeed's config; needs "
+                             f"impl='deepspeed' (impl={self.impl!r})")
+        ds = ds_config(self.ds_config)
+        for key, mine in (("stage", "zero"), ("gradient_accumulation_steps", "micro_batches")):
+            if key in ds and ds[key] != getattr(self, mine):
+                raise ValueError(f"{mine}={getattr(self, mine)}: ds_config={self.ds_config!r} "
+                                 f"says {key}={ds[key]}; give {mine}={ds[key]}")
 
     @property
     def ranks(self) -> int:

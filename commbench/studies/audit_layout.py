@@ -14,6 +14,9 @@ reader looks for:
   reduction in fp32 where bf16 was meant, parameters gathered in fp32 where a mixed-precision
   policy would gather bf16;
 * a call in its own width (the float32 or float64 gradient norm): ``dtype`` says that width;
+* ``same bytes per step, cut differently``: the elements of an op on an axis add up to the
+  layout's in calls of other sizes (DeepSpeed's buckets cut at other parameters), one line
+  in place of an extra and a missing per size;
 * ``unexpected group``: a call on ranks that are none of the layout's groups (a point-to-point
   call: rank 0 and a peer that share none).
 
@@ -136,12 +139,18 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
     for (group, op), n in sorted(stray.items()):
         flags.append(f"unexpected group: {n} {op} on ranks {list(group)}, none of the layout's "
                      "groups")
+    recut = _cut_differently(predicted, seen)
     rows = []
     for key in sorted(set(predicted) | set(seen)):
         axis, op, count = key
         want, got = predicted.get(key, 0), seen.get(key, 0)
         flag = ""
-        if got > want:
+        if (axis, op) in recut:
+            flag = recut[axis, op] if want != got else ""
+            if flag and flag not in flags:
+                flags.append(flag)
+            flag = "cut differently" if flag else ""
+        elif got > want:
             flag = (f"extra {op}: {got - want} more of {count} elements on {axis} than the "
                     f"layout makes ({want})")
         elif got < want:
@@ -166,12 +175,36 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
                    f"the layout makes this call in {width} B per element")
             dflag = f"dtype: {op} of {count} elements on {axis} in {', '.join(wrong)}; {why}"
             flag = f"{flag}; {dflag}" if flag else dflag
-        if flag:
+        if flag and flag != "cut differently":
             flags.append(flag)
         rows.append({"axis": axis, "op": op, "elements": count,
                      "dtype": ",".join(sorted(dtypes.get(key, ()))) or "-",
                      "predicted": want, "observed": got, "flag": flag})
     return {"rows": rows, "flags": flags}
+
+
+def _cut_differently(predicted: dict, seen: dict) -> dict[tuple[str, str], str]:
+    """(axis, op) -> its one flag, where the calls of an op on an axis whose counts differ
+    move the same elements per step in the layout and in the script, in calls of other sizes
+    (DeepSpeed's buckets cut at other parameters): the bytes are right and only the cut
+    differs, said once instead of an extra and a missing per size."""
+    differ: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
+    for axis, op, count in sorted(set(predicted) | set(seen)):
+        want, got = predicted.get((axis, op, count), 0), seen.get((axis, op, count), 0)
+        if want != got:
+            differ.setdefault((axis, op), []).append((count, want, got))
+
+    def said(cut: list[tuple[int, int]]) -> str:
+        return " + ".join(f"{k} x {count}" for count, k in cut if k) or "none"
+
+    out = {}
+    for (axis, op), rows in differ.items():
+        total = sum(c * w for c, w, _ in rows)
+        if total and total == sum(c * g for c, _, g in rows):
+            out[axis, op] = (f"same bytes per step, cut differently: {op} on {axis}, "
+                             f"{total} elements as {said([(c, g) for c, _, g in rows])} where "
+                             f"the layout makes {said([(c, w) for c, w, _ in rows])}")
+    return out
 
 
 def layout_tables(lay: dict, seen: str) -> tuple[str, str]:
