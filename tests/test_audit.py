@@ -421,6 +421,52 @@ def test_a_point_to_point_call_names_its_peer(world):
     assert _group_cell(dict(row, op="all_reduce", peer=-1)) == "[0, 1, 2, 3]"
 
 
+OBJECTS = """
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+out = [None] * dist.get_world_size()
+dist.all_gather_object(out, {"rank": dist.get_rank()})
+objs = [[1, 2, 3]]
+dist.broadcast_object_list(objs, src=0)
+a, b = dist.new_group([0, 1]), dist.new_group([0, 1])
+dist.all_reduce(torch.ones(8), group=a)
+dist.all_reduce(torch.ones(8), group=a)
+dist.all_reduce(torch.ones(8), group=b)
+dist.all_reduce(torch.ones(4))
+"""
+
+
+def _objects(ctx, path):
+    return run_script(ctx, path, [])
+
+
+@pytest.mark.world(sizes=[2])
+@pytest.mark.local  # the script is written on the driver's disk
+def test_object_collectives_and_groups_of_the_same_ranks_have_rows_of_their_own(world, tmp_path):
+    """all_gather_object and broadcast_object_list are each a size and a payload call, shown as
+    parts of the object call; two groups of ranks [0, 1] made apart are two rows, named by
+    their own process groups, and only those ranks' rows say a group name. A plain all-reduce
+    is no object call's part."""
+    from commbench.studies.audit import _group_cell, _op_cell
+
+    path = tmp_path / "objects.py"
+    path.write_text(OBJECTS)
+    rows = tables(world.run(_objects, str(path)))["groups"]
+    got = {(r["op"], r["api"], r["dtype"], r["pg"], r["calls"]) for r in rows}
+    default = next(r["pg"] for r in rows if r["op"] == "all_reduce" and r["elements"] == 4)
+    assert default and {(op, api, dtype) for op, api, dtype, *_ in got} == {
+        ("all_gather", "all_gather_object", "int64"), ("all_gather", "all_gather_object", "uint8"),
+        ("broadcast", "broadcast_object_list", "int64"),
+        ("broadcast", "broadcast_object_list", "uint8"), ("all_reduce", "", "float32")}
+    reduces = sorted((r["pg"], r["calls"]) for r in rows if r["op"] == "all_reduce")
+    assert len(reduces) == 3 and len({pg for pg, _ in reduces}) == 3
+    assert sorted(k for _, k in reduces) == [1, 1, 2]
+    cells = {(_group_cell(r), _op_cell(r)) for r in rows}
+    assert (f"[0, 1] pg {default}", "all_gather (all_gather_object)") in cells
+
+
 PROFILED = """
 import torch
 import torch.distributed as dist

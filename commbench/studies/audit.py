@@ -209,9 +209,11 @@ def script_rank(ctx, path: str, argv: list[str], extra: contextlib.AbstractConte
 
 
 def tables(per_rank: list[list[tuple]]) -> dict:
-    """Per (group, op, dtype, redop, phase, peer): calls, elements, bytes sent and tensor bytes
-    of the busiest rank, host and (GPU) device seconds summed over calls (slowest rank), ranks
-    that made such calls; per module: calls and bytes of the busiest rank."""
+    """Per (group, op, dtype, redop, phase, peer, process group, object collective): calls,
+    elements, bytes sent and tensor bytes of the busiest rank, host and (GPU) device seconds
+    summed over calls (slowest rank), ranks that made such calls; per module: calls and bytes
+    of the busiest rank. Two groups of the same ranks are two rows (``pg``, their own names),
+    and the tensor calls an object collective is made of say which (``api``)."""
     fields = ("calls", "elements", "sent", "tensor_bytes", "seconds", "device_seconds")
     groups: dict[tuple, dict] = {}
     modules: dict[str, dict] = {}
@@ -219,7 +221,7 @@ def tables(per_rank: list[list[tuple]]) -> dict:
         mine: dict[tuple, list] = {}
         by_module: dict[str, list] = {}
         for e in map(Entry._make, entries):
-            key = (e.group, e.op, e.dtype, e.redop or "-", e.phase or "-", e.peer)
+            key = (e.group, e.op, e.dtype, e.redop or "-", e.phase or "-", e.peer, e.pg, e.api)
             for acc, vals in ((mine.setdefault(key, [0, 0, 0, 0, 0.0, 0.0]),
                                (1, e.count, e.sent, e.nbytes, e.seconds, e.device_seconds)),
                               (by_module.setdefault(e.module or "(no module)", [0, 0]),
@@ -234,7 +236,13 @@ def tables(per_rank: list[list[tuple]]) -> dict:
             row = modules.setdefault(name, {"calls": 0, "sent": 0})
             row.update(calls=max(row["calls"], calls), sent=max(row["sent"], sent))
     group_rows = [{"group": list(k[0]), "op": k[1], "dtype": k[2], "redop": k[3],
-                   "phase": k[4], "peer": k[5], **row} for k, row in groups.items()]
+                   "phase": k[4], "peer": k[5], "pg": k[6], "api": k[7], **row}
+                  for k, row in groups.items()]
+    names: dict[tuple, set] = {}  # the process groups of each set of ranks
+    for r in group_rows:
+        names.setdefault(tuple(r["group"]), set()).add(r["pg"])
+    for r in group_rows:  # a group's name is said only where its ranks have several groups
+        r["pg"] = r["pg"] if len(names[tuple(r["group"])]) > 1 else ""
     module_rows = [{"module": name, **row} for name, row in sorted(modules.items())]
     return {"groups": group_rows, "modules": module_rows, "steps": step_rows(per_rank)}
 
@@ -261,11 +269,17 @@ def in_steps(entries: list[tuple], first: int, count: int) -> list[tuple]:
 
 
 def _group_cell(row: dict) -> str:
-    """The group; a point-to-point call's also names its peer (``[0, 1] to 1``)."""
-    peer = row.get("peer", -1)
+    """The group; a point-to-point call's also names its peer (``[0, 1] to 1``); where several
+    process groups have those ranks, the group's own name too (``[0, 1] pg 2``)."""
+    peer, named = row.get("peer", -1), f" pg {row['pg']}" if row.get("pg") else ""
     if peer is None or peer < 0:
-        return str(row["group"])
-    return f"{row['group']} {'to' if row['op'] in ('send', 'isend') else 'from'} {peer}"
+        return f"{row['group']}{named}"
+    return f"{row['group']}{named} {'to' if row['op'] in ('send', 'isend') else 'from'} {peer}"
+
+
+def _op_cell(row: dict) -> str:
+    """The op; a part of an object collective says whose (``all_gather (all_gather_object)``)."""
+    return f"{row['op']} ({row['api']})" if row.get("api") else row["op"]
 
 
 def audit_markdown(record: dict) -> str:
@@ -275,7 +289,7 @@ def audit_markdown(record: dict) -> str:
 
     head = markdown(dict(record, rows=[])).rstrip()
     device = any(r.get("device_seconds") for r in record["rows"]["groups"])
-    groups = tabulate([[_group_cell(r), r["op"], r["dtype"] or "-", r["redop"], r["phase"], r["calls"],
+    groups = tabulate([[_group_cell(r), _op_cell(r), r["dtype"] or "-", r["redop"], r["phase"], r["calls"],
                         r["elements"], r["sent"], r["tensor_bytes"], f"{r['seconds'] * 1e6:.0f}"]
                        + ([f"{r['device_seconds'] * 1e6:.0f}"] if device else [])
                        for r in record["rows"]["groups"]],

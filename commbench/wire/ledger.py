@@ -46,6 +46,8 @@ class Entry(NamedTuple):
     splits: tuple = ()  # an all-to-all's (elements to each member, from each member) (watcher)
     line: str = ""  # where an audited script issued it, "file.py:LINE" (watcher, given the script)
     batch: int = -1  # the batch_isend_irecv call a message belongs to (watcher); -1: alone
+    pg: str = ""  # the process group's own name (watcher): two groups of the same ranks apart
+    api: str = ""  # the object collective it is a part of (all_gather_object, ...; watcher)
 
     def as_dict(self) -> dict:
         d = self._asdict()

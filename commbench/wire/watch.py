@@ -148,7 +148,9 @@ class watch(TorchDispatchMode):
                                        module=module, nbytes=count * dtype.itemsize, start=t0,
                                        peer=peer, splits=splits,
                                        line=line,
-                                       batch=_BATCH.get() if op in ("send", "recv") else -1)
+                                       batch=_BATCH.get() if op in ("send", "recv") else -1,
+                                       pg=str(getattr(pg, "group_name", "") or ""),
+                                       api=object_call(sys._getframe(1)))
         if first is not None and first.is_cuda:
             work = _work_of(out)
             if work is not None:
@@ -169,6 +171,22 @@ class watch(TorchDispatchMode):
             except (RuntimeError, AttributeError, ValueError):  # no timing, or not a GPU work
                 continue
         return out
+
+
+# torch.distributed's collectives of picklable objects: each is made of tensor collectives (the
+# sizes, then the pickled bytes), which the tables show as parts of the one call
+OBJECT_CALLS = frozenset({"all_gather_object", "gather_object", "broadcast_object_list",
+                          "scatter_object_list", "send_object_list", "recv_object_list"})
+
+
+def object_call(frame, depth: int = 12) -> str:
+    """The object collective of torch.distributed on the stack above ``frame``, or ""."""
+    while frame is not None and depth:
+        name = frame.f_code.co_name
+        if name in OBJECT_CALLS and frame.f_code.co_filename.endswith("distributed_c10d.py"):
+            return name
+        frame, depth = frame.f_back, depth - 1
+    return ""
 
 
 def _work_of(out):
