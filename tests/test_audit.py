@@ -435,6 +435,8 @@ dist.all_reduce(torch.ones(8), group=a)
 dist.all_reduce(torch.ones(8), group=a)
 dist.all_reduce(torch.ones(8), group=b)
 dist.all_reduce(torch.ones(4))
+r = dist.get_rank()
+dist.scatter(torch.zeros(4), [torch.ones(4)] * dist.get_world_size() if r == 0 else None, src=0)
 """
 
 
@@ -448,13 +450,17 @@ def test_object_collectives_and_groups_of_the_same_ranks_have_rows_of_their_own(
     """all_gather_object and broadcast_object_list are each a size and a payload call, shown as
     parts of the object call; two groups of ranks [0, 1] made apart are two rows, named by
     their own process groups, and only those ranks' rows say a group name. A plain all-reduce
-    is no object call's part."""
+    is no object call's part. A non-root rank's scatter passed its own block only."""
     from commbench.studies.audit import _group_cell, _op_cell
 
     path = tmp_path / "objects.py"
     path.write_text(OBJECTS)
-    rows = tables(world.run(_objects, str(path)))["groups"]
+    per_rank = world.run(_objects, str(path))
+    rows = [r for r in tables(per_rank)["groups"] if r["op"] != "scatter"]
     got = {(r["op"], r["api"], r["dtype"], r["pg"], r["calls"]) for r in rows}
+    # a scatter's tensor bytes: the root's list of blocks, each other rank its own block
+    assert [[Entry._make(t).nbytes for t in es if t[0] == "scatter"] for es in per_rank] == \
+        [[32], [16]]
     default = next(r["pg"] for r in rows if r["op"] == "all_reduce" and r["elements"] == 4)
     assert default and {(op, api, dtype) for op, api, dtype, *_ in got} == {
         ("all_gather", "all_gather_object", "int64"), ("all_gather", "all_gather_object", "uint8"),

@@ -35,7 +35,7 @@ import time
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from commbench.ops import booked, bufferless
+from commbench.ops import OPS, booked, bufferless
 from commbench.runtime.status import Tracker
 from commbench.wire import steps
 from commbench.wire.ledger import Ledger
@@ -136,6 +136,9 @@ class watch(TorchDispatchMode):
         phase, module = origin(self._modules, op, sys._getframe(1))
         end = named.get("dst", named.get("src")) if op in ("send", "recv") else None
         peer = ranks[end] if isinstance(end, int) and 0 <= end < pg.size() else -1
+        # the tensor bytes this rank passed: a scatter's non-root ranks only their own block
+        # (the ledger books every rank's count as the root's whole buffer)
+        own = count // pg.size() if op == SCATTER and vol.get("root") != pg.rank() else count
         n, row = steps.current(), vol.get("row", 1)  # an all-to-all's splits in elements:
         splits = tuple(tuple(int(s) * row for s in vol[k]) for k in ("in_splits", "out_splits")) \
             if "in_splits" in vol else ()
@@ -145,7 +148,7 @@ class watch(TorchDispatchMode):
                                        count, sent, recv,
                                        seconds, source="torch",
                                        redop=redop_name(named.get("reduce_op")), phase=phase,
-                                       module=module, nbytes=count * dtype.itemsize, start=t0,
+                                       module=module, nbytes=own * dtype.itemsize, start=t0,
                                        peer=peer, splits=splits,
                                        line=line,
                                        batch=_BATCH.get() if op in ("send", "recv") else -1,
@@ -177,6 +180,10 @@ class watch(TorchDispatchMode):
 # sizes, then the pickled bytes), which the tables show as parts of the one call
 OBJECT_CALLS = frozenset({"all_gather_object", "gather_object", "broadcast_object_list",
                           "scatter_object_list", "send_object_list", "recv_object_list"})
+
+
+# the op whose non-root ranks receive a block of the root's buffer (ops.py's record)
+SCATTER = next(op for op, r in OPS.items() if r.rooted and r.input == "blocks")
 
 
 def object_call(frame, depth: int = 12) -> str:
