@@ -195,7 +195,8 @@ def _ddp_step_3(ctx, args, step=3):
 def test_ddp_s_rebuilt_buckets_are_the_torch_ddp_flavour_s_calls(world):
     """Step 3 (the first two build and then share the rebuilt bucket order) of DDP over the
     example's layers at three caps: no difference from ``impl=torch-ddp``; Megatron's flavour
-    (one all-reduce of every gradient) differs at small caps; a planted all-reduce is flagged."""
+    (one all-reduce of every gradient) moves the same bytes cut differently, and says so; a
+    planted all-reduce is flagged."""
     P = world.size
     for mb in ("0.004", "0.0005", "0.01"):
         lay = parse_layout(f"impl=torch-ddp,bucket-mb={mb},dp={P},{SHAPE}", P)
@@ -205,8 +206,8 @@ def test_ddp_s_rebuilt_buckets_are_the_torch_ddp_flavour_s_calls(world):
         assert sum(r["observed"] for r in got["rows"]) == len(ddp_buckets(PARAMS, 4, cap, cap))
     megatron = compare(parse_layout(f"dp={P},{SHAPE}", P),
                        world.run(_ddp_step_3, ["--bucket-mb", "0.004"])[0])
-    assert "missing all_reduce: 1 fewer of 6272 elements on dp than the layout makes (1)" in \
-        megatron["flags"]
+    assert megatron["flags"] == ["same bytes per step, cut differently: all_reduce on dp, 6272 "
+                                 "elements as 4 x 1056 + 1 x 2048 where the layout makes 1 x 6272"]
     extra = compare(parse_layout(f"impl=torch-ddp,bucket-mb=0.004,dp={P},{SHAPE}", P),
                     world.run(_ddp_step_3, ["--bucket-mb", "0.004", "--extra"])[0])
     assert extra["flags"] == ["extra all_reduce: 1 more of 8 elements on dp than the layout "

@@ -226,6 +226,28 @@ def test_the_same_bytes_cut_differently_are_said_once():
     assert compare(lay, booked(6272))["flags"] == []
 
 
+def test_the_same_calls_of_another_size_are_said_with_the_difference():
+    """A ZeRO-1 script without megatron-core's padding against the Megatron flavour: one line
+    per op saying the calls are the layout's, resized, and why; a count that differs too is
+    flagged size by size."""
+    lay = parse_layout(f"zero=1,dp=2,micro-batches=1,grad-norm=0,{SHAPE_DS}", 2)
+
+    def call(op, count):
+        return tuple(Entry(op, (0, 1), "gloo", "float32", count, 0, 0, 0.0))
+
+    got = compare(lay, [call("reduce_scatter", 6272), call("all_gather", 3136)])
+    pad = ("; the layout pads megatron-core's distributed-optimizer buffer: 6272 parameters "
+           "become 6656")
+    assert got["flags"] == [
+        "size: 1 all_gather on dp of 3136 elements where the layout makes 3328 (-192 each)" + pad,
+        "size: 1 reduce_scatter on dp of 6272 elements where the layout makes 6656 (-384 each)"
+        + pad]
+    assert {r["flag"] for r in got["rows"]} == {"resized"}
+    twice = compare(lay, [call("reduce_scatter", 6272)] * 2 + [call("all_gather", 3328)])
+    assert [f.split(":")[0] for f in twice["flags"]] == ["extra reduce_scatter",
+                                                          "missing reduce_scatter"]
+
+
 def test_the_comparison_s_edges():
     """Settings read as the command line writes them; calls the comparison leaves out (a group
     of one, a barrier) wherever they come; a call in a width of its own (DeepSpeed's float64

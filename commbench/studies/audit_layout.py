@@ -17,6 +17,8 @@ reader looks for:
 * ``same bytes per step, cut differently``: the elements of an op on an axis add up to the
   layout's in calls of other sizes (DeepSpeed's buckets cut at other parameters), one line
   in place of an extra and a missing per size;
+* ``size``: as many calls of an op on an axis as the layout makes, of another size: one line
+  with the difference (and its cause where the flavour knows it);
 * ``unexpected group``: a call on ranks that are none of the layout's groups (a point-to-point
   call: rank 0 and a peer that share none).
 
@@ -139,7 +141,7 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
     for (group, op), n in sorted(stray.items()):
         flags.append(f"unexpected group: {n} {op} on ranks {list(group)}, none of the layout's "
                      "groups")
-    recut = _cut_differently(predicted, seen)
+    recut = _cut_differently(predicted, seen) | _resized(lay, predicted, seen)
     rows = []
     for key in sorted(set(predicted) | set(seen)):
         axis, op, count = key
@@ -149,7 +151,8 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
             flag = recut[axis, op] if want != got else ""
             if flag and flag not in flags:
                 flags.append(flag)
-            flag = "cut differently" if flag else ""
+            flag = ("cut differently" if flag.startswith("same bytes") else "resized") \
+                if flag else ""
         elif got > want:
             flag = (f"extra {op}: {got - want} more of {count} elements on {axis} than the "
                     f"layout makes ({want})")
@@ -175,7 +178,7 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
                    f"the layout makes this call in {width} B per element")
             dflag = f"dtype: {op} of {count} elements on {axis} in {', '.join(wrong)}; {why}"
             flag = f"{flag}; {dflag}" if flag else dflag
-        if flag and flag != "cut differently":
+        if flag and flag not in ("cut differently", "resized"):
             flags.append(flag)
         rows.append({"axis": axis, "op": op, "elements": count,
                      "dtype": ",".join(sorted(dtypes.get(key, ()))) or "-",
@@ -204,6 +207,30 @@ def _cut_differently(predicted: dict, seen: dict) -> dict[tuple[str, str], str]:
             out[axis, op] = (f"same bytes per step, cut differently: {op} on {axis}, "
                              f"{total} elements as {said([(c, g) for c, _, g in rows])} where "
                              f"the layout makes {said([(c, w) for c, w, _ in rows])}")
+    return out
+
+
+def _resized(lay: Layout, predicted: dict, seen: dict) -> dict[tuple[str, str], str]:
+    """(axis, op) -> its one flag, where the script makes as many calls of an op on an axis
+    as the layout, all of one other size: the same calls, resized, said as such with the
+    difference, and its cause where the flavour knows it (megatron-core's padded buffer)."""
+    out = {}
+    for axis, op in {(a, o) for a, o, _ in set(predicted) | set(seen)}:
+        want = {c: k for (a, o, c), k in predicted.items() if (a, o) == (axis, op) and k}
+        got = {c: k for (a, o, c), k in seen.items() if (a, o) == (axis, op) and k}
+        common = set(want) & set(got)
+        want = {c: k - got.get(c, 0) for c, k in want.items() if k != got.get(c, 0)}
+        got = {c: k for c, k in got.items() if c not in common}
+        if len(want) != 1 or len(got) != 1 or list(want.values()) != list(got.values()):
+            continue
+        (x, k), (y, _) = next(iter(want.items())), next(iter(got.items()))
+        why = ""
+        if lay.impl == "megatron" and lay.zero and axis == "dp" and lay.flat_params != \
+                lay.dense_params and x in (lay.flat_params, lay.flat_params // (lay.dp * lay.cp)):
+            why = ("; the layout pads megatron-core's distributed-optimizer buffer: "
+                   f"{lay.dense_params} parameters become {lay.flat_params}")
+        out[axis, op] = (f"size: {k} {op} on {axis} of {y} elements where the layout makes "
+                         f"{x} ({y - x:+d} each){why}")
     return out
 
 
