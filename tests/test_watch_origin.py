@@ -105,6 +105,25 @@ def test_the_phase_a_library_gives_a_call_outside_the_engine():
 
     assert grads_reduced(1) == "" and grads_reduced(2) == "backward"
 
+    class Wrapper:  # DDP: its constructor broadcasts the parameters
+        def __init__(self):
+            self.said = self._sync_module_states()
+
+        def _sync_module_states(self):
+            return here()
+
+    def initialize_model_parallel():  # Megatron's groups
+        return here()
+
+    def distribute_tensor():  # torch TP placing a weight
+        return here()
+
+    def redistribute():  # DTensor moving an activation in forward: no set-up word
+        return here()
+
+    assert Wrapper().said == initialize_model_parallel() == distribute_tensor() == "setup"
+    assert redistribute() == "" and forward_backward_no_pipelining(Wrapper).said == "setup"
+
     class DistributedOptimizer:  # megatron-core's: the parameter gather inside the step
         def step(self):
             return self.step_with_ready_grads(), self.get_grad_norm_fp32()

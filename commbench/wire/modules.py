@@ -18,7 +18,11 @@ these off the call's stack: the innermost frame that says decides, by a pipelini
 its function's name (``backward``, ``bwd``, ``gradients``, ``grads``, ``grad``: Megatron's
 ``finish_grad_sync``; ``forward``, ``fwd``; a name with words of both, such as Megatron's
 ``forward_backward_no_pipelining``, or with ``norm``, a gradient norm computed rather than a
-gradient moved, decides nothing).
+gradient moved, decides nothing). A library's set-up is a phase of its own, ``setup``: a call
+under a constructor (``__init__``: DDP's parameter broadcast, DeepSpeed's engine) or a frame
+whose name says ``init``, ``initialize``, ``setup``, ``parallelize`` or ``distribute``
+(Megatron's ``initialize_model_parallel``, torch TP's ``parallelize_module`` and
+``distribute_tensor`` placing the weights).
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ __all__ = ["holder", "library_module", "library_phase", "module_tracker", "origi
 
 _BACKWARD = {"backward", "bwd", "gradients", "grads", "grad"}
 _FORWARD = {"forward", "fwd"}
+# a library's set-up: a constructor (DDP's parameter broadcast, DeepSpeed's engine), a group or
+# mesh being made (Megatron's initialize_model_parallel), torch TP placing its weights
+# (parallelize_module, distribute_tensor)
+_SETUP = {"init", "initialize", "setup", "parallelize", "distribute"}
 _BATCHES = ("_batch_p2p", "_sorted_batch_p2p")  # torch.distributed.pipelining.schedules
 # the multi-stage schedules' actions (_PipelineScheduleRuntime: Interleaved1F1B, LoopedBFS,
 # the zero-bubble ones) batch their sends and receives without a desc; the action says
@@ -44,6 +52,8 @@ def _says(name: str) -> str:
     words = set(name.strip("_").lower().split("_"))
     if "norm" in words:  # a gradient norm is computed, not moved (clip_grad_norm_, ...)
         return ""
+    if words & _SETUP:
+        return "setup"
     back, fwd = bool(words & _BACKWARD), bool(words & _FORWARD)
     return "" if back == fwd else ("backward" if back else "forward")
 
@@ -69,7 +79,7 @@ def _optimizer_step(frame) -> bool:
 
 
 def library_phase(frame, op: str = "", depth: int = 64) -> str:
-    """``forward``, ``backward`` or ``optimizer`` for a call of ``op`` as the innermost
+    """``forward``, ``backward``, ``optimizer`` or ``setup`` for a call of ``op`` as the innermost
     deciding frame of the stack from ``frame`` out says, within ``depth`` frames; '' where
     none does."""
     f = frame
