@@ -243,6 +243,29 @@ def test_ddp_s_settings_are_the_torch_ddp_flavour_s_calls(world, setting, args, 
     assert (plain != []) == (setting not in ("static-graph", "static-graph,find-unused"))
 
 
+@pytest.mark.world(sizes=[2])
+def test_a_bucket_s_bytes_go_to_every_module_it_carries(world):
+    """DDP with gradient_as_bucket_view: each bucket's all-reduce carries the modules whose
+    gradients lie in it, their elements adding up to the call's, and the module table shares
+    its bytes among them in proportion; without the view the bucket is a copy, and the call
+    stays with the module whose gradient closed it."""
+    from commbench.studies.audit import tables
+    from commbench.wire.ledger import Entry
+
+    view = world.run(_ddp_step_3, ["--bucket-mb", "0.004", "--bucket-view"])
+    calls = [Entry._make(t) for t in view[0] if t[0] == "all_reduce"]
+    assert sorted(e.count for e in calls) == [1056] * 4 + [2048]
+    assert all(sum(k for _, k in e.carries) == e.count for e in calls)
+    fc2 = next(e for e in calls if e.count == 2048)  # the last layer's fc2 and fc1
+    assert [m.rsplit(".", 2)[-2:] for m, _ in fc2.carries] == [["1", "fc1"], ["1", "fc2"]]
+    assert fc2.module == "DistributedDataParallel.module.1"
+    modules = {r["module"]: r for r in tables(view)["modules"]}
+    assert modules["DistributedDataParallel.module.1.fc2"]["sent"] == fc2.sent // 2
+    assert len([m for m in modules if m.count(".") == 3]) == 16  # every leaf of both layers
+    copy = world.run(_ddp_step_3, ["--bucket-mb", "0.004"])
+    assert all(Entry._make(t).carries == () for t in copy[0])
+
+
 PIPE = "grad-norm=0,layers={P},hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,loss=none,act-bytes=4"
 
 

@@ -107,7 +107,7 @@ def test_megatron_core_s_distributed_optimizer_makes_the_calls_of_the_megatron_f
     whole buffer is reduce-scattered (backward), the gradients' norm all-reduced over every rank
     and the 6656/P shards all-gathered (both in the optimizer's step): ``impl=megatron,zero=1``
     predicts each call and phase, and the norm is taken whether or not the step clips (a
-    layout without it flags the call)."""
+    layout without it flags the call). The bucket's reduce-scatter carries all 16 modules."""
     from commbench.studies.audit import in_steps
     from commbench.wire.ledger import Entry
 
@@ -135,6 +135,9 @@ def test_megatron_core_s_distributed_optimizer_makes_the_calls_of_the_megatron_f
     assert {(e.op, e.phase) for e in step} == {("reduce_scatter", "backward"),
                                                ("all_reduce", "optimizer"),
                                                ("all_gather", "optimizer")}
+    # the one bucket carries every module's gradients: its bytes are theirs, in proportion
+    rs = next(e for e in step if e.op == "reduce_scatter")
+    assert len(rs.carries) == 16 and sum(k for _, k in rs.carries) == 6272
     # megatron-core 0.16's ChainedOptimizer takes the norm even when it clips nothing
     code, lay, _ = audit("--clip-grad", "0")
     assert code == 0 and lay["flags"] == []

@@ -212,8 +212,10 @@ def tables(per_rank: list[list[tuple]]) -> dict:
     """Per (group, op, dtype, redop, phase, peer, process group, object collective): calls,
     elements, bytes sent and tensor bytes of the busiest rank, host and (GPU) device seconds
     summed over calls (slowest rank), ranks that made such calls; per module: calls and bytes
-    of the busiest rank. Two groups of the same ranks are two rows (``pg``, their own names),
-    and the tensor calls an object collective is made of say which (``api``)."""
+    of the busiest rank, a call whose buffer holds the tensors of several modules (a bucket of
+    gradients) counted under each, its bytes shared in proportion. Two groups of the same
+    ranks are two rows (``pg``, their own names), and the tensor calls an object collective is
+    made of say which (``api``)."""
     fields = ("calls", "elements", "sent", "tensor_bytes", "seconds", "device_seconds")
     groups: dict[tuple, dict] = {}
     modules: dict[str, dict] = {}
@@ -222,12 +224,15 @@ def tables(per_rank: list[list[tuple]]) -> dict:
         by_module: dict[str, list] = {}
         for e in map(Entry._make, entries):
             key = (e.group, e.op, e.dtype, e.redop or "-", e.phase or "-", e.peer, e.pg, e.api)
-            for acc, vals in ((mine.setdefault(key, [0, 0, 0, 0, 0.0, 0.0]),
-                               (1, e.count, e.sent, e.nbytes, e.seconds, e.device_seconds)),
-                              (by_module.setdefault(e.module or "(no module)", [0, 0]),
-                               (1, e.sent))):
-                for i, v in enumerate(vals):
-                    acc[i] += v
+            acc = mine.setdefault(key, [0, 0, 0, 0, 0.0, 0.0])
+            for i, v in enumerate((1, e.count, e.sent, e.nbytes, e.seconds, e.device_seconds)):
+                acc[i] += v
+            carries = e.carries or ((e.module or "(no module)", 1),)
+            total = sum(k for _, k in carries)
+            for name, k in carries:  # a buffer's bytes to each module it holds, in proportion
+                acc = by_module.setdefault(name, [0, 0])
+                acc[0] += 1
+                acc[1] += e.sent * k // total
         for key, acc in mine.items():
             row = groups.setdefault(key, {"ranks": 0, **dict.fromkeys(fields, 0)})
             row["ranks"] += 1

@@ -48,6 +48,7 @@ class Entry(NamedTuple):
     batch: int = -1  # the batch_isend_irecv call a message belongs to (watcher); -1: alone
     pg: str = ""  # the process group's own name (watcher): two groups of the same ranks apart
     api: str = ""  # the object collective it is a part of (all_gather_object, ...; watcher)
+    carries: tuple = ()  # (module, elements) whose parameters or gradients its buffer holds
 
     def as_dict(self) -> dict:
         d = self._asdict()

@@ -32,7 +32,7 @@ import re
 
 import torch
 
-__all__ = ["holder", "library_module", "library_phase", "module_tracker", "origin"]
+__all__ = ["carried", "holder", "holder_name", "library_module", "library_phase", "module_tracker", "origin"]
 
 _BACKWARD = {"backward", "bwd", "gradients", "grads", "grad"}
 _FORWARD = {"forward", "fwd"}
@@ -150,14 +150,53 @@ def library_module(frame, known, depth: int = 64) -> str:
     return ""
 
 
+def _span(t) -> tuple[int, int, int] | None:
+    """(storage address, first byte, end byte) of ``t`` within its storage; None for a tensor
+    without storage of its own (a DTensor, a meta or empty tensor)."""
+    if not isinstance(t, torch.Tensor) or type(t) is not torch.Tensor and \
+            not isinstance(t, torch.nn.Parameter) or t.numel() == 0 or t.device.type == "meta":
+        return None
+    try:
+        start = t.storage_offset() * t.element_size()
+        return t.untyped_storage().data_ptr(), start, start + t.numel() * t.element_size()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+def carried(tensors: list, known) -> tuple[tuple[str, int], ...]:
+    """(module, elements) for each module of ``known`` (module -> qualified name) whose own
+    parameters, or their gradients (``.grad``; Megatron's ``.main_grad``), lie in the memory of
+    a call's ``tensors``: a flat buffer of gradients or parameters that a library reduces or
+    gathers at once (megatron-core's buckets, DDP's with ``gradient_as_bucket_view``), its
+    bytes belonging to every module whose tensors it holds, in proportion. () where none
+    does (a buffer its parameters are copied into)."""
+    spans = [x for x in map(_span, tensors) if x is not None]
+    if not spans:
+        return ()
+    out: dict[str, int] = {}
+    for module, name in list(known.items()):
+        for p in module._parameters.values():
+            for t in (p, getattr(p, "main_grad", None), getattr(p, "grad", None)):
+                here = _span(t)
+                if here and any(here[0] == q and here[1] < e and s < here[2]
+                                for q, s, e in spans):
+                    out[name] = out.get(name, 0) + p.numel()
+                    break
+    return tuple(sorted(out.items())) if out else ()
+
+
+def holder_name(names: list[str]) -> str:
+    """The innermost module whose qualified name prefixes every one of ``names``."""
+    return ".".join(os.path.commonprefix([n.split(".") for n in names]))
+
+
 def holder(params, known) -> str:
     """The qualified name of the innermost module of ``known`` (module -> name) whose
     parameters include every one of ``params``: their owners' longest common prefix of dotted
     names. '' where no owner is known."""
     ids = {id(p) for p in params}
-    names = [name.split(".") for module, name in known.items()
-             for p in module._parameters.values() if p is not None and id(p) in ids]
-    return ".".join(os.path.commonprefix(names))  # element-wise on lists of name parts
+    return holder_name([name for module, name in known.items()
+                        for p in module._parameters.values() if p is not None and id(p) in ids])
 
 
 def module_tracker():

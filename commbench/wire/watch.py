@@ -39,7 +39,7 @@ from commbench.ops import OPS, booked, bufferless
 from commbench.runtime.status import Tracker
 from commbench.wire import steps
 from commbench.wire.ledger import Ledger
-from commbench.wire.modules import module_tracker, origin
+from commbench.wire.modules import carried, holder_name, module_tracker, origin
 from commbench.wire.watch_rules import OP_OF, first_tensor, pg_of, ranks_of, read, redop_name
 
 __all__ = ["batched", "quiet", "watch"]
@@ -134,6 +134,10 @@ class watch(TorchDispatchMode):
         dtype = first.dtype if first is not None else torch.uint8
         sent, recv = booked(op, pg.size(), pg.rank(), count, dtype.itemsize, **vol)
         phase, module = origin(self._modules, op, sys._getframe(1))
+        carries = () if bufferless(op) else carried(
+            _tensors(list(named.values())), getattr(self._modules, "_known_modules", {}))
+        if carries:  # the innermost module holding all it carries
+            module = holder_name([m for m, _ in carries])
         end = named.get("dst", named.get("src")) if op in ("send", "recv") else None
         peer = ranks[end] if isinstance(end, int) and 0 <= end < pg.size() else -1
         # the tensor bytes this rank passed: a scatter's non-root ranks only their own block
@@ -153,7 +157,7 @@ class watch(TorchDispatchMode):
                                        line=line,
                                        batch=_BATCH.get() if op in ("send", "recv") else -1,
                                        pg=str(getattr(pg, "group_name", "") or ""),
-                                       api=object_call(sys._getframe(1)))
+                                       api=object_call(sys._getframe(1)), carries=carries)
         if first is not None and first.is_cuda:
             work = _work_of(out)
             if work is not None:
@@ -194,6 +198,17 @@ def object_call(frame, depth: int = 12) -> str:
             return name
         frame, depth = frame.f_back, depth - 1
     return ""
+
+
+def _tensors(values: list) -> list[torch.Tensor]:
+    """Every tensor among ``values`` and the lists in them."""
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, list | tuple):
+            out += _tensors(list(v))
+    return out
 
 
 def _work_of(out):
