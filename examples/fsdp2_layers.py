@@ -4,7 +4,8 @@ on the root, one step of one micro-batch: the calls ``predict layout --impl fsdp
 hybrid sharding on a 2-D mesh of R replicas, those of ``dp-replicate=R``; with ``--tp T``:
 torch's tensor parallelism inside each layer on a (dp, tp) mesh, q, k, v and fc1 column-, o and
 fc2 row-parallel, the LayerNorms replicated, those of ``tp=T``; ``--sp`` adds torch's sequence
-parallelism, those of ``tp=T,sp``).
+parallelism, those of ``tp=T,sp``; ``--micro-batches M --no-sync`` accumulates under
+``set_requires_gradient_sync(False)``, those of ``micro-batches=M,no-sync``).
 
     commbench audit examples/fsdp2_layers.py --np 2 --layout impl=fsdp2,dp=2,layers=2,\
 hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,loss=none,act-bytes=4
@@ -57,6 +58,8 @@ if __name__ == "__main__":
                    help="hybrid sharding: replicas on a (replicate, shard) device mesh")
     p.add_argument("--micro-batches", type=int, default=1)
     p.add_argument("--steps", type=int, default=1)
+    p.add_argument("--no-sync", action="store_true", help="accumulate: set_requires_gradient_"
+                   "sync(False) on all but each step's last micro-batch")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (the mesh's last dim)")
     p.add_argument("--sp", action="store_true", help="with --tp: sequence parallelism")
     p.add_argument("--param-dtype", default=None, choices=["bfloat16", "float16", "float32"],
@@ -86,7 +89,9 @@ if __name__ == "__main__":
     seq = a.seq // a.tp if a.sp else a.seq  # under SP each rank holds its sequence shard
     for _ in range(a.steps):
         with step():
-            for _ in range(a.micro_batches):
+            for i in range(a.micro_batches):
+                if a.no_sync:
+                    model.set_requires_gradient_sync(i == a.micro_batches - 1)
                 model(torch.randn(a.batch, seq, a.hidden)).sum().backward()
             if a.extra:
                 dist.all_reduce(torch.ones(8))

@@ -589,6 +589,28 @@ def test_fsdp2_on_a_two_d_mesh_makes_the_calls_of_hybrid_sharding(world):
     assert any("unexpected group" in f for f in flat), flat
 
 
+def _fsdp2_step_2(ctx, args):
+    booked = run_script(ctx, os.path.join(EXAMPLES, "fsdp2_layers.py"), ["--steps", "2", *args])
+    return in_steps(booked, 2, 1)
+
+
+@pytest.mark.world(sizes=[2])
+def test_fsdp2_accumulating_reduce_scatters_once_per_step(world):
+    """Three micro-batches with set_requires_gradient_sync(False) on the first two: each layer
+    gathers per micro-batch (forward and backward: 12) and reduce-scatters once (2);
+    ``no-sync`` says so, and the plain flavour misses four reduce-scatters."""
+    from commbench.studies.audit_layout import compare, parse_layout
+
+    booked = world.run(_fsdp2_step_2, ["--micro-batches", "3", "--no-sync"])[0]
+    spec = f"impl=fsdp2,dp=2,{FSDP2_LAYOUT}".replace("micro-batches=1", "micro-batches=3")
+    ok = compare(parse_layout(spec + ",no-sync", 2), booked)
+    assert ok["flags"] == []
+    assert {(r["op"], r["elements"], r["observed"]) for r in ok["rows"]} == {
+        ("all_gather", 1568, 12), ("reduce_scatter", 3136, 2)}
+    assert compare(parse_layout(spec, 2), booked)["flags"] == [
+        "missing reduce_scatter: 4 fewer of 3136 elements on dp than the layout makes (6)"]
+
+
 @pytest.mark.world(sizes=[2])
 def test_fsdp2_s_mixed_precision_gathers_in_param_dtype_and_reduces_in_reduce_dtype(world):
     """MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) on fp32 parameters: the

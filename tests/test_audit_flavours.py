@@ -167,8 +167,11 @@ def test_a_ds_config_is_read_and_must_agree_with_the_layout(tmp_path):
     ("impl=torch-ddp,bucket-mb=-1", "bucket_mb=-1.0: must be >= 0 (0: torch's default)"),
     ("impl=deepspeed,zero=2,bucket-mb=5", "bucket_mb=5.0: DistributedDataParallel's setting; "
                                           "needs impl='torch-ddp' (impl='deepspeed')"),
-    ("impl=fsdp2,no-sync", "no_sync=True: DistributedDataParallel's setting; needs "
-                           "impl='torch-ddp' (impl='fsdp2')"),
+    ("impl=fsdp2,find-unused", "find_unused=True: DistributedDataParallel's setting; needs "
+                               "impl='torch-ddp' (impl='fsdp2')"),
+    ("impl=deepspeed,zero=2,no-sync", "no_sync=True: DDP's no_sync() or FSDP2's "
+                                      "set_requires_gradient_sync(False); needs "
+                                      "impl='torch-ddp' or 'fsdp2' (impl='deepspeed')"),
     ("impl=megatron,param-bytes=2", "param_bytes=2: FSDP2's param_dtype, 1, 2, 4 or 8 bytes; "
                                     "needs impl='fsdp2' (impl='megatron')"),
     ("impl=fsdp2,param-bytes=3", "param_bytes=3: FSDP2's param_dtype"),

@@ -51,7 +51,8 @@ LAYOUT_HELP = {
     "bucket_mb": "torch-ddp: DistributedDataParallel's bucket_cap_mb (0: torch's default, "
                  "25 MiB with a first bucket of 1 MiB)",
     "no_sync": "torch-ddp: the micro-batches accumulated under no_sync(), one all-reduce per "
-               "bucket per step",
+               "bucket per step; fsdp2: under set_requires_gradient_sync(False), one "
+               "reduce-scatter per layer per step",
     "find_unused": "torch-ddp: find_unused_parameters=True (buckets never rebuilt, a bitmap "
                    "all-reduce per step)",
     "static_graph": "torch-ddp: static_graph=True (the same steady state, rebuilt one step "

@@ -55,7 +55,7 @@ def megatron_buffer(params: list[int], n: int) -> int:
 
 
 def fsdp2_calls(per_layer: int, layers: int, root: int, n: int, m: int, g: int,
-                reshard: bool = True, p: int = 0) -> Calls:
+                reshard: bool = True, p: int = 0, accumulate: bool = False) -> Calls:
     """torch 2.13's FSDP2 with ``fully_shard`` on each of ``layers`` layers of ``per_layer``
     elements and on the root (``root`` elements: the embedding and head), over ``n`` ranks,
     ``m`` micro-batches, in ``g``-byte elements: per micro-batch each layer all-gathers its
@@ -64,12 +64,14 @@ def fsdp2_calls(per_layer: int, layers: int, root: int, n: int, m: int, g: int,
     is not resharded after forward) and reduce-scatters its gradient (sizes divisible by n:
     FSDP2 pads each parameter's dim 0). Every layer is resharded after its backward, so each
     micro-batch gathers again. With a ``MixedPrecisionPolicy`` the gathers are in its
-    ``param_dtype`` (``p`` bytes) and the reduce-scatters in its ``reduce_dtype`` (``g``)."""
-    p = p or g
+    ``param_dtype`` (``p`` bytes) and the reduce-scatters in its ``reduce_dtype`` (``g``).
+    Accumulating (``accumulate``: ``set_requires_gradient_sync(False)`` on all but the last
+    micro-batch) reduce-scatters once per step; the gathers stay per micro-batch."""
+    p, r = p or g, 1 if accumulate else m
     calls = [("all_gather", per_layer // n, p, (2 if reshard else 1) * layers * m),
-             ("reduce_scatter", per_layer, g, layers * m)]
+             ("reduce_scatter", per_layer, g, layers * r)]
     if root:
-        calls += [("all_gather", root // n, p, m), ("reduce_scatter", root, g, m)]
+        calls += [("all_gather", root // n, p, m), ("reduce_scatter", root, g, r)]
     return calls
 
 

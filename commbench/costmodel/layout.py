@@ -121,7 +121,8 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     out = {}
     if n > 1 and lay.dense_params:
         if lay.impl == "fsdp2":  # layers and root
-            calls = fsdp2_calls(layer, L, emb, n, m, g, not lay.no_reshard, lay.param_bytes)
+            calls = fsdp2_calls(layer, L, emb, n, m, g, not lay.no_reshard, lay.param_bytes,
+                                lay.no_sync)
         elif lay.impl == "deepspeed":
             ds = ds_config(lay.ds_config) if lay.ds_config else {}
             calls = deepspeed_calls(lay.zero, lay.dense_params, n, m, g,
@@ -130,8 +131,9 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
         else:  # torch-ddp: the embedding first, then the layers
             calls = _ddp_calls(lay, ([emb] if emb else []) + lay.layer_tensors * L)
         out[group] = _group(calls, group, n, g)
-    if R > 1:  # fsdp2 only (validate)
-        shards = [("all_reduce", layer // n, g, L * m)] + ([("all_reduce", emb // n, g, m)]
+    if R > 1:  # fsdp2 only (validate); accumulating, once per step
+        r = 1 if lay.no_sync else m
+        shards = [("all_reduce", layer // n, g, L * r)] + ([("all_reduce", emb // n, g, r)]
                                                            if emb else [])
         out["dp_replicate"] = _group(shards, "dp_replicate", R, g)
     return out

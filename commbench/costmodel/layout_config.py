@@ -44,7 +44,8 @@ class Layout:
     zero: int = 0
     impl: str = "megatron"  # whose data-parallel calls: megatron | fsdp2 | deepspeed | torch-ddp
     bucket_mb: float = 0.0  # torch-ddp: bucket_cap_mb (0: torch's default, 25 MiB, first 1 MiB)
-    no_sync: bool = False   # torch-ddp: micro-batches accumulated under no_sync()
+    no_sync: bool = False   # torch-ddp: micro-batches accumulated under no_sync(); fsdp2:
+    #                         under set_requires_gradient_sync(False)
     find_unused: bool = False  # torch-ddp: find_unused_parameters=True
     static_graph: bool = False  # torch-ddp: static_graph=True
     no_reshard: bool = False  # fsdp2: reshard_after_forward=False (no backward re-gather)
@@ -137,8 +138,11 @@ class Layout:
                              f"experts={self.experts})")
         if not self.bucket_mb >= 0:
             raise ValueError(f"bucket_mb={self.bucket_mb}: must be >= 0 (0: torch's default)")
-        ddp = [k for k in ("bucket_mb", "no_sync", "find_unused", "static_graph")
-               if getattr(self, k)]
+        if self.no_sync and self.impl not in ("torch-ddp", "fsdp2"):
+            raise ValueError(f"no_sync=True: DDP's no_sync() or FSDP2's set_requires_gradient_"
+                             f"sync(False); needs impl='torch-ddp' or 'fsdp2' (impl="
+                             f"{self.impl!r})")
+        ddp = [k for k in ("bucket_mb", "find_unused", "static_graph") if getattr(self, k)]
         if ddp and self.impl != "torch-ddp":
             raise ValueError(f"{ddp[0]}={getattr(self, ddp[0])}: DistributedDataParallel's "
                              f"setting; needs impl='torch-ddp' (impl={self.impl!r})")
