@@ -138,6 +138,12 @@ def test_megatron_core_s_distributed_optimizer_makes_the_calls_of_the_megatron_f
     # the one bucket carries every module's gradients: its bytes are theirs, in proportion
     rs = next(e for e in step if e.op == "reduce_scatter")
     assert len(rs.carries) == 16 and sum(k for _, k in rs.carries) == 6272
+    # each call's line is the script's own, not its CPU stand-in's torch function mode
+    with open(os.path.join(EXAMPLES, "megatron_core_distopt.py")) as f:
+        source = f.read().splitlines()
+    said = {e.op: source[int(e.line.rsplit(":", 1)[1]) - 1].strip() for e in step}
+    assert said == {"reduce_scatter": "model.finish_grad_sync()", "all_reduce": "opt.step()",
+                    "all_gather": "opt.step()"}
     # megatron-core 0.16's ChainedOptimizer takes the norm even when it clips nothing
     code, lay, _ = audit("--clip-grad", "0")
     assert code == 0 and lay["flags"] == []

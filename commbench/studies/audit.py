@@ -227,7 +227,8 @@ def tables(per_rank: list[list[tuple]]) -> dict:
             acc = mine.setdefault(key, [0, 0, 0, 0, 0.0, 0.0])
             for i, v in enumerate((1, e.count, e.sent, e.nbytes, e.seconds, e.device_seconds)):
                 acc[i] += v
-            carries = e.carries or ((e.module or "(no module)", 1),)
+            carries = e.carries if sum(k for _, k in e.carries) else \
+                ((e.module or "(no module)", 1),)
             total = sum(k for _, k in carries)
             for name, k in carries:  # a buffer's bytes to each module it holds, in proportion
                 acc = by_module.setdefault(name, [0, 0])

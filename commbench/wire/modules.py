@@ -180,7 +180,9 @@ def carried(tensors: list, known) -> tuple[tuple[str, int], ...]:
                 here = _span(t)
                 if here and any(here[0] == q and here[1] < e and s < here[2]
                                 for q, s, e in spans):
-                    out[name] = out.get(name, 0) + p.numel()
+                    # its elements: a partitioned parameter's (DeepSpeed's: empty data)
+                    # are its gradient's
+                    out[name] = out.get(name, 0) + (p.numel() or t.numel())
                     break
     return tuple(sorted(out.items())) if out else ()
 

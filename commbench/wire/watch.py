@@ -64,10 +64,16 @@ def batched():
         _BATCH.reset(token)
 
 
+# a script's own torch function or dispatch mode (a CPU stand-in for a CUDA library) passes
+# calls on; the line that issued them is further out
+_MODES = ("__torch_function__", "__torch_dispatch__")
+
+
 def _line(script: str, frame) -> str:
-    """``file.py:LINE`` of the innermost frame in ``script``, '' when none is."""
+    """``file.py:LINE`` of the innermost frame in ``script`` that is not one of the script's
+    own torch modes, '' when none is."""
     while frame is not None:
-        if frame.f_code.co_filename == script:
+        if frame.f_code.co_filename == script and frame.f_code.co_name not in _MODES:
             return f"{script.rsplit('/', 1)[-1]}:{frame.f_lineno}"
         frame = frame.f_back
     return ""
