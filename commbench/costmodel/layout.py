@@ -125,11 +125,10 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
                                 lay.no_sync)
         elif lay.impl == "deepspeed":
             ds = ds_config(lay.ds_config) if lay.ds_config else {}
-            calls = deepspeed_calls(lay.zero, lay.dense_params, n, m, g,
-                                    ([emb] if emb else []) + lay.layer_tensors * L,
+            calls = deepspeed_calls(lay.zero, lay.dense_params, n, m, g, lay.stage_tensors,
                                     ds.get("reduce_bucket_size", DS_BUCKET))
         else:  # torch-ddp: the embedding first, then the layers
-            calls = _ddp_calls(lay, ([emb] if emb else []) + lay.layer_tensors * L)
+            calls = _ddp_calls(lay, lay.stage_tensors)
         out[group] = _group(calls, group, n, g)
     if R > 1:  # fsdp2 only (validate); accumulating, once per step
         r = 1 if lay.no_sync else m

@@ -196,10 +196,9 @@ class Layout:
     def layer_params(self) -> int:
         """A dense layer's parameters on one TP rank: the matrices of attention and, without
         experts, the MLP split over TP; the two LayerNorms' weights and biases (4h) whole, as
-        Megatron and torch's tensor parallelism replicate them."""
-        h, d = self.hidden, self.hidden // self.heads
-        kv, f = self.kv_heads or self.heads, self.ffn or 4 * self.hidden
-        return (2 * h * h + 2 * h * kv * d + (0 if self.experts else 2 * h * f)) // self.tp + 4 * h
+        Megatron and torch's tensor parallelism replicate them (its tensors, the router
+        aside)."""
+        return sum(self.layer_tensors) - self.hidden * self.experts
 
     @property
     def layer_tensors(self) -> list[int]:
@@ -214,6 +213,13 @@ class Layout:
         return dense[:-2] + [h * self.experts] if self.experts else dense
 
     @property
+    def stage_tensors(self) -> list[int]:
+        """Every parameter tensor of one stage's rank, in registration order: the root (the
+        embedding and head, where priced) first, then the layers."""
+        return ([self.root_params] if self.root_params else []) + \
+            self.layer_tensors * self.stage_layers
+
+    @property
     def flat_params(self) -> int:
         """The flat gradient vector the ``megatron`` flavour reduces: the dense parameters,
         with ``zero`` >= 1 in megatron-core's padded buffer (:func:`megatron_buffer`) over
@@ -222,8 +228,7 @@ class Layout:
             return self.dense_params
         from commbench.costmodel.flavours import megatron_buffer
 
-        root = [self.root_params] if self.root_params else []
-        return megatron_buffer(root + self.layer_tensors * self.stage_layers, self.dp * self.cp)
+        return megatron_buffer(self.stage_tensors, self.dp * self.cp)
 
     @property
     def root_params(self) -> int:

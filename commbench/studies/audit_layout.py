@@ -141,18 +141,17 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
     for (group, op), n in sorted(stray.items()):
         flags.append(f"unexpected group: {n} {op} on ranks {list(group)}, none of the layout's "
                      "groups")
-    recut = _cut_differently(predicted, seen) | _resized(lay, predicted, seen)
+    explained = _explained(lay, predicted, seen)
     rows = []
     for key in sorted(set(predicted) | set(seen)):
         axis, op, count = key
         want, got = predicted.get(key, 0), seen.get(key, 0)
         flag = ""
-        if (axis, op) in recut:
-            flag = recut[axis, op] if want != got else ""
-            if flag and flag not in flags:
-                flags.append(flag)
-            flag = ("cut differently" if flag.startswith("same bytes") else "resized") \
-                if flag else ""
+        if (axis, op) in explained:  # its one line, said once; its rows labelled
+            label, said = explained[axis, op]
+            if want != got and said not in flags:
+                flags.append(said)
+            flag = label if want != got else ""
         elif got > want:
             flag = (f"extra {op}: {got - want} more of {count} elements on {axis} than the "
                     f"layout makes ({want})")
@@ -177,8 +176,10 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
                    if getattr(lay, setting) == width else
                    f"the layout makes this call in {width} B per element")
             dflag = f"dtype: {op} of {count} elements on {axis} in {', '.join(wrong)}; {why}"
+            if (axis, op) in explained:  # the count said once above; the dtype still here
+                flags.append(dflag)
             flag = f"{flag}; {dflag}" if flag else dflag
-        if flag and flag not in ("cut differently", "resized"):
+        if flag and (axis, op) not in explained:
             flags.append(flag)
         rows.append({"axis": axis, "op": op, "elements": count,
                      "dtype": ",".join(sorted(dtypes.get(key, ()))) or "-",
@@ -186,11 +187,15 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
     return {"rows": rows, "flags": flags}
 
 
-def _cut_differently(predicted: dict, seen: dict) -> dict[tuple[str, str], str]:
-    """(axis, op) -> its one flag, where the calls of an op on an axis whose counts differ
-    move the same elements per step in the layout and in the script, in calls of other sizes
-    (DeepSpeed's buckets cut at other parameters): the bytes are right and only the cut
-    differs, said once instead of an extra and a missing per size."""
+def _explained(lay: Layout, predicted: dict, seen: dict) -> dict[tuple[str, str], tuple]:
+    """(axis, op) -> (the rows' label, its one flag) where the sizes of an op on an axis whose
+    counts differ tell one story, said once instead of an extra and a missing per size:
+
+    * ``cut differently``: they move the same elements per step in the layout and in the
+      script, in calls of other sizes (DeepSpeed's buckets cut at other parameters);
+    * ``resized``: the script makes as many calls as the layout, of one other size: the same
+      calls, with the difference, and its cause where the flavour knows it (megatron-core's
+      padded buffer)."""
     differ: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
     for axis, op, count in sorted(set(predicted) | set(seen)):
         want, got = predicted.get((axis, op, count), 0), seen.get((axis, op, count), 0)
@@ -203,34 +208,23 @@ def _cut_differently(predicted: dict, seen: dict) -> dict[tuple[str, str], str]:
     out = {}
     for (axis, op), rows in differ.items():
         total = sum(c * w for c, w, _ in rows)
+        missing = [(c, w - g) for c, w, g in rows if w > g]
+        extra = [(c, g - w) for c, w, g in rows if g > w]
         if total and total == sum(c * g for c, _, g in rows):
-            out[axis, op] = (f"same bytes per step, cut differently: {op} on {axis}, "
-                             f"{total} elements as {said([(c, g) for c, _, g in rows])} where "
-                             f"the layout makes {said([(c, w) for c, w, _ in rows])}")
-    return out
-
-
-def _resized(lay: Layout, predicted: dict, seen: dict) -> dict[tuple[str, str], str]:
-    """(axis, op) -> its one flag, where the script makes as many calls of an op on an axis
-    as the layout, all of one other size: the same calls, resized, said as such with the
-    difference, and its cause where the flavour knows it (megatron-core's padded buffer)."""
-    out = {}
-    for axis, op in {(a, o) for a, o, _ in set(predicted) | set(seen)}:
-        want = {c: k for (a, o, c), k in predicted.items() if (a, o) == (axis, op) and k}
-        got = {c: k for (a, o, c), k in seen.items() if (a, o) == (axis, op) and k}
-        common = set(want) & set(got)
-        want = {c: k - got.get(c, 0) for c, k in want.items() if k != got.get(c, 0)}
-        got = {c: k for c, k in got.items() if c not in common}
-        if len(want) != 1 or len(got) != 1 or list(want.values()) != list(got.values()):
-            continue
-        (x, k), (y, _) = next(iter(want.items())), next(iter(got.items()))
-        why = ""
-        if lay.impl == "megatron" and lay.zero and axis == "dp" and lay.flat_params != \
-                lay.dense_params and x in (lay.flat_params, lay.flat_params // (lay.dp * lay.cp)):
-            why = ("; the layout pads megatron-core's distributed-optimizer buffer: "
-                   f"{lay.dense_params} parameters become {lay.flat_params}")
-        out[axis, op] = (f"size: {k} {op} on {axis} of {y} elements where the layout makes "
-                         f"{x} ({y - x:+d} each){why}")
+            out[axis, op] = ("cut differently", (
+                f"same bytes per step, cut differently: {op} on {axis}, {total} elements as "
+                f"{said([(c, g) for c, _, g in rows])} where the layout makes "
+                f"{said([(c, w) for c, w, _ in rows])}"))
+        elif len(missing) == len(extra) == 1 and missing[0][1] == extra[0][1]:
+            (x, k), (y, _) = missing[0], extra[0]
+            why = ""
+            if lay.impl == "megatron" and lay.zero and axis == "dp" and lay.flat_params != \
+                    lay.dense_params and x in (lay.flat_params,
+                                               lay.flat_params // (lay.dp * lay.cp)):
+                why = ("; the layout pads megatron-core's distributed-optimizer buffer: "
+                       f"{lay.dense_params} parameters become {lay.flat_params}")
+            out[axis, op] = ("resized", f"size: {k} {op} on {axis} of {y} elements where the "
+                                        f"layout makes {x} ({y - x:+d} each){why}")
     return out
 
 
