@@ -253,17 +253,19 @@ def test_repeated_rounds_keep_the_best_round_and_every_round_median():
     assert m["busbw"] == pytest.approx((1 << 20) / 200e-6 / 1e9)  # n = 2: factor 1
 
 
-@pytest.mark.parametrize("args, rounds", [(["model"], 3), (["model", "--repeat", "2"], 1),
-                                          (["versus"], 6), (["overhead"], 6)])
-def test_rounds_default_per_study(args, rounds):
-    """--rounds: the model study's passes default to 3 (1 with --repeat, its other way of
-    meeting noise), the interleaved rounds of versus and overhead to 6."""
+@pytest.mark.parametrize("args, counts", [
+    (["model"], (1, 10, 2)), (["model", "--repeat", "2"], (1, 10, 2)),
+    (["model", "--rounds", "3", "-n", "30"], (3, 30, 2)), (["versus"], (6, 20, 5)),
+    (["overhead"], (6, 20, 5)), (["all_reduce", "-w", "0"], (6, 20, 0))])
+def test_rounds_and_iterations_default_per_study(args, counts):
+    """The model study: one pass, -n 10 -w 2 (its validated settings); versus and overhead:
+    6 interleaved rounds; every other target -n 20 -w 5; what is given is kept."""
     from commbench.cli.main import _parser
     from commbench.cli.run_args import check_run_args as _check_run_args
 
     a = _parser().parse_args(["run", *args])
     _check_run_args(a)
-    assert a.rounds == rounds
+    assert (a.rounds, a.iters, a.warmup_iters) == counts
 
 
 def test_results_are_named_by_machine_class():

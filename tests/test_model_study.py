@@ -43,23 +43,37 @@ def test_sweep_order(monkeypatch, separate):
         kinds = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
         assert kinds == [("all_reduce", False), ("all_gather", False),
                          ("all_reduce", True), ("all_gather", True)]
-    else:  # each calibration row right before the evaluation row of its case and size
-        assert order[:6] == [("all_reduce", 4, False), ("all_reduce", 4, True),
-                             ("all_reduce", 8, True), ("all_reduce", 16, False),
-                             ("all_reduce", 16, True), ("all_reduce", 32, True)]
-        assert [o[0] for o in order[8:]] == ["all_gather"] * 8
+    else:  # by size: each evaluation row right after the calibration row below it
+        assert order[:5] == [("all_reduce", 4, False), ("all_reduce", 8, True),
+                             ("all_reduce", 16, False), ("all_reduce", 32, True),
+                             ("all_reduce", 64, False)]
+        assert [o[0] for o in order[5:]] == ["all_gather"] * 5
     assert [r["size"] for r in cal if r["op"] == "all_reduce"] == [4096, 16384, 65536]
-    assert [r["size"] for r in ev if r["op"] == "all_reduce"] == [4096, 8192, 16384, 32768, 65536]
+    assert [r["size"] for r in ev if r["op"] == "all_reduce"] == [8192, 32768]  # held out
+
+
+def test_evaluation_sizes_are_never_calibration_sizes():
+    """Factor-4 calibration: the factor-2 sizes between; ping-pong's sqrt(2) curve: a
+    quarter-octave off its points; the largest calibration size has none above it."""
+    grid = [4096 << k for k in range(15)]
+    four = [4096 << (2 * k) for k in range(8)]
+    assert ms.held_out(four, grid) == [8192 << (2 * k) for k in range(7)]
+    curve = ms.curve_sizes(4096, 64 << 20)
+    got = ms.held_out(curve, grid)
+    assert len(got) == 14 and not set(got) & set(curve)
+    assert all(a < g < b for g in got for a, b in zip(curve, curve[1:]) if a <= g <= b)
+    assert ms.held_out([4096, 16384], [4096, 8192, 16384]) == [8192]
+    assert ms.held_out([4096, 8192], [4096, 8192]) == [5824]  # the middle, 64-byte multiple
 
 
 def test_small_rows_get_more_iterations(monkeypatch):
-    """OSU's practice: 10x the iterations for small rows, tapering to 1x from 4 MiB."""
+    """OSU's practice: 4x the iterations for small rows, tapering to 1x from 4 MiB."""
     log = []
     monkeypatch.setattr(ms, "run_series", _fake_series(log))
     ms._sweeps(types.SimpleNamespace(size=2), "gloo", [("all_reduce", "ring")], 5, 1,
                1 << 18, 1 << 24, 1, False)
     got = {sizes[0]: iters for *_, sizes, iters in log}
-    assert got == {1 << 18: 50, 1 << 19: 40, 1 << 20: 20, 1 << 21: 10, 1 << 22: 5, 1 << 23: 5,
+    assert got == {1 << 18: 20, 1 << 19: 20, 1 << 20: 20, 1 << 21: 10, 1 << 22: 5, 1 << 23: 5,
                    1 << 24: 5}
 
 
@@ -70,8 +84,7 @@ def test_calibration_rows_take_k_times_the_iterations(monkeypatch, k):
     ms._sweeps(types.SimpleNamespace(size=2), "gloo", [("all_reduce", "ring")], 5, 1,
                1 << 22, 1 << 24, 1, False, cal_samples=k)
     got = [(check, sizes[0], iters) for _, _, check, sizes, iters in log]
-    assert got == [(False, 1 << 22, 5 * k), (True, 1 << 22, 5), (True, 1 << 23, 5),
-                   (False, 1 << 24, 5 * k), (True, 1 << 24, 5)]
+    assert got == [(False, 1 << 22, 5 * k), (True, 1 << 23, 5), (False, 1 << 24, 5 * k)]
 
 
 def test_fewer_than_one_calibration_sample_is_refused():
@@ -88,7 +101,7 @@ def test_study_fits_both_statistics_and_reports_small_errors_for_a_true_model(mo
     for acc in (out["accuracy"], out["accuracy_low"]):
         for a in acc:
             assert a["median_error"] < 1e-6, a
-            assert a["rerun_difference"] == 0
+            assert a["rerun_difference"] is None  # nothing measured twice
     ring = out["model"]["algorithms"]["all_reduce/ring"]
     assert ring["alpha"] == pytest.approx(TRUE.alpha, rel=1e-6)
     assert all(a["form_ceiling"] < 1e-6 for a in out["accuracy"])
@@ -106,7 +119,8 @@ def test_study_fits_both_statistics_and_reports_small_errors_for_a_true_model(mo
 
 
 def test_accuracy_sees_a_drifted_evaluation(monkeypatch):
-    """An evaluation slower than its calibration by 30% shows as 0.3 error and 0.3 noise floor."""
+    """An evaluation slower than its calibration by 30% shows as 0.3 error; with nothing
+    measured twice there is no noise floor to report."""
     calls = {"n": 0}
     fast, slow = _fake_series([]), _fake_series([], slow=1 / 0.7)
 
@@ -119,7 +133,25 @@ def test_accuracy_sees_a_drifted_evaluation(monkeypatch):
                          lambda s: None, 4096, 1 << 20)
     (a,) = out["accuracy"]
     assert a["median_error"] == pytest.approx(0.3, abs=1e-6)
-    assert a["rerun_difference"] == pytest.approx(0.3, abs=1e-6)
+    assert a["rerun_difference"] is None
+
+
+def test_the_noise_floor_is_the_spread_of_a_row_s_passes(monkeypatch):
+    """With passes, each row is measured several times minutes apart: a second pass 50%
+    slower gives every row a (slowest - fastest pass) / pooled median of 0.5 / its median."""
+    log = []
+    per_pass = 5  # rows of one pass over 1 MiB..16 MiB: 3 calibration sizes, 2 held out
+    monkeypatch.setattr(ms, "run_series",
+                        _spelled_series(log, lambda k: 1.5 if per_pass <= k < 2 * per_pass else 1))
+    out = ms.model_study(types.SimpleNamespace(size=2), "mpi", [("all_reduce", "ring")], 6, 1,
+                         lambda s: None, 1 << 20, 1 << 24, passes=2)
+    assert len(log) == 2 * per_pass
+    (a,) = out["accuracy"]
+    rows = out["rows"]
+    assert all(r["passes_us"][1] == pytest.approx(1.5 * r["passes_us"][0]) for r in rows)
+    assert a["rerun_difference"] == pytest.approx(
+        sorted(0.5 * r["passes_us"][0] / r["time_us"] for r in rows)[len(rows) // 2])
+    assert a["rerun_difference"] > 0.3
 
 
 def _spelled_series(log, spells):
@@ -147,28 +179,28 @@ def test_passes_split_each_rows_iterations_and_pool_them(monkeypatch):
     per_pass = len(log) // 3
     rows = [(op, s, it) for op, s, _, it in log]
     assert rows[:per_pass] == rows[per_pass:2 * per_pass] == rows[2 * per_pass:]  # list again
-    assert [s for _, s, check, _ in log if check] == [1 << 20, 1 << 21, 1 << 22]  # 1st pass
-    assert [it for *_, it in log[:per_pass]] == [7, 7, 4, 2, 2]  # ceil(iters_for / 3)
+    assert [s for _, s, check, _ in log[:per_pass] if check] == [1 << 21]  # held out
+    assert [it for *_, it in log[:per_pass]] == [7, 4, 2]  # ceil(iters_for / 3)
     assert all("samples_s" not in r for r in cal + ev)
-    assert [r["n_samples"] for r in ev] == [21, 12, 6] and len(ev[0]["passes_us"]) == 3
+    assert [r["n_samples"] for r in ev] == [12] and len(ev[0]["passes_us"]) == 3
 
 
 def test_pooled_passes_smooth_a_slow_spell_that_one_pass_leaves_in_one_size(monkeypatch):
-    """A spell that triples the two rows measured during it, the 4 MiB calibration and
-    evaluation rows of a single pass: it stays in that size (cal and eval alike, so the noise
-    floor hides it) and the model misses it. With three passes the same spell covers a third
+    """A spell that triples the two rows measured during it, the 4 MiB calibration row and the
+    8 MiB evaluation row of a single pass: the model takes the spell for the machine and
+    misses both held-out neighbours of 4 MiB. With three passes the same spell covers a third
     of those rows' iterations; their medians, and the model, are exact again."""
     cases = [("all_reduce", "ring")]
     got = {}
     for passes in (1, 3):
         log = []
         monkeypatch.setattr(ms, "run_series",
-                            _spelled_series(log, lambda k: 3.0 if k in (15, 16) else 1.0))
+                            _spelled_series(log, lambda k: 3.0 if k in (10, 11) else 1.0))
         out = ms.model_study(types.SimpleNamespace(size=2), "mpi", cases, 5, 1, lambda s: None,
                              4096, 1 << 24, passes=passes)
-        assert [(s, check) for _, s, check, _ in log[15:17]] == [(1 << 22, False), (1 << 22, True)]
+        assert [(s, check) for _, s, check, _ in log[10:12]] == [(1 << 22, False), (1 << 23, True)]
         got[passes] = out["accuracy"][0]
-    assert got[1]["rerun_difference"] == 0 and got[1]["max_error"] > 0.5
+    assert got[1]["rerun_difference"] is None and got[1]["max_error"] > 0.5
     assert got[3]["max_error"] < 1e-6
 
 

@@ -76,6 +76,32 @@ def test_the_pattern_is_the_documented_hash_in_its_ranges(redop, dtype):
     assert values.min() == lo and values.max() == hi  # the whole range, nothing outside
 
 
+def _hand_at(seed, rank, ks, redop="sum"):
+    """The documented hash at the positions ``ks``."""
+    out = []
+    for k in ks:
+        h = (k * 2654435761 + (rank + 1) * 40503 + seed * 69069) % 1000003
+        out.append(1 + h % 2 if redop == "prod" else h % 17 - 8 if redop in ("min", "max") else h % 9 - 4)
+    return out
+
+
+@pytest.mark.parametrize("redop", ["sum", "min", "max"])
+def test_a_buffer_longer_than_the_hash_s_period_is_still_the_hash_everywhere(redop):
+    """Past 1000003 elements the values are one period repeated (not hashed element by
+    element): the same values at the period's seams, and in a block that starts past them (a
+    reduce-scatter's or all-to-all's part of a long buffer)."""
+    count = 2_500_000
+    got = seeded(4, 3, count, torch.float32, redop)
+    seams = [0, 1, 999_999, 1_000_002, 1_000_003, 1_000_004, 2_000_006, 2_000_007, count - 1]
+    assert got[seams].tolist() == _hand_at(4, 3, seams, redop)
+    # rank 2 of 2's reduce-scatter block starts mid-period: every rank's block, summed by hand
+    want = expected("reduce_scatter", 4, 1, 2, count, torch.float32, redop)
+    ks = [count // 2 + j for j in (0, 1, 2, 3, 5, 8, 13, 21, 34, 1_000_003 - (count // 2) % 1_000_003)]
+    fold = {"sum": sum, "min": min, "max": max}[redop]
+    hand = [fold(c) for c in zip(_hand_at(4, 0, ks, redop), _hand_at(4, 1, ks, redop), strict=True)]
+    assert want[[k - count // 2 for k in ks]].tolist() == hand
+
+
 def _hand_reduce(columns, redop):
     import functools
     import operator

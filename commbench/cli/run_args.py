@@ -35,8 +35,10 @@ def add_parser(sub) -> None:
     r.add_argument("-b", "--minbytes", default="8", help="smallest size (K, M, G: powers of 2)")
     r.add_argument("-e", "--maxbytes", default="1M", help="largest size")
     r.add_argument("-f", "--stepfactor", type=int, default=4, help="size multiplier between rows")
-    r.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per row")
-    r.add_argument("-w", "--warmup-iters", type=int, default=5, help="untimed iterations first")
+    r.add_argument("-n", "--iters", type=int, default=None, help="timed iterations per row "
+                   "(default 20; the model study: 10)")
+    r.add_argument("-w", "--warmup-iters", type=int, default=None, help="untimed iterations "
+                   "first (default 5; the model study: 2)")
     r.add_argument("-d", "--datatype", default="float32", help=", ".join(DTYPE_NAMES))
     r.add_argument("-o", "--op", default="sum", help=", ".join(REDOPS))
     r.add_argument("-r", "--root", type=int, default=0, help="root rank of rooted collectives")
@@ -54,7 +56,7 @@ def add_parser(sub) -> None:
                    "default: native and every algorithm built for each collective")
     r.add_argument("--rounds", type=int, default=None, help="interleaved rounds (overhead and "
                    "versus studies; default 6); model study: passes over its whole job list, "
-                   "each row's iterations split among them and pooled (default 3; 1 with --repeat)")
+                   "each row's iterations split among them and pooled (default 1)")
     r.add_argument("--topology", default="", help="also give each row NCCL's model time for the "
                    "same collective on this many GPUs of a preset or topology file")
     r.add_argument("--repeat", type=int, default=1, help="run the whole sweep this many times; "
@@ -112,8 +114,17 @@ _SWEEP_ONLY = {"-b": ("minbytes", "8"), "-e": ("maxbytes", "1M"), "-f": ("stepfa
                "-J": ("json", ""), "--csv": ("csv", "")}
 
 
+# the model study's iterations and warm-up (its validated settings, docs/costmodel.md), and
+# every other target's
+_COUNTS = {"model": (10, 2)}
+_COUNTS_DEFAULT = (20, 5)
+
+
 def _common(a) -> None:
     """The checks of every target: counts, the timeout, the label, the world, the output."""
+    iters, warmup = _COUNTS.get(a.targets[0] if len(a.targets) == 1 else "", _COUNTS_DEFAULT)
+    a.iters = iters if a.iters is None else a.iters
+    a.warmup_iters = warmup if a.warmup_iters is None else a.warmup_iters
     for name, v, lo in (("-n", a.iters, 1), ("-w", a.warmup_iters, 0)):
         if v < lo:
             raise UsageError(f"{name} {v}: must be >= {lo}")
@@ -184,7 +195,7 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
     if a.op == "avg" and not a.datatype.startswith(("float", "bfloat")):
         raise UsageError(f"-o avg -d {a.datatype}: avg needs a floating dtype")
     if a.rounds is None:
-        a.rounds = (1 if a.repeat > 1 else 3) if a.targets == ["model"] else 6
+        a.rounds = 1 if a.targets == ["model"] else 6
     if a.targets == ["model"] and a.repeat > 1 and a.rounds > 1:
         raise UsageError(f"--repeat {a.repeat} --rounds {a.rounds}: the model study takes one "
                          "(best round, or passes pooled)")

@@ -1,12 +1,19 @@
 """``commbench run model``: calibrate the alpha-beta-gamma model on this machine and transport,
-then measure how well it predicts, on a separate sweep it was not fitted to.
+then measure how well it predicts, on sizes it was not fitted to.
 
-Each row's iterations are split among ``--rounds P`` passes (default 3) over the whole list of
-rows, minutes apart, and pooled (:func:`commbench.studies.sweep.pool_passes`): a slow spell of the
-shared machine then falls on a share of every row rather than on all of a few. With
-``--repeat R`` instead each sweep runs R times over and every row keeps its best round (the
-machine's steady state; :func:`commbench.studies.sweep.merge_rounds`). ``--cal-samples K`` gives the
-calibration rows K times the evaluation rows' iterations (a less noisy fit, at that cost).
+The study measures the rows that inform the fit and the judgement, and no others: every
+calibration size, and as evaluation only sizes the fit never saw (:func:`held_out`); each row
+once (``-n 10 -w 2``, more iterations below 4 MiB, :func:`iters_for`). Measuring a calibration
+size a second time judges the fit on its own points, and the big rows that dominate the time
+(32 and 64 MiB) were each measured twice or more.
+
+``--rounds P`` splits each row's iterations among P passes over the whole list of rows, minutes
+apart, and pools them (:func:`commbench.studies.sweep.pool_passes`): a slow spell of the shared
+machine then falls on a share of every row rather than on all of a few, and the passes' spread is
+the noise floor each error is reported beside. With ``--repeat R`` instead each sweep runs R
+times over and every row keeps its best round (the machine's steady state;
+:func:`commbench.studies.sweep.merge_rounds`). ``--cal-samples K`` gives the calibration rows K
+times the evaluation rows' iterations (a less noisy fit, at that cost).
 
 1. Calibration sweep: every collective and algorithm at 4 KiB, 16 KiB, ... 64 MiB (factor 4);
    ping-pong densely, from 256 B by factor sqrt(2) (the point-to-point curve).
@@ -15,17 +22,17 @@ calibration rows K times the evaluation rows' iterations (a less noisy fit, at t
    algorithm's own constants, its messages priced by a straight line (beta) or by ping-pong's
    curve, whichever predicts its held-out calibration rows better
    (:func:`commbench.costmodel.fitting.fit`).
-2. Evaluation sweep: every collective and algorithm at 4 KiB ... 64 MiB (factor 2: half of
-   the sizes are new, the others are measured again). Each row gets both
-   predictions; the table gives, per collective and algorithm, the median of
-   |predicted - measured| / measured.
+2. Evaluation sweep: every collective and algorithm at the factor-2 sizes between its
+   calibration sizes (8 KiB, 32 KiB, ... 32 MiB); ping-pong a quarter-octave off its curve's
+   points. Each row gets both predictions; the table gives, per collective and algorithm, the
+   median of |predicted - measured| / measured.
 
-By default each evaluation row follows its calibration row of the same case and size at once (a
-shared machine drifts: the same point measured minutes apart differs by tens of percent, more
-than the model's error); ``--separate-sweeps`` runs the whole calibration sweep first, as a
-stale calibration would be.
+By default each evaluation row follows its case's calibration row of the next smaller size at
+once (a shared machine drifts: the same point measured minutes apart differs by tens of
+percent, more than the model's error); ``--separate-sweeps`` runs the whole calibration sweep
+first, as a stale calibration would be.
 Everything is fitted and judged twice: on each row's median iteration and on its lower decile
-(rows below 4 MiB get up to 10x the iterations, :func:`iters_for`, so that it has samples).
+(rows below 4 MiB get up to 4x the iterations, :func:`iters_for`, so that it has samples).
 
 Writes ``results/model_<hw>-<transport>-x<ranks>.json`` (the fit, its residuals, the evaluation
 rows) and ``.md``; later ``commbench run`` sweeps read the fit and add ``pred_us`` to each row.
@@ -60,11 +67,33 @@ __all__ = ["model_study", "run_model", "refit_stored", "stored_fit"]
 SMALL = 4 * MiB  # rows below it get more iterations (see iters_for)
 
 
-def iters_for(size: int, iters: int) -> int:
-    """Iterations of a row: ``iters`` from 4 MiB up, ``iters * min(10, 4 MiB / size)`` below
-    (OSU's practice of more iterations for small messages): the lower decile, which the second
-    fit uses, needs samples, and small rows are cheap."""
-    return iters * max(1, min(10, SMALL // max(size, 1)))
+SMALL_FACTOR = 4  # the model study's rows below SMALL: at most this many times the iterations
+
+
+def iters_for(size: int, iters: int, most: int = 10) -> int:
+    """Iterations of a row: ``iters`` from 4 MiB up, ``iters * min(most, 4 MiB / size)`` below
+    (OSU's practice of more iterations for small messages; the versus study takes up to 10x,
+    the model study 4x): the lower decile, which the model's second fit uses, needs samples,
+    and small rows are cheap."""
+    return iters * max(1, min(most, SMALL // max(size, 1)))
+
+
+def held_out(cal: list[int], grid: list[int]) -> list[int]:
+    """A case's evaluation sizes: the sizes of ``grid`` it was not calibrated at, and for each
+    one it was, the middle (geometric, 64-byte multiple) of that calibration size and the next
+    one up, unless that too is a calibration size. So every evaluation row is a size the fit
+    never saw (a factor-4 calibration gives the factor-2 sizes between its own; ping-pong's
+    sqrt(2) curve, sizes a quarter-octave off its points); the largest calibration size has
+    no interval above it and no row."""
+    known, out = set(cal), set()
+    for s in grid:
+        if s not in known:
+            out.add(s)
+            continue
+        above = [c for c in sorted(known) if c > s]
+        if above and (mid := max(64, round((s * above[0]) ** 0.5 / 64) * 64)) not in known:
+            out.add(mid)
+    return sorted(out)
 
 
 def curve_sizes(lo: int, hi: int) -> list[int]:
@@ -83,7 +112,7 @@ def _row(world, transport, case, iters, warmup, size: int, check: bool, batch: i
     """One case at one size, with :func:`iters_for`'s iterations, or a ``passes``-th of them
     (rounded up) with their samples kept for pooling (a one-row series)."""
     op, algo = case
-    n_iters = -(-iters_for(size, iters) // passes)
+    n_iters = -(-iters_for(size, iters, SMALL_FACTOR) // passes)
     c = Case(op, transport, algo, "float32", "sum", 0, n_iters, warmup, check, batch=batch)
     return run_series(world, c, [size], None, None, lambda s: None, samples=passes > 1)
 
@@ -102,21 +131,24 @@ def _sweeps(world, transport, cases, iters, warmup, lo: int, hi: int, repeat: in
     minute, or one series, to the next. Separate: the whole calibration sweep, then the whole
     evaluation sweep (minutes apart on a long list).
     """
-    eval_sizes, pieces = sizes_between(lo, hi, 2), or_none(pieces)
+    grid, pieces = sizes_between(lo, hi, 2), or_none(pieces)
 
     def cal_sizes(case) -> list[int]:
         return curve_sizes(lo, hi) if case[0] == "pingpong" else sizes_between(lo, hi, 4)
 
+    def eval_sizes(case) -> list[int]:
+        return held_out(cal_sizes(case), grid)
+
     if separate:  # every calibration row, then every evaluation row
         jobs = ([(c, s, False) for c in cases for s in cal_sizes(c)]
-                + [(c, s, True) for c in cases for s in eval_sizes])
+                + [(c, s, True) for c in cases for s in eval_sizes(c)])
         groups = [[k for k, j in enumerate(jobs) if not j[2]], [k for k, j in enumerate(jobs) if j[2]]]
     else:
         jobs = []
         for c in cases:
-            cal = set(cal_sizes(c))
-            for s in sorted(cal | set(eval_sizes)):
-                jobs += [(c, s, False)] * (s in cal) + [(c, s, True)] * (s in eval_sizes)
+            cal, ev = set(cal_sizes(c)), set(eval_sizes(c))
+            for s in sorted(cal | ev):
+                jobs += [(c, s, False)] * (s in cal) + [(c, s, True)] * (s in ev)
         groups = [list(range(len(jobs)))]
     if cal_samples < 1:
         raise ValueError(f"cal_samples={cal_samples}: must be >= 1")
@@ -217,8 +249,9 @@ def run_model(s: StudySettings, world, transports: list[str], sizes: list[int], 
         sweeps = "separate" if s.separate_sweeps else "interleaved per size"
         record["measurement"].update(
             repeat=s.repeat, passes=s.rounds, sweeps=sweeps, calibration_samples=s.cal_samples,
-            iters_by_size=f"{s.iters} from {SMALL // MiB} MiB up, {s.iters} * min(10, "
-                          f"{SMALL // MiB} MiB / size) below")
+            evaluation="held-out sizes",
+            iters_by_size=f"{s.iters} from {SMALL // MiB} MiB up, {s.iters} * "
+                          f"min({SMALL_FACTOR}, {SMALL // MiB} MiB / size) below")
         if transport == "mpi":
             record["measurement"].update(compiled_wait=recorded(world), binding=placement(world))
         stem = s.stem("model", transport, n)

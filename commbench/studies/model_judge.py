@@ -126,8 +126,9 @@ def _err(pred: float, meas: float) -> float:
 def accuracy(rows: list[dict], cal: list[dict]) -> list[dict]:
     """Per collective and algorithm: the model's median error on the evaluation sweep (on all
     its sizes, and on those with no calibration row: the new sizes), the uncorrected forms'
-    and the textbook class model's, and the noise floor: how far the same size measured in the
-    two sweeps differs (median |evaluation - calibration| / evaluation)."""
+    and the textbook class model's, and the noise floor: how far the same size measured twice
+    differs (in both sweeps, median |evaluation - calibration| / evaluation; else in several
+    passes, median (slowest - fastest pass) / pooled; None when nothing was measured twice)."""
     first = {(r["op"], r["algo"], r["size"]): r["time_us"] for r in cal}
     out = []
     for key in sorted({(r["op"], r["algo"]) for r in rows}):
@@ -138,6 +139,8 @@ def accuracy(rows: list[dict], cal: list[dict]) -> list[dict]:
         cls = [_err(r["class_pred_us"], r["time_us"]) for r in mine]
         again = [_err(first[k], r["time_us"]) for r in mine
                  if (k := (r["op"], r["algo"], r["size"])) in first]
+        again = again or [(max(p) - min(p)) / r["time_us"] for r in mine
+                          if len(p := r.get("passes_us") or []) > 1 and r["time_us"] > 0]
         out.append({"op": key[0], "algo": key[1], "rows": len(mine),
                     "median_error": statistics.median(errs), "max_error": max(errs),
                     "new_sizes": len(new),
@@ -179,6 +182,13 @@ def model_markdown(record: dict) -> str:
                   "of rows (minutes apart; a row's share rounded up) and pooled, so that slow "
                   "spells of the shared machine fall on every row alike.")
 
+    held = record["measurement"].get("evaluation") == "held-out sizes"
+    judged = ("the sizes between the calibration sizes, none measured twice" if held else
+              "factor 2: half its sizes new, half calibration sizes measured again")
+    floor = ("the same row measured in several passes: median (slowest - fastest pass) / "
+             "pooled; blank with one pass" if held else "the same collective, algorithm and "
+             "size measured in both sweeps: median |diff|/meas")
+
     def f(x, key):
         return "" if x is None or x.get(key) is None else f"{x[key]:.3f}"
 
@@ -211,7 +221,7 @@ def model_markdown(record: dict) -> str:
                  f"{name}: median |pred-meas|/meas",
                  f"{name}: textbook", f"{name}: noise floor"], cells,
         f"Calibrated on one sweep (4 KiB..64 MiB, factor 4{dense}), judged on a second sweep "
-        f"(factor 2; sweeps: {sweeps}). "
+        f"({judged}; sweeps: {sweeps}). "
         f"{refit}"
         f"Each row's time is the median over iterations (of the per-iteration maximum over "
         f"ranks); the model is also fitted and judged a second time on each row's {name} (the "
@@ -225,7 +235,7 @@ def model_markdown(record: dict) -> str:
         "each algorithm's own fit without the ratios, pricing its messages by a straight line "
         "or by ping-pong's measured curve, once or in two regimes split at a size (the 'form' "
         "that predicted its own calibration rows best, each left out in turn). 'noise floor': "
-        "the same collective, algorithm and size measured in both sweeps: median |diff|/meas. "
+        f"{floor}. "
         "'forms fitted to these rows': the least median error any uncorrected form reaches "
         "fitted to the evaluation rows themselves, a bound on what the forms can follow, not a "
         "prediction.")

@@ -14,6 +14,8 @@ size whatever the world size.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from commbench.ops import OPS
@@ -21,18 +23,40 @@ from commbench.ops import OPS
 __all__ = ["expected", "seeded", "wrong"]
 
 
+_P = 1000003  # the hash's modulus: element k's value repeats with period _P in k
+
+
+def _hashed(seed: int, rank: int, k: torch.Tensor, redop: str) -> torch.Tensor:
+    """The values of elements ``k`` (int64, consumed) of rank ``rank``: a cheap hash of (seed,
+    rank, k) brought into the redop's range."""
+    h = k.mul_(2654435761).add_((rank + 1) * 40503 + seed * 69069).remainder_(_P)
+    if redop == "prod":
+        return h.remainder_(2).add_(1)
+    if redop in ("min", "max"):
+        return h.remainder_(17).sub_(8)
+    return h.remainder_(9).sub_(4)
+
+
+@functools.lru_cache(maxsize=16)
+def _period(seed: int, rank: int, redop: str, device: str) -> torch.Tensor:
+    """One period (``_P`` elements) of rank ``rank``'s values, int8 on ``device``; kept for the
+    next buffer of the same rank (16 at most: 16 MB)."""
+    k = torch.arange(_P, dtype=torch.int64, device=device)
+    return _hashed(seed, rank, k, redop).to(torch.int8)
+
+
 def _values(seed: int, rank: int, lo: int, hi: int, dtype: torch.dtype, redop: str,
             device) -> torch.Tensor:
-    """Rank ``rank``'s elements lo..hi-1 as int64 on ``device``."""
-    k = torch.arange(lo, hi, dtype=torch.int64, device=device)
-    h = (k * 2654435761 + (rank + 1) * 40503 + seed * 69069) % 1000003  # a cheap hash of (seed,r,k)
-    del k
-    if redop == "prod":
-        v = h.remainder_(2).add_(1)
-    elif redop in ("min", "max"):
-        v = h.remainder_(17).sub_(8)
+    """Rank ``rank``'s elements lo..hi-1 as integers on ``device`` (int64, or int8 for a range
+    longer than the hash's period: that period repeated, the same values without hashing every
+    element; a 64 MiB buffer took seconds per rank)."""
+    if hi - lo <= _P:
+        v = _hashed(seed, rank, torch.arange(lo, hi, dtype=torch.int64, device=device), redop)
     else:
-        v = h.remainder_(9).sub_(4)
+        one = _period(seed, rank, redop, str(torch.device(device)))
+        start = lo % _P
+        reps = -(-(start + hi - lo) // _P)
+        v = one.repeat(reps)[start:start + hi - lo]
     if not dtype.is_floating_point and not dtype.is_signed:
         v = v.abs_()
     return v
@@ -55,7 +79,7 @@ def _reduced(seed: int, n: int, lo: int, hi: int, dtype: torch.dtype, redop: str
     computes its expected values on the GPU)."""
     if redop not in _FOLD:
         raise ValueError(f"redop {redop!r}: must be sum, prod, min, max or avg")
-    acc = _values(seed, 0, lo, hi, dtype, redop, device)
+    acc = _values(seed, 0, lo, hi, dtype, redop, device).to(torch.int64)
     for r in range(1, n):
         _FOLD[redop](acc, _values(seed, r, lo, hi, dtype, redop, device))
     out = acc.to(dtype)  # exact integers; integer overflow wraps as the transport's does
