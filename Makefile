@@ -8,7 +8,7 @@ TORCH_SPEC     ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 NP ?= 4
 
-.PHONY: bench test test-libs test-% suites gpu-check cluster-check cluster-bench mutate lint info clean
+.PHONY: bench test test-libs test-% suites results gpu-check cluster-check cluster-bench mutate lint info clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,24 @@ test-%: $(VENV)/.installed  ## the test suite under mpiexec with % ranks, e.g. m
 suites: $(VENV)/.installed  ## benchmark suites; pytest-benchmark records under results/
 	$(BIN)/python -m pytest suites -m bench --benchmark-enable --benchmark-autosave \
 		--benchmark-storage=file://results/pytest-benchmark
+
+# every top-level table of results/ for this machine class, from a clean commit (the tables
+# record it; results/ itself may differ), each command at the settings results/README.md gives
+PATTERN_TABLES := tp_mlp tp_layer vocab ddp zero pp ulysses ulysses_zero3 ring_attention moe_gating moe
+results: $(VENV)/.installed  ## regenerate results/*: about 75 min on 2 cores, nothing else running
+	@git diff --quiet HEAD -- . ':(exclude)results' || { \
+		echo "make results: commit or stash your changes first (each table records its commit)" >&2; exit 2; }
+	$(BIN)/commbench run --np 4
+	$(BIN)/commbench run --np 2 -b 8 -e 32M -f 4
+	for p in $(PATTERN_TABLES); do $(BIN)/commbench run $$p --np 4 || exit $$?; done
+	$(BIN)/commbench claims --np 4
+	for n in 2 3 4 8; do $(BIN)/commbench run numerics --np $$n || exit $$?; done
+	$(BIN)/python suites/memory_bench.py --np 4
+	for n in 2 4; do $(BIN)/commbench run model --np $$n || exit $$?; done
+	for t in gloo mpi; do for n in 2 4; do $(BIN)/commbench run versus --np $$n --transport $$t \
+		-b 8 -e 32M -f 4 --rounds 8 || exit $$?; done; done
+	$(BIN)/commbench run overhead --np 2 -b 8 -e 64M -f 2 -n 50 -w 10 --rounds 10
+	$(BIN)/commbench predict published
 
 gpu-check: $(VENV)/.installed  ## one GPU: every pattern and collective over NCCL; fails without CUDA
 	$(BIN)/commbench gpu-check

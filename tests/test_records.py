@@ -78,3 +78,29 @@ def test_a_plot_s_title_names_machine_transport_world_and_commit():
     assert plot_title(mpi) != plot_title(gloo) and ", mpi, " in plot_title(mpi)
     both = {**rec, "rows": gloo["rows"] + mpi["rows"], "commit": ""}
     assert plot_title(both).endswith("intel-xeon-2c, gloo+mpi, 4 ranks (local-mpi), commit unknown")
+
+
+def test_a_results_table_rewritten_leaves_the_commit_clean_and_code_does_not(tmp_path):
+    """The stamp a table carries: a regeneration rewrites results/ one command after another,
+    and each later table is still of the clean commit; a changed source file is +dirty."""
+    import subprocess
+
+    from commbench.results.records import git_commit
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "results" / "t.md").write_text("old\n")
+    (tmp_path / "pkg" / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "one", "--allow-empty")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "two")
+    clean = git_commit(str(tmp_path / "pkg"))
+    assert clean and not clean.endswith("+dirty")
+    (tmp_path / "results" / "t.md").write_text("new\n")
+    assert git_commit(str(tmp_path / "pkg")) == clean
+    (tmp_path / "pkg" / "code.py").write_text("x = 2\n")
+    assert git_commit(str(tmp_path / "pkg")) == clean + "+dirty"

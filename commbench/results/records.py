@@ -78,12 +78,17 @@ def versions() -> dict:
     return out
 
 
-def git_commit() -> str | None:
-    here = os.path.dirname(os.path.abspath(__file__))
+def git_commit(here: str | None = None) -> str | None:
+    """The checkout's commit (of ``here``, default this package's), ``+dirty`` when tracked
+    files outside ``results/`` differ from it."""
+    here = here or os.path.dirname(os.path.abspath(__file__))
     try:
         r = subprocess.run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"],
                            capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+        # the results folder is the runs' output, not code: a table rewritten by an earlier
+        # command of the same regeneration leaves the code clean
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no",
+                                "--", ":(top)", ":(top,exclude)results"],
                                capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None

@@ -192,7 +192,7 @@ def model_study(world, transport: str, cases: list[tuple[str, str]], iters: int,
     iteration (``model``, ``accuracy``) and on its lower decile (``model_low``,
     ``accuracy_low``)."""
     n = world.size
-    emit(f"# calibration (factor 4) and evaluation (factor 2) sweeps ({transport}, {n} ranks): "
+    emit(f"# calibration (factor 4) and evaluation (held-out sizes) ({transport}, {n} ranks): "
          f"{len(cases)} cases, {repeat} round(s), {passes} pass(es), "
          f"{'separate' if separate else 'interleaved'}")
     cal, ev = _sweeps(world, transport, cases, iters, warmup, lo, hi, repeat, separate, batch,

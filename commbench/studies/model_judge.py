@@ -168,9 +168,11 @@ def model_markdown(record: dict) -> str:
     refit = (f"Fitted and judged again from the stored measurements on {again['created']} "
              f"(commit {again['commit']}): `commbench run model --refit`. ") if again else ""
     sweeps = record["measurement"].get("sweeps", "separate")
+    held = record["measurement"].get("evaluation") == "held-out sizes"
     if sweeps == "interleaved per size":
-        sweeps += ": each evaluation row measured right after the calibration row of its case "
-        sweeps += "and size, or between two of them"
+        sweeps += (": each evaluation row measured right after its case's calibration row of "
+                   "the next smaller size" if held else ": each evaluation row measured right "
+                   "after the calibration row of its case and size, or between two of them")
     curve = record["model"].get("curve")
     dense = (f"; ping-pong from {curve[0][0]:.0f} B by factor sqrt(2), the point-to-point "
              "curve") if curve else ""
@@ -182,7 +184,6 @@ def model_markdown(record: dict) -> str:
                   "of rows (minutes apart; a row's share rounded up) and pooled, so that slow "
                   "spells of the shared machine fall on every row alike.")
 
-    held = record["measurement"].get("evaluation") == "held-out sizes"
     judged = ("the sizes between the calibration sizes, none measured twice" if held else
               "factor 2: half its sizes new, half calibration sizes measured again")
     floor = ("the same row measured in several passes: median (slowest - fastest pass) / "
@@ -211,9 +212,10 @@ def model_markdown(record: dict) -> str:
            "between the two nearest calibration sizes (log-log): the line gives the shape "
            "between them, the ratios the library's own switches of algorithm or protocol and "
            "cache effects that no line follows. At a calibration size it returns that row's "
-           "measurement, so evaluation sizes measured in both sweeps are judged against a "
-           "re-measurement (their error is the noise floor); 'new sizes' are the evaluation "
-           "sizes with no calibration row, where it predicts. " if corrected else "")
+           "measurement, " + ("so every evaluation row is a size it predicts. " if held else
+           "so evaluation sizes measured in both sweeps are judged against a re-measurement "
+           "(their error is the noise floor); 'new sizes' are the evaluation sizes with no "
+           "calibration row, where it predicts. ") if corrected else "")
     return res.study_markdown(
         record, ["collective", "algorithm", "sizes", "median |pred-meas|/meas", "new sizes",
                  "max", "uncorrected form", "uncorrected: median", "textbook model",
