@@ -52,3 +52,20 @@ def test_the_buffers_alone_would_undercharge_a_measured_peak(monkeypatch):
     24.7 x size at 16 MiB)."""
     monkeypatch.setattr(checks, "WORKING_BYTES", 0)
     assert any(_short(t["rows"]) for t in _tables())
+
+
+def test_on_a_gpu_nccl_s_own_buffers_are_charged_beside_the_sweep_s(monkeypatch):
+    """A size whose buffers alone fit the GPU's free memory but not with NCCL's buffers (about
+    4.3 GiB a rank: NVIDIA/nccl#864, #1685) is refused before any rank starts, naming them; a
+    world of one connects no peer and is not charged them."""
+    free = 8 << 30
+    monkeypatch.setattr(checks, "device_free_bytes", lambda: free)
+    largest = 384 << 20  # x 12 (float32, checked) = 4.5 GiB of buffers
+    assert largest * checks.memory_factor(4, True) < free
+    with pytest.raises(checks.HostRefusal, match=r"-e: 402653184 B x 12 .* \+ 4\.1 GiB NCCL's buffers = "
+                                          r"8\.6 GiB; this rank's GPU has 8\.0 GiB free"):
+        checks.check_memory(largest, 4, 1, 8, True)
+    checks.check_memory(largest, 4, 1, 1, True)  # one rank: no peers, no NCCL buffers
+    monkeypatch.setattr(checks, "NCCL_COLLECTIVE_BYTES", 0)
+    monkeypatch.setattr(checks, "NCCL_P2P_BYTES", 0)
+    checks.check_memory(largest, 4, 1, 8, True)  # the buffers alone would have been let through

@@ -9,7 +9,7 @@ import os
 from commbench.cli.common import UsageError
 
 __all__ = ["RANK_MB", "RANKS_PER_CORE", "WORKING_BYTES", "HostRefusal", "available_bytes",
-           "check_memory", "memory_factor", "memory_need",
+           "check_memory", "memory_factor", "memory_need", "nccl_reserve",
            "check_np", "check_out", "check_world", "on_host", "PG_GRACE_S", "refused_together",
            "world_options", "world_size"]
 
@@ -249,20 +249,39 @@ def memory_need(largest: int, itemsize: int, check: bool) -> int:
     return int(WORKING_BYTES + largest * memory_factor(itemsize, check))
 
 
+# NCCL's own device memory per rank, which torch.cuda.mem_get_info does not yet show before
+# the first collective (the CUDA context already does): a communicator's buffers are per
+# channel and per connection (NCCL_BUFFSIZE 4 MiB for Simple, LL128's 4.7 MiB and LL's 0.5 MiB
+# each; src/init.cc's DEFAULT_*BUFFSIZE), about 1 GiB on an 8-GPU node (NVIDIA/nccl#864: 1.6 GB
+# after one communicator's first all-reduce, the context included); point-to-point connects
+# each peer on up to 32 channels, 1.06 -> 4.34 GB on an H100 at the first all-to-all
+# (NVIDIA/nccl#1685). commbench's algorithms are built from send/recv, so a sweep pays both.
+NCCL_COLLECTIVE_BYTES = 1 << 30
+NCCL_P2P_BYTES = 3_280_000_000
+
+
+def nccl_reserve(ranks: int) -> int:
+    """Device bytes NCCL takes on each rank of a world of ``ranks`` for a sweep's collectives
+    and point-to-point connections (none in a world of one: no peer to connect)."""
+    return 0 if ranks <= 1 else NCCL_COLLECTIVE_BYTES + NCCL_P2P_BYTES
+
+
 def check_memory(largest: int, itemsize: int, ranks_here: int, ranks: int, check: bool,
                  flag: str = "-e") -> None:
     """The largest size's buffers fit where they will live: on this rank's GPU when there is one
-    (one rank per GPU: :func:`memory_factor` x the size), else in this host's memory for every
-    rank of the host (:func:`memory_need` each)."""
+    (one rank per GPU: :func:`memory_factor` x the size, and NCCL's own buffers,
+    :func:`nccl_reserve`), else in this host's memory for every rank of the host
+    (:func:`memory_need` each)."""
     factor = memory_factor(itemsize, check)
     what = f"4 buffers, {4 if check else 3} int64 temporaries"
     free = device_free_bytes()
     if free is not None:
-        need = largest * factor
+        nccl = nccl_reserve(ranks)
+        need = largest * factor + nccl
         if need > free:
-            raise HostRefusal(f"{flag}: {largest} B x {factor:g} ({what}) = {_gib(need)}; this "
-                              f"rank's GPU has {_gib(free)} free (torch.cuda.mem_get_info); "
-                              "lower -e")
+            raise HostRefusal(f"{flag}: {largest} B x {factor:g} ({what}) + {_gib(nccl)} NCCL's "
+                              f"buffers = {_gib(need)}; this rank's GPU has {_gib(free)} free "
+                              "(torch.cuda.mem_get_info); lower -e")
         return
     avail = available_bytes()
     if avail is None:
