@@ -162,3 +162,14 @@ def test_the_root_s_default_and_the_result_s_dtype():
     assert expected("all_reduce", 1, 0, 3, 5, torch.bfloat16, "max").dtype == torch.bfloat16
     assert expected("all_reduce", 1, 0, 3, 5, torch.int32, "sum").dtype == torch.int32
     assert wrong(None, torch.empty(0)) == 1  # a result missing, even an empty one, counts
+
+
+def test_a_block_past_three_billion_elements_is_the_hash_too():
+    """A block of a very large buffer (an int8 all-gather of 8 GiB, say) starts past 3.4e9
+    elements, where k * 2654435761 no longer fits an int64: its values are still the
+    documented hash, as the repeated period gives them."""
+    from commbench.timing.verify import _values
+
+    lo = 5_000_000_000
+    got = _values(1, 2, lo, lo + 64, torch.float32, "sum", "cpu")
+    assert got.tolist() == _hand_at(1, 2, range(lo, lo + 64))

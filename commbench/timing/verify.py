@@ -28,8 +28,10 @@ _P = 1000003  # the hash's modulus: element k's value repeats with period _P in 
 
 def _hashed(seed: int, rank: int, k: torch.Tensor, redop: str) -> torch.Tensor:
     """The values of elements ``k`` (int64, consumed) of rank ``rank``: a cheap hash of (seed,
-    rank, k) brought into the redop's range."""
-    h = k.mul_(2654435761).add_((rank + 1) * 40503 + seed * 69069).remainder_(_P)
+    rank, k) brought into the redop's range. k is taken modulo ``_P`` first (the same hash, and
+    no int64 overflow past 3.4e9 elements, where a direct product would disagree with the
+    repeated period)."""
+    h = k.remainder_(_P).mul_(2654435761).add_((rank + 1) * 40503 + seed * 69069).remainder_(_P)
     if redop == "prod":
         return h.remainder_(2).add_(1)
     if redop in ("min", "max"):
