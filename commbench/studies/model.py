@@ -3,9 +3,9 @@ then measure how well it predicts, on sizes it was not fitted to.
 
 The study measures the rows that inform the fit and the judgement, and no others: every
 calibration size, and as evaluation only sizes the fit never saw (:func:`held_out`); each row
-once (``-n 10 -w 2``, more iterations below 4 MiB, :func:`iters_for`). Measuring a calibration
-size a second time judges the fit on its own points, and the big rows that dominate the time
-(32 and 64 MiB) were each measured twice or more.
+once (``-n 10 -w 2``, more iterations below 4 MiB, :func:`iters_for`). A calibration size
+measured again would judge the fit on its own points, at the price of the big rows (32 and
+64 MiB), which dominate the study's time.
 
 ``--rounds P`` splits each row's iterations among P passes over the whole list of rows, minutes
 apart, and pools them (:func:`commbench.studies.sweep.pool_passes`): a slow spell of the shared
