@@ -41,7 +41,7 @@ suites: $(VENV)/.installed  ## benchmark suites; pytest-benchmark records under 
 # every top-level table of results/ for this machine class, from a clean commit (the tables
 # record it; results/ itself may differ), each command at the settings results/README.md gives
 PATTERN_TABLES := tp_mlp tp_layer vocab ddp zero pp ulysses ulysses_zero3 ring_attention moe_gating moe
-results: $(VENV)/.installed  ## regenerate results/*: about 75 min on 2 cores, nothing else running
+results: $(VENV)/.installed  ## regenerate results/*: about 50 min on 2 cores, nothing else running
 	@git diff --quiet HEAD -- . ':(exclude)results' || { \
 		echo "make results: commit or stash your changes first (each table records its commit)" >&2; exit 2; }
 	$(BIN)/commbench run --np 4

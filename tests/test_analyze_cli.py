@@ -19,7 +19,7 @@ from commbench.costmodel.topology import load as load_topology
 pytestmark = pytest.mark.traces
 
 RESULTS = os.path.join(os.path.dirname(__file__), "..", "results")
-BASELINE = os.path.join(RESULTS, "collectives_intel-xeon-2c-gloo-x4.json")
+BASELINE = os.path.join(RESULTS, "collectives_amd-epyc-2c-gloo-x4.json")
 PLAN = [Planned("allreduce", (0, 1, 2, 3), 1 << 20, "BFloat16", 200.0, (0, 30, 5, 12), 80.0),
         Planned("allreduce", (0, 8), 1 << 16, "Float", 40.0),
         Planned("_allgather_base", (0, 1, 2, 3, 4, 5, 6, 7), 4096, "Float", 50.0)]

@@ -15,7 +15,7 @@ from commbench.results.files import FileRefused, read_json
 
 pytestmark = pytest.mark.foundation
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
-GOOD = os.path.join(RESULTS, "collectives_intel-xeon-2c-gloo-x4.json")
+GOOD = os.path.join(RESULTS, "collectives_amd-epyc-2c-gloo-x4.json")
 
 
 def _one_line(capsys, code: int, *fragments: str) -> None:
