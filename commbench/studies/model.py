@@ -48,6 +48,7 @@ from commbench.ops import OPS
 from commbench.results import records as res
 from commbench.results.pieces import or_none
 from commbench.studies.model_judge import (
+    HELD_OUT,
     TARGET,
     KiB,
     MiB,
@@ -249,7 +250,7 @@ def run_model(s: StudySettings, world, transports: list[str], sizes: list[int], 
         sweeps = "separate" if s.separate_sweeps else "interleaved per size"
         record["measurement"].update(
             repeat=s.repeat, passes=s.rounds, sweeps=sweeps, calibration_samples=s.cal_samples,
-            evaluation="held-out sizes",
+            evaluation=HELD_OUT,
             iters_by_size=f"{s.iters} from {SMALL // MiB} MiB up, {s.iters} * "
                           f"min({SMALL_FACTOR}, {SMALL // MiB} MiB / size) below")
         if transport == "mpi":

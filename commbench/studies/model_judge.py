@@ -17,6 +17,9 @@ __all__ = ["accuracy", "form_ceiling", "judge_model", "last_level_cache", "low",
            "pairs_met", "refit"]
 KiB, MiB = 1 << 10, 1 << 20
 TARGET = 0.15  # the bound on each pair's median |pred - meas| / meas
+# a record's measurement["evaluation"] when its evaluation holds only sizes the fit never saw
+# (records without it measured calibration sizes again)
+HELD_OUT = "held-out sizes"
 
 
 def last_level_cache(default: int = 32 * MiB) -> int:
@@ -168,7 +171,7 @@ def model_markdown(record: dict) -> str:
     refit = (f"Fitted and judged again from the stored measurements on {again['created']} "
              f"(commit {again['commit']}): `commbench run model --refit`. ") if again else ""
     sweeps = record["measurement"].get("sweeps", "separate")
-    held = record["measurement"].get("evaluation") == "held-out sizes"
+    held = record["measurement"].get("evaluation") == HELD_OUT
     if sweeps == "interleaved per size":
         sweeps += (": each evaluation row measured right after its case's calibration row of "
                    "the next smaller size" if held else ": each evaluation row measured right "
