@@ -60,25 +60,39 @@ def test_a_test_that_never_reads_its_judge_s_verdict_fails(pytester):
     assert failed[1] == "FAILED test_dropped.py::test_failing_stays_its_own_failure - assert 1 == 2"
 
 
+def _selected(*args: str) -> tuple[int, list[str]]:
+    """``pytest --collect-only ARGS`` in this process (the test modules are imported already):
+    its exit code and the node ids it selected. Without this plugin, whose set-up would load
+    its Hypothesis profile over the one this session runs with; markers are the tests' own."""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    class Selected:
+        ids: list[str] = []
+
+        def pytest_collection_finish(self, session):
+            Selected.ids = [item.nodeid for item in session.items]
+
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:commbench",
+                            *args],
+                           plugins=[Selected()])
+    finally:
+        os.chdir(cwd)
+    return int(code), Selected.ids
+
+
 def test_every_test_carries_a_topic_marker():
     """`pytest -m TOPIC` selects a topic's every test: none of the suite's tests is without a
     topic (the plugin's TOPICS), so deselecting every topic leaves nothing."""
-    import os
-    import subprocess
-    import sys
-
     from commbench.pytest_plugin import TOPICS
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    anything = " or ".join(TOPICS)
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                          "-p", "no:cacheprovider", "-m", f"not ({anything})", "tests"],
-                         cwd=root, capture_output=True, text=True)
-    unmarked = [line for line in out.stdout.splitlines() if "::" in line]
-    assert out.returncode == 5 and not unmarked, unmarked[:20] or out.stdout[-2000:]
+    code, unmarked = _selected("-m", f"not ({' or '.join(TOPICS)})", "tests")
+    assert code == 5 and not unmarked, unmarked[:20]
     # the check can fail: one topic fewer leaves that topic's tests unmarked
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                          "-p", "no:cacheprovider", "-m",
-                          f"not ({' or '.join(t for t in TOPICS if t != 'ulysses')})",
-                          "tests/test_ulysses.py"], cwd=root, capture_output=True, text=True)
-    assert out.returncode == 0 and "test_ulysses.py::" in out.stdout
+    code, unmarked = _selected("-m", f"not ({' or '.join(t for t in TOPICS if t != 'ulysses')})",
+                               "tests/test_ulysses.py")
+    assert code == 0 and unmarked and all(i.startswith("tests/test_ulysses.py::") for i in unmarked)

@@ -184,6 +184,12 @@ class LocalWorld(FailureReports):
                 p.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
+        # a killed rank that was busy (polling in MPI_Finalize, say) takes a moment to be gone;
+        # close() returns once none runs, so no caller sees a rank outlive its world
+        deadline = time.monotonic() + 5.0
+        while any(spawn.running(pid) for pid in self._pids.values()) and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def __enter__(self) -> LocalWorld:
         return self.start()
