@@ -246,6 +246,40 @@ def test_ddp_s_settings_are_the_torch_ddp_flavour_s_calls(world, setting, args, 
     assert (plain != []) == (setting not in ("static-graph", "static-graph,find-unused"))
 
 
+def _ddp_phases(ctx, args):
+    from collections import Counter
+
+    from commbench.studies.audit import step_of
+    from commbench.wire.ledger import Entry
+
+    booked = run_script(ctx, os.path.join(EXAMPLES, "ddp_layers.py"), ["--bucket-mb", "0.004",
+                                                                        *args])
+    return Counter((e.op, e.dtype, step_of(e.scope), e.phase) for e in map(Entry._make, booked))
+
+
+@pytest.mark.world(sizes=[2])
+def test_every_call_of_ddp_has_the_phase_of_what_ddp_is_doing(world):
+    """DDP's set-up (the parameter broadcast and the groups' exchange, before the first step)
+    and its broadcast of the rebuilt bucket order (two int32 calls, in the forward of step 2,
+    of step 3 with static_graph) are ``setup``; the gradients' all-reduces and
+    find_unused_parameters' bitmap are ``backward``; nothing is ``forward``."""
+    setup = {("all_gather", "int64", 0, "setup"): 1, ("broadcast", "int64", 0, "setup"): 1,
+             ("broadcast", "float32", 0, "setup"): 1}
+    grads = {("all_reduce", "float32", s, "backward"): 5 for s in (2, 3)}
+    assert world.run(_ddp_phases, [])[0] == {
+        **setup, ("all_reduce", "float32", 1, "backward"): 1, **grads,
+        ("broadcast", "int32", 2, "setup"): 2}
+    static = world.run(_ddp_phases, ["--static-graph", "--steps", "4"])[0]
+    assert static == {**setup, ("all_reduce", "float32", 1, "backward"): 1,
+                      ("all_reduce", "int32", 1, "backward"): 1,
+                      ("all_reduce", "float32", 2, "backward"): 1,
+                      **{("all_reduce", "float32", s, "backward"): 5 for s in (3, 4)},
+                      ("broadcast", "int32", 3, "setup"): 2}
+    unused = world.run(_ddp_phases, ["--find-unused"])[0]
+    assert unused == {**setup, **{("all_reduce", "float32", s, "backward"): 5 for s in (1, 2, 3)},
+                      **{("all_reduce", "int32", s, "backward"): 1 for s in (1, 2, 3)}}
+
+
 @pytest.mark.world(sizes=[2])
 def test_a_bucket_s_bytes_go_to_every_module_it_carries(world):
     """DDP with gradient_as_bucket_view: each bucket's all-reduce carries the modules whose

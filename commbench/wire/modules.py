@@ -22,11 +22,14 @@ gradient moved, decides nothing). A library's set-up is a phase of its own, ``se
 under a constructor (``__init__``: DDP's parameter broadcast, DeepSpeed's engine) or a frame
 whose name says ``init``, ``initialize``, ``setup``, ``parallelize`` or ``distribute``
 (Megatron's ``initialize_model_parallel``, torch TP's ``parallelize_module`` and
-``distribute_tensor`` placing the weights).
+``distribute_tensor`` placing the weights), and DDP's one broadcast of the bucket order it
+rebuilt after the first backward (its C++ reducer issues it from the line of ``_pre_forward``
+that calls ``_rebuild_buckets``, in the second step's forward: a set-up, not the step's work).
 """
 
 from __future__ import annotations
 
+import linecache
 import os
 import re
 
@@ -40,6 +43,9 @@ _FORWARD = {"forward", "fwd"}
 # mesh being made (Megatron's initialize_model_parallel), torch TP placing its weights
 # (parallelize_module, distribute_tensor)
 _SETUP = {"init", "initialize", "setup", "parallelize", "distribute"}
+# DDP's bucket rebuild: the reducer broadcasts the new order from C++, the innermost Python
+# frame being the line of DistributedDataParallel._pre_forward that asks for it
+_DDP_REBUILD = ("_pre_forward", "_rebuild_buckets", os.path.join("nn", "parallel", "distributed.py"))
 _BATCHES = ("_batch_p2p", "_sorted_batch_p2p")  # torch.distributed.pipelining.schedules
 # the multi-stage schedules' actions (_PipelineScheduleRuntime: Interleaved1F1B, LoopedBFS,
 # the zero-bubble ones) batch their sends and receives without a desc; the action says
@@ -78,6 +84,14 @@ def _optimizer_step(frame) -> bool:
     return any("Optimizer" in k.__name__ for k in kinds)
 
 
+def _ddp_rebuild(frame) -> bool:
+    """Whether ``frame`` is DDP's ``_pre_forward`` at its call of ``_rebuild_buckets``."""
+    name, call, where = _DDP_REBUILD
+    code = frame.f_code
+    return code.co_name == name and code.co_filename.endswith(where) and \
+        call in linecache.getline(code.co_filename, frame.f_lineno)
+
+
 def library_phase(frame, op: str = "", depth: int = 64) -> str:
     """``forward``, ``backward``, ``optimizer`` or ``setup`` for a call of ``op`` as the innermost
     deciding frame of the stack from ``frame`` out says, within ``depth`` frames; '' where
@@ -98,6 +112,8 @@ def library_phase(frame, op: str = "", depth: int = 64) -> str:
                 return way
         elif _optimizer_step(f):
             return "optimizer"
+        elif _ddp_rebuild(f):
+            return "setup"
         elif _says(name):
             return _says(name)
         f = f.f_back
