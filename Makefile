@@ -25,8 +25,8 @@ bench: $(VENV)/.installed  ## set up, run the default suite on a local CPU world
 test: $(VENV)/.installed  ## set up, run the test suite
 	$(BIN)/python -m pytest
 
-# megatron-core and DeepSpeed (pure Python: DS_BUILD_OPS=0); DeepSpeed builds its shared-memory
-# op the first time (minutes), the test's own step before the audits
+# megatron-core and DeepSpeed (pure Python: DS_BUILD_OPS=0); an audit keeps DeepSpeed from
+# compiling its CPU-only shared-memory op (commbench/studies/audit.py), so nothing is built
 test-libs: $(VENV)/.installed  ## the audit on megatron-core's and DeepSpeed's own code (the libs extra)
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -e ".[libs]"
 	$(BIN)/python -m pytest -p no:cacheprovider -rs tests/test_audit_libs.py

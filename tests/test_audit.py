@@ -770,3 +770,31 @@ def test_to_the_script_the_group_is_up_once_it_or_a_library_initialised_it(world
     for seen in world.run(_script_s_view):
         assert seen == [(False, False, {"called": False}),
                         (True, True, {"called": True, "device_id": None}), (True, True, {})]
+
+
+def test_deepspeed_s_cpu_op_is_neither_built_nor_used_while_a_script_runs(tmp_path, monkeypatch):
+    """A stand-in for DeepSpeed's torch backend module, whose ``build_shm_op`` would compile
+    the CPU op: while a script runs under the audit it gives None, whether the script imports
+    the module then (the import hook) or it was imported before; afterwards it is the
+    library's own again, and a script that never loads DeepSpeed gets nothing imported."""
+    from commbench.studies.audit import _deepspeed_without_its_cpu_op
+
+    comm = tmp_path / "deepspeed" / "comm"
+    comm.mkdir(parents=True)
+    (tmp_path / "deepspeed" / "__init__.py").write_text("")
+    (comm / "__init__.py").write_text("")
+    (comm / "torch.py").write_text("def build_shm_op():\n    return 'compiled'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [n for n in sys.modules if n == "deepspeed" or n.startswith("deepspeed.")]:
+        monkeypatch.delitem(sys.modules, name)
+    with _deepspeed_without_its_cpu_op():
+        pass
+    assert "deepspeed" not in sys.modules  # nothing imported for a script without it
+    with _deepspeed_without_its_cpu_op():
+        from deepspeed.comm import torch as backend  # imported while the script runs
+
+        assert backend.build_shm_op() is None
+    assert backend.build_shm_op() == "compiled"  # the library's own once the script is done
+    with _deepspeed_without_its_cpu_op():
+        assert sys.modules["deepspeed.comm.torch"].build_shm_op() is None  # imported before
+    assert backend.build_shm_op() == "compiled"

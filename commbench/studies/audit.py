@@ -153,6 +153,66 @@ def _looks_like_torchrun(ctx):
         yield
 
 
+_DS_TORCH = "deepspeed.comm.torch"  # DeepSpeed's torch backend, which builds its CPU op
+
+
+def _no_shm_op():
+    return None
+
+
+@contextlib.contextmanager
+def _deepspeed_without_its_cpu_op():
+    """DeepSpeed's torch backend without its shared-memory op (``build_shm_op`` gives None)
+    while a script runs: the op is DeepSpeed's CPU-only all-reduce for inference, which moves
+    tensors outside torch.distributed, where the watcher cannot book them (on a GPU DeepSpeed
+    has no such op and all-reduces through torch.distributed, as it then does here too), and
+    DeepSpeed compiles it the first time a backend starts, half a minute or more per machine
+    and environment. Nothing is imported for it: a script that never loads DeepSpeed is left
+    as it is."""
+    import importlib.abc
+    import importlib.util
+
+    patched: list = []
+
+    def patch(module) -> None:
+        if hasattr(module, "build_shm_op"):
+            patched.append((module, module.build_shm_op))
+            module.build_shm_op = _no_shm_op
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            if fullname != _DS_TORCH:
+                return None
+            sys.meta_path.remove(self)  # the module's own spec, found without this finder
+            try:
+                spec = importlib.util.find_spec(fullname)
+            finally:
+                sys.meta_path.insert(0, self)
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            run = spec.loader.exec_module
+
+            def exec_module(module) -> None:
+                run(module)
+                patch(module)
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    finder = Finder()
+    if _DS_TORCH in sys.modules:
+        patch(sys.modules[_DS_TORCH])
+    else:
+        sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+        for module, real in patched:
+            module.build_shm_op = real
+
+
 def run_script(ctx, path: str, argv: list[str], extra: contextlib.AbstractContextManager
                | None = None, asked: dict | None = None,
                output: list[str] | None = None) -> list[tuple]:
@@ -172,7 +232,8 @@ def run_script(ctx, path: str, argv: list[str], extra: contextlib.AbstractContex
     kept = _Kept() if output is not None else None
     try:
         with _process_group_kept(asked), _looks_like_torchrun(ctx), steps.profiler_steps(), \
-                extra or contextlib.nullcontext(), _printing_to(kept):
+                _deepspeed_without_its_cpu_op(), extra or contextlib.nullcontext(), \
+                _printing_to(kept):
             entries = audit(runpy.run_path, path, run_name="__main__", ledger=ctx.ledger,
                             script=os.path.abspath(path), tracker=ctx.tracker)
     finally:
