@@ -151,12 +151,13 @@ class LocalWorld(FailureReports):
                 c.send(("exit",))
             except OSError:
                 pass
+        # until every rank has left: mpiexec.gforker, which outlives its ranks by up to a second
+        # when they do not leave at the same moment (it sleeps a second between its rounds of
+        # reaping), is then killed with the rest, having nothing left to do
         deadline = time.monotonic() + 2.0
-        for p in self._procs:
-            try:
-                p.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+        while time.monotonic() < deadline and any(p.poll() is None for p in self._procs) and \
+                any(spawn.running(pid) for pid in self._pids.values()):
+            time.sleep(0.01)
         self._kill()
         for c in self._conns.values():
             c.close()
