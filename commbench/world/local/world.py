@@ -186,10 +186,11 @@ class LocalWorld(FailureReports):
             except subprocess.TimeoutExpired:
                 pass
         # a killed rank that was busy (polling in MPI_Finalize, say) takes a moment to be gone;
-        # close() returns once none runs, so no caller sees a rank outlive its world
+        # close() returns once none runs, so no caller sees a rank outlive its world (where
+        # /proc tells: elsewhere spawn.running says yes to every pid)
         deadline = time.monotonic() + 5.0
-        while any(spawn.running(pid) for pid in self._pids.values()) and \
-                time.monotonic() < deadline:
+        while os.path.isdir("/proc") and time.monotonic() < deadline and \
+                any(spawn.running(pid) for pid in self._pids.values()):
             time.sleep(0.01)
 
     def __enter__(self) -> LocalWorld:
