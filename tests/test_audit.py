@@ -354,7 +354,7 @@ for _ in range(2):
     with commbench.audit.step():
         runpy.run_path(example, run_name="__main__")
 """
-SP_LAYOUT = ("grad-norm=0,tp=2,sp,layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,"
+SP_LAYOUT = ("grad-norm=0,tp=2,sp,bias,layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,"
              "loss=none,act-bytes=4,grad-bytes=4")
 
 

@@ -37,6 +37,9 @@ def test_a_layer_s_parameters_are_the_layout_s_layer():
     assert PARAMS[:10] == [16, 16, 256, 256, 256, 256, 16, 16, 1024, 1024] and sum(PARAMS) == 6272
     assert layer_params(16, 8, 64, 2) == [16, 16, 128, 64, 64, 128, 16, 16, 512, 512]  # LNs whole
     assert all(type(x) is int for x in layer_params(16, 8, 64, 2))
+    # with biases, each after its weight: q, k, v and fc1's split over tp, o and fc2's whole
+    assert layer_params(16, 8, 64, 2, bias=True) == [16, 16, 128, 8, 64, 4, 64, 4, 128, 16, 16,
+                                                     16, 512, 32, 512, 16]
 
 
 @pytest.mark.parametrize("cap, want", [

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.foundation
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "megatron_sp.py")
 SHAPE_DS = "layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,loss=none,act-bytes=4"
-SPEC = ("grad-norm=0,tp={P},sp,layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,"
+SPEC = ("grad-norm=0,tp={P},sp,bias,layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,"
         "loss=none,act-bytes=4,grad-bytes=4")
 
 
@@ -116,6 +116,10 @@ def test_megatron_s_sp_layer_makes_the_layout_s_calls(world):
         ["missing all_gather"]
     flags = compare(lay, world.run(_audit, ["--extra-gather"])[0])["flags"]
     assert [f.split(":")[0] for f in flags] == ["extra all_gather", "extra reduce_scatter"]
+    # the example's linears have biases: a layout without them sums 4h, not 6h, per layer
+    bare = parse_layout(SPEC.format(P=P).replace(",bias", ""), P)
+    assert compare(bare, world.run(_audit, [])[0])["flags"] == [
+        "size: 2 all_reduce on tp of 96 elements where the layout makes 64 (+32 each)"]
 
 
 @pytest.mark.local

@@ -4,6 +4,8 @@ ring attention, expert parallelism), and it answers for 100,000 ranks in well un
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from commbench.costmodel.layout import Layout, dp_calls, group_ranks, predict_layout, step_bytes
@@ -33,11 +35,47 @@ def test_tensor_parallel_bytes_match_the_ledger(world, variant):
     out = world.run(run_pattern, "tp_layer", cfg, variant, 0)[0]
     lay = Layout(layers=1, hidden=cfg.hidden, ffn=cfg.ffn, heads=cfg.heads, seq=cfg.seq,
                  micro_batch=cfg.batch, micro_batches=1, tp=P, sp=variant != "tp",
-                 regather=variant == "sp_regather", act_bytes=4, grad_bytes=4, loss="none")
+                 regather=variant == "sp_regather", bias=True, act_bytes=4, grad_bytes=4,
+                 loss="none")
     row = next(r for r in predict_layout(lay, TOPO) if r["group"] == "tp")
     tp_calls = [c for c in out["ledger"] if c[1] == "tp"]
     assert row["bytes_per_rank"] == sum(c[3] for c in tp_calls)
     assert row["calls"] == len(tp_calls) == {"tp": 4, "sp": 9, "sp_regather": 11}[variant]
+
+
+def _sync_elements(lay: Layout) -> list[int]:
+    from commbench.patterns.registry import PATTERNS
+
+    calls = PATTERNS["tp_layer"].layout_calls(lay, None)["tp"]  # (call, times per step)
+    # once per layer per step, where the activations' calls are per micro-batch too
+    return [c.size // lay.act_bytes for c, k in calls
+            if c.op == "all_reduce" and k == lay.layers < lay.layers * lay.micro_batches]
+
+
+def test_sp_sums_the_layernorms_and_with_bias_the_row_biases_over_tp():
+    """Under SP the layer's one all-reduce of replicated gradients per step: the two
+    LayerNorms' weights and biases (4h), and with ``bias`` the two row-parallel biases (6h);
+    without SP none."""
+    lay = Layout(layers=3, hidden=64, ffn=128, heads=4, seq=16, micro_batch=2, micro_batches=2,
+                 tp=2, sp=True, act_bytes=4, loss="none")
+    assert _sync_elements(lay) == [4 * 64]
+    assert _sync_elements(replace(lay, bias=True)) == [6 * 64]
+    assert _sync_elements(replace(lay, sp=False, bias=True)) == []
+
+
+@pytest.mark.world(sizes=[4])
+def test_the_layers_parameters_with_bias_are_what_its_data_parallelism_reduces(world):
+    """tp=2 x dp=2: commbench's own TP layer (Megatron's, with biases) all-reduces over dp
+    exactly the elements of the layout's layer with ``bias`` on a TP rank (the column biases
+    split, the row biases whole); without ``bias`` the layout counts fewer."""
+    cfg = TPConfig(batch=4, seq=8, hidden=16, ffn=32, heads=4, vocab=8, tp=2, dp=2,
+                   dtype="float32")
+    out = world.run(run_pattern, "tp_layer", cfg, "sp", 0)[0]
+    reduced = sum(c[2] for c in out["ledger"] if c[1] == "dp" and c[0] == "all_reduce") // 4
+    lay = Layout(layers=1, hidden=16, ffn=32, heads=4, seq=8, tp=2, dp=2, sp=True, bias=True)
+    assert reduced == sum(lay.layer_tensors) == 4 * 16 + (3 * 16 * 16 + 3 * 16) // 2 + \
+        16 * 16 // 2 + 16 + (16 * 32 + 32) // 2 + 32 * 16 // 2 + 16
+    assert sum(replace(lay, bias=False).layer_tensors) < reduced
 
 
 def _vocab_tp_ledger(world, loss: str, sp: bool):
@@ -183,6 +221,9 @@ def test_a_hundred_thousand_ranks_are_priced():
                                  "shard group, on a dense model: needs zero=3 or impl='fsdp2'"),
     (dict(dp=6, dp_replicate=4, zero=3), "dp=6: must be dp_shard x dp_replicate"),
     (dict(dp=8, dp_shard=2, dp_replicate=2, zero=3), "dp=8: must be dp_shard x dp_replicate"),
+    (dict(bias=True, experts=8, ep=2, dp=2), "bias=True with experts=8: the experts' biases"),
+    (dict(tp=2, bias=True, impl="fsdp2", zero=3), "bias=True with tp=2: Megatron's layer's "
+                                                  "biases are priced; torch's tensor parallelism"),
 ])
 def test_layouts_that_cannot_work_are_refused(change, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):

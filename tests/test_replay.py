@@ -125,7 +125,7 @@ def test_a_recording_that_would_hang_is_refused_before_any_rank_starts():
         check(2, {r: [Rec("all_reduce", g, "complex64", 4)] for r in g})
 
 
-LAYOUT = ("grad-norm=0,tp={P},sp,layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,"
+LAYOUT = ("grad-norm=0,tp={P},sp,bias,layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,"
           "loss=none,act-bytes=4,grad-bytes=4")
 
 

@@ -29,6 +29,9 @@ LAYOUT_HELP = {
     "tp": "tensor-parallel group size (ranks)",
     "sp": "Megatron sequence parallelism over the TP group",
     "regather": "SP: re-gather the column inputs in the backward (Megatron's default)",
+    "bias": "biases in the linears (Megatron's add_bias_linear): column-parallel ones split "
+            "over tp, row-parallel ones whole and, under --sp, summed over tp with the "
+            "LayerNorms' gradients",
     "loss": "vocab-parallel cross-entropy: megatron (3 all-reduces), fused (2), naive "
             "(all-gathered logits), none (embedding and head not priced)",
     "cp": "context-parallel group size (ranks)", "cp_kind": "context parallelism: ring | ulysses",

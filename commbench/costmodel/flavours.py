@@ -14,8 +14,10 @@ the versions of the ``libs`` extra, each checked against the library's own booke
 
 A layer's parameters (:func:`layer_params`) are those of the layout's transformer layer, in
 registration order: LayerNorm weight and bias, q, k, v and output projections, LayerNorm weight
-and bias, the MLP's two matrices, no biases in the linears (examples/layers.py is that layer);
-with tp > 1 the matrices are split and the LayerNorms replicated, in Megatron as in torch.
+and bias, the MLP's two matrices, no biases in the linears (examples/layers.py is that layer) or,
+with ``bias``, each linear's bias after its weight (Megatron's ``add_bias_linear``); with tp > 1
+the matrices and the column-parallel biases are split, the LayerNorms and the row-parallel
+biases replicated, in Megatron as in torch.
 """
 
 from __future__ import annotations
@@ -34,11 +36,17 @@ FIRST_BUCKET = 1 << 20    # torch's dist._DEFAULT_FIRST_BUCKET_BYTES
 DDP_CAP = 25 << 20        # torch's default bucket_cap_mb (25 MiB)
 
 
-def layer_params(h: int, kv_d: int, f: int, t: int) -> list[int]:
+def layer_params(h: int, kv_d: int, f: int, t: int, bias: bool = False) -> list[int]:
     """One layer's parameters' elements on one TP rank, in registration order (above): the
-    matrices split over the ``t`` TP ranks, the LayerNorms whole (replicated over TP)."""
-    return [h, h, *(x // t for x in (h * h, h * kv_d, h * kv_d, h * h)), h, h, h * f // t,
-            f * h // t]
+    matrices split over the ``t`` TP ranks, the LayerNorms whole (replicated over TP); with
+    ``bias``, after each weight its bias, split with the column-parallel ones (q, k, v, the
+    MLP's first) and whole with the row-parallel ones (output projection, the MLP's second)."""
+    if not bias:
+        return [h, h, *(x // t for x in (h * h, h * kv_d, h * kv_d, h * h)), h, h, h * f // t,
+                f * h // t]
+    q, k, v, o = (x // t for x in (h * h, h * kv_d, h * kv_d, h * h))
+    return [h, h, q, h // t, k, kv_d // t, v, kv_d // t, o, h, h, h, h * f // t, f // t,
+            f * h // t, h]
 
 
 def megatron_buffer(params: list[int], n: int) -> int:

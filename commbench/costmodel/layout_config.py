@@ -29,6 +29,10 @@ class Layout:
     tp: int = 1
     sp: bool = False        # Megatron sequence parallelism over the TP group
     regather: bool = False  # SP: the backward re-gather of the column inputs (Megatron's default)
+    bias: bool = False      # the linears' biases (Megatron's add_bias_linear): the column-parallel
+    #                         ones (q, k, v, the MLP's first) split over tp, the row-parallel ones
+    #                         (the output projection's, the MLP's second) whole, summed over tp
+    #                         under sp with the LayerNorms' gradients
     loss: str = "megatron"  # vocab-parallel cross-entropy: megatron (3 all-reduces), fused (2),
     #                         naive (all-gathered logits), none (no embedding and head priced)
     cp: int = 1
@@ -98,6 +102,12 @@ class Layout:
         if self.regather and self.tp_style == "torch":
             raise ValueError(f"regather=True: Megatron's backward re-gather; torch's "
                              f"ColwiseParallel keeps its gathered input (impl={self.impl!r})")
+        if self.bias and self.experts:
+            raise ValueError(f"bias=True with experts={self.experts}: the experts' biases are not "
+                             "priced (a dense layer's are)")
+        if self.bias and self.tp > 1 and self.tp_style == "torch":
+            raise ValueError(f"bias=True with tp={self.tp}: Megatron's layer's biases are priced; "
+                             f"torch's tensor parallelism of biases is not (impl={self.impl!r})")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero={self.zero}: must be 0, 1, 2 or 3")
         if self.impl not in IMPLS:
@@ -196,7 +206,8 @@ class Layout:
     def layer_params(self) -> int:
         """A dense layer's parameters on one TP rank: the matrices of attention and, without
         experts, the MLP split over TP; the two LayerNorms' weights and biases (4h) whole, as
-        Megatron and torch's tensor parallelism replicate them (its tensors, the router
+        Megatron and torch's tensor parallelism replicate them; with ``bias`` the linears'
+        biases, column-parallel ones split, row-parallel ones whole (its tensors, the router
         aside)."""
         return sum(self.layer_tensors) - self.hidden * self.experts
 
@@ -209,8 +220,9 @@ class Layout:
 
         h, f = self.hidden, self.ffn or 4 * self.hidden
         kv_d = (self.kv_heads or self.heads) * (h // self.heads)
-        dense = layer_params(h, kv_d, f, self.tp)
-        return dense[:-2] + [h * self.experts] if self.experts else dense
+        dense = layer_params(h, kv_d, f, self.tp, self.bias)
+        mlp = 4 if self.bias else 2  # the MLP's tensors, which a router replaces
+        return dense[:-mlp] + [h * self.experts] if self.experts else dense
 
     @property
     def stage_tensors(self) -> list[int]:

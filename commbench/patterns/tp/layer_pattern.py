@@ -66,12 +66,15 @@ def _tp_call(cfg: TPConfig, t: int, op: str, count: int) -> Call:
     return Call(op, "tp", count * e, *booked(op, cfg.tp, t, count, e))
 
 
-def replicated_sync(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False) -> list[Call]:
+def replicated_sync(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False,
+                    biases: bool = True) -> list[Call]:
     """Under SP, the one all-reduce of the LayerNorm and row-bias gradients over TP (once per
-    optimizer step, not per micro-batch)."""
+    optimizer step, not per micro-batch); ``biases`` False: a layer without biases in its
+    linears (the LayerNorms' alone)."""
     if cfg.tp == 1 or variant not in SP_VARIANTS:
         return []
-    return [_tp_call(cfg, t, "all_reduce", len(replicated(mlp_only)) * cfg.hidden)]
+    names = [n for n in replicated(mlp_only) if biases or n.startswith("ln")]
+    return [_tp_call(cfg, t, "all_reduce", len(names) * cfg.hidden)]
 
 
 def activation_calls(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False) -> list[Call]:
@@ -231,7 +234,7 @@ class LayerPattern(Pattern):
         if lay.tp_style == "torch":
             return {"tp": [(c, L * m) for c in torch_style_calls(cfg, lay.sp)]}
         return {"tp": [(c, L * m) for c in activation_calls(cfg, variant, 0)] +
-                [(c, L) for c in replicated_sync(cfg, variant, 0)]}
+                [(c, L) for c in replicated_sync(cfg, variant, 0, biases=lay.bias)]}
 
     def predicted(self, cfg: TPConfig, variant: str, rank: int, seed=None) -> list[Call]:
         c = self.coords(cfg, rank)
