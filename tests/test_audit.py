@@ -785,16 +785,24 @@ def test_deepspeed_s_cpu_op_is_neither_built_nor_used_while_a_script_runs(tmp_pa
     (comm / "__init__.py").write_text("")
     (comm / "torch.py").write_text("def build_shm_op():\n    return 'compiled'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in [n for n in sys.modules if n == "deepspeed" or n.startswith("deepspeed.")]:
-        monkeypatch.delitem(sys.modules, name)
-    with _deepspeed_without_its_cpu_op():
-        pass
-    assert "deepspeed" not in sys.modules  # nothing imported for a script without it
-    with _deepspeed_without_its_cpu_op():
-        from deepspeed.comm import torch as backend  # imported while the script runs
 
-        assert backend.build_shm_op() is None
-    assert backend.build_shm_op() == "compiled"  # the library's own once the script is done
-    with _deepspeed_without_its_cpu_op():
-        assert sys.modules["deepspeed.comm.torch"].build_shm_op() is None  # imported before
-    assert backend.build_shm_op() == "compiled"
+    def deepspeed_modules() -> list[str]:
+        return [n for n in sys.modules if n.split(".")[0] == "deepspeed"]
+
+    for name in deepspeed_modules():  # the real library's, put back after the test
+        monkeypatch.delitem(sys.modules, name)
+    try:
+        with _deepspeed_without_its_cpu_op():
+            pass
+        assert "deepspeed" not in sys.modules  # nothing imported for a script without it
+        with _deepspeed_without_its_cpu_op():
+            from deepspeed.comm import torch as backend  # imported while the script runs
+
+            assert backend.build_shm_op() is None
+        assert backend.build_shm_op() == "compiled"  # the library's own once the script is done
+        with _deepspeed_without_its_cpu_op():
+            assert sys.modules["deepspeed.comm.torch"].build_shm_op() is None  # imported before
+        assert backend.build_shm_op() == "compiled"
+    finally:  # the stand-in leaves: later tests ask whether DeepSpeed is installed
+        for name in deepspeed_modules():
+            del sys.modules[name]
