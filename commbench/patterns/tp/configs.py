@@ -10,12 +10,13 @@ from dataclasses import asdict, dataclass
 from commbench.names import check_dtype
 
 __all__ = ["MLP_WEIGHTS", "MODELS", "REPLICATED_UNDER_SP", "SP_VARIANTS", "TPConfig", "buckets_of",
-           "param_sizes", "replicated"]
+           "ROW_BIASES", "param_sizes", "replicated"]
 
 # (batch, seq, hidden, ffn) of the studies; heads = hidden / 16
 MODELS = [(2, 64, 64, 256), (2, 128, 128, 512), (2, 256, 256, 1024)]
 MLP_WEIGHTS = ("ln2_w", "ln2_b", "w1", "b1", "w2", "b2")
 REPLICATED_UNDER_SP = ("ln1_w", "ln1_b", "bo", "ln2_w", "ln2_b", "b2")
+ROW_BIASES = ("bo", "b2")  # the row-parallel linears' biases, whole on every TP rank
 SP_VARIANTS = ("sp", "sp_regather")  # the layer's variants under sequence parallelism
 
 
@@ -70,9 +71,11 @@ class TPConfig:
         return asdict(self)
 
 
-def replicated(mlp_only: bool) -> tuple[str, ...]:
-    """The weights whose gradients SP leaves per sequence shard: LayerNorms and row biases."""
-    return REPLICATED_UNDER_SP[3:] if mlp_only else REPLICATED_UNDER_SP
+def replicated(mlp_only: bool, biases: bool = True) -> tuple[str, ...]:
+    """The weights whose gradients SP leaves per sequence shard: LayerNorms and row biases
+    (``biases`` False: a layer whose linears have none, the LayerNorms alone)."""
+    names = REPLICATED_UNDER_SP[3:] if mlp_only else REPLICATED_UNDER_SP
+    return names if biases else tuple(n for n in names if n not in ROW_BIASES)
 
 
 def param_sizes(cfg: TPConfig, mlp_only: bool = False) -> dict[str, int]:

@@ -73,8 +73,7 @@ def replicated_sync(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False,
     linears (the LayerNorms' alone)."""
     if cfg.tp == 1 or variant not in SP_VARIANTS:
         return []
-    names = [n for n in replicated(mlp_only) if biases or n.startswith("ln")]
-    return [_tp_call(cfg, t, "all_reduce", len(names) * cfg.hidden)]
+    return [_tp_call(cfg, t, "all_reduce", len(replicated(mlp_only, biases)) * cfg.hidden)]
 
 
 def activation_calls(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False) -> list[Call]:

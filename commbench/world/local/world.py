@@ -156,7 +156,7 @@ class LocalWorld(FailureReports):
         # reaping), is then killed with the rest, having nothing left to do
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline and any(p.poll() is None for p in self._procs) and \
-                any(spawn.running(pid) for pid in self._pids.values()):
+                self._a_rank_runs():
             time.sleep(0.01)
         self._kill()
         for c in self._conns.values():
@@ -189,9 +189,11 @@ class LocalWorld(FailureReports):
         # close() returns once none runs, so no caller sees a rank outlive its world (where
         # /proc tells: elsewhere spawn.running says yes to every pid)
         deadline = time.monotonic() + 5.0
-        while os.path.isdir("/proc") and time.monotonic() < deadline and \
-                any(spawn.running(pid) for pid in self._pids.values()):
+        while os.path.isdir("/proc") and time.monotonic() < deadline and self._a_rank_runs():
             time.sleep(0.01)
+
+    def _a_rank_runs(self) -> bool:
+        return any(spawn.running(pid) for pid in self._pids.values())
 
     def __enter__(self) -> LocalWorld:
         return self.start()
