@@ -86,12 +86,27 @@ def pytest_configure(config: pytest.Config) -> None:
         seed = int.from_bytes(os.urandom(4), "little")
     config._commbench_seed = seed
     config._commbench_pool = _Pool(config, launched)
+    if not launched and not os.environ.get("COMMBENCH_WORKER"):
+        _share_zygote()
     if launched:
         from commbench.runtime.launch import detect
 
         if detect().rank != 0 and os.environ.get("COMMBENCH_ALL_RANKS") != "1":
             config.option.verbose = -1
             config._commbench_quiet = True  # see pytest_configure below (trylast)
+
+
+def _share_zygote() -> None:
+    """One fork server (:mod:`commbench.world.local.zygote`) for the session's worlds and for
+    those of every command a test starts, named to them by ``COMMBENCH_ZYGOTE``: each rank of
+    each would otherwise import torch for itself. Started now, it imports torch while the tests
+    are collected."""
+    from commbench.world.local import spawn, zygote
+
+    if zygote.supported() and not os.environ.get(zygote.ENV):
+        z = zygote.own(spawn.worker_env(b""))
+        if z is not None:
+            os.environ[zygote.ENV] = z.path
 
 
 @pytest.hookimpl(tryfirst=True)

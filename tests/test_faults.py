@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from commbench.results.compare import CompareError, load
 from commbench.runtime.errors import CallTimeout, SPMDError
-from commbench.world.local import LocalWorld
+from commbench.world.local import LocalWorld, spawn, zygote
 
 pytestmark = pytest.mark.faults
 
@@ -107,7 +107,8 @@ def _sweep(tmp_path, *extra):
          "--transport", "gloo", "--algo", "native,ring,naive", "-b", "8", "-e", "64M", "-f", "2",
          "-n", "3", "-w", "1", "--out", str(tmp_path), "--label", "test-box", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_in_the_foreground,
-        env={k: v for k, v in os.environ.items() if k != "COMMBENCH_DEBUG"})  # as a user runs it
+        # as a user runs it: no debug checks, and its own zygote (which these tests find)
+        env={k: v for k, v in os.environ.items() if k not in ("COMMBENCH_DEBUG", zygote.ENV)})
 
 
 def _wait_rows(path, n, proc, limit=120.0):
@@ -123,17 +124,36 @@ def _wait_rows(path, n, proc, limit=120.0):
     pytest.fail(f"the sweep did not reach {n} rows")
 
 
-def _workers_of(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "commbench.world.local.worker"], capture_output=True, text=True)
-    kids = []
-    for p in map(int, out.stdout.split()):
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                    kids.append(p)
-        except OSError:
-            pass
-    return kids
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    table[int(name)] = (ppid, f.read().replace(b"\0", b" ").decode())
+            except (OSError, IndexError, ValueError):
+                pass
+    return table
+
+
+def _started_by(pid: int) -> tuple[list[int], list[int], bool]:
+    """(the ranks, every process) that driver ``pid`` started, directly or not, and whether it
+    forked them: its ranks are the children of its zygote, or its worker processes where it
+    forks none."""
+    table = _processes()
+    below, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        kids = [p for p, (pp, _) in table.items() if pp == parent]
+        below += kids
+        todo += kids
+    zygotes = [p for p in below if "commbench.world.local.zygote" in table[p][1]]
+    ranks = [p for p in below if table[p][0] in zygotes] if zygotes else \
+        [p for p in below if "commbench.world.local.worker" in table[p][1]]
+    return ranks, below, bool(zygotes)
 
 
 @pytest.mark.local
@@ -142,8 +162,10 @@ def test_an_interrupted_sweep_keeps_its_rows_and_resumes(tmp_path, how):
     path = tmp_path / "all_reduce_test-box-gloo-x2.json"
     proc = _sweep(tmp_path)
     _wait_rows(path, 3, proc)
+    ranks, started, forked = _started_by(proc.pid)
+    assert len(ranks) == 2 and forked == zygote.supported(), (ranks, started)
     if how in ("kill a rank", "stop a rank"):
-        victim = _workers_of(proc.pid)[0]
+        victim = ranks[0]
         os.kill(victim, signal.SIGKILL if how == "kill a rank" else signal.SIGSTOP)
     else:
         proc.send_signal(getattr(signal, how))
@@ -159,7 +181,7 @@ def test_an_interrupted_sweep_keeps_its_rows_and_resumes(tmp_path, how):
         assert "timed out" not in err
     kept = load(str(path))["rows"]  # valid JSON, finished rows all there
     assert len(kept) >= 3 and all(r["wrong"] == 0 for r in kept)
-    assert not _workers_of(proc.pid)
+    assert not [p for p in started if spawn.running(p)]  # nothing it started outlives it
     if how == "SIGINT":  # resume the same run: the kept rows are not measured again
         again = _sweep(tmp_path, "--resume", "-e", "1K")
         out, err = again.communicate(timeout=300)

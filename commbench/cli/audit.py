@@ -12,6 +12,9 @@ from commbench.cli.common import UsageError
 __all__ = ["add_parser", "command"]
 
 
+NCCL_TIMING = "TORCH_NCCL_ENABLE_TIMING"
+
+
 def add_parser(sub) -> None:
     a = sub.add_parser("audit", help="every collective a script of yours issues, per group and "
                        "per module",
@@ -50,6 +53,18 @@ def add_parser(sub) -> None:
 
 
 def command(a) -> int:
+    """The audit; the environment variable it sets for NCCL's timing is taken back after it
+    (a command run inside another program, a test session's, leaves that program's
+    environment as it found it)."""
+    before = os.environ.get(NCCL_TIMING)
+    try:
+        return _audit(a)
+    finally:
+        if before is None:
+            os.environ.pop(NCCL_TIMING, None)
+
+
+def _audit(a) -> int:
     if not os.path.isfile(a.script):
         from commbench.results.files import kind_of
 
@@ -96,7 +111,7 @@ def command(a) -> int:
     from commbench.wire.ledger import Entry
 
     # NCCL records each collective's start and end on the GPU (the device time of the tables)
-    os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
+    os.environ.setdefault(NCCL_TIMING, "1")
     import torch
 
     # the script's own collectives may be on CPU tensors beside CUDA ones (its backend string

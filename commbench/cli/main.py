@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args([a for a in argv if a != "--debug"])
     if script_args:
         args.args = [*args.args, *script_args]
+    _warm_ranks(args)
     import signal
 
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
@@ -108,6 +109,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except Exception as exc:  # noqa: BLE001 - every failure of a run ends in one line
         return _failed(exc, args.cmd, debug)
+
+
+def _warm_ranks(args) -> None:
+    """A command that may start local ranks (it takes ``--np``, and no launcher started this
+    one) starts their zygote now, which imports torch while this process does
+    (:mod:`commbench.world.local.zygote`); a command refused or done without ranks ends it."""
+    if not isinstance(getattr(args, "np", None), int) or args.np < 1:
+        return
+    from commbench.runtime.launch import detect
+
+    if detect().launched or os.environ.get("COMMBENCH_WORKER"):
+        return
+    from commbench.world.local import spawn, zygote
+
+    env = spawn.worker_env(b"")
+    if zygote.supported() and not zygote.compatible(os.environ.get(zygote.ENV), env):
+        zygote.own(env)
 
 
 def _refuse(line: str) -> None:

@@ -55,6 +55,23 @@ class _Unpickler(pickle.Unpickler):
 
 
 def main(argv: list[str] | None = None) -> None:
+    """A rank's process: where the world gave it a zygote (:mod:`.zygote`), the rank's
+    stand-in, which has the rank forked there and ends as it ends; else the rank itself."""
+    argv = sys.argv[1:] if argv is None else argv
+    path = os.environ.get("COMMBENCH_ZYGOTE", "")
+    if path not in ("", "0"):
+        from commbench.world.local.zygote import run_through
+
+        code = run_through(path, "commbench.world.local.worker:rank_main", argv)
+        if code is not None:
+            sys.stdout.flush()
+            os._exit(code)
+    rank_main(argv)
+
+
+def rank_main(argv: list[str]) -> None:
+    """Join the world and serve the driver's tasks (in a process of its own or forked by the
+    zygote)."""
     from commbench.runtime.errors import remote_error
 
     p = argparse.ArgumentParser()

@@ -16,7 +16,8 @@ every failing rank's traceback. No call blocks forever:
 
 After any of these the world is torn down, and the next call spawns a fresh one. Ranks are
 started with ``mpiexec`` when mpi4py and an ``mpiexec`` are there (transports gloo and MPI), else
-as plain processes (gloo only). Every process is killed when the world is closed, when the driver
+as plain processes (gloo only), each forked from a process that imported torch once
+(:mod:`.zygote`). Every process is killed when the world is closed, when the driver
 exits, or when the driver dies (the ranks watch its connection and their parent).
 """
 
@@ -39,7 +40,7 @@ from multiprocessing.connection import Listener, wait
 from commbench.runtime import crashlog
 from commbench.runtime.errors import Outcome, SPMDError, WorldError
 from commbench.runtime.pdeathsig import parent_death_signal
-from commbench.world.local import shm, spawn
+from commbench.world.local import shm, spawn, zygote
 from commbench.world.local.failures import FailureReports
 from commbench.world.local.spawn import find_mpiexec, local_mpiexec, mpi_usable
 
@@ -112,6 +113,8 @@ class LocalWorld(FailureReports):
         store_path = os.path.join(self._dir, "store")
         address = f"127.0.0.1:{listener.address[1]}"
         env = spawn.worker_env(key)
+        forks = zygote.address_for(env)  # where torch is imported once for every rank
+        env[zygote.ENV] = forks or "0"
         cmd = [sys.executable, "-m", "commbench.world.local.worker", "--address", address,
                "--store", store_path, "--size", str(self.size),
                "--status-dir", self._dir, "--backend", self.backend]

@@ -1,0 +1,112 @@
+"""The local world's fork server (commbench.world.local.zygote): ranks forked from one process
+that imported torch behave as ranks started on their own: their environment, folder, streams,
+randomness and exit status are their own, and a rank and its stand-in end together."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from commbench.runtime.errors import RankDied
+from commbench.world.local import LocalWorld, spawn, zygote
+from commbench.world.local.spawn import mpi_usable
+
+pytestmark = [pytest.mark.foundation, pytest.mark.local,
+              pytest.mark.skipif(not zygote.supported(), reason="forks only on Linux")]
+LAUNCHES = ["plain", pytest.param("mpi", marks=pytest.mark.skipif(
+    not mpi_usable(), reason="mpi4py or mpiexec is not installed"))]
+
+
+def _me(ctx, var):
+    import random
+
+    return os.getpid(), os.getppid(), os.environ.get(var), os.getcwd(), random.random()
+
+
+def _parent_cmdline(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().decode(errors="replace")
+
+
+def _gone(pid: int, limit: float = 30.0) -> bool:
+    deadline = time.monotonic() + limit  # a bound for a hang, not a speed
+    while time.monotonic() < deadline:
+        if not spawn.running(pid):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.parametrize("launch", LAUNCHES)
+def test_ranks_are_forked_with_the_environment_and_folder_the_world_gives(tmp_path, monkeypatch,
+                                                                         launch):
+    monkeypatch.setenv("COMMBENCH_TEST_MARK", "set by this test")
+    monkeypatch.chdir(tmp_path)
+    with LocalWorld(3, launch=launch) as w:
+        got = w.run(_me, "COMMBENCH_TEST_MARK")
+        stand_ins = {p.pid for p in w._procs}
+    pids, parents, marks, folders, draws = zip(*got)
+    assert all("commbench.world.local.zygote" in _parent_cmdline(p) for p in parents), parents
+    assert not set(pids) & stand_ins  # the world watches the ranks, not their stand-ins
+    assert set(marks) == {"set by this test"} and set(folders) == {str(tmp_path)}
+    assert len(set(draws)) == 3  # each rank's random state is its own, not the zygote's
+
+
+def test_ranks_whose_import_time_variables_differ_get_a_zygote_of_their_own(monkeypatch):
+    """A zygote imported torch with its own ``TORCH_*``/``OMP_*``/... variables: a world whose
+    variables differ gets its ranks from a zygote started with theirs, so what torch read
+    while it was imported is the rank's."""
+    with LocalWorld(2, launch="plain") as w:
+        shared = {parent for _, parent, *_ in w.run(_me, "TORCH_SHOW_CPP_STACKTRACES")}
+    monkeypatch.setenv("TORCH_SHOW_CPP_STACKTRACES", "1")
+    with LocalWorld(2, launch="plain") as w:
+        got = w.run(_me, "TORCH_SHOW_CPP_STACKTRACES")
+    parents = {parent for _, parent, *_ in got}
+    assert len(parents) == 1 and parents != shared, (parents, shared)
+    assert "commbench.world.local.zygote" in _parent_cmdline(parents.pop())
+    assert {mark for _, _, mark, *_ in got} == {"1"}
+
+
+def test_without_the_zygote_each_rank_is_a_process_of_its_own(monkeypatch):
+    monkeypatch.setenv(zygote.ENV, "0")
+    with LocalWorld(2, launch="plain") as w:
+        got = w.run(_me, "X")
+    assert all(parent == os.getpid() for _, parent, *_ in got), got  # the driver's own children
+
+
+def test_the_zygote_refuses_an_environment_it_was_not_started_with():
+    env = spawn.worker_env(b"")
+    path = zygote.address_for(env)
+    assert path is not None and zygote.compatible(path, env)
+    assert not zygote.compatible(path, dict(env, OMP_NUM_THREADS="7"))
+    assert not zygote.compatible(path, dict(env, PYTHONPATH="elsewhere"))
+    assert zygote.compatible(path, dict(env, COMMBENCH_DEBUG="0"))  # read later, by commbench
+
+
+def test_a_stand_in_ends_with_its_rank_s_exit_status_and_streams():
+    """A rank that exits (here argparse refusing its arguments) ends its stand-in with the same
+    status, its words (under the stand-in's program name) on the stand-in's stderr."""
+    env = dict(spawn.worker_env(b""), **{zygote.ENV: zygote.address_for(spawn.worker_env(b""))})
+    done = subprocess.run([sys.executable, "-m", "commbench.world.local.worker", "--no-such"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "worker.py: error: the following arguments are required: --address" in done.stderr
+
+
+@pytest.mark.parametrize("killed", ["rank", "stand-in"])
+def test_a_rank_and_its_stand_in_end_together(killed):
+    """A rank killed by a signal ends its stand-in by that signal; a stand-in killed (by its
+    launcher, say) takes its rank with it. Either way the world names the rank as dead."""
+    with LocalWorld(2, launch="plain") as w:
+        rank, stand_in = w.pids[1], w._procs[1]  # plain: the driver starts stand-in r for rank r
+        assert rank != stand_in.pid
+        os.kill(rank if killed == "rank" else stand_in.pid, signal.SIGKILL)
+        assert stand_in.wait(timeout=60) == -signal.SIGKILL
+        assert _gone(rank)
+        with pytest.raises(RankDied, match="rank 1"):
+            w.run(_me, "X")
