@@ -9,6 +9,7 @@ import math
 import os
 
 import pytest
+from command import commbench
 from said import said
 from trace_generator import Planned, generate
 
@@ -96,12 +97,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, says):
 @pytest.mark.local
 def test_replay_from_the_command_line_writes_its_rows_and_exits_0(tmp_path):
     import subprocess
-    import sys
 
     generate(2, [Planned("allreduce", (0, 1), 256, "Float"),
                  Planned("send", (0, 1), 9, "Int")], str(tmp_path / "job"))
-    out = subprocess.run([sys.executable, "-m", "commbench", "replay", str(tmp_path / "job"),
-                          "--np", "2", "--out", str(tmp_path), "--label", "t", "--iters", "2"],
+    out = subprocess.run(commbench("replay", str(tmp_path / "job"), "--np", "2", "--out",
+                                   str(tmp_path), "--label", "t", "--iters", "2"),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "every call booked as recorded" in out.stdout
@@ -116,15 +116,14 @@ def test_a_scaled_replay_from_the_command_line_plays_rank_0_s_small_groups(tmp_p
     """An 8-rank job on 2 ranks: rank 0's pair's calls are played, its groups of 4 and 8 and the
     pair it is not in are not."""
     import subprocess
-    import sys
 
     generate(8, [Planned("allreduce", (0, 1), 256, "Float"),
                  Planned("_allgather_base", (0, 2, 4, 6), 64, "Float"),
                  Planned("allreduce", tuple(range(8)), 32, "Float"),
                  Planned("_reduce_scatter_base", (2, 3), 16, "Float"),
                  Planned("_reduce_scatter_base", (0, 1), 512, "Half")], str(tmp_path / "job"))
-    argv = [sys.executable, "-m", "commbench", "replay", str(tmp_path / "job"), "--np", "2",
-            "--out", str(tmp_path), "--label", "t", "--iters", "2"]
+    argv = commbench("replay", str(tmp_path / "job"), "--np", "2",
+                     "--out", str(tmp_path), "--label", "t", "--iters", "2")
     refused = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "--np 2: the recording has 8 ranks" in refused.stderr
     out = subprocess.run(argv + ["--scale"], capture_output=True, text=True, timeout=300)

@@ -13,6 +13,7 @@ from collections import Counter
 
 import pytest
 import torch
+from command import commbench
 from said import said
 
 from commbench.studies.audit import _process_group_kept, in_steps, run_script, tables
@@ -72,10 +73,9 @@ def test_the_dtensor_example_by_hand(world):
 
 @pytest.mark.local
 def test_the_audit_command_prints_and_writes_its_tables(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "commbench", "audit",
-                          os.path.join(EXAMPLES, "torch_tp_sp.py"), "--np", "2", "--out",
-                          str(tmp_path), "--label", "test-box"], capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(commbench("audit", os.path.join(EXAMPLES, "torch_tp_sp.py"), "--np",
+                                   "2", "--out", str(tmp_path), "--label", "test-box"),
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "| group" in out.stdout and "reduce_scatter" in out.stdout
     record = json.loads((tmp_path / "audit_torch_tp_sp_test-box-x2.json").read_text())
@@ -376,9 +376,9 @@ def test_the_step_a_script_marks_is_compared_apart_from_its_set_up(world, tmp_pa
     script.write_text(STEPPED)
 
     def audit(*flags):
-        return subprocess.run([sys.executable, "-m", "commbench", "audit", str(script), "--np",
-                               "2", "--no-write", "--layout", SP_LAYOUT, *flags, "--",
-                               os.path.abspath(EXAMPLES)],
+        return subprocess.run(commbench("audit", str(script), "--np", "2", "--no-write",
+                                        "--layout", SP_LAYOUT, *flags, "--",
+                                        os.path.abspath(EXAMPLES)),
                               capture_output=True, text=True, timeout=300, cwd=tmp_path)
 
     one = audit("--step", "2")

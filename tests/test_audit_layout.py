@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
+from command import commbench
 
 from commbench.costmodel.layout_config import Layout
 from commbench.studies.audit import run_script
@@ -124,8 +124,8 @@ def test_megatron_s_sp_layer_makes_the_layout_s_calls(world):
 
 @pytest.mark.local
 def test_audit_layout_exits_1_with_the_differences_and_2_on_a_bad_spec(tmp_path):
-    cmd = [sys.executable, "-m", "commbench", "audit", EXAMPLE, "--np", "2", "--out",
-           str(tmp_path), "--label", "t", "--layout", SPEC.format(P=2)]
+    cmd = commbench("audit", EXAMPLE, "--np", "2", "--out", str(tmp_path), "--label", "t",
+                    "--layout", SPEC.format(P=2))
     out = subprocess.run([*cmd, "--", "--extra-gather"], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 1, out.stderr

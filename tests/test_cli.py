@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from command import commbench
 from said import said
 
 from commbench.cli.main import main
@@ -16,8 +17,8 @@ pytestmark = pytest.mark.collectives
 
 
 def _cli(*args: str, env=None, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    return subprocess.run(commbench(*args, env=env), capture_output=True, text=True,
+                          timeout=timeout, env=env)
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -7,10 +7,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
+from command import commbench
 
 from commbench.results.pieces import Pieces
 
@@ -85,9 +85,9 @@ def test_under_a_launcher_every_rank_takes_rank_0_s_pieces_and_refusal(tmp_path)
 
 
 def _study(tmp_path, *extra):
-    return subprocess.Popen([sys.executable, "-m", "commbench", "run", "ddp", "--np", "2", "-n",
-                             "2", "-w", "1", "--out", str(tmp_path), "--label", "test-box",
-                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(commbench("run", "ddp", "--np", "2", "-n", "2", "-w", "1", "--out",
+                                      str(tmp_path), "--label", "test-box", *extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.mark.local

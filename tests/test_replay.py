@@ -9,6 +9,7 @@ import json
 import os
 
 import pytest
+from command import commbench
 
 from commbench.cli.replay import rows_of
 from commbench.studies.audit import run_script
@@ -225,11 +226,10 @@ def test_a_replay_of_a_generated_nccl_job_books_exactly_its_calls(world, tmp_pat
 @pytest.mark.local
 def test_the_audit_writes_kineto_traces_that_analyze_reads(tmp_path):
     import subprocess
-    import sys
 
     script = os.path.join(EXAMPLES, "torch_tp_sp.py")
-    out = subprocess.run([sys.executable, "-m", "commbench", "audit", script, "--np", "2",
-                          "--no-write", "--kineto", str(tmp_path / "k")], capture_output=True,
+    out = subprocess.run(commbench("audit", script, "--np", "2", "--no-write", "--kineto",
+                                   str(tmp_path / "k")), capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert sorted(os.listdir(tmp_path / "k")) == ["rank0.pt.trace.json", "rank1.pt.trace.json"]

@@ -40,7 +40,7 @@ from multiprocessing.connection import Listener, wait
 from commbench.runtime import crashlog
 from commbench.runtime.errors import Outcome, SPMDError, WorldError
 from commbench.runtime.pdeathsig import parent_death_signal
-from commbench.world.local import shm, spawn, zygote
+from commbench.world.local import shm, spawn
 from commbench.world.local.failures import FailureReports
 from commbench.world.local.spawn import find_mpiexec, local_mpiexec, mpi_usable
 
@@ -113,6 +113,8 @@ class LocalWorld(FailureReports):
         store_path = os.path.join(self._dir, "store")
         address = f"127.0.0.1:{listener.address[1]}"
         env = spawn.worker_env(key)
+        from commbench.world.local import zygote  # (not at the top: ``python -m`` runs it)
+
         forks = zygote.address_for(env)  # where torch is imported once for every rank
         env[zygote.ENV] = forks or "0"
         cmd = [sys.executable, "-m", "commbench.world.local.worker", "--address", address,

@@ -254,8 +254,8 @@ def _become_rank(req: dict, close: list[socket.socket]) -> None:
         import importlib
 
         module, name = req["entry"].split(":")
-        getattr(importlib.import_module(module), name)(req["argv"])
-        code = 0
+        code = getattr(importlib.import_module(module), name)(req["argv"])
+        code = code if isinstance(code, int) else 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:
@@ -355,5 +355,25 @@ def _kill(pid: int | None) -> None:
             pass
 
 
+def main(argv: list[str]) -> None:
+    """``FOLDER``: serve as the zygote of that folder. ``--through SOCKET module:function
+    ARGS...``: run ``function(ARGS)`` forked from the zygote at SOCKET as this process (tests
+    run the command line so: ``commbench.cli.main:main``), or here where that zygote was
+    started with other import-time variables than this process has, or is gone."""
+    if argv[:1] != ["--through"]:
+        serve(argv[0])
+        return
+    path, entry, *rest = argv[1:]
+    if compatible(path, dict(os.environ)):
+        code = run_through(path, entry, rest)
+        if code is not None:
+            sys.exit(code)
+    import importlib
+
+    module, name = entry.split(":")
+    sys.argv = [entry, *rest]
+    sys.exit(getattr(importlib.import_module(module), name)(rest))
+
+
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    main(sys.argv[1:])
