@@ -86,8 +86,6 @@ def pytest_configure(config: pytest.Config) -> None:
         seed = int.from_bytes(os.urandom(4), "little")
     config._commbench_seed = seed
     config._commbench_pool = _Pool(config, launched)
-    if not launched and not os.environ.get("COMMBENCH_WORKER"):
-        _share_zygote()
     if launched:
         from commbench.runtime.launch import detect
 
@@ -99,8 +97,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def _share_zygote() -> None:
     """One fork server (:mod:`commbench.world.local.zygote`) for the session's worlds and for
     those of every command a test starts, named to them by ``COMMBENCH_ZYGOTE``: each rank of
-    each would otherwise import torch for itself. Started now, it imports torch while the tests
-    are collected."""
+    each would otherwise import torch for itself. Started once the tests are collected, where
+    one of them takes a world or starts its own (a session of other tests starts none); it
+    imports torch while the first tests run."""
     from commbench.world.local import spawn, zygote
 
     if zygote.supported() and not os.environ.get(zygote.ENV):
@@ -187,6 +186,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config._commbench_pool.launched:
+        if not os.environ.get("COMMBENCH_WORKER") and any(
+                "world" in getattr(item, "fixturenames", ()) or item.get_closest_marker("local")
+                for item in items):
+            _share_zygote()  # only for a session that starts ranks
         return
     skip = pytest.mark.skip(reason="tests the local world itself; under a launcher the ranks are "
                                    "the launcher's")

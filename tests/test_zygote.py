@@ -110,3 +110,23 @@ def test_a_rank_and_its_stand_in_end_together(killed):
         assert _gone(rank)
         with pytest.raises(RankDied, match="rank 1"):
             w.run(_me, "X")
+
+
+def test_a_test_session_starts_a_zygote_only_where_its_tests_start_ranks(tmp_path):
+    """The plugin loads in every pytest session of an environment that has commbench; a
+    session none of whose tests takes a world or starts one (``local``) starts no zygote."""
+    (tmp_path / "test_plain.py").write_text(
+        "import os\n\ndef test_env():\n    print('ZYGOTE', os.environ.get('COMMBENCH_ZYGOTE'))\n")
+    (tmp_path / "test_local.py").write_text(
+        "import os, pytest\n\n@pytest.mark.local\ndef test_env():\n"
+        "    print('ZYGOTE', os.environ.get('COMMBENCH_ZYGOTE'))\n")
+    env = {k: v for k, v in os.environ.items() if k != zygote.ENV}
+    seen = {}
+    for name in ("test_plain.py", "test_local.py"):
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                              name], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        seen[name] = next(line.split(" ", 1)[1] for line in out.stdout.splitlines()
+                          if line.startswith("ZYGOTE"))
+    assert seen["test_plain.py"] == "None" and seen["test_local.py"].endswith("/socket"), seen
