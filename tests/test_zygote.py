@@ -130,3 +130,19 @@ def test_a_test_session_starts_a_zygote_only_where_its_tests_start_ranks(tmp_pat
         seen[name] = next(line.split(" ", 1)[1] for line in out.stdout.splitlines()
                           if line.startswith("ZYGOTE"))
     assert seen["test_plain.py"] == "None" and seen["test_local.py"].endswith("/socket"), seen
+
+
+def test_a_malformed_request_leaves_the_zygote_serving():
+    """A request cut short or not JSON is dropped with the descriptors it brought; the next
+    world's ranks are still forked there."""
+    import socket
+
+    path = zygote.address_for(spawn.worker_env(b""))
+    for junk in (b"\x00\x00\x00\x09{not json", b"\x00\x00", b"\x00\x00\x01\x00{}"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        socket.send_fds(s, [junk], [0])
+        s.close()
+    with LocalWorld(2, launch="plain") as w:
+        got = w.run(_me, "X")
+    assert all("commbench.world.local.zygote" in _parent_cmdline(p) for _, p, *_ in got)

@@ -201,24 +201,26 @@ def run_through(path: str, entry: str, argv: list[str]) -> int | None:
 
 # -- the zygote ------------------------------------------------------------------------------
 def _read_request(c: socket.socket) -> dict | None:
+    """A stand-in's request with the descriptors it sent, or None (those closed) where it is
+    incomplete or malformed."""
     c.settimeout(10.0)
+    fds: list[int] = []
+    req = None
     try:
         head, fds, _, _ = socket.recv_fds(c, 4, 8)
-        if len(head) != 4:
-            return None
         (n,) = struct.unpack("!I", head)
         body = b""
         while len(body) < n:
             chunk = c.recv(n - len(body))
             if not chunk:
-                return None
+                break
             body += chunk
         req = json.loads(body)
-    except (OSError, ValueError):
-        return None
+    except (OSError, ValueError, struct.error):
+        req = None
     finally:
         c.settimeout(None)
-    if len(fds) != len(req.get("targets", ())):
+    if not isinstance(req, dict) or len(fds) != len(req.get("targets", ())):
         for fd in fds:
             os.close(fd)
         return None
@@ -307,8 +309,9 @@ def serve(folder: str) -> None:
                 ranks[srv.accept()[0]] = None
             elif ranks[s] is None:
                 req = _read_request(s)
-                if req is None:
-                    ranks.pop(s).close()
+                if req is None:  # dropped: the stand-in does the work itself
+                    del ranks[s]
+                    s.close()
                     continue
                 pid = os.fork()
                 if pid == 0:
