@@ -103,34 +103,51 @@ def test_the_pipeline_trace_shows_each_rank_s_calls_in_order(world):
     assert first_recv_end >= first_send
 
 
+def _blocking_over_compute(o: dict, nonblocking: tuple[str, ...]) -> list:
+    """A rank's blocking calls that overlap one of its computations: (call, start, end)."""
+    from commbench.wire.ledger import Entry
+
+    calls = [Entry(*t) for t in o["timeline"]]
+    return [(e.op, e.start, e.start + e.seconds) for e in calls if e.op not in nonblocking
+            for a, b in o["span_stats"]["compute_spans"]
+            if min(e.start + e.seconds, b) - max(e.start, a) > 1e-6]
+
+
 @pytest.mark.world(sizes=[2, 4])
 @pytest.mark.parametrize("variant", ["gpipe", "1f1b", "interleaved"])
 def test_the_trace_shows_the_bubble_the_pipeline_measures(world, variant):
     """A step's bubble two ways: from the trace (blocking receives and the wait for the
     slowest rank, over the slowest rank's step) and from the pipeline's own clock around its
-    computation (1 - busy / step), both of the same step. The compute is synthetic (50 ms a
-    layer forward for the batch), so the two differ by the step's Python overhead only. How
-    near either lies to the schedule's (p-1)/(vm+p-1) depends on the machine's load: the
-    studies report it (results/pp_*); the arithmetic is held exactly below."""
+    computation (1 - busy / step). The trace books no computation as idle: on every rank no
+    blocking call overlaps a computation and all of them lie in the step, so the trace's bubble
+    is at most the pipeline's, rank by rank; the rest of the difference is the step's Python
+    overhead, whose share depends on the machine's load and is not held here. How near either
+    lies to the schedule's (p-1)/(vm+p-1) the studies report (results/pp_*); the arithmetic is
+    held exactly by the tests beside this one."""
     from commbench.patterns.pp.pp import trace_bubble
+    from commbench.results.trace import NONBLOCKING, chrome_trace, idle_fraction
 
     P = world.size
     cfg = PPConfig(stages=P, layers=2 * P, hidden=8, batch=2 * P, micro=P, virtual=2,
-                   compute_s=0.05)
+                   compute_s=0.01)
     outs = world.run(run_pattern, "pp", cfg, variant, 0, None, 1, 0)  # the trace's: a warm step
     wall = max(o["span"][1] - o["span"][0] for o in outs)
+    for o in outs:
+        lo, hi = o["span"]
+        assert all(lo <= a <= b <= hi for a, b in o["span_stats"]["compute_spans"])
+        assert _blocking_over_compute(o, NONBLOCKING) == []
     own = sum(1 - o["span_stats"]["busy_s"] / wall for o in outs) / P
     seen = trace_bubble(outs)
-    assert seen == pytest.approx(own, abs=0.05)
-    # negative: a trace that counted the isends' post-to-wait time as idle sees no such bubble
-    from commbench.results.trace import NONBLOCKING, chrome_trace, idle_fraction
-
+    assert 0 < seen <= own + 1e-9
+    # negative: booked as blocking, the sends (posted after a computation, waited at the end
+    # of the step) overlap the computations that follow them, and the bubble grows by them
     assert NONBLOCKING == ("isend", "irecv")
+    assert any(_blocking_over_compute(o, ()) for o in outs)
     t = chrome_trace([("s", [o["timeline"] for o in outs], [o["span"] for o in outs])])
     for e in t["traceEvents"]:
         if e.get("name") == "isend":
             e["name"] = "send"  # booked as blocking
-    assert idle_fraction(t, "s") > seen + 0.05
+    assert idle_fraction(t, "s") > seen
 
 
 def test_pipeline_schedules_in_their_exact_order():

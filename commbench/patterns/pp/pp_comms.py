@@ -131,12 +131,13 @@ class _ActivationMeter:
 
 
 class _Busy:
-    """The compute time of a rank's steps: the host clock on a CPU; on a GPU CUDA events on the
+    """The compute time of a rank's steps: the host clock on a CPU, with each computation's
+    (start, end) on it (the clock a trace's calls are timed on); on a GPU CUDA events on the
     current stream (the host only queues the kernels, so its clock would time the enqueue)."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
-        self.seconds, self.events = 0.0, []
+        self.seconds, self.events, self.spans = 0.0, [], []
 
     def start(self):
         if not self.cuda:
@@ -147,7 +148,9 @@ class _Busy:
 
     def stop(self, mark) -> None:
         if not self.cuda:
-            self.seconds += time.perf_counter() - mark
+            end = time.perf_counter()
+            self.seconds += end - mark
+            self.spans.append((mark, end))
             return
         ev = torch.cuda.Event(enable_timing=True)
         ev.record()
@@ -243,7 +246,8 @@ def pipeline(ctx, cfg: PPConfig, variant: str, data: dict, g: Group, parts: PPPa
     link.finish()
     return {"loss": loss_total,
             **{f"dw{c * per + k}": w.grad for c, ws in mine.items() for k, w in enumerate(ws)},
-            "stats": {"busy_s": clock.total(), "peak_activation_bytes": meter.peak,
+            "stats": {"busy_s": clock.total(), "compute_spans": clock.spans or None,
+                      "peak_activation_bytes": meter.peak,
                       "layer_forwards": forwards}}
 
 
