@@ -205,3 +205,76 @@ def test_a_whole_8_rank_dlrm_job_lines_up_call_by_call():
         assert len(m.calls) == 8 and len({(c.op, c.size) for c in m.calls}) == 1
         starts = [c.ts for c in m.calls]
         assert m.skew_us == pytest.approx(max(starts) - min(starts))
+
+
+ROCM = os.path.join(os.path.dirname(__file__), "data", "traces", "tracelens",
+                    "mi300x_resnet_rank0.json.gz")
+
+
+def _covered(span: tuple[float, float], cover: list[tuple[float, float]]) -> float:
+    """How much of ``span`` the union of ``cover`` (sorted, merged) holds."""
+    a, b = span
+    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in cover)
+
+
+def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for x, y in sorted(spans):
+        if out and x <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], y)
+        else:
+            out.append([x, y])
+    return [(x, y) for x, y in out]
+
+
+def test_a_rocm_job_s_rccl_kernels_linked_or_launched_before_the_window():
+    """Rank 0 of 8 MI300X ranks (RCCL 2.22.3): every collective runs as RCCL's
+    ``ncclDevKernel_Generic``, which names neither collective nor algorithm. A kernel whose
+    External id is a ``record_param_comms`` is that call (op, bytes from its args); five were
+    launched before the profiler's window opened: counted as communication of unknown op and
+    size, with their time and exposed time (before: labelled send/recv). Each call sits in the
+    step of its CPU op (before: the kernels that carry their call's args were put in the step
+    of their GPU start, which on this job is two steps late).
+    Source: AMD-AGI/TraceLens, tests/traces/mi300/resnet_act_checkpoint.json.gz (MIT)."""
+    _, ev = _events(ROCM)
+    ops = {e["args"]["External id"]: e["args"] for e in ev if e["name"] == "record_param_comms"}
+    itemsize = {"BFloat16": 2, "Long": 8}
+    names = {"allreduce": "all_reduce", "broadcast": "broadcast"}
+    nccl = [e for e in ev if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
+    want = []
+    for k in nccl:
+        a = ops.get(k["args"].get("External id"))
+        want.append(("unknown", 0, float(k["dur"])) if a is None else
+                    (names[a["Collective name"]], a["In msg nelems"] * itemsize[a["dtype"]],
+                     float(k["dur"])))
+    t = kineto.read(ROCM, progress=False)
+    assert (t.rank, t.world_size, t.nccl_version) == (0, 8, "2.22.3")
+    assert sorted((c.op, c.size, c.dur) for c in t.calls) == sorted(want) and len(want) == 17
+    assert t.unlinked == sum(op == "unknown" for op, _, _ in want) == 5
+    assert {(c.algo, c.proto) for c in t.calls} == {("unknown", "unknown")}
+    # a third of the rank's communication time is in the kernels launched before the window
+    unlinked = sum(d for op, _, d in want if op == "unknown")
+    assert 0.3 < unlinked / sum(d for _, _, d in want) < 0.4
+    # exposed: each kernel's time that no computation kernel covers, summed
+    compute = _merged([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in ev
+                       if e.get("cat") == "kernel" and not e["name"].startswith("nccl")])
+    exposed = sum(float(k["dur"]) - _covered((float(k["ts"]), float(k["ts"]) + float(k["dur"])),
+                                             compute) for k in nccl)
+    rows = match([t])
+    assert len(rows) == 17
+    assert sum(m.exposed_us for m in rows) == pytest.approx(exposed)
+    # the GPU runs two steps behind: a call's step is the ProfilerStep#N holding its CPU op
+    # (the unlinked ones' ops came before the window: no step); by the kernels' own start
+    # 8 of the 12 would fall after the last step
+    steps = [(int(e["name"].split("#")[1]), e["ts"], e["ts"] + e["dur"]) for e in ev
+             if e["name"].startswith("ProfilerStep#") and e.get("cat") == "user_annotation"]
+    cpu_ts = {e["args"]["External id"]: e["ts"] for e in ev if e["name"] == "record_param_comms"}
+
+    def step(k: dict) -> int:
+        at = cpu_ts.get(k["args"].get("External id"))
+        return next((n for n, a, b in steps if at is not None and a <= at < b), 0)
+
+    assert sorted((c.ts, c.step) for c in t.calls) == sorted((float(k["ts"]), step(k))
+                                                             for k in nccl)
+    assert [sum(step(k) == n for k in nccl) for n in (0, 15, 16, 17)] == [5, 4, 4, 4]
+    assert sum(float(k["ts"]) >= max(b for _, _, b in steps) for k in nccl) == 8

@@ -234,6 +234,6 @@ def per_step(traces: list[RankTrace]) -> list[dict]:
         for n in sorted(steps):
             comm, bare = exposed(steps[n], cover)
             out.append({"rank": t.rank, "step": n, "calls": len(steps[n]), "comm_us": comm,
-                        "exposed_us": bare,
+                        **({"outside": bool(t.steps)} if not n else {}), "exposed_us": bare,
                         "overlap": (1 - bare / comm) if comm > 0 else None})
     return out

@@ -47,6 +47,8 @@ from commbench.traces.calls import (
     ranks_of,
 )
 
+UNKNOWN = "unknown"  # the op of an unlinked kernel whose name states none
+
 __all__ = ["RankTrace", "read"]
 
 _ITEMSIZE = dict(DTYPES.values())  # commbench's dtype -> bytes
@@ -128,6 +130,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
     later: list[tuple[dict, dict, tuple[str, str] | None]] = []  # calls naming only their group
     prof: list[tuple[dict, dict]] = []  # the process groups' profiler ops (torch < 2.1's sizes)
     launches = _Launches()  # the runtime calls that launched kernels: correlation, thread, ts
+    own: list[tuple[Call, object]] = []  # kernels with their call's args, and its External id
     unsized = 0  # record_param_comms without sizes: torch < 2.1
     say = stream.progress_line(path) if progress and os.path.getsize(path) > \
         stream.PROGRESS_BYTES else None
@@ -150,6 +153,8 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
                     later.append((e, e["args"], choice))
                 else:
                     kernels.append(c)
+                    if e["args"].get("External id") is not None:
+                        own.append((c, e["args"]["External id"]))
             else:
                 pending.append((_slim(e), choice))
         elif cat in ("cuda_runtime", "cuda_driver") and "Launch" in name:
@@ -184,6 +189,8 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
         c = make.call(e, args, choice, needed=True)
         if choice is not None:
             kernels.append(c)
+            if args.get("External id") is not None:
+                own.append((c, args["External id"]))
         else:
             cpu.append(c)
             if args.get("External id") is not None:
@@ -193,6 +200,9 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
         found = launches.of({e["args"].get("correlation") for e, _ in pending})
     else:
         inner, found = None, {}
+    for c, ext in own:  # the step is the CPU op's: the GPU may run steps behind
+        if ext in by_id:
+            c.host_ts = by_id[ext].ts
     for e, choice in pending:
         base = by_id.get(e["args"].get("External id"))
         if base is None and inner is not None:  # linked through its launch
@@ -269,15 +279,19 @@ class _Launches:
 
 
 def _unlinked(e: dict, choice: tuple[str, str]) -> Call:
-    """An NCCL kernel whose call the trace does not hold: its collective from its name (the
-    records' kernel word; ``SendRecv`` stays ``send/recv``), no sizes, no group, its device time.
-    It counts in the rank's communication and exposed time; nothing is matched to it."""
+    """An NCCL kernel whose call the trace does not hold: its collective from its name where the
+    name states one (the records' kernel word: ``AllReduce``, ``Broadcast``, ...), else
+    ``unknown``: RCCL's ``Generic`` kernel runs any collective, and NCCL runs collectives as well
+    as point-to-point under ``SendRecv`` (the sampled and DLRM traces of the corpus). No sizes,
+    no group; its device time. It counts in the rank's communication and exposed time; nothing
+    is matched to it."""
     word = kernel_word(str(e.get("name", "")))
-    op = next((o.name for o in OPS.values() if o.nccl and o.names.kernel == word), "send/recv")
+    op = next((o.name for o in OPS.values() if o.nccl and o.names.kernel == word), UNKNOWN)
+    known = op != UNKNOWN
     return Call(-1, op, sys.intern(word), (), "", "unlinked (launched before the trace)", "", 0,
                 0, 0, float(e["ts"]), float(e.get("dur") or 0.0), source="kernel-unlinked",
-                algo=choice[0] if op != "send/recv" else "", proto=choice[1] if op != "send/recv"
-                else "", stream=str(e.get("tid", "")))
+                algo=choice[0] if known else "unknown", proto=choice[1] if known else "unknown",
+                stream=str(e.get("tid", "")))
 
 
 def _stated(op: str, kernel: str, choice: tuple[str, str]) -> tuple[str, str]:
@@ -364,6 +378,8 @@ def _number(out: RankTrace) -> None:
             k = (c.group, c.peer) if c.op in P2P else (c.group,)
             c.seq = counters.get(k, 0)
             counters[k] = c.seq + 1
+        if c.source == "kernel-unlinked":  # its CPU op came before the window: in none of its steps
+            continue
         at = c.host_ts if c.host_ts >= 0 else c.ts  # the CPU op's step: the GPU may run behind
         for n, t0, t1 in out.steps:
             if t0 <= at < t1:

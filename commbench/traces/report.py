@@ -98,13 +98,15 @@ def markdown(rec: dict, top: int = 20) -> str:
                      headers=["op", "ranks", "size >=", "calls", "median time(us)",
                               "median busbw"] + (["model busbw"] if model else [])
                      + (["baseline busbw"] if base else []), tablefmt="github")
-    steps = tabulate([[s["rank"], s["step"] or "whole", s["calls"], _f(s["comm_us"]),
+    steps = tabulate([[s["rank"], s["step"] or ("outside" if s.get("outside") else "whole"),
+                       s["calls"], _f(s["comm_us"]),
                        _f(s["exposed_us"]), _f(s["overlap"], ".2f")] for s in rec["steps"]],
                      headers=["rank", "step", "calls", "comm(us)", "exposed(us)", "overlap"],
                      tablefmt="github")
     text += (f"\nPer group:\n\n{groups}\n\nPer op and size:\n\n{sizes}\n\nPer rank and step "
-             f"(ProfilerStep#N; comm: the union of its calls; exposed: the part no computation "
-             f"kernel covers):\n\n{steps}\n")
+             f"(ProfilerStep#N, the one that holds the call's CPU op; outside: calls whose op is in "
+             f"none, launched before the window among them; comm: the union of its calls; "
+             f"exposed: the part no computation kernel covers):\n\n{steps}\n")
     lay = rec.get("layout")
     if lay:
         from commbench.studies.audit_layout import layout_tables
