@@ -46,17 +46,56 @@ HTA = ("import json, sys, logging\n"
        "df = TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap(visualize=False)\n"
        "print(json.dumps({int(r): round(float(p) / 100, 4) for r, p in "
        "zip(df['rank'], df['comp_comm_overlap_pctg'])}))\n")
-RSS = "\nimport resource; print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+SELF = "\nimport resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
 
 
-def child(python: str, code: str, folder: str) -> tuple[float, float, dict]:
-    """(seconds, peak MB, per-rank overlap) of ``code`` in a fresh ``python``."""
+def child(python: str, code: str, folder: str) -> tuple[float, dict]:
+    """(seconds, per-rank overlap) of ``code`` in a fresh ``python``."""
     t0 = time.perf_counter()
-    p = subprocess.run([python, "-c", code + RSS, folder], capture_output=True, text=True,
-                       check=True)
+    p = subprocess.run([python, "-c", code, folder], capture_output=True, text=True, check=True)
     seconds = time.perf_counter() - t0
-    lines = p.stdout.strip().splitlines()
-    return seconds, int(lines[-1].split()[1]) / 1024, json.loads(lines[-2])
+    return seconds, json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _tree_kb(root: int) -> int:
+    """Resident KB of ``root`` and every process descended from it (its workers), from /proc."""
+    parent: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo += [c for c, pp in parent.items() if pp == pid and c not in tree]
+    kb = 0
+    for pid in tree:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                kb += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+        except OSError:
+            pass
+    return kb
+
+
+def peak_mb(python: str, code: str, folder: str) -> float:
+    """The peak resident memory of ``code``'s process and its workers together, sampled every
+    10 ms in a run of its own (the sampling costs CPU: it is not the timed run), and at least
+    the process' own maximum resident set (a sample may miss it)."""
+    p = subprocess.Popen([python, "-c", code + SELF, folder], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
+    peak = 0
+    while p.poll() is None:
+        peak = max(peak, _tree_kb(p.pid))
+        time.sleep(0.01)
+    out = p.stdout.read().split()
+    if p.returncode or not out:
+        raise SystemExit(f"{python} -c ... {folder}: exit {p.returncode}")
+    return max(peak, int(out[-1])) / 1024  # a sample may miss the main process' own peak
 
 
 def generated(folder: str, ranks: int, mb: int) -> None:
@@ -81,11 +120,17 @@ def main() -> None:
     generated(made, a.ranks, a.mb)
     sets = {"PARAM DLRM, 8 ranks (tests/data)": DLRM,
             f"generated torch 2.x, {a.ranks} ranks x {a.mb} MB": made}
+    hta = subprocess.run([a.hta_python, "-c", "import importlib.metadata as m; "
+                          "print(m.version('HolisticTraceAnalysis'))"], capture_output=True,
+                         text=True, check=True).stdout.strip()
     print("# commbench analyze beside Holistic Trace Analysis\n")
+    print(f"HTA {hta}; {os.cpu_count()} cores.\n")
     print(f"`python suites/trace_vs_hta.py --hta-python HTA --ranks {a.ranks} --mb {a.mb} "
           f"--repeat {a.repeat}`; each tool a fresh interpreter per run, the runs interleaved; "
-          "medians with the range in brackets; peak memory is the process's maximum resident "
-          "set, interpreter included.\n")
+          "medians with the range in brackets; peak memory is the resident memory of the "
+          "tool's process and its workers together (both read ranks in forked workers), "
+          "interpreters included, sampled every 10 ms in a separate run (and at least the main "
+          "process' own maximum resident set).\n")
     print("| trace set | tool | seconds | peak MB | HTA/commbench time | overlap per rank |")
     print("|---|---|---|---|---|---|")
     for label, folder in sets.items():
@@ -93,15 +138,18 @@ def main() -> None:
         for _ in range(a.repeat):
             got["commbench"].append(child(sys.executable, OURS, folder))
             got["HTA"].append(child(a.hta_python, HTA, folder))
+        mem = {"commbench": peak_mb(sys.executable, OURS, folder),
+               "HTA": peak_mb(a.hta_python, HTA, folder)}
         med = {k: statistics.median(r[0] for r in v) for k, v in got.items()}
         for tool, runs in got.items():
-            secs, mbs = [r[0] for r in runs], [r[1] for r in runs]
+            secs = [r[0] for r in runs]
             ratio = f"{med['HTA'] / med['commbench']:.1f}" if tool == "commbench" else ""
-            overlap = ", ".join(f"{r}: {v:.3f}" for r, v in sorted(runs[0][2].items(),
+            mb = f"{mem[tool]:.0f}" + (f" (1/{mem['HTA'] / mem['commbench']:.1f})"
+                                       if tool == "commbench" else "")
+            overlap = ", ".join(f"{r}: {v:.3f}" for r, v in sorted(runs[0][1].items(),
                                                                  key=lambda kv: int(kv[0])))
             print(f"| {label} | {tool} | {statistics.median(secs):.2f} "
-                  f"[{min(secs):.2f}..{max(secs):.2f}] | {statistics.median(mbs):.0f} "
-                  f"[{min(mbs):.0f}..{max(mbs):.0f}] | {ratio} | {overlap} |")
+                  f"[{min(secs):.2f}..{max(secs):.2f}] | {mb} | {ratio} | {overlap} |")
     shutil.rmtree(made, ignore_errors=True)
 
 

@@ -377,3 +377,26 @@ def test_an_nccl_kernel_launched_before_the_trace_counts_as_communication(tmp_pa
     assert sum(m.exposed_us for m in rows) == pytest.approx(70.0)
     text = markdown(record([t], rows, {}))
     assert "1 NCCL kernel(s) launched before the trace's window" in text
+
+
+def test_a_job_s_files_read_by_forked_workers_are_the_ones_read_in_turn(tmp_path):
+    """Ranks read in parallel (forked workers, one file each at a time) give the traces read
+    one after another, in the files' order, and a worker's error is the caller's one line."""
+    import os
+
+    from commbench.traces.job import read_all
+
+    dlrm = os.path.join(os.path.dirname(__file__), "data", "traces", "param", "dlrm_kineto")
+    paths = sorted(os.path.join(dlrm, f) for f in os.listdir(dlrm))
+    alone = read_all(paths, progress=False, workers=1)
+    forked = read_all(paths, progress=False, workers=2)
+    assert [t.rank for t in forked] == list(range(8))
+    for a, b in zip(alone, forked, strict=True):
+        assert (a.path, a.rank, a.world_size, a.unlinked, a.steps) == \
+            (b.path, b.rank, b.world_size, b.unlinked, b.steps)
+        assert [c.key() + (c.op, c.size, c.ts, c.dur, c.step) for c in a.calls] == \
+            [c.key() + (c.op, c.size, c.ts, c.dur, c.step) for c in b.calls]
+        assert list(a.compute_ts) == list(b.compute_ts)
+    bad = _write(tmp_path / "bad.json", '{"traceEvents": [')
+    with pytest.raises(TraceError, match="bad.json: traceEvents ends before its"):
+        read_all([paths[0], bad], progress=False, workers=2)

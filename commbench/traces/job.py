@@ -8,6 +8,7 @@ members without a file gets no cross-rank figures. A single file is analysed on 
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 
 from commbench.results.files import kind_of
@@ -15,7 +16,31 @@ from commbench.traces.calls import TraceError
 from commbench.traces.kineto import RankTrace, read
 from commbench.traces.stream import LIMIT
 
-__all__ = ["files", "load"]
+__all__ = ["PARALLEL_BYTES", "files", "load", "read_all"]
+
+PARALLEL_BYTES = 4 << 20  # files of a job larger than this together are read in parallel
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity call (macOS)
+        return os.cpu_count() or 1
+
+
+def read_all(paths: list[str], progress: bool = True, limit: int = LIMIT,
+             workers: int | None = None) -> list[RankTrace]:
+    """Every file's trace, in order: read in parallel by forked processes, one file each at a
+    time, where there are several files, cores to spare and bytes enough to pay for the fork
+    (``workers``: how many; None: as many as cores and files allow); else one after another.
+    A worker's error (TraceError, one line) is the caller's."""
+    n = min(len(paths), _cores()) if workers is None else workers
+    if workers is None and sum(os.path.getsize(p) for p in paths) < PARALLEL_BYTES:
+        n = 1
+    if n < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return [read(p, progress, limit) for p in paths]
+    with multiprocessing.get_context("fork").Pool(n) as pool:
+        return pool.starmap(read, [(p, progress, limit) for p in paths], chunksize=1)
 
 
 def files(names: list[str]) -> tuple[list[str], bool]:
@@ -43,7 +68,7 @@ def files(names: list[str]) -> tuple[list[str], bool]:
 def load(names: list[str], progress: bool = True, limit: int = LIMIT) -> list[RankTrace]:
     """Every rank's trace, checked as one job (TraceError: one line naming what is wrong)."""
     paths, _ = files(names)
-    traces = [read(p, progress, limit) for p in paths]
+    traces = read_all(paths, progress, limit)
     if len(traces) == 1 and traces[0].rank < 0:
         traces[0].rank = 0
         for c in traces[0].calls:

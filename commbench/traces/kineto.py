@@ -139,7 +139,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
             continue
         name, cat = str(e.get("name", "")), str(e.get("cat", "")).lower()
         if cat == "kernel":
-            choice = kernel_choice(name)
+            choice = kernel_choice(name) if name.startswith("nccl") else None
             if choice is None:
                 try:
                     ts = float(e["ts"])
