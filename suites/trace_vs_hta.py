@@ -46,7 +46,9 @@ HTA = ("import json, sys, logging\n"
        "df = TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap(visualize=False)\n"
        "print(json.dumps({int(r): round(float(p) / 100, 4) for r, p in "
        "zip(df['rank'], df['comp_comm_overlap_pctg'])}))\n")
-SELF = "\nimport resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+# the process' own peak since its exec (ru_maxrss would carry the forking parent's over)
+SELF = ("\nprint(next(int(x.split()[1]) for x in open('/proc/self/status') "
+        "if x.startswith('VmHWM:')))")
 
 
 def child(python: str, code: str, folder: str) -> tuple[float, dict]:
@@ -85,7 +87,7 @@ def _tree_kb(root: int) -> int:
 def peak_mb(python: str, code: str, folder: str) -> float:
     """The peak resident memory of ``code``'s process and its workers together, sampled every
     10 ms in a run of its own (the sampling costs CPU: it is not the timed run), and at least
-    the process' own maximum resident set (a sample may miss it)."""
+    the process' own peak (``VmHWM``: a sample may miss it)."""
     p = subprocess.Popen([python, "-c", code + SELF, folder], stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True)
     peak = 0
@@ -130,7 +132,7 @@ def main() -> None:
           "medians with the range in brackets; peak memory is the resident memory of the "
           "tool's process and its workers together (both read ranks in forked workers), "
           "interpreters included, sampled every 10 ms in a separate run (and at least the main "
-          "process' own maximum resident set).\n")
+          "process' own peak, its VmHWM).\n")
     print("| trace set | tool | seconds | peak MB | HTA/commbench time | overlap per rank |")
     print("|---|---|---|---|---|---|")
     for label, folder in sets.items():
