@@ -52,7 +52,9 @@ def _module(cmd: str):
     return importlib.import_module(f"commbench.cli.{COMMANDS[cmd]}")
 
 
-def _parser() -> Parser:
+def _parser(only: str | None = None) -> Parser:
+    """The command line's parser: every command's, or ``only``'s (a command's own imports are
+    then the only ones: ``commbench analyze`` does not import the run's argument checks)."""
     from commbench.version import __version__
 
     p = Parser(prog="commbench", description=__doc__.split("\n\n", 1)[1])
@@ -61,7 +63,8 @@ def _parser() -> Parser:
                    "(also COMMBENCH_DEBUG=1); may be given anywhere on the line")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
     for cmd in COMMANDS:
-        _module(cmd).add_parser(sub)
+        if only is None or cmd == only:
+            _module(cmd).add_parser(sub)
     return p
 
 
@@ -81,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         cut = argv.index("--")
         argv, script_args = argv[:cut], argv[cut + 1:]
     debug = "--debug" in argv or os.environ.get("COMMBENCH_DEBUG", "") not in ("", "0")
-    args = _parser().parse_args([a for a in argv if a != "--debug"])
+    argv = [a for a in argv if a != "--debug"]
+    first = next((a for a in argv if not a.startswith("-")), None)  # the top level takes no values
+    args = _parser(first if first in COMMANDS else None).parse_args(argv)
     if script_args:
         args.args = [*args.args, *script_args]
     _warm_ranks(args)
