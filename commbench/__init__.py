@@ -12,10 +12,12 @@ __all__ = ["__version__", "audit", "watch"]
 
 def __getattr__(name: str):
     if name == "audit":
+        # lazy: the package's attribute, imported on first use (import commbench stays light)
         from commbench.studies.audit import audit
 
         return audit
     if name == "watch":
+        # lazy: imports torch
         from commbench.wire.watch import watch
 
         return watch

@@ -4,6 +4,8 @@ The collectives and their names are their records' (:mod:`commbench.ops`)."""
 
 from __future__ import annotations
 
+import importlib
+
 from commbench.ops import OPS, benchmarked
 
 __all__ = ["ALIASES", "COLLECTIVES", "DTYPE_NAMES", "ITEMSIZE", "REDOPS", "ROOTED", "SUITE", "UNITS",
@@ -23,7 +25,6 @@ REDOPS = ("sum", "prod", "min", "max", "avg")
 def named(name: str, package: str):
     """The object ``"module:attribute"`` names, the module under ``package``: how a record names
     code that imports torch without importing it (found when it runs)."""
-    import importlib
 
     module, _, attr = name.partition(":")
     if not attr:

@@ -17,9 +17,14 @@ given, one of them; otherwise it is skipped with the reason.
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import pytest
+
+from commbench.runtime.launch import detect
+from commbench.verdict import collecting, unread
+from commbench.world.local import LocalWorld, spawn, zygote
 
 TOPICS = {
     "foundation": "launch detection, local world, comm layer, ledger",
@@ -57,8 +62,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _launched() -> bool:
-    from commbench.runtime.launch import detect
-
     return detect().launched and not os.environ.get("COMMBENCH_WORKER")
 
 
@@ -68,6 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "world(sizes=None, min_size=1): world sizes for a test")
     config.addinivalue_line("markers", "local: tests of the local world itself; skipped under a "
                             "launcher, where every rank would start worlds of its own")
+    # lazy: imports hypothesis
     from hypothesis import HealthCheck, settings
 
     common = dict(deadline=None, print_blob=True,
@@ -87,8 +91,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config._commbench_seed = seed
     config._commbench_pool = _Pool(config, launched)
     if launched:
-        from commbench.runtime.launch import detect
-
         if detect().rank != 0 and os.environ.get("COMMBENCH_ALL_RANKS") != "1":
             config.option.verbose = -1
             config._commbench_quiet = True  # see pytest_configure below (trylast)
@@ -100,7 +102,6 @@ def _share_zygote() -> None:
     each would otherwise import torch for itself. Started once the tests are collected, where
     one of them takes a world or starts its own (a session of other tests starts none); it
     imports torch while the first tests run."""
-    from commbench.world.local import spawn, zygote
 
     if zygote.supported() and not os.environ.get(zygote.ENV):
         z = zygote.own(spawn.worker_env(b""))
@@ -135,7 +136,6 @@ def seed_for(run_seed: int | str, nodeid: str) -> int:
     """The Hypothesis seed of one test: the run's seed and the test's node id (which names its
     world size and parameters) hashed together, so that every test and every world size of a
     property draws its own examples, and the run's one printed seed still replays any of them."""
-    import hashlib
 
     digest = hashlib.sha256(f"{run_seed}:{nodeid}".encode()).digest()
     return int.from_bytes(digest[:4], "little")
@@ -145,7 +145,6 @@ def seed_for(run_seed: int | str, nodeid: str) -> int:
 def pytest_runtest_call(item: pytest.Item):
     """Each test's hypothesis seed; and a test that leaves a judge's verdict unread fails
     (:mod:`commbench.verdict`): it would pass by doing nothing."""
-    from commbench.verdict import collecting, unread
 
     seed = getattr(item.config, "_commbench_seed", None)
     derandomized = seed is None or item.config._commbench_pool.launched
@@ -153,6 +152,7 @@ def pytest_runtest_call(item: pytest.Item):
         if derandomized:
             outcome = yield
         else:
+            # lazy: imports hypothesis
             from hypothesis import core
 
             saved = core.global_force_seed
@@ -262,20 +262,20 @@ class _Pool:
         self._launcher_world = None
 
     def launcher_size(self) -> int:
-        from commbench.runtime.launch import detect
-
         return detect().size
 
     def get(self, size: int):
         if self.launched:
             if self._launcher_world is None:
+                # lazy: imports torch
                 from commbench.world.context import Context
+
+                # lazy: imports torch
                 from commbench.world.spmd import LauncherWorld
 
                 self._launcher_world = LauncherWorld(
                     Context.from_launcher(), timeout_s=self.config.getoption("world_timeout"))
             return self._launcher_world
-        from commbench.world.local import LocalWorld
 
         w = self._worlds.get(size)
         if w is None:

@@ -281,3 +281,139 @@ def test_the_spelling_count_sees_a_sixth_table(tmp_path):
         (tmp_path / f"m{i}.py").write_text(f"NAMES = ('x', {'BROADCAST'!r})\n")
     (tmp_path / "n.py").write_text("# broadcast in a comment is no table\n")
     assert modules_spelling("broadcast", str(tmp_path)) == ["m0.py", "m1.py", "m2.py", "m3.py"]
+
+
+HEAVY = ("torch", "mpi4py", "matplotlib", "numpy", "hypothesis", "deepspeed", "megatron")
+REASON = re.compile(r"#\s*lazy:\s*(.+)$")
+
+
+def _target(name: str, package: str, node, known: dict[str, str] | None = None) -> str:
+    """What an import statement imports: its module, or the package's module it names
+    (``from commbench import heavy``)."""
+    if isinstance(node, ast.Import):
+        return node.names[0].name
+    if node.level:
+        parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+        module = ".".join(parts + ([node.module] if node.module else []))
+    else:
+        module = node.module or ""
+    inner = f"{module}.{node.names[0].name}"
+    return inner if known and inner in known else module
+
+
+def lazy_imports(name: str, source: str, path: str = "",
+                 known: dict[str, str] | None = None) -> list[tuple[int, str, str, str]]:
+    """(line, what it imports, its reason or "", the module-level function it is in or "") of
+    each import in a function body of the module ``name``; the reason is a ``# lazy: ...``
+    comment on its line or the line above. Nested functions' imports are reported once per
+    enclosing function: the set keeps one."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    out = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                said = [REASON.search(lines[k]) for k in (node.lineno - 1, node.lineno - 2)
+                        if k >= 0]
+                reason = next((m.group(1).strip() for m in said if m), "")
+                out.append((node.lineno, _target(name, package, node, known), reason,
+                            fn.name if fn in tree.body else ""))
+    return sorted(set(out))
+
+
+def top_level(known: dict[str, str]) -> dict[str, set[str]]:
+    """What each module imports at its top: the package's modules and outside packages."""
+    out = {}
+    for name, path in known.items():
+        package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+        found = set()
+        for node in ast.parse(open(path).read()).body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                found.add(_target(name, package, node))
+                if isinstance(node, ast.ImportFrom):
+                    found |= {f"{found_m}.{a.name}" for found_m in [_target(name, package, node)]
+                              for a in node.names if f"{found_m}.{a.name}" in known}
+        out[name] = found
+    return out
+
+
+def pulls(module: str, tops: dict[str, set[str]]) -> set[str]:
+    """The outside heavy packages importing ``module`` imports (its package's too)."""
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        parts = m.split(".")
+        for k in range(1, len(parts) + 1):
+            head = ".".join(parts[:k])
+            if head not in seen:
+                seen.add(head)
+                todo += list(tops.get(head, ()))
+    return {m.split(".")[0] for m in seen} & set(HEAVY)
+
+
+def unexplained(known: dict[str, str]) -> list[str]:
+    """The function-level imports that say no reason, or one the code does not bear out: that
+    they keep a heavy package out (``# lazy: imports torch``) where the module imports it
+    anyway or the import does not; that ``python -m`` runs the module (its package must not
+    import it first) where it has no ``__main__`` block; that they are the package's attribute
+    (PEP 562) outside its ``__getattr__``. ``optional`` ones say their absence is handled."""
+    tops = top_level(known)
+    bad = []
+    for name, path in sorted(known.items()):
+        mine = pulls(name, tops)
+        for line, target, reason, top_fn in lazy_imports(name, open(path).read(), path, known):
+            where = f"{name}:{line} ({target})"
+            if not reason:
+                bad.append(f"{where}: no '# lazy:' reason")
+            elif reason.startswith("python -m runs it"):
+                if target not in known or '__name__ == "__main__"' not in open(known[target]).read():
+                    bad.append(f"{where}: says python -m runs it; it has no __main__ block")
+            elif reason.startswith("the package's attribute"):
+                if top_fn != "__getattr__" or not path.endswith("__init__.py"):
+                    bad.append(f"{where}: says it is the package's attribute; not in the "
+                               "package's __getattr__")
+            elif reason.startswith("imports "):
+                said = {p.strip() for p in reason[len("imports "):].split(",")}
+                if not said <= set(HEAVY) or not said <= pulls(target, tops) - mine:
+                    bad.append(f"{where}: says {reason!r}; it adds "
+                               f"{sorted(pulls(target, tops) - mine) or 'nothing heavy'}")
+            elif not reason.startswith("optional"):
+                bad.append(f"{where}: reason {reason!r} is none of the kinds")
+    return bad
+
+
+def test_every_lazy_import_says_why_and_says_it_truly():
+    """An import in a function body hides a dependency: it is there only to keep a heavy
+    package (torch, mpi4py, matplotlib, ...) out of a module that does not need it at its top
+    (``--help``, ``predict``, the trace reader), for an optional one, for a module ``python -m``
+    runs, or for the package's attributes loaded on first use; each says which, and the code
+    must bear it out. Every other import is at the module's top."""
+    assert unexplained(modules()) == []
+
+
+def test_a_lazy_import_without_a_true_reason_is_found(tmp_path):
+    """Negative: no reason; a reason the graph does not bear out (json is no heavy package's
+    door); a reason for a package the module imports anyway; a module said to run under
+    ``python -m`` that cannot; a package attribute outside a package."""
+    pkg = tmp_path / "commbench"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "heavy.py").write_text("import torch\n")
+    (pkg / "a.py").write_text("def f():\n    import json\n\n\ndef g():\n    # lazy: imports torch\n"
+                              "    from commbench import heavy\n\n\ndef h():\n"
+                              "    from json import dumps  # lazy: imports torch\n")
+    (pkg / "b.py").write_text("import torch\n\n\ndef f():\n    # lazy: imports torch\n"
+                              "    from commbench import heavy\n")
+    (pkg / "c.py").write_text("def f():\n    # lazy: python -m runs it\n"
+                              "    from commbench import heavy\n\n\ndef __getattr__(name):\n"
+                              "    # lazy: the package's attribute\n    import json\n")
+    assert unexplained(modules(str(pkg))) == [
+        "commbench.a:2 (json): no '# lazy:' reason",
+        "commbench.a:11 (json): says 'imports torch'; it adds nothing heavy",
+        "commbench.b:6 (commbench.heavy): says 'imports torch'; it adds nothing heavy",
+        "commbench.c:3 (commbench.heavy): says python -m runs it; it has no __main__ block",
+        "commbench.c:8 (json): says it is the package's attribute; not in the package's "
+        "__getattr__"]

@@ -379,24 +379,75 @@ def test_an_nccl_kernel_launched_before_the_trace_counts_as_communication(tmp_pa
     assert "1 NCCL kernel(s) launched before the trace's window" in text
 
 
+READ_BOTH_WAYS = """
+import os, sys
+from commbench.traces import job
+from commbench.traces.calls import TraceError
+
+real = job.read
+
+def read(path, progress, limit):  # which process read it
+    t = real(path, progress, limit)
+    t.path = f"{t.path}@{os.getpid()}"
+    return t
+
+job.read = read
+paths = sys.argv[1:-1]
+alone = job.read_all(paths, progress=False, workers=1)
+forked = job.read_all(paths, progress=False, workers=2)
+assert {t.path.rsplit("@", 1)[1] for t in alone} == {str(os.getpid())}
+pids = {t.path.rsplit("@", 1)[1] for t in forked}
+assert len(pids) == 2 and str(os.getpid()) not in pids, pids
+for a, b in zip(alone, forked, strict=True):
+    assert a.path.rsplit("@", 1)[0] == b.path.rsplit("@", 1)[0]
+    assert (a.rank, a.world_size, a.unlinked, a.steps) == (b.rank, b.world_size, b.unlinked, b.steps)
+    assert [c.key() + (c.op, c.size, c.ts, c.dur, c.step) for c in a.calls] == \
+        [c.key() + (c.op, c.size, c.ts, c.dur, c.step) for c in b.calls]
+    assert list(a.compute_ts) == list(b.compute_ts)
+try:
+    job.read_all([paths[0], sys.argv[-1]], progress=False, workers=2)
+except TraceError as exc:
+    print("error:", exc)
+print("same", [t.rank for t in forked])
+"""
+
+
 def test_a_job_s_files_read_by_forked_workers_are_the_ones_read_in_turn(tmp_path):
     """Ranks read in parallel (forked workers, one file each at a time) give the traces read
-    one after another, in the files' order, and a worker's error is the caller's one line."""
+    one after another, in the files' order, and a worker's error is the caller's one line. In
+    a process of one thread, as the command line's is: a fresh interpreter."""
     import os
-
-    from commbench.traces.job import read_all
+    import subprocess
+    import sys
 
     dlrm = os.path.join(os.path.dirname(__file__), "data", "traces", "param", "dlrm_kineto")
     paths = sorted(os.path.join(dlrm, f) for f in os.listdir(dlrm))
-    alone = read_all(paths, progress=False, workers=1)
-    forked = read_all(paths, progress=False, workers=2)
-    assert [t.rank for t in forked] == list(range(8))
-    for a, b in zip(alone, forked, strict=True):
-        assert (a.path, a.rank, a.world_size, a.unlinked, a.steps) == \
-            (b.path, b.rank, b.world_size, b.unlinked, b.steps)
-        assert [c.key() + (c.op, c.size, c.ts, c.dur, c.step) for c in a.calls] == \
-            [c.key() + (c.op, c.size, c.ts, c.dur, c.step) for c in b.calls]
-        assert list(a.compute_ts) == list(b.compute_ts)
     bad = _write(tmp_path / "bad.json", '{"traceEvents": [')
-    with pytest.raises(TraceError, match="bad.json: traceEvents ends before its"):
-        read_all([paths[0], bad], progress=False, workers=2)
+    out = subprocess.run([sys.executable, "-c", READ_BOTH_WAYS, *paths, bad],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "bad.json: traceEvents ends before its ']'" in out.stdout
+    assert "same [0, 1, 2, 3, 4, 5, 6, 7]" in out.stdout
+
+
+def test_a_process_with_threads_reads_its_files_itself():
+    """Negative of the above: where another thread runs, no fork (a lock that thread held
+    would stay held in the child: a test session's process hung there); the files are read
+    here, in order."""
+    import os
+    import threading
+
+    from commbench.traces import job
+
+    dlrm = os.path.join(os.path.dirname(__file__), "data", "traces", "param", "dlrm_kineto")
+    paths = sorted(os.path.join(dlrm, f) for f in os.listdir(dlrm))[:2]
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not job._alone()
+        got = job.read_all(paths, progress=False, workers=2)
+    finally:
+        stop.set()
+        other.join()
+    assert [t.rank for t in got] == [0, 1]

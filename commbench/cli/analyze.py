@@ -3,7 +3,16 @@ must move, NCCL's model and the committed sweep (commbench/traces/)."""
 
 from __future__ import annotations
 
+from commbench.cli.checks import check_file, max_chars
 from commbench.cli.common import UsageError
+from commbench.results.records import write_atomic, write_json
+from commbench.studies.audit_layout import compare, parse_layout
+from commbench.traces import wire
+from commbench.traces.analysis import match, misaligned
+from commbench.traces.calls import TraceError
+from commbench.traces.job import load
+from commbench.traces.report import markdown, record
+from commbench.traces.wire import as_entries
 
 __all__ = ["add_parser", "command"]
 
@@ -38,15 +47,8 @@ def add_parser(sub) -> None:
 
 
 def command(a) -> int:
-    from commbench.cli.checks import check_file, max_chars
-
     if a.json:
         check_file(a.json, "--json")
-    from commbench.traces import wire
-    from commbench.traces.analysis import match, misaligned
-    from commbench.traces.calls import TraceError
-    from commbench.traces.job import load
-    from commbench.traces.report import markdown, record
 
     if a.top < 0:
         raise UsageError(f"--top {a.top}: must be >= 0")
@@ -79,7 +81,6 @@ def command(a) -> int:
     rec = record(traces, rows, extra)
     text = markdown(rec, a.top)
     print(text)
-    from commbench.results.records import write_atomic, write_json
 
     if a.json:
         write_json(a.json, rec)
@@ -94,9 +95,6 @@ def command(a) -> int:
 
 
 def _layout(a, traces) -> dict:
-    from commbench.studies.audit_layout import compare, parse_layout
-    from commbench.traces.wire import as_entries
-
     world = max([t.world_size for t in traces] + [len(traces)])
     try:
         lay = parse_layout(a.layout, world)

@@ -3,11 +3,24 @@ print (and write) every collective it issued, per group and per module (studies/
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import sys
+import threading
+import time
 
 from commbench.cli import checks
 from commbench.cli.common import UsageError
+from commbench.results import records as res
+from commbench.results.files import kind_of
+from commbench.results.machine import machine_class
+from commbench.results.trace import chrome_trace
+from commbench.studies.audit import audit_markdown, in_steps, script_rank, tables
+from commbench.studies.audit_layout import compare, parse_layout
+from commbench.studies.audit_nccl import findings, run_script_nccl
+from commbench.traces.write import kineto_traces
+from commbench.wire.ledger import Entry
 
 __all__ = ["add_parser", "command"]
 
@@ -66,8 +79,6 @@ def command(a) -> int:
 
 def _audit(a) -> int:
     if not os.path.isfile(a.script):
-        from commbench.results.files import kind_of
-
         what = kind_of(a.script)
         raise UsageError(f"{a.script}: is {what}; a script must be a regular file" if what
                          else f"{a.script}: no such script")
@@ -98,20 +109,14 @@ def _audit(a) -> int:
         raise UsageError(f"--step {a.step}: selects the steps --layout compares; give --layout")
     lay = None
     if a.layout:
-        from commbench.studies.audit_layout import parse_layout
-
         try:
             lay = parse_layout(a.layout, size)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    from commbench.results import records as res
-    from commbench.results.machine import machine_class
-    from commbench.results.trace import chrome_trace
-    from commbench.studies.audit import audit_markdown, script_rank, tables
-    from commbench.wire.ledger import Entry
 
     # NCCL records each collective's start and end on the GPU (the device time of the tables)
     os.environ.setdefault(NCCL_TIMING, "1")
+    # lazy: imports torch
     import torch
 
     # the script's own collectives may be on CPU tensors beside CUDA ones (its backend string
@@ -129,8 +134,6 @@ def _audit(a) -> int:
         checks.start_world(world, prints)
         with _still_running(os.path.basename(a.script), prints):
             if a.nccl:
-                from commbench.studies.audit_nccl import run_script_nccl
-
                 full = world.run(run_script_nccl, path, list(a.args), shown=tuple(shown))
             else:
                 full = world.run(script_rank, path, list(a.args), shown=tuple(shown))
@@ -149,12 +152,8 @@ def _audit(a) -> int:
     # every rank's calls in order, what commbench replay re-issues
     record["calls"] = [[Entry._make(t).as_dict() for t in es] for es in per_rank]
     if lay is not None:
-        from commbench.studies.audit_layout import compare
-
         mine, steps = per_rank[0], 1
         if a.step is not None:
-            from commbench.studies.audit import in_steps
-
             mine, steps = in_steps(mine, a.step, a.steps), a.steps
             marked = {r["step"] for r in record["rows"]["steps"]} - {0}
             if not set(range(a.step, a.step + a.steps)) <= marked:
@@ -175,8 +174,6 @@ def _audit(a) -> int:
             res.write_json(a.trace, chrome_trace([(record['script'], per_rank)]))
             print(f"# wrote {a.trace}")
         if a.kineto:
-            from commbench.traces.write import kineto_traces
-
             os.makedirs(a.kineto, exist_ok=True)
             for r, doc in enumerate(kineto_traces(per_rank)):
                 res.write_json(os.path.join(a.kineto, f"rank{r}.pt.trace.json"), doc)
@@ -195,8 +192,6 @@ def _audit(a) -> int:
               "(the default process group is not initialised)", file=sys.stderr)
     found: list[str] = []
     if a.nccl:
-        from commbench.studies.audit_nccl import findings
-
         why, found = findings(full, a.nccl)
         if prints:
             print(f"# NCCL's rules ({why}): " + (f"{len(found)} finding(s)" if found else
@@ -240,8 +235,6 @@ def _missing_imports(script: str) -> list[tuple[str, int]]:
     ``try`` that catches ImportError: refused before any rank starts, where every rank would
     otherwise fail with the same traceback. The script's folder is searched first, as
     ``python script`` would."""
-    import ast
-    import importlib.util
 
     with open(script, "rb") as f:
         tree = ast.parse(f.read(), script)
@@ -277,16 +270,11 @@ class _still_running:
 
     def __init__(self, script: str, prints: bool, first_s: float = 10.0,
                  every_s: float = 60.0) -> None:
-        import threading
-
         self.script, self.prints, self.first_s, self.every_s = script, prints, first_s, every_s
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._say, daemon=True)
 
     def _say(self) -> None:
-        import sys
-        import time
-
         t0, wait = time.monotonic(), self.first_s
         while not self.done.wait(wait):
             print(f"# audit: {self.script} still running after {time.monotonic() - t0:.0f} s "

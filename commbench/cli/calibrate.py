@@ -4,9 +4,24 @@ and of rows held out of the fit."""
 
 from __future__ import annotations
 
+import datetime
+import json
+import os
 import sys
+from dataclasses import asdict
 
+from tabulate import tabulate
+
+from commbench.cli.checks import check_file
 from commbench.cli.common import UsageError
+from commbench.cli.importing import LOG_LIMIT
+from commbench.costmodel.calibrate import MODELLED, Measured, error, fit, held_out
+from commbench.costmodel.nccl import versions
+from commbench.costmodel.topology import load
+from commbench.names import parse_size
+from commbench.results.files import FileRefused, read_text
+from commbench.results.nccl_tests import LogError, parse
+from commbench.results.records import write_atomic
 
 __all__ = ["add_parser", "command"]
 
@@ -31,23 +46,6 @@ def add_parser(sub) -> None:
 
 
 def command(a) -> int:
-    import datetime
-    import json
-    import os
-    from dataclasses import asdict
-
-    from tabulate import tabulate
-
-    from commbench.cli.checks import check_file
-    from commbench.cli.importing import LOG_LIMIT
-    from commbench.costmodel.calibrate import MODELLED, Measured, error, fit, held_out
-    from commbench.costmodel.nccl import versions
-    from commbench.costmodel.topology import load
-    from commbench.names import parse_size
-    from commbench.results.files import FileRefused, read_text
-    from commbench.results.nccl_tests import LogError, parse
-    from commbench.results.records import write_atomic
-
     check_file(a.json, "--json")
     if a.nccl_version not in versions():
         raise UsageError(f"--nccl-version {a.nccl_version}: must be one of {', '.join(versions())}")

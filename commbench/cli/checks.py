@@ -5,8 +5,14 @@ naming the value and the rule."""
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 
 from commbench.cli.common import UsageError
+from commbench.results.files import kind_of
+from commbench.results.machine import machine_class
+from commbench.runtime.launch import LaunchError, detect, shared_gpu
+from commbench.world.local import LocalWorld
 
 __all__ = ["RANK_MB", "RANKS_PER_CORE", "WORKING_BYTES", "HostRefusal", "available_bytes",
            "check_memory", "memory_factor", "memory_need", "nccl_reserve",
@@ -28,7 +34,6 @@ PG_GRACE_S = 30.0  # seconds a launched world's process-group timeout runs past 
 def refused_together(world, refusal: str, prints: bool) -> bool:
     """Every rank's host refusal ('' for none) learnt by every rank of a launched ``world``;
     when any refused, the printing rank names the first and all return True (then exit 2)."""
-    import sys
 
     reasons = world.agree(refusal)
     first = next(((r, why) for r, why in enumerate(reasons) if why), None)
@@ -73,7 +78,6 @@ def world_options(p, *, np: int, timeout: float | None) -> None:
 def check_world(a) -> None:
     """The checks of :func:`world_options`, before any rank starts; ``a`` gains
     ``world_size``, ``ranks_here`` and ``launcher`` ('' without one)."""
-    from commbench.results.machine import machine_class
 
     if getattr(a, "timeout", None) is not None and not a.timeout > 0:
         raise UsageError(f"--timeout {a.timeout}: must be > 0")
@@ -83,7 +87,6 @@ def check_world(a) -> None:
         raise UsageError(str(exc)) from None
     if a.np < 1:
         raise UsageError(f"--np {a.np}: must be >= 1")
-    from commbench.runtime.launch import LaunchError
 
     try:
         a.world_size, a.ranks_here, a.launcher = world_size(a.np)
@@ -119,7 +122,6 @@ def _gib(n: float) -> str:
 def check_out(path: str, flag: str = "--out") -> None:
     """``path`` is a folder this process can write: made if missing, and a file written and
     removed there (a permission bit says nothing of /proc, a read-only mount or a full disk)."""
-    import tempfile
 
     if os.path.exists(path) and not os.path.isdir(path):
         raise HostRefusal(f"{flag} {path}: exists and is not a folder; give a folder")
@@ -134,7 +136,6 @@ def check_out(path: str, flag: str = "--out") -> None:
 
 def check_file(path: str, flag: str) -> None:
     """``path`` is a file this process can write (its folder exists or can be created)."""
-    from commbench.results.files import kind_of
 
     what = kind_of(path)
     if what == "a folder":
@@ -163,6 +164,7 @@ def check_backend(launched: bool, env=None) -> None:
                          "chooses); the variable sets launched ranks' backend: unset it, or "
                          "launch with mpirun, srun or torchrun")
     if value == "nccl":
+        # lazy: imports torch
         import torch
 
         if not torch.cuda.is_available():
@@ -174,12 +176,12 @@ def check_gpus(launched: bool, env=None, gpus: int | None = None) -> None:
     """Launched ranks that would run NCCL (``COMMBENCH_BACKEND=nccl``, or unset on a host with
     CUDA) refused in one line, before any rank starts, when their host has fewer GPUs than
     ranks (:func:`commbench.runtime.launch.shared_gpu`)."""
-    from commbench.runtime.launch import detect, shared_gpu
 
     env = os.environ if env is None else env
     if not launched or env.get("COMMBENCH_BACKEND", "nccl") != "nccl":
         return
     if gpus is None:
+        # lazy: imports torch
         import torch
 
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -191,7 +193,6 @@ def check_gpus(launched: bool, env=None, gpus: int | None = None) -> None:
 def world_size(np: int) -> tuple[int, int, str]:
     """(ranks of the world, ranks on this host, the launcher's name or '') as they will be,
     before any rank starts."""
-    from commbench.runtime.launch import detect
 
     info = detect()
     if info.launched:
@@ -220,12 +221,12 @@ def device_free_bytes() -> int | None:
     """Free memory of the GPU this rank binds (``torch.cuda.mem_get_info``), or None without
     CUDA (then the buffers live in host memory)."""
     try:
+        # lazy: imports torch
         import torch
     except ImportError:
         return None
     if not torch.cuda.is_available():
         return None
-    from commbench.runtime.launch import detect
 
     return int(torch.cuda.mem_get_info(detect().device(torch.cuda.device_count()))[0])
 
@@ -297,7 +298,6 @@ def check_memory(largest: int, itemsize: int, ranks_here: int, ranks: int, check
 def start_world(world, prints: bool) -> None:
     """Start ``world``; a local world that is not up yet says so first, at once, since its
     ranks take seconds to start (a launcher's ranks are already running)."""
-    from commbench.world.local import LocalWorld
 
     if prints and isinstance(world, LocalWorld) and not world.alive:
         print(f"# starting {world.size} local rank(s) ({world.launch}): a few seconds",
@@ -315,8 +315,10 @@ def open_world(a, *, local_timeout_s: float = 120.0, stop_on_raise: bool = False
     ``local_timeout_s`` where the command has none or it is left unset)."""
     timeout = getattr(a, "timeout", None)
     if a.launcher:
-        from commbench.runtime.launch import detect
+        # lazy: imports torch
         from commbench.world.context import Context
+
+        # lazy: imports torch
         from commbench.world.spmd import LauncherWorld
 
         kw = {"pg_backend": pg_backend} if pg_backend else {}
@@ -325,7 +327,6 @@ def open_world(a, *, local_timeout_s: float = 120.0, stop_on_raise: bool = False
         world = LauncherWorld(Context.from_launcher(**kw), timeout_s=timeout,
                               stop_on_raise=stop_on_raise)
         return world, detect().rank == 0
-    from commbench.world.local import LocalWorld
 
     return LocalWorld(a.np, launch=a.launch,
                       timeout_s=timeout if timeout is not None else local_timeout_s), True

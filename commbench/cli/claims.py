@@ -9,6 +9,8 @@ import sys
 
 from commbench.cli import checks
 from commbench.cli.common import UsageError
+from commbench.results import records as res
+from commbench.results.machine import machine_class
 
 __all__ = ["add_parser", "command"]
 
@@ -21,9 +23,10 @@ def add_parser(sub) -> None:
 
 
 def command(a) -> int:
-    from commbench.results import records as res
-    from commbench.results.machine import machine_class
+    # lazy: imports torch
     from commbench.studies.claims import claims_markdown, measure_claim
+
+    # lazy: imports torch
     from commbench.studies.claims_list import CLAIMS
 
     if a.np < 2:

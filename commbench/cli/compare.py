@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 
 from commbench.cli.common import UsageError
+from commbench.names import parse_size
+from commbench.results.compare import CompareError, compare, load, report
 
 __all__ = ["add_parser", "command"]
 
@@ -30,9 +32,6 @@ def add_parser(sub) -> None:
 
 
 def command(a) -> int:
-    from commbench.names import parse_size
-    from commbench.results.compare import CompareError, compare, load, report
-
     try:
         min_size = parse_size(a.min_size)
         old, new = load(a.old), load(a.new)

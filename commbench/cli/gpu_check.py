@@ -15,6 +15,12 @@ unchecked.
 from __future__ import annotations
 
 import sys
+import time
+
+from commbench.collectives import ALGORITHMS
+from commbench.patterns.base import calls_match
+from commbench.patterns.registry import PATTERNS
+from commbench.world.local import LocalWorld
 
 __all__ = ["BIG", "BIG_LIMIT_S", "check_every_collective", "check_every_pattern", "gpu_check"]
 
@@ -24,6 +30,7 @@ BIG_LIMIT_S = 60.0  # its input, its call and its check on the device, a stated 
 
 def _smallest(pattern, variant: str):
     """The first config the pattern's strategy draws, derandomized: the simplest it has."""
+    # lazy: imports hypothesis
     from hypothesis import HealthCheck, Phase, find, settings
 
     return find(pattern.configs(1, variant), lambda cfg: True,
@@ -32,13 +39,13 @@ def _smallest(pattern, variant: str):
 
 
 def gpu_check(emit=print) -> int:
+    # lazy: imports torch
     import torch
 
     if not torch.cuda.is_available():
         print(f"commbench gpu-check: no CUDA device here (torch {torch.__version__}, CUDA "
               f"{torch.version.cuda or 'not built in'}): nothing was checked", file=sys.stderr)
         return 3
-    from commbench.world.local import LocalWorld
 
     emit(f"# commbench gpu-check: {torch.cuda.get_device_name()}, one rank, NCCL")
     with LocalWorld(1, backend="nccl") as world:
@@ -54,6 +61,7 @@ def gpu_check(emit=print) -> int:
 
 
 def _case(ctx, op: str, algo: str, nbytes: int) -> dict:
+    # lazy: imports numpy, torch
     from commbench.collectives.measure import Case, measure
 
     out = measure(ctx, Case(op, transport=ctx.transports[0], algo=algo, iters=3, warmup=1),
@@ -65,7 +73,6 @@ def _case(ctx, op: str, algo: str, nbytes: int) -> dict:
 def check_every_collective(world, emit=print, sizes=(8, 1 << 20)) -> int:
     """Every (collective, algorithm) that runs at this world's size, at ``sizes``: #wrong 0 and
     the bytes booked equal to the formula; the number that failed."""
-    from commbench.collectives import ALGORITHMS
 
     failed = 0
     emit(f"#{'collective':>16} {'algo':>26} {'bytes':>9} {'#wrong':>7} {'time (us)':>10}  check")
@@ -85,10 +92,10 @@ def check_every_collective(world, emit=print, sizes=(8, 1 << 20)) -> int:
 
 
 def _big(ctx, nbytes: int) -> dict:
-    import time
-
+    # lazy: imports torch
     import torch
 
+    # lazy: imports torch
     from commbench.timing import verify
 
     sync = torch.cuda.synchronize if ctx.device.type == "cuda" else (lambda: None)
@@ -118,8 +125,7 @@ def check_big_all_reduce(world, emit=print, nbytes: int = BIG, device: str = "cu
 def check_every_pattern(world, emit=print, study: bool = True) -> int:
     """Run every pattern's variants on ``world`` (module docstring; ``study``: its first study
     config too); the number that failed."""
-    from commbench.patterns.base import calls_match
-    from commbench.patterns.registry import PATTERNS
+    # lazy: imports torch
     from commbench.patterns.run import check, run_pattern
 
     failed = 0

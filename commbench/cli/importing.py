@@ -3,10 +3,21 @@ each row beside NCCL's model (results/nccl_tests.py, costmodel/calibrate.py)."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
+from tabulate import tabulate
+
 from commbench.cli.common import UsageError
+from commbench.costmodel.calibrate import beside, said_against, topology_for
+from commbench.costmodel.nccl import versions
+from commbench.names import canonical
+from commbench.ops import OPS
+from commbench.results import osu
+from commbench.results.files import FileRefused, read_text
+from commbench.results.nccl_tests import LogError, check_printed, parse, record
+from commbench.results.records import write_atomic, write_json
 
 __all__ = ["LOG_LIMIT", "add_parser", "command"]
 
@@ -52,16 +63,6 @@ def _slug(text: str) -> str:
 
 
 def command(a) -> int:
-    import os
-
-    from commbench.costmodel.calibrate import beside, said_against, topology_for
-    from commbench.costmodel.nccl import versions
-    from commbench.names import canonical
-    from commbench.ops import OPS
-    from commbench.results.files import FileRefused, read_text
-    from commbench.results.nccl_tests import LogError, check_printed, parse, record
-    from commbench.results.records import write_atomic, write_json
-
     if a.nccl_version not in versions():
         raise UsageError(f"--nccl-version {a.nccl_version}: must be one of {', '.join(versions())}")
     op = canonical(a.op) if a.op else ""
@@ -143,9 +144,6 @@ def _osu_runs(path: str, text: str, ranks: int, out: list) -> bool:
     """Whether ``text`` is OSU output; its importable runs (with their world) added to ``out``,
     those of no commbench op said on stderr; refusals (a world unknown, nothing importable)
     raised before anything is written."""
-    import os
-
-    from commbench.results import osu
 
     if not osu.is_osu(text):
         return False
@@ -178,16 +176,9 @@ def _osu_runs(path: str, text: str, ranks: int, out: list) -> bool:
 
 def _write_osu(runs: list, folder: str, taken: set[str]) -> int:
     """Each OSU run as a results file; the rows with OSU's validation failed."""
-    import os
-
-    from tabulate import tabulate
-
-    from commbench.results.osu import record
-    from commbench.results.records import write_atomic, write_json
-
     wrong = 0
     for path, run, n, source in runs:
-        rec = record(run, n, source)
+        rec = osu.record(run, n, source)
         name = _unique(f"osu_{run.op}_{_slug(run.api)}-x{n}", taken)
         cells = [[r["osu_size"], r["size"], f"{r['time_us']:.2f}", f"{r['busbw']:.4f}",
                   r.get("flag", "")] for r in rec["rows"]]
@@ -220,8 +211,6 @@ def _cells(rec: dict) -> tuple[list[str], list[list]]:
 
 
 def _table(rec: dict, run, path: str, why: str) -> str:
-    from tabulate import tabulate
-
     m = rec["measurement"]
     head = (f"# {path}: {run.tool} {run.tests_version or '(version not printed)'} {run.op} "
             f"(op from the {m['op_from']}), "
@@ -232,8 +221,6 @@ def _table(rec: dict, run, path: str, why: str) -> str:
 
 
 def _markdown(rec: dict) -> str:
-    from tabulate import tabulate
-
     m = rec["measurement"]
     headers, cells = _cells(rec)
     return "\n".join([f"# {rec['suite']}: {rec['hardware']}, {rec['world_size']} ranks "

@@ -12,25 +12,31 @@ import os
 import socket
 import sys
 
+from commbench.collectives.hierarchical import LOCAL
 from commbench.runtime.launch import LaunchError, detect
+from commbench.runtime.nodes import NodeLayout
+from commbench.world.local import find_mpiexec
 
 
 def _mpi_line(launcher: str | None) -> tuple[str, object]:
+    # lazy: imports torch
     from commbench.world.context import import_mpi
 
     MPI = import_mpi(launcher)  # LaunchError: the launcher's MPI is not mpi4py's
     if MPI is None:
         return "unavailable (mpi4py or its MPI library cannot be loaded)", None
     lib = " ".join(MPI.Get_library_version().splitlines()[0].split())
+    # lazy: imports mpi4py
     import mpi4py
-
-    from commbench.world.local import find_mpiexec
 
     return f"{lib} (mpi4py {mpi4py.__version__}, mpiexec {find_mpiexec() or 'not found'})", MPI
 
 
 def info() -> int:
+    # lazy: imports torch
     import torch
+
+    # lazy: imports torch
     import torch.distributed as dist
 
     try:
@@ -75,9 +81,6 @@ def info() -> int:
     print("\n".join(f"# {line}" for line in lines))
     rows = rows or [(0, os.getpid(), socket.gethostname(), _device(launch), launch.local_rank)]
     if len(rows) == size:
-        from commbench.collectives.hierarchical import LOCAL
-        from commbench.runtime.nodes import NodeLayout
-
         layout = NodeLayout(tuple(row[2] for row in sorted(rows)))
         own = layout.node_size()
         why = "one host" if len(layout.nodes) == 1 else "nodes not of adjacent ranks, as many each"
@@ -105,6 +108,7 @@ def shared_devices(rows) -> list[str]:
 
 
 def _devices() -> str:
+    # lazy: imports torch
     import torch
 
     if not torch.cuda.is_available():
@@ -114,6 +118,7 @@ def _devices() -> str:
 
 
 def _device(launch) -> str:
+    # lazy: imports torch
     import torch
 
     if torch.cuda.is_available():

@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+from tabulate import tabulate
+
+from commbench.collectives import ALGORITHMS
+from commbench.costmodel.topology import load, presets
+from commbench.patterns.registry import PATTERNS
+
 __all__ = ["listing", "topologies"]
 
 
 def topologies(emit=print) -> int:
-    from tabulate import tabulate
-
-    from commbench.costmodel.topology import load, presets
-
     rows = []
     for name in sorted(presets()):
         t = load(name)
@@ -24,11 +26,6 @@ def topologies(emit=print) -> int:
 
 
 def listing(emit=print) -> int:
-    from tabulate import tabulate
-
-    from commbench.collectives import ALGORITHMS
-    from commbench.patterns.registry import PATTERNS
-
     rows = [[p.name, " ".join(p.markers), ", ".join(p.variants), p.optimized,
              " ".join(p.axes), ", ".join(b.name for b in p.broken)] for p in PATTERNS.values()]
     emit(tabulate(rows, headers=["pattern", "markers", "variants", "optimized", "groups",

@@ -30,9 +30,16 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
+import traceback
 
 from commbench.cli.common import Parser, UsageError
+from commbench.runtime import crashlog, supervise
+from commbench.runtime.errors import CallTimeout, RankDied, SPMDError, WorldError
+from commbench.runtime.launch import LaunchError, detect
+from commbench.version import __version__
+from commbench.world.local import spawn, zygote
 
 __all__ = ["COMMANDS", "main"]
 
@@ -55,7 +62,6 @@ def _module(cmd: str):
 def _parser(only: str | None = None) -> Parser:
     """The command line's parser: every command's, or ``only``'s (a command's own imports are
     then the only ones: ``commbench analyze`` does not import the run's argument checks)."""
-    from commbench.version import __version__
 
     p = Parser(prog="commbench", description=__doc__.split("\n\n", 1)[1])
     p.add_argument("--version", action="version", version=f"commbench {__version__}")
@@ -73,8 +79,6 @@ def _terminate(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from commbench.runtime import supervise
-
     if argv is None and supervise.wanted(sys.argv[1:]):
         # the command line under a launcher: the work in a child, so a dead rank says so
         return supervise.supervise(sys.argv[1:])
@@ -90,7 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     if script_args:
         args.args = [*args.args, *script_args]
     _warm_ranks(args)
-    import signal
 
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         signal.signal(signal.SIGTERM, _terminate)
@@ -122,11 +125,9 @@ def _warm_ranks(args) -> None:
     (:mod:`commbench.world.local.zygote`); a command refused or done without ranks ends it."""
     if not isinstance(getattr(args, "np", None), int) or args.np < 1:
         return
-    from commbench.runtime.launch import detect
 
     if detect().launched or os.environ.get("COMMBENCH_WORKER"):
         return
-    from commbench.world.local import spawn, zygote
 
     env = spawn.worker_env(b"")
     if zygote.supported() and not zygote.compatible(os.environ.get(zygote.ENV), env):
@@ -136,7 +137,6 @@ def _warm_ranks(args) -> None:
 def _refuse(line: str) -> None:
     """A refusal's one line, from rank 0 alone under a launcher: every rank makes the same one
     (refusals one rank alone could make are agreed first, commbench.cli.run.command)."""
-    from commbench.runtime.launch import LaunchError, detect
 
     try:
         quiet = detect().launched and detect().rank != 0 and not os.environ.get("COMMBENCH_WORKER")
@@ -147,8 +147,6 @@ def _refuse(line: str) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    from commbench.runtime.errors import SPMDError
-
     if isinstance(exc, SPMDError):
         first = exc.failures[0]
         ranks = [f.rank for f in exc.failures]
@@ -165,8 +163,6 @@ OUT_OF_MEMORY = ("out of memory", "can't allocate memory", "cannot allocate memo
 
 
 def _what_to_do(exc: BaseException, cmd: str = "") -> str:
-    from commbench.runtime.errors import CallTimeout, RankDied, SPMDError, WorldError
-
     text = str(exc).lower()
     if isinstance(exc, MemoryError) or any(words in text for words in OUT_OF_MEMORY):
         if cmd in ("audit", "replay"):
@@ -187,9 +183,6 @@ def _what_to_do(exc: BaseException, cmd: str = "") -> str:
 
 def _failed(exc: BaseException, cmd: str, debug: bool) -> int:
     """One line naming what failed and where its traceback is kept; exit code 3."""
-    import traceback
-
-    from commbench.runtime import crashlog
 
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:

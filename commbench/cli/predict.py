@@ -12,9 +12,21 @@ pick for each collective, per topology.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 from tabulate import tabulate
+
+from commbench.costmodel import twolevel
+from commbench.costmodel.layout import predict_layout
+from commbench.costmodel.layout_config import Layout
+from commbench.costmodel.nccl import hierarchical_all_reduce, nccl_predict, nccl_table
+from commbench.costmodel.published import check_published
+from commbench.costmodel.topology import load
+from commbench.costmodel.twolevel import predict_us
+from commbench.names import parse_size
+from commbench.results import records as res
+from commbench.results.busbw import factor as bus_factor
 
 __all__ = ["add_parser", "command", "on_ranks"]
 
@@ -109,7 +121,6 @@ def add_parser(sub) -> None:
     lay = what.add_parser("layout", help="a training layout on one or more topologies",
                           description=f"Example: {EXAMPLES['layout']}")
     _common(lay)
-    from commbench.costmodel.layout_config import Layout
 
     for name, f in Layout.__dataclass_fields__.items():
         kind = type(f.default)
@@ -133,8 +144,6 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _topologies(a):
-    from commbench.costmodel.topology import load
-
     return [load(t, a.nodes) for t in a.topology.split(",") if t]
 
 
@@ -151,15 +160,9 @@ def command(a) -> int:
 
 
 def _collective(a) -> None:
-    from commbench.costmodel.nccl import hierarchical_all_reduce, nccl_predict, nccl_table
-    from commbench.names import parse_size
-    from commbench.results.busbw import factor as bus_factor
-
     size = parse_size(a.size)
-    from commbench.costmodel.twolevel import load
-
     names = [t for t in a.topology.split(",") if t]
-    hosts = [c for c in map(load, names) if c is not None]
+    hosts = [c for c in map(twolevel.load, names) if c is not None]
     if hosts:
         if len(hosts) != len(names):
             raise ValueError(f"--topology {a.topology}: give hosts files (\"kind\": \"hosts\") "
@@ -188,8 +191,6 @@ def _collective(a) -> None:
 
 def _on_hosts(a, clusters: list, size: int) -> None:
     """The two-level alpha-beta model of clusters of hosts (:mod:`..costmodel.twolevel`)."""
-    from commbench.costmodel.twolevel import predict_us
-    from commbench.results.busbw import factor as bus_factor
 
     if a.op != "all_reduce":
         raise ValueError(f"{a.op}: a hosts topology has two-level terms for all_reduce only")
@@ -236,8 +237,6 @@ def on_ranks(topo, ranks: int):
 
 
 def _layout(a) -> None:
-    from commbench.costmodel.layout import Layout, predict_layout
-
     lay = Layout(**{k: getattr(a, k) for k in Layout.__dataclass_fields__})
     for topo in _topologies(a):
         rows = predict_layout(lay, topo, a.nccl_version)
@@ -257,11 +256,6 @@ def _layout(a) -> None:
 
 
 def _published(a) -> int:
-    import os
-
-    from commbench.costmodel.published import check_published
-    from commbench.results import records as res
-
     rows = check_published(a.nccl_version)
     table = tabulate([[r["figure"], r["ranks"], r["algorithm"], r["published_GBps"],
                        r["predicted_GBps"], f"{r['ratio']:.3f}", r["source"]] for r in rows],

@@ -6,8 +6,19 @@ from __future__ import annotations
 
 import os
 
+from tabulate import tabulate
+
 from commbench.cli import checks
 from commbench.cli.common import UsageError
+from commbench.names import ITEMSIZE
+from commbench.ops import OPS
+from commbench.results import records as res
+from commbench.results.busbw import factor
+from commbench.results.machine import machine_class
+from commbench.results.records import summarize_iters
+from commbench.traces.calls import P2P, TraceError
+from commbench.traces.recorded import Rec, check, complete, scale
+from commbench.traces.sources import load
 
 __all__ = ["add_parser", "command", "rows_of"]
 
@@ -34,12 +45,7 @@ def add_parser(sub) -> None:
 def rows_of(per_rank: list[list[dict]]) -> tuple[list[dict], list[str]]:
     """One row per recorded call (a collective over its members: per-sample max over them;
     a run of point-to-point calls per rank), and every booking that differs."""
-    from commbench.names import ITEMSIZE
-    from commbench.ops import OPS
-    from commbench.results.busbw import factor
-    from commbench.results.records import summarize_iters
-    from commbench.traces.calls import P2P
-    from commbench.traces.recorded import Rec
+    # lazy: imports torch
     from commbench.traces.replay import mismatches
 
     bad: list[str] = []
@@ -88,10 +94,6 @@ def rows_of(per_rank: list[list[dict]]) -> tuple[list[dict], list[str]]:
 
 
 def command(a) -> int:
-    from commbench.traces.calls import TraceError
-    from commbench.traces.recorded import check, complete, scale
-    from commbench.traces.sources import load
-
     if a.iters < 1 or a.warmup < 0:
         raise UsageError(f"--iters {a.iters} --warmup {a.warmup}: must be >= 1 and >= 0")
     try:
@@ -108,8 +110,7 @@ def command(a) -> int:
     except TraceError as exc:
         raise UsageError(str(exc)) from None
     checks.check_world(a)
-    from commbench.results import records as res
-    from commbench.results.machine import machine_class
+    # lazy: imports torch
     from commbench.traces.replay import replay_rank
 
     world_, prints = checks.open_world(a)
@@ -143,8 +144,6 @@ def command(a) -> int:
 
 
 def _markdown(record: dict) -> str:
-    from tabulate import tabulate
-
     cells = [[r["call"], r["op"], ",".join(map(str, r["group"])), r["type"], r["size"],
               f"{r['time_us']:.1f}", f"{r['algbw']:.4f}",
               "-" if r["busbw"] is None else f"{r['busbw']:.4f}"] for r in record["rows"]]

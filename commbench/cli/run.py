@@ -7,16 +7,20 @@ rewritten after every row (atomically), the markdown and the plot when a transpo
 
 from __future__ import annotations
 
+import importlib
+from contextlib import ExitStack
+
 from commbench.cli.checks import open_world, refused_together, start_world
 from commbench.cli.common import UsageError
 from commbench.cli.run_args import add_parser, check_run_args, study_settings, sweep_settings
+from commbench.collectives import ALGORITHMS
+from commbench.results.lock import FolderBusy, folder_lock
+from commbench.runtime.launch import detect
 
 __all__ = ["STUDIES", "add_parser", "command", "run"]
 
 
 def _check_algos(wanted: list[str], ops: list[str]) -> None:
-    from commbench.collectives import ALGORITHMS
-
     known = {alg for o, alg in ALGORITHMS if o in ops}
     bad = [w for w in wanted if w not in known]
     if bad:
@@ -29,10 +33,6 @@ def command(a) -> int:
     (this host's memory, rank 0's results folder) is agreed first: every rank starts the world,
     all learn every rank's refusal over the harness's own channel, rank 0 prints the first and
     all exit 2 (one rank quitting alone would leave the others waiting in the rendezvous)."""
-    from contextlib import ExitStack
-
-    from commbench.results.lock import FolderBusy, folder_lock
-    from commbench.runtime.launch import detect
 
     ops, sizes = check_run_args(a)  # host refusals under a launcher: kept in a.host_refusal
     info = detect()  # readable: check_run_args refused a launcher whose world is not
@@ -60,11 +60,13 @@ def command(a) -> int:
 
 def run(a, ops: list[str], sizes: list[int], made=None) -> int:
     """Run the checked command; ``made``: the (world, prints) already started, or None."""
+    # lazy: imports numpy, torch
     from commbench.studies.collectives import sweep
 
     wanted = [w for w in a.algo.split(",") if w]
     _check_algos(wanted, ops)
     if a.targets == ["model"] and a.refit:  # stored measurements only: no ranks needed
+        # lazy: imports numpy, torch
         from commbench.studies.model import refit_stored
 
         return refit_stored(study_settings(a), a.np, print)
@@ -79,6 +81,7 @@ def run(a, ops: list[str], sizes: list[int], made=None) -> int:
                              f"{', '.join(world.transports)}")
         launch = f"local-{world.launch}" if world.launch in ("mpi", "plain") else world.launch
         if a.patterns:
+            # lazy: imports torch
             from commbench.studies.patterns import run_patterns
 
             return run_patterns(study_settings(a), a.targets, a.patterns, world, launch, prints,
@@ -96,8 +99,6 @@ def run(a, ops: list[str], sizes: list[int], made=None) -> int:
 def _study(module: str, name: str):
     """A study's function, imported when it runs (the command line stays torch-free)."""
     def run(*args) -> int:
-        import importlib
-
         return getattr(importlib.import_module(module), name)(*args)
     return run
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
+
 from commbench.cli import checks
 from commbench.cli.common import UsageError
+from commbench.costmodel.topology import load
 from commbench.names import (
     COLLECTIVES,
     DTYPE_NAMES,
@@ -15,7 +18,11 @@ from commbench.names import (
     parse_size,
     sizes_between,
 )
+from commbench.ops import OPS
+from commbench.patterns.registry import PATTERNS, select
+from commbench.runtime.launch import detect
 from commbench.studies.settings import StudySettings, SweepSettings
+from commbench.world.local.spawn import mpi_usable
 
 __all__ = ["SUITES", "add_parser", "check_run_args"]
 
@@ -78,9 +85,6 @@ def add_parser(sub) -> None:
 def _unknown(target: str) -> str:
     """What a target that names nothing gets told: the nearest known names first, then every
     suite, collective and pattern."""
-    import difflib
-
-    from commbench.patterns.registry import PATTERNS
 
     markers = {m for p in PATTERNS.values() for m in p.markers}
     known = [*SUITES, *COLLECTIVES, *PATTERNS, *sorted(markers - set(PATTERNS))]
@@ -93,7 +97,6 @@ def _unknown(target: str) -> str:
 
 def _patterns(targets: list[str]) -> list[str]:
     """The patterns ``targets`` name (pattern names or markers); [] for collective targets."""
-    from commbench.patterns.registry import PATTERNS, select
 
     found = {t: select(t) for t in targets}
     if not any(found.values()):
@@ -171,8 +174,6 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
         if on and a.targets != ["model"]:
             raise UsageError(f"{flag}: an option of the model study (commbench run model)")
     if a.topology:
-        from commbench.costmodel.topology import load
-
         try:
             load(a.topology)
         except ValueError as exc:
@@ -220,10 +221,9 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
 
 def _check_transports(a, ops: list[str]) -> None:
     """--transport names transports this world will have; no dtype/op pair one cannot do."""
-    from commbench.world.local.spawn import mpi_usable
 
     if a.launcher:  # what Context.from_launcher will make: the torch backend, MPI if launched so
-        from commbench.runtime.launch import detect
+        # lazy: imports torch
         from commbench.world.context import default_backend
 
         torch_side = default_backend()
@@ -234,11 +234,13 @@ def _check_transports(a, ops: list[str]) -> None:
     bad = [t for t in wanted if t not in have]
     if bad:
         raise UsageError(f"--transport {','.join(bad)}: this world will have {', '.join(have)}")
-    from commbench.ops import OPS
 
     reducing = [op for op in ops if OPS[op].reduces]
     if "mpi" in wanted and reducing:
+        # lazy: imports torch
         from commbench.wire.dtypes import DTYPES
+
+        # lazy: imports torch
         from commbench.wire.transport.mpi_backend import MPIBackend
 
         why = MPIBackend.unsupported(a.op, DTYPES[a.datatype])
@@ -246,7 +248,10 @@ def _check_transports(a, ops: list[str]) -> None:
             raise UsageError(f"-d {a.datatype} -o {a.op} over mpi ({', '.join(reducing)}): "
                              f"{why}; choose another dtype or --transport")
     if "nccl" in wanted and reducing:
+        # lazy: imports torch
         from commbench.wire.dtypes import DTYPES
+
+        # lazy: imports torch
         from commbench.wire.transport.torch_backend import TorchBackend
 
         why = TorchBackend("nccl").unsupported(a.op, DTYPES[a.datatype])

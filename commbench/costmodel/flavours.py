@@ -22,7 +22,9 @@ biases replicated, in Megatron as in torch.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from math import lcm
 
 __all__ = ["DDP_CAP", "DS_BUCKET", "DS_PREFETCH", "FIRST_BUCKET", "ddp_buckets", "deepspeed_calls",
            "ds_buckets", "ds_config",
@@ -56,7 +58,6 @@ def megatron_buffer(params: list[int], n: int) -> int:
     elements (128-byte alignment), and the bucket ends at a multiple of lcm(n, 128), so that it
     cuts into n equal, aligned shards. The reduce-scatter takes the whole buffer, the
     all-gather a shard."""
-    from math import lcm
 
     aligned = sum(-(-p // 64) * 64 for p in params)
     return -(-aligned // lcm(n, 128)) * lcm(n, 128)
@@ -99,7 +100,6 @@ def ds_config(path: str) -> dict:
     """The settings of a DeepSpeed config file (``ds_config``) the ``deepspeed`` flavour
     prices: ``stage``, ``reduce_bucket_size`` and ``gradient_accumulation_steps`` when it says
     them; ValueError naming the file and what is wrong with it."""
-    import json
 
     try:
         with open(path) as f:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from commbench.costmodel.flavours import ds_config, layer_params, megatron_buffer
+
 __all__ = ["DTYPE", "IMPLS", "TORCH_TP", "Layout"]
 
 DTYPE = {1: "int8", 2: "bfloat16", 4: "float32", 8: "float64"}  # bytes per element -> dtype
@@ -161,7 +163,6 @@ class Layout:
 
     def _check_ds_config(self) -> None:
         """The ds_config agrees with the layout's own settings, which it does not override."""
-        from commbench.costmodel.flavours import ds_config
 
         if self.impl != "deepspeed":
             raise ValueError(f"ds_config={self.ds_config!r}: DeepSpeed's config; needs "
@@ -216,7 +217,6 @@ class Layout:
         """A dense layer's parameter tensors on one TP rank, in registration order (the
         flavours' :func:`~commbench.costmodel.flavours.layer_params`); with experts, its
         router in place of the MLP."""
-        from commbench.costmodel.flavours import layer_params
 
         h, f = self.hidden, self.ffn or 4 * self.hidden
         kv_d = (self.kv_heads or self.heads) * (h // self.heads)
@@ -238,7 +238,6 @@ class Layout:
         the dp x cp ranks."""
         if self.impl != "megatron" or not self.zero:
             return self.dense_params
-        from commbench.costmodel.flavours import megatron_buffer
 
         return megatron_buffer(self.stage_tensors, self.dp * self.cp)
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
+from commbench.results.files import TOPOLOGY_LIMIT, read_json, read_text
+
 __all__ = ["Graph", "Topology", "from_nccl_xml", "graphs", "load", "presets"]
 
 ARCHS = ("volta", "ampere", "hopper", "blackwell")
@@ -145,7 +147,6 @@ def load(name_or_path: str, nodes: int | None = None) -> Topology:
     if not path.exists():
         raise ValueError(f"topology {name_or_path!r}: no such preset or file; presets: "
                          f"{', '.join(sorted(known))}")
-    from commbench.results.files import TOPOLOGY_LIMIT, read_json, read_text
 
     if path.suffix == ".xml":
         topo = from_nccl_xml(read_text(str(path), "topology", TOPOLOGY_LIMIT), path.name)

@@ -32,6 +32,8 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from commbench.results.files import TOPOLOGY_LIMIT, FileRefused, read_json
+
 __all__ = ["HostCluster", "fit_host", "host_us", "link_bytes", "load",
            "predict_us", "validate"]
 
@@ -115,8 +117,10 @@ def fit_host(rows: list[dict], split: int = SPLIT) -> dict:
     """Per ``transport/algo``, alpha and beta (both >= 0) of each regime (below ``split``
     bytes, from it) by least squares of the relative error, from measured all-reduce rows
     (op, algo, transport, size, time_us)."""
+    # lazy: imports numpy
     import numpy as np
 
+    # lazy: imports numpy
     from commbench.costmodel.lsq import nnls_relative
 
     out: dict[str, list[dict]] = {}
@@ -185,7 +189,6 @@ def load(path: str) -> HostCluster | None:
     """The hosts topology in the JSON file ``path``; None when it is not one (a GPU topology, a
     preset's name, another file); ValueError naming the field and the rule when it is one that
     does not hold."""
-    from commbench.results.files import TOPOLOGY_LIMIT, FileRefused, read_json
 
     p = Path(path)
     if p.suffix != ".json" or not p.exists():

@@ -43,11 +43,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 from commbench import names
+from commbench.runtime.group import grid_coords, parse_grid
 
 __all__ = ["BROKEN_JUDGES", "DRAWS", "Broken", "Call", "Pattern", "Tolerance", "calls_diff",
            "calls_match", "drawn", "float32_references", "named", "nudger", "reference_nudges"]
@@ -56,6 +58,7 @@ __all__ = ["BROKEN_JUDGES", "DRAWS", "Broken", "Call", "Pattern", "Tolerance", "
 def drawn(draw_config: Callable, *args):
     """The hypothesis strategy of ``draw_config(draw, st, *args)`` -> a config (``st``:
     hypothesis's strategies, imported here so that the records import no hypothesis)."""
+    # lazy: imports hypothesis
     from hypothesis import strategies as st
 
     return st.composite(lambda draw: draw_config(draw, st, *args))()
@@ -89,7 +92,6 @@ def _row(call) -> tuple:
 def calls_diff(booked, predicted) -> str:
     """'' when a rank's booked calls (ledger rows or :class:`Call`) are the predicted ones, in
     any order; else what was booked but not predicted and predicted but not booked."""
-    from collections import Counter
 
     got, want = Counter(map(_row, booked)), Counter(map(_row, predicted))
     if got == want:
@@ -175,7 +177,6 @@ class Pattern:
     def coords(self, cfg, rank: int) -> dict[str, int]:
         """``rank``'s index along each axis of :meth:`grid`: the layout its groups are built
         from, so a rank's shard and its expected share agree."""
-        from commbench.runtime.group import grid_coords, parse_grid
 
         return grid_coords(parse_grid(self.grid(cfg)), rank)
 
@@ -268,6 +269,7 @@ def nudger(draw: int):
     One float32 reference run's error can be small by luck of cancellation; runs whose inputs
     are each moved by one ulp are equally right answers, and the largest of their errors is the
     scale a sharded run, whose sums go in another order, is held to."""
+    # lazy: imports torch
     import torch  # here: the pattern records themselves import no torch
 
     g = torch.Generator().manual_seed(draw)
@@ -291,6 +293,7 @@ def float32_references(cfg, oracle: Callable[..., dict]) -> list[dict]:
     nudge)`` in float32, as is and nudged, for a float32 run; none for float64."""
     if cfg.dtype == "float64":
         return []
+    # lazy: imports torch
     import torch
 
     return [oracle(torch.float32, nudge) for nudge in reference_nudges()]

@@ -16,6 +16,8 @@ import torch
 
 from commbench.patterns.base import Call, Pattern
 from commbench.patterns.device import device_guard
+from commbench.patterns.judge import judge
+from commbench.patterns.registry import get
 from commbench.runtime.errors import SPMDError
 from commbench.timing.loop import timed
 from commbench.verdict import Verdict
@@ -49,7 +51,6 @@ def run_pattern(ctx, name: str, cfg, variant: str, seed: int, broken: str | None
     step under :func:`~commbench.patterns.device.device_guard`: a tensor the pattern creates
     off ``ctx.device`` is an error.
     """
-    from commbench.patterns.registry import get
 
     pattern = get(name)
     pattern.check(cfg, ctx.size, variant)  # before any collective: one line, value and rule
@@ -105,6 +106,5 @@ def check(world, pattern: Pattern, cfg, variant: str, seed: int, broken: str | N
     except SPMDError as exc:  # a rank raised: the run itself is wrong (a hang still raises)
         return Verdict([f"the run failed: {str(exc).splitlines()[0]}"],
                        f"check of {pattern.name}/{variant}")
-    from commbench.patterns.judge import judge
 
     return judge(pattern, cfg, variant, seed, outs)

@@ -32,6 +32,9 @@ from __future__ import annotations
 
 import math
 
+from tabulate import tabulate
+
+from commbench.results.files import RESULTS_LIMIT, FileRefused, read_json
 from commbench.results.records import SCHEMA
 
 __all__ = ["CompareError", "compare", "load"]
@@ -47,8 +50,6 @@ class CompareError(ValueError):
 
 
 def load(path: str) -> dict:
-    from commbench.results.files import RESULTS_LIMIT, FileRefused, read_json
-
     try:
         record = read_json(path, "results", RESULTS_LIMIT)
     except FileRefused as exc:
@@ -167,8 +168,6 @@ def _span(lo_hi: tuple[float, float]) -> str:
 
 
 def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -> str:
-    from tabulate import tabulate
-
     table = [[r["op"], r["algo"], r["transport"], r["size"], f"{r['old_us']:.1f}",
               f"{r['new_us']:.1f}", f"{r['time_ratio']:.3f}", _span(r["old_range"]),
               _span(r["new_range"]), f"{r['ratio']:.3f}", r["verdict"]] for r in rows]

@@ -54,6 +54,7 @@ def machine_class(label: str = "") -> str:
             raise ValueError(f"--label {label!r}: use lower-case letters, digits and '-' "
                              f"(e.g. {slug(label)!r})")
         return label
+    # lazy: imports torch
     import torch
 
     if torch.cuda.is_available():

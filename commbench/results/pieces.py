@@ -26,6 +26,7 @@ import json
 import os
 
 from commbench.results import records as res
+from commbench.results.files import RESULTS_LIMIT, FileRefused, read_text
 
 __all__ = ["Pieces", "or_none", "study_pieces"]
 
@@ -91,7 +92,6 @@ def _parsed(line: str):
 def _read(path: str, settings: dict) -> dict | str:
     """The pieces in ``path`` ({} when there is none), or the refusal's text when it was
     measured with other settings or is not a pieces file."""
-    from commbench.results.files import RESULTS_LIMIT, FileRefused, read_text
 
     if not os.path.exists(path):
         return {}

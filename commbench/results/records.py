@@ -26,7 +26,9 @@ Files are written to a temporary name and renamed, so a reader never sees half a
 
 from __future__ import annotations
 
+import csv
 import datetime
+import io
 import json
 import os
 import platform
@@ -34,6 +36,10 @@ import socket
 import statistics
 import subprocess
 import tempfile
+
+from tabulate import tabulate
+
+from commbench.version import __version__
 
 SCHEMA = "commbench.results.records/1"
 
@@ -59,6 +65,7 @@ def summarize_iters(iters: list[float]) -> dict:
 def versions() -> dict:
     out = {"python": platform.python_version()}
     try:
+        # lazy: imports torch
         import torch
 
         out["torch"] = torch.__version__
@@ -67,12 +74,12 @@ def versions() -> dict:
     except ImportError:
         pass
     try:
+        # lazy: imports mpi4py
         import mpi4py
 
         out["mpi4py"] = mpi4py.__version__
     except ImportError:
         pass
-    from commbench.version import __version__
 
     out["commbench"] = __version__
     return out
@@ -134,8 +141,6 @@ def write_study(stem: str, record: dict, to_markdown, emit, plot=None) -> None:
         emit(f"# wrote {png}" if png else "# no matplotlib: no plot")
 
 def markdown(record: dict) -> str:
-    from tabulate import tabulate
-
     v = record["versions"]
     m = record["measurement"]
     lines = [f"# {record['suite']}: {record['hardware']}, {record['world_size']} ranks "
@@ -177,8 +182,6 @@ def markdown(record: dict) -> str:
 
 def csv_text(rows: list[dict]) -> str:
     """The rows as CSV: one column per field any row has, in first-seen order (lists as JSON)."""
-    import csv
-    import io
 
     fields: list[str] = []
     for r in rows:
@@ -193,7 +196,6 @@ def csv_text(rows: list[dict]) -> str:
 
 def study_markdown(record: dict, headers: list[str], cells: list[list], note: str = "") -> str:
     """The record's header lines, a note, and one table (the studies' common layout)."""
-    from tabulate import tabulate
 
     head = markdown(dict(record, rows=[])).rstrip()
     table = tabulate(cells, headers=headers, tablefmt="github")
@@ -201,8 +203,6 @@ def study_markdown(record: dict, headers: list[str], cells: list[list], note: st
 
 
 def overhead_markdown(record: dict) -> str:
-    from tabulate import tabulate
-
     rows = record["rows"]
     head = markdown(dict(record, rows=[])).rstrip()
     table = tabulate([[r["size"], f"{r['raw_us']:.2f}", f"{r['commbench_us']:.2f}",
@@ -230,9 +230,11 @@ def plot(record: dict, path: str) -> str | None:
     """busbw against size, one panel per collective, one line per algorithm. None without
     matplotlib."""
     try:
+        # lazy: imports matplotlib
         import matplotlib
 
         matplotlib.use("Agg")
+        # lazy: imports matplotlib
         import matplotlib.pyplot as plt
     except ImportError:
         return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,6 @@ class RemoteError:
 
 def remote_error(rank: int, exc: BaseException) -> RemoteError:
     """Capture ``exc`` with its traceback (and the object itself, where it pickles)."""
-    import traceback
 
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:

@@ -22,12 +22,19 @@ The waiting process imports neither torch nor MPI. Only the command line is supe
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
+
+from commbench.runtime.launch import LaunchError, detect
+from commbench.runtime.pdeathsig import parent_death_signal
 
 __all__ = ["COMMANDS", "DEATH_KEY", "POLL_S", "SUPERVISED", "death_notice", "leave_hydra",
            "store_client", "supervise", "tell_store", "wanted"]
@@ -44,7 +51,6 @@ _PASSED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.
 def wanted(argv: list[str], env: Mapping[str, str] | None = None) -> bool:
     """Whether this command line, in this environment, runs supervised: a command that runs
     ranks, under a launcher, not already the child, not a rank of a local world, not off."""
-    from commbench.runtime.launch import LaunchError, detect
 
     env = os.environ if env is None else env
     cmd = next((a for a in argv if not a.startswith("-")), None)
@@ -60,12 +66,10 @@ def wanted(argv: list[str], env: Mapping[str, str] | None = None) -> bool:
 
 def supervise(argv: list[str]) -> int:
     """Run ``python -m commbench *argv`` as a child and wait for it (see the module's text)."""
-    from commbench.runtime.launch import detect
 
     read_end, write_end = os.pipe()
     os.set_blocking(read_end, False)
     os.set_inheritable(write_end, True)  # pipes are close-on-exec by default (PEP 446)
-    from commbench.runtime.pdeathsig import parent_death_signal
 
     # the child dies with this process: a launcher that kills it (torchrun's SIGKILL after its
     # grace) leaves no orphan working on
@@ -103,7 +107,6 @@ def supervise(argv: list[str]) -> int:
                                                      "signal": name}):
         # stay until the others have read it and left on their own, quietly: a launcher that
         # saw this rank leave first would signal them (torchrun: SIGTERM), and each would say so
-        import time
 
         time.sleep(POLL_S + 1.0)
     leave_hydra(info.launcher)
@@ -117,7 +120,6 @@ def leave_hydra(launcher: str, timeout_s: float = 5.0) -> bool:
     wait status: the job would end with 9 whatever the ranks said. Finalized, every rank leaves
     on its own with 3 and so does the job. True when the launcher acknowledged; False (nothing
     done) under any other launcher."""
-    import select
 
     fd = os.environ.get("PMI_FD", "")
     if launcher != "mpich" or "SLURM_STEP_ID" in os.environ or not fd.isdigit():
@@ -153,10 +155,10 @@ def _last_address(fd: int) -> tuple[str, int] | None:
 def store_client(address: tuple[str, int]):
     """A client of the TCP store at ``address``; raises ConnectionError at once when nothing
     listens there (torch's own client retries for its whole timeout, logging each try)."""
-    import datetime
 
     with socket.create_connection(address, timeout=5.0):
         pass
+    # lazy: imports torch
     import torch.distributed as dist
 
     return dist.TCPStore(address[0], address[1], is_master=False,
@@ -166,7 +168,6 @@ def store_client(address: tuple[str, int]):
 def _post_death(address: tuple[str, int], notice: dict) -> bool:
     """Post ``notice`` (JSON, never pickle) under :data:`DEATH_KEY` in the store at ``address``;
     False when the store cannot be reached (its host, rank 0, is the one that died)."""
-    import json
 
     try:
         store_client(address).set(DEATH_KEY, json.dumps(notice))
@@ -178,7 +179,6 @@ def _post_death(address: tuple[str, int], notice: dict) -> bool:
 def death_notice(store) -> str | None:
     """The line a dead rank's notice in ``store`` makes (None: no rank died). Raises what the
     store raises when it cannot be reached."""
-    import json
 
     if not store.check([DEATH_KEY]):
         return None

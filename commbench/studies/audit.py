@@ -11,12 +11,21 @@ rank's entries into the rows ``commbench audit`` prints and writes.
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.util
 import io
 import os
 import runpy
 import sys
 from collections.abc import Callable
+from unittest import mock
 
+from tabulate import tabulate
+
+from commbench.results.records import markdown
+from commbench.runtime.launch import detect
+from commbench.studies.audit_layout import layout_tables
+from commbench.wire import steps
 from commbench.wire.ledger import Entry, Ledger
 from commbench.wire.steps import step, step_of
 
@@ -29,6 +38,7 @@ def audit(step: Callable, *args, ledger: Ledger | None = None, script: str | Non
     """Run ``step(*args, **kwargs)`` under the watcher; the entries it booked on this rank
     (with ``script``, each with the line of that file that issued it; with ``tracker``, the
     rank's status names each call while it runs)."""
+    # lazy: imports torch
     from commbench.wire.watch import watch
 
     ledger = ledger or Ledger()
@@ -53,7 +63,10 @@ def _process_group_kept(asked: dict | None = None):
     scripts and libraries that initialise only ``if not dist.is_initialized()`` then do), and so
     does the check device_mesh makes before it initialises the default group itself
     (``init_device_mesh`` in a script that never calls init_process_group)."""
+    # lazy: imports torch
     import torch.distributed as dist
+
+    # lazy: imports torch
     import torch.distributed.device_mesh as device_mesh
 
     if not dist.is_initialized():
@@ -142,10 +155,7 @@ def _looks_like_torchrun(ctx):
     gets the others (mpirun and srun set no LOCAL_RANK that DeepSpeed reads)."""
     local = ctx.size
     if ctx.launcher not in ("local", "none"):
-        from commbench.runtime.launch import detect
-
         local = detect().local_size or 1
-    from unittest import mock
 
     env = {k: v for k, v in torchrun_env(ctx.rank, ctx.size, ctx.local_rank, local).items()
            if k not in os.environ}
@@ -169,8 +179,6 @@ def _deepspeed_without_its_cpu_op():
     DeepSpeed compiles it the first time a backend starts, half a minute or more per machine
     and environment. Nothing is imported for it: a script that never loads DeepSpeed is left
     as it is."""
-    import importlib.abc
-    import importlib.util
 
     patched: list = []
 
@@ -222,7 +230,6 @@ def run_script(ctx, path: str, argv: list[str], extra: contextlib.AbstractContex
     ``extra``: a context the script also runs in; ``asked``: filled with the keywords the script
     gave ``init_process_group`` (``called``: whether it did); ``output``: given, what the script
     printed is kept (:class:`_Kept`) and appended to it, also when the script raises."""
-    from commbench.wire import steps
 
     ctx.tracker.start_task(os.path.basename(path))  # a hang report names the script
     saved, folder = sys.argv, os.path.dirname(os.path.abspath(path))
@@ -350,10 +357,6 @@ def _op_cell(row: dict) -> str:
 
 
 def audit_markdown(record: dict) -> str:
-    from tabulate import tabulate
-
-    from commbench.results.records import markdown
-
     head = markdown(dict(record, rows=[])).rstrip()
     device = any(r.get("device_seconds") for r in record["rows"]["groups"])
     groups = tabulate([[_group_cell(r), _op_cell(r), r["dtype"] or "-", r["redop"], r["phase"], r["calls"],
@@ -376,8 +379,6 @@ def audit_markdown(record: dict) -> str:
                  f"outside every step):\n\n{per_step}\n")
     lay = record.get("layout")
     if lay:
-        from commbench.studies.audit_layout import layout_tables
-
         rows, verdict = layout_tables(lay, "audited")
         which = (f"rank 0's calls in steps {lay['step']}..{lay['step'] + lay['steps'] - 1} "
                  f"the script marked" if lay.get("step") else "rank 0's calls, the whole script")

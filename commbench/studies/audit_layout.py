@@ -32,6 +32,9 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from tabulate import tabulate
+
+from commbench.costmodel.layout import GRADIENT_GROUPS, _calls, group_ranks, layout_axes
 from commbench.costmodel.layout_config import Layout
 from commbench.names import ITEMSIZE
 from commbench.ops import bufferless
@@ -44,7 +47,6 @@ KIND = {"isend": "send", "irecv": "recv"}  # a point-to-point call, blocking or 
 
 def _width(axis: str) -> str:
     """The layout's setting for the width of ``axis``'s elements."""
-    from commbench.costmodel.layout import GRADIENT_GROUPS
 
     return "grad_bytes" if axis in GRADIENT_GROUPS else "act_bytes"
 
@@ -83,7 +85,6 @@ def parse_layout(spec: str, world_size: int) -> Layout:
 def layout_groups(lay: Layout) -> dict[tuple[int, ...], tuple[str, ...]]:
     """Every group of the layout: ranks -> the axes it serves (with dp = 1, the cp ranks are
     also the gradients' dp group), groups of one rank left out."""
-    from commbench.costmodel.layout import group_ranks, layout_axes
 
     out: dict[tuple[int, ...], tuple[str, ...]] = {}
     for axis in layout_axes(lay):
@@ -97,7 +98,6 @@ def layout_groups(lay: Layout) -> dict[tuple[int, ...], tuple[str, ...]]:
 def _predicted(lay: Layout) -> tuple[dict[tuple[str, str, int], int], dict[tuple, int]]:
     """(axis, op, elements) -> calls per step; and the width of those in another width than
     their axis's (DeepSpeed's float64 gradient norm)."""
-    from commbench.costmodel.layout import _calls
 
     out: dict[tuple[str, str, int], int] = {}
     widths: dict[tuple, int] = {}
@@ -230,7 +230,6 @@ def _explained(lay: Layout, predicted: dict, seen: dict) -> dict[tuple[str, str]
 
 def layout_tables(lay: dict, seen: str) -> tuple[str, str]:
     """A comparison's table (``seen``: the observed column's name) and its verdict lines."""
-    from tabulate import tabulate
 
     rows = tabulate([[r["axis"], r["op"], r["elements"], r["dtype"], r["predicted"],
                       r["observed"], r["flag"]] for r in lay["rows"]],

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import contextlib
 
+from commbench.studies.audit import script_rank
+from commbench.wire import nccl_rules, splits
 from commbench.wire.ledger import Entry
 from commbench.wire.posts import Post
 from commbench.wire.splits import Creation
@@ -35,10 +37,13 @@ NO_NCCL_REDOPS = ("band", "bor", "bxor")
 def run_script_nccl(ctx, path: str, argv: list[str], shown: tuple[int, ...] = (0,)) -> dict:
     """On a rank: :func:`~commbench.studies.audit.run_script` with group creations, batches and
     ``init_process_group``'s keywords recorded (module docstring)."""
+    # lazy: imports torch
     import torch.distributed as dist
+
+    # lazy: imports torch
     import torch.distributed.distributed_c10d as c10d
 
-    from commbench.studies.audit import script_rank
+    # lazy: imports torch
     from commbench.wire.watch import batched
 
     made: list[tuple[tuple[int, ...], str]] = []
@@ -85,7 +90,6 @@ def _posts(entries: list[tuple]) -> list[Post]:
 
 def findings(per_rank: list[dict], mode: str = "auto") -> tuple[str, list[str]]:
     """(the init mode checked and why, what NCCL would do wrong: one line each)."""
-    from commbench.wire import nccl_rules, splits
 
     if mode == "auto":
         asked = [r for r, out in enumerate(per_rank) if out["device_id"]]

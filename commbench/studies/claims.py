@@ -12,13 +12,17 @@ is activations, whose size does not depend on the parameter count. Each row give
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import astuple, dataclass, field
 
+from tabulate import tabulate
+
 from commbench.patterns.base import calls_match
 from commbench.patterns.registry import get
 from commbench.patterns.run import run_pattern
+from commbench.results.records import markdown
 
 __all__ = ["Claim", "Measured", "Run", "claims_markdown", "measure_claim"]
 
@@ -97,9 +101,6 @@ def measure_claim(world, claim: Claim, seed: int = 1) -> dict:
 
 def claims_markdown(record: dict, width: int | None = None) -> str:
     """The claims table; with ``width`` (a terminal's columns) its text wrapped to fit it."""
-    from tabulate import tabulate
-
-    from commbench.results.records import markdown
 
     head = markdown(dict(record, rows=[])).rstrip()
     rows = [[r["claim"], r["predicted"], r["measured"], r["verdict"], r["holds"],
@@ -107,8 +108,6 @@ def claims_markdown(record: dict, width: int | None = None) -> str:
     headers = ["claim (the notes)", "predicted (the patterns)", "measured (ledger)", "verdict",
                "the notes hold", "ledger = predicted"]
     if width:
-        import textwrap
-
         # the four text columns as wide as the terminal leaves them (tabulate pads each cell
         # and its header: measured, not computed), narrowing until the table fits
         headers = ["claim", "predicted", "measured", "verdict", "holds", "ledger"]

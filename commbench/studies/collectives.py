@@ -14,7 +14,12 @@ import statistics
 
 from commbench.collectives import ALGORITHMS, algorithms_of
 from commbench.collectives.measure import Case, cadence, placement
+from commbench.costmodel import topology
 from commbench.results import records as res
+from commbench.results.compare import KEY, CompareError, compare, load, report
+from commbench.results.trace import chrome_trace
+from commbench.studies.model import annotate, stored_fit
+from commbench.studies.overhead import memcpy_bandwidth
 from commbench.studies.settings import SweepSettings
 from commbench.studies.sweep import HEADER, merge_rounds, run_series
 
@@ -39,8 +44,6 @@ def _algorithms(op: str, wanted: list[str], world, emit) -> list[str]:
 def sweep(w: SweepSettings, world, ops, sizes, transports, launch, prints, emit) -> int:
     """The sweep of ``ops`` at ``sizes`` on each of ``transports``; exit code 1 on a wrong
     element, else 0."""
-    from commbench.costmodel.topology import load
-    from commbench.studies.overhead import memcpy_bandwidth
 
     s, n = w.study, world.size
     measurement = dict(cadence(s.batch), iters=s.iters, warmup=s.warmup)
@@ -48,7 +51,7 @@ def sweep(w: SweepSettings, world, ops, sizes, transports, launch, prints, emit)
         measurement.update(repeat=s.repeat, rounds="whole sweep repeated; each row its best round")
     if "mpi" in transports:
         measurement["binding"] = placement(world)
-    topo = load(w.topology) if w.topology else None
+    topo = topology.load(w.topology) if w.topology else None
     memcpy = statistics.median(world.run(memcpy_bandwidth))
     emit(f"# commbench run {' '.join(w.targets or ['collectives'])}: {n} ranks ({launch}), "
          f"transports {' '.join(transports)}, dtype {w.dtype}, op {w.redop}")
@@ -73,8 +76,6 @@ def sweep(w: SweepSettings, world, ops, sizes, transports, launch, prints, emit)
         if prints:
             _extra_files(w, suite, every, n, launch, measurement, settings, emit)
             if timeline:
-                from commbench.results.trace import chrome_trace
-
                 res.write_json(s.trace, chrome_trace(timeline))
                 emit(f"# wrote {s.trace}")
     if every:
@@ -88,7 +89,6 @@ def _transports(w: SweepSettings, world, transports, stems, previous, settings, 
                 topo, memcpy, suite, launch, prints, emit, records, sizes, ops,
                 timeline: list | None = None) -> int:
     """Each transport's sweep, its record appended to ``records``; the count of wrong elements."""
-    from commbench.studies.model import annotate, stored_fit
 
     s, n, wrong = w.study, world.size, 0
     for transport in transports:
@@ -156,8 +156,6 @@ def _extra_files(w: SweepSettings, suite, rows, n, launch, measurement, settings
 
 def _load(path: str, why: str) -> dict | None:
     """The results file at ``path``, None when there is none; an unreadable one is an error."""
-    from commbench.results.compare import CompareError, load
-
     if not os.path.exists(path):
         return None
     try:
@@ -183,7 +181,6 @@ def _against(old: dict, new: dict, path: str, emit, again=None) -> None:
     regress are measured once more at once (``again(series key, sizes)`` -> rows), and only
     those that regress in both measurements are reported: a slow spell of a shared machine
     slows every size of a series measured in it, a regression of the code slows it again."""
-    from commbench.results.compare import KEY, compare, report
 
     rows, bad = compare(old, new)
     if not rows:

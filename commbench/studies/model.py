@@ -42,11 +42,17 @@ from __future__ import annotations
 
 import os
 
+from commbench.collectives import ALGORITHMS, algorithms_of
+from commbench.collectives.compiled.waiting import recorded
 from commbench.collectives.measure import Case, cadence, placement
+from commbench.costmodel.alphabeta import Fit, terms
+from commbench.costmodel.nccl import OPS as MODELLED
+from commbench.costmodel.nccl import nccl_predict
 from commbench.names import COLLECTIVES, sizes_between
 from commbench.ops import OPS
 from commbench.results import records as res
-from commbench.results.pieces import or_none
+from commbench.results.files import RESULTS_LIMIT, read_json
+from commbench.results.pieces import or_none, study_pieces
 from commbench.studies.model_judge import (
     HELD_OUT,
     TARGET,
@@ -231,9 +237,6 @@ def run_model(s: StudySettings, world, transports: list[str], sizes: list[int], 
               prints: bool, emit) -> int:
     """The ``commbench run model`` study, per transport; writes results/model_*. ``sizes``: the
     sweep's, unused: the study calibrates on its own range, ``s.lo``..``s.hi`` or 4 KiB..64 MiB."""
-    from commbench.collectives import ALGORITHMS, algorithms_of
-    from commbench.collectives.compiled.waiting import recorded
-    from commbench.results.pieces import study_pieces
 
     n = world.size
     # every benchmarked collective with alpha-beta terms that a world of n runs
@@ -269,7 +272,6 @@ def run_model(s: StudySettings, world, transports: list[str], sizes: list[int], 
 
 def refit_stored(s: StudySettings, ranks: int, emit) -> int:
     """``commbench run model --refit``: each stored study of this world size judged again."""
-    from commbench.results.files import RESULTS_LIMIT, read_json
 
     found = 0
     for transport in s.transports or ("gloo", "mpi"):
@@ -286,8 +288,6 @@ def refit_stored(s: StudySettings, ranks: int, emit) -> int:
 def stored_fit(out_dir: str, transport: str, n: int, label: str = ""):
     """The fit a ``commbench run model`` left in ``out_dir`` for this transport, world size and
     machine class."""
-    from commbench.costmodel.alphabeta import Fit
-    from commbench.results.files import RESULTS_LIMIT, read_json
 
     path = StudySettings(out=out_dir, label=label).stem("model", transport, n) + ".json"
     if not os.path.exists(path):
@@ -298,9 +298,6 @@ def stored_fit(out_dir: str, transport: str, n: int, label: str = ""):
 def annotate(rows: list[dict], model, n: int, topo=None, version: str = "2.30.7") -> None:
     """Add the calibrated model's time (``pred_us``, ``meas_over_pred``) and, with a topology,
     NCCL's model of the same collective and size on n GPUs of that machine (``nccl_pred_us``)."""
-    from commbench.costmodel.alphabeta import terms
-    from commbench.costmodel.nccl import OPS as MODELLED
-    from commbench.costmodel.nccl import nccl_predict
 
     sub = None
     if topo is not None:

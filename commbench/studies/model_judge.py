@@ -7,10 +7,12 @@ Used by the ``commbench run model`` study (:mod:`commbench.studies.model`), whic
 from __future__ import annotations
 
 import datetime
+import glob
 import statistics
 
 from commbench.costmodel.alphabeta import Curve, Fit
 from commbench.costmodel.fitting import fit
+from commbench.costmodel.forms import FORMS, predictor, usable
 from commbench.results import records as res
 
 __all__ = ["accuracy", "form_ceiling", "judge_model", "last_level_cache", "low", "model_markdown",
@@ -24,7 +26,6 @@ HELD_OUT = "held-out sizes"
 
 def last_level_cache(default: int = 32 * MiB) -> int:
     """Bytes of this machine's largest CPU cache (Linux sysfs), the model's knee."""
-    import glob
 
     best = 0
     for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
@@ -93,7 +94,6 @@ def form_ceiling(rows: list[dict], n: int, knee: float, curve: Curve | None) -> 
     themselves (one collective and algorithm's evaluation rows): not a prediction, a bound on
     what the forms can follow. The model's own error far above it is calibration noise; near
     it, the form is what misses. None with too few rows to fit."""
-    from commbench.costmodel.forms import FORMS, predictor, usable
 
     if len(rows) < 3 + bool(knee):
         return None

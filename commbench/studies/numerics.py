@@ -23,6 +23,7 @@ from commbench.collectives import ALGORITHMS
 from commbench.collectives.compiled.steps import SCHEDULES
 from commbench.collectives.simulate import simulate
 from commbench.ops import split_sizes
+from commbench.results.records import study_markdown
 from commbench.studies.settings import StudySettings, write_study
 
 __all__ = ["ALGOS", "DISTRIBUTIONS", "NumericsCase", "bound", "depth", "draw", "judge_numerics",
@@ -178,8 +179,6 @@ def run_numerics(world, emit, seed: int = 0) -> list[dict]:
 
 
 def numerics_markdown(record: dict) -> str:
-    from commbench.results.records import study_markdown
-
     note = ("Error of each result element against the exact (float64) sum of the inputs every "
             "rank held, in units of the dtype's eps times the sum of the magnitudes; `bound`: "
             "gamma_d / eps for the algorithm's summation depth d (commbench/studies/numerics.py); "
@@ -200,9 +199,11 @@ def numerics_plot(record: dict, path: str) -> str | None:
     """Max error against the bound per all-reduce algorithm, one panel per dtype (worst over
     the data shapes); None without matplotlib."""
     try:
+        # lazy: imports matplotlib
         import matplotlib
 
         matplotlib.use("Agg")
+        # lazy: imports matplotlib
         import matplotlib.pyplot as plt
     except ImportError:
         return None

@@ -14,10 +14,12 @@ from __future__ import annotations
 import statistics
 import time
 
+import numpy as np
 import torch
 
-from commbench.collectives.measure import Case, measure
+from commbench.collectives.measure import MEASUREMENT, Case, measure
 from commbench.results import records as res
+from commbench.results.records import overhead_markdown
 from commbench.studies.settings import StudySettings, write_study
 
 __all__ = ["memcpy_bandwidth", "overhead", "raw_mpi_all_reduce", "run_overhead"]
@@ -25,7 +27,7 @@ __all__ = ["memcpy_bandwidth", "overhead", "raw_mpi_all_reduce", "run_overhead"]
 
 def raw_mpi_all_reduce(ctx, nbytes: int, iters: int, warmup: int) -> list[float]:
     """The reference loop: NumPy buffers and mpi4py only, nothing of commbench in the loop."""
-    import numpy as np
+    # lazy: imports mpi4py
     from mpi4py import MPI
 
     comm = ctx.mpi
@@ -92,8 +94,6 @@ def memcpy_bandwidth(ctx, nbytes: int = 64 << 20, iters: int = 10) -> float:
 
 def run_overhead(s: StudySettings, world, transports, sizes, launch, prints, emit) -> int:
     """``commbench run overhead``: commbench's MPI all-reduce against a bare mpi4py loop."""
-    from commbench.collectives.measure import MEASUREMENT
-    from commbench.results.records import overhead_markdown
 
     measurement = dict(MEASUREMENT, iters=s.iters, warmup=s.warmup, rounds=s.rounds,
                        order="ABBA: raw then commbench, then commbench then raw, ...")

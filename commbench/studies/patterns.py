@@ -17,7 +17,8 @@ from commbench.patterns.base import calls_match
 from commbench.patterns.registry import get
 from commbench.patterns.run import run_pattern
 from commbench.results import records as res
-from commbench.results.pieces import or_none
+from commbench.results.pieces import or_none, study_pieces
+from commbench.results.trace import chrome_trace
 from commbench.studies.settings import StudySettings, write_study
 from commbench.timing.loop import slowest
 
@@ -101,8 +102,8 @@ def pattern_markdown(record: dict) -> str:
 
 def run_patterns(s: StudySettings, targets, patterns, world, launch, prints, emit) -> int:
     """``commbench run PATTERN...``: each pattern's variants timed, booked and judged."""
+    # lazy: imports numpy
     from commbench.collectives.measure import MEASUREMENT
-    from commbench.results.pieces import study_pieces
 
     measurement = dict(MEASUREMENT, iters=s.iters, warmup=s.warmup)
     transport = world.transports[0]
@@ -115,9 +116,6 @@ def run_patterns(s: StudySettings, targets, patterns, world, launch, prints, emi
     rows = pattern_study(world, patterns, s.iters, s.warmup, emit, timeline=timeline,
                          pieces=pieces)
     if s.trace and prints:
-        from commbench.results import records as res
-        from commbench.results.trace import chrome_trace
-
         res.write_json(s.trace, chrome_trace(timeline))
         emit(f"# wrote {s.trace}")
     bad = [r for r in rows if not r["calls_match"]]

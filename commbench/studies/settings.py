@@ -8,6 +8,9 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 
+from commbench.results import records as res
+from commbench.results.machine import machine_class
+
 
 @dataclass(frozen=True)
 class StudySettings:
@@ -38,7 +41,6 @@ class StudySettings:
     @cached_property  # asked for each table's name and header; found once
     def machine(self) -> str:
         """The machine class the tables are named by (:mod:`commbench.results.machine`)."""
-        from commbench.results.machine import machine_class
 
         return machine_class(self.label)
 
@@ -76,7 +78,6 @@ class SweepSettings:
 def write_study(s: StudySettings, prints, world, launch, suite, measurement, rows, to_markdown,
                 emit, plot=None, transport: str = "") -> None:
     """A study's table, written by the printing rank unless ``--no-write``."""
-    from commbench.results import records as res
 
     if not (s.write and prints):
         return

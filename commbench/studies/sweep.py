@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from commbench.collectives.measure import Case, measure
+from commbench.names import ITEMSIZE
+from commbench.ops import OPS, counts_for
 from commbench.results import records as res
 from commbench.results.busbw import algbw, busbw
 from commbench.timing.loop import slowest
@@ -56,8 +58,6 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
     ranks, seconds), for :func:`pool_passes`. With ``case.trace``, ``timeline`` gains each
     row's traced call: (label, every rank's entries, every rank's (start, end)).
     """
-    from commbench.names import ITEMSIZE
-    from commbench.ops import OPS, counts_for
 
     n = world.size
     rows = []

@@ -28,10 +28,10 @@ import statistics
 
 from commbench.collectives.compiled.steps import SCHEDULES
 from commbench.collectives.compiled.waiting import recorded
-from commbench.collectives.measure import Case, measure, placement
+from commbench.collectives.measure import Case, cadence, measure, placement
 from commbench.results import records as res
-from commbench.results.pieces import or_none
-from commbench.studies.model import iters_for
+from commbench.results.pieces import or_none, study_pieces
+from commbench.studies.model import SMALL, iters_for
 from commbench.studies.settings import StudySettings
 from commbench.timing.loop import slowest
 
@@ -124,10 +124,6 @@ def versus_markdown(record: dict) -> str:
 def run_versus(s: StudySettings, world, transports: list[str], sizes: list[int], launch: str,
                prints: bool, emit) -> int:
     """The ``commbench run versus`` study, per transport; writes results/versus_*."""
-
-    from commbench.collectives.measure import cadence
-    from commbench.results.pieces import study_pieces
-    from commbench.studies.model import SMALL
 
     n = world.size
     for transport in transports:

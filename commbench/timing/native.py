@@ -144,6 +144,7 @@ def restore(out: torch.Tensor, src: torch.Tensor) -> Callable[[], object]:
     untimed part of each iteration stays as short as a bare mpi4py loop's), else torch's copy."""
     if out.is_cuda:
         return lambda: out.copy_(src)
+    # lazy: imports numpy
     import numpy as np
 
     raw = {torch.bfloat16: torch.int16, torch.bool: torch.uint8}.get(out.dtype, out.dtype)

@@ -28,16 +28,27 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def _alone() -> bool:
+    """Whether this process may fork workers: on Linux, with no thread but its own (a fork
+    copies one thread and every lock: a lock another thread held stays held in the child, and
+    a worker that takes it never returns; seen in a test session, whose process has threads)."""
+    try:
+        return "fork" in multiprocessing.get_all_start_methods() and \
+            len(os.listdir("/proc/self/task")) == 1
+    except OSError:  # no /proc: not Linux
+        return False
+
+
 def read_all(paths: list[str], progress: bool = True, limit: int = LIMIT,
              workers: int | None = None) -> list[RankTrace]:
     """Every file's trace, in order: read in parallel by forked processes, one file each at a
-    time, where there are several files, cores to spare and bytes enough to pay for the fork
-    (``workers``: how many; None: as many as cores and files allow); else one after another.
-    A worker's error (TraceError, one line) is the caller's."""
+    time, where there are several files, cores to spare, bytes enough to pay for the fork and
+    no other thread in this process (``workers``: how many; None: as many as cores and files
+    allow); else one after another. A worker's error (TraceError, one line) is the caller's."""
     n = min(len(paths), _cores()) if workers is None else workers
     if workers is None and sum(os.path.getsize(p) for p in paths) < PARALLEL_BYTES:
         n = 1
-    if n < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if n < 2 or not _alone():
         return [read(p, progress, limit) for p in paths]
     with multiprocessing.get_context("fork").Pool(n) as pool:
         return pool.starmap(read, [(p, progress, limit) for p in paths], chunksize=1)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from commbench.names import DTYPE_NAMES
 from commbench.ops import OPS, bufferless
 from commbench.traces.calls import P2P, TraceError
+from commbench.traces.job import load as load_job
+from commbench.traces.stream import LIMIT
 
 __all__ = ["Rec", "check", "complete", "from_audit", "from_traces", "scale"]
 
@@ -52,9 +54,6 @@ class Rec:
 
 
 def from_traces(names: list[str], limit: int | None = None) -> tuple[int, dict[int, list[Rec]]]:
-    from commbench.traces.job import load as load_job
-    from commbench.traces.stream import LIMIT
-
     traces = load_job(names, limit=limit or LIMIT)
     world = max([t.world_size for t in traces] + [len(traces)])
     plan = {t.rank: [Rec(c.op, c.group, c.dtype, c.in_elems, c.in_splits, c.out_splits,

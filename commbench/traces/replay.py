@@ -16,8 +16,11 @@ from dataclasses import astuple
 import torch
 
 from commbench.ops import bufferless
+from commbench.timing.loop import timed
+from commbench.timing.native import PREPARE, prepare_native
 from commbench.traces.calls import P2P
 from commbench.traces.recorded import Rec
+from commbench.wire.dtypes import DTYPES
 from commbench.wire.ledger import Entry
 
 __all__ = ["BROKEN", "mismatches", "replay_rank", "units"]
@@ -40,15 +43,12 @@ def units(recs: list[Rec]) -> list[list[Rec]]:
 
 
 def _tensor(r: Rec, count: int, device, broken: dict | None = None) -> torch.Tensor:
-    from commbench.wire.dtypes import DTYPES
-
     dtype = DTYPES.get((broken or {}).get("dtype", r.dtype), torch.uint8)
     return torch.ones(count, dtype=dtype, device=device)
 
 
 def _collective(ctx, comm, g, r: Rec, broken: dict):
     """(the checked first call, the bare call to time, the element count booked)."""
-    from commbench.timing.native import PREPARE, prepare_native
 
     dev = ctx.device
     if bufferless(r.op):
@@ -84,7 +84,6 @@ def replay_rank(ctx, plan: dict[int, list[Rec]], iters: int, warmup: int,
                 broken: str = "") -> list[dict]:
     """On a rank: its recorded calls re-issued; per unit its booked entries and its times
     (``broken``: a name of :data:`BROKEN`)."""
-    from commbench.timing.loop import timed
 
     bent = BROKEN[broken] if broken else {}
     comm = ctx.comm()

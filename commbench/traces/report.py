@@ -3,9 +3,15 @@ per op and size bucket, per step, and the layout's comparison where one was aske
 
 from __future__ import annotations
 
+import datetime
+
+from tabulate import tabulate
+
+from commbench.studies.audit_layout import layout_tables
 from commbench.traces.analysis import Matched, per_group, per_size, per_step
 from commbench.traces.calls import ranks_text
 from commbench.traces.kineto import RankTrace
+from commbench.version import __version__
 
 __all__ = ["markdown", "record"]
 
@@ -24,10 +30,6 @@ def _call_row(m: Matched) -> dict:
 
 
 def record(traces: list[RankTrace], rows: list[Matched], extra: dict) -> dict:
-    import datetime
-
-    from commbench.version import __version__
-
     calls = sorted((_call_row(m) for m in rows), key=lambda r: (-r["exposed_us"], -r["time_us"]))
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return {"schema": "commbench.analyze/1", "suite": "analyze", "created": now,
@@ -45,8 +47,6 @@ def _f(x, fmt: str = ".1f") -> str:
 
 
 def markdown(rec: dict, top: int = 20) -> str:
-    from tabulate import tabulate
-
     model = any("model_us" in c for c in rec["calls"])
     base = any("baseline_busbw" in c for c in rec["calls"])
     head = (f"# commbench analyze: {len(rec['files'])} trace(s), ranks {rec['ranks']} of "
@@ -109,8 +109,6 @@ def markdown(rec: dict, top: int = 20) -> str:
              f"exposed: the part no computation kernel covers):\n\n{steps}\n")
     lay = rec.get("layout")
     if lay:
-        from commbench.studies.audit_layout import layout_tables
-
         rows, verdict = layout_tables(lay, "traced")
         text += f"\nRank 0 against the layout `{lay['spec']}`:\n\n{rows}\n\n{verdict}\n"
     return text

@@ -7,6 +7,8 @@ import json
 import os
 
 from commbench.traces.calls import TraceError
+from commbench.traces.et import from_et, is_et
+from commbench.traces.job import files
 from commbench.traces.recorded import Rec, from_audit, from_traces
 
 __all__ = ["load"]
@@ -29,8 +31,6 @@ def load(names: list[str], limit: int | None = None) -> tuple[int, dict[int, lis
                 raise TraceError(f"{names[0]}: not a readable audit result ({exc})") from None
             if isinstance(record, dict) and record.get("suite") == "audit":
                 return from_audit(names[0], record)
-    from commbench.traces.et import from_et, is_et
-    from commbench.traces.job import files
 
     paths, _ = files(names)
     if paths and all(is_et(p) for p in paths):

@@ -16,10 +16,15 @@ from __future__ import annotations
 import math
 import re
 
+from commbench.costmodel.layout import call_time_us, group_span
 from commbench.costmodel.nccl import OPS as MODELLED
 from commbench.costmodel.p2p import P2P_OPS
 from commbench.costmodel.topology import Topology, load
 from commbench.ops import OPS, booked, split_sizes
+from commbench.patterns.base import Call as Priced
+from commbench.results.busbw import factor
+from commbench.results.compare import CompareError
+from commbench.results.compare import load as load_results
 from commbench.traces.analysis import Matched
 from commbench.traces.calls import P2P, Call, TraceError
 from commbench.traces.kineto import RankTrace
@@ -84,8 +89,6 @@ def _splits(c: Call, n: int) -> dict:
 def model_us(c: Call, topo: Topology, version: str = "2.30.7") -> tuple[float, str] | None:
     """NCCL's modelled time of ``c`` on ``topo`` and its pick, or None (an op it has no model
     for, or a group wider than the topology)."""
-    from commbench.costmodel.layout import call_time_us, group_span
-    from commbench.patterns.base import Call as Priced
 
     n = len(c.group)
     if n < 2 or c.op not in MODELLED + P2P_OPS + P2P or max(c.group) >= topo.ranks:
@@ -100,8 +103,6 @@ def model_us(c: Call, topo: Topology, version: str = "2.30.7") -> tuple[float, s
 
 
 def add_model(rows: list[Matched], topo: Topology) -> None:
-    from commbench.results.busbw import factor
-
     for m in rows:
         got = model_us(m.first, topo)
         if got is None or got[0] <= 0:
@@ -117,8 +118,6 @@ def add_model(rows: list[Matched], topo: Topology) -> None:
 
 def add_baseline(rows: list[Matched], path: str) -> dict:
     """The committed sweep's busbw beside each call of an op it has; its header."""
-    from commbench.results.compare import CompareError
-    from commbench.results.compare import load as load_results
 
     try:
         record = load_results(path)

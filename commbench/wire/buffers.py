@@ -12,6 +12,7 @@ def like(src: torch.Tensor, count: int) -> torch.Tensor:
     show up as harness overhead."""
     if src.is_cuda:
         return src.new_empty(count)
+    # lazy: imports numpy
     import numpy as np
 
     raw = {torch.bfloat16: torch.int16, torch.bool: torch.uint8}.get(src.dtype, src.dtype)

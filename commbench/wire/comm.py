@@ -42,6 +42,7 @@ from commbench.wire.ledger import Ledger
 from commbench.wire.p2p import PointToPoint
 from commbench.wire.posts import Posts
 from commbench.wire.transport import Work
+from commbench.wire.transport.torch_backend import TorchBackend
 from commbench.wire.watch import quiet
 
 __all__ = ["OPS", "Comm", "Work"]
@@ -94,8 +95,6 @@ class Comm(PointToPoint):
         """Debug mode's agreement, on the harness's side group when there is one."""
         with quiet():  # harness traffic: neither booked nor seen by a watcher
             if group.side_pg is not None and self.transport == "nccl":
-                from commbench.wire.transport.torch_backend import TorchBackend
-
                 side = Group(group.ranks, group.rank, group.name, group.side_pg)
                 agree(TorchBackend("gloo"), side, fp, torch.device("cpu"))
             else:

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from tabulate import tabulate
+
 __all__ = ["Capture", "Entry", "Ledger", "summarize", "summary_table"]
 
 
@@ -138,8 +140,6 @@ def summarize(entries: Iterable[Entry], keys: tuple[str, ...] = ("group", "op")
 
 
 def summary_table(entries: Iterable[Entry], keys: tuple[str, ...] = ("group", "op")) -> str:
-    from tabulate import tabulate
-
     rows = []
     for k, v in sorted(summarize(entries, keys).items(), key=lambda kv: str(kv[0])):
         rows.append([*(_fmt(x) for x in k), v["calls"], v["count"], v["sent"], v["recv"],

@@ -34,6 +34,9 @@ import os
 import re
 
 import torch
+from torch.autograd.graph import register_multi_grad_hook
+from torch.utils._pytree import tree_flatten
+from torch.utils.module_tracker import ModuleTracker
 
 __all__ = ["carried", "holder", "holder_name", "library_module", "library_phase", "module_tracker", "origin"]
 
@@ -223,10 +226,6 @@ def module_tracker():
     whether it will reach each input, and the engine refuses for a leaf under
     ``autograd.grad``: the script crashed). Where a module's inputs include a leaf, its hook
     fires on the first input gradient instead (mode "any"); the module stack is the same."""
-    from torch.autograd.graph import register_multi_grad_hook
-    from torch.utils._pytree import tree_flatten
-    from torch.utils.module_tracker import ModuleTracker
-
     class Tracker(ModuleTracker):
         def _fw_pre_hook(self, mod, input) -> None:
             name = self._get_mod_name(mod)

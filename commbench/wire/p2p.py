@@ -10,6 +10,7 @@ record of posts (:mod:`commbench.wire.posts`) marks them as one group on every t
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -137,8 +138,6 @@ class PointToPoint:
 
     # -- helpers ----------------------------------------------------------------------------
     def _grouped(self):
-        import contextlib
-
         return self.posts.group() if self.posts is not None else contextlib.nullcontext()
 
     def _post_p2p(self, op: str, group: Group, peer: int, count: int, dtype: torch.dtype,

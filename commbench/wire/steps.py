@@ -34,6 +34,7 @@ def current() -> int:
 def profiler_steps():
     """While it lasts, torch's profiler marks steps: ``start`` opens ProfilerStep#0,
     each ``step()`` the next, ``stop`` ends the last."""
+    # lazy: imports torch
     from torch.profiler import profile
 
     start, step_, stop = profile.start, profile.step, profile.stop

@@ -33,6 +33,7 @@ import sys
 import time
 
 import torch
+import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from commbench.ops import OPS, booked, bufferless
@@ -223,6 +224,7 @@ def _work_of(out):
     for x in reversed(items):
         if isinstance(x, torch.ScriptObject):
             try:
+                # lazy: optional: its absence is handled here
                 from torch._C._distributed_c10d import Work
 
                 return Work.unbox(x)
@@ -232,8 +234,6 @@ def _work_of(out):
 
 
 def _backend(pg) -> str:
-    import torch.distributed as dist
-
     try:
         return str(dist.get_backend(pg))
     except (ValueError, RuntimeError):

@@ -11,6 +11,8 @@ import functools
 import math
 
 import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 from commbench.ops import OPS
 
@@ -19,8 +21,6 @@ __all__ = ["OP_OF", "first_tensor", "pg_of", "ranks_of", "read", "redop_name"]
 
 def pg_of(arg):
     """A ProcessGroup from a c10d op's argument or a functional op's group name."""
-    import torch.distributed.distributed_c10d as c10d
-
     if isinstance(arg, str):
         return c10d._resolve_process_group(arg)
     if isinstance(arg, torch.ScriptObject):  # c10d ops carry the group boxed
@@ -29,8 +29,6 @@ def pg_of(arg):
 
 
 def ranks_of(pg) -> tuple[int, ...]:
-    import torch.distributed as dist
-
     try:
         return tuple(dist.get_process_group_ranks(pg))
     except (ValueError, KeyError, RuntimeError):
@@ -104,8 +102,6 @@ def _a2a(pg_arg, inp, in_splits, out_splits) -> tuple:
 @functools.cache
 def _redop_names() -> dict[int, str]:
     """c10d's reduction codes (RedOpType) by name: 0 sum, 1 avg, 2 product, 3 min, 4 max, ..."""
-    import torch.distributed as dist
-
     return {int(v): k.lower() for k, v in dist.ReduceOp.RedOpType.__members__.items()}
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -22,12 +23,16 @@ from dataclasses import replace
 import torch
 import torch.distributed as dist
 
+from commbench.runtime import supervise
 from commbench.runtime.group import Grid, Group, grid_groups, parse_grid
 from commbench.runtime.launch import LaunchError, LaunchInfo, detect, rendezvous, shared_gpu
+from commbench.runtime.nodes import NodeLayout
 from commbench.runtime.status import Tracker
 from commbench.wire.comm import Comm
 from commbench.wire.ledger import Ledger
 from commbench.wire.splits import Creation
+from commbench.wire.transport.mpi_backend import MPIBackend
+from commbench.wire.transport.torch_backend import TorchBackend
 
 __all__ = ["Context", "default_backend", "import_mpi", "mpi_mismatch"]
 
@@ -62,11 +67,13 @@ def import_mpi(launcher: str | None = None):
     ``launcher`` that started this rank, a library of another MPI raises :class:`LaunchError`
     before MPI_Init (:func:`mpi_mismatch`)."""
     try:
+        # lazy: imports mpi4py
         import mpi4py
 
         if "mpi4py.MPI" not in sys.modules:
             mpi4py.rc.initialize = False
             mpi4py.rc.finalize = True
+        # lazy: imports mpi4py
         from mpi4py import MPI
     except (ImportError, RuntimeError, OSError):
         return None
@@ -152,7 +159,6 @@ class Context:
         store_address = None
         if torch_ready and not dist.is_initialized():
             addr, port = rendezvous(info, mpi_comm=mpi_comm)
-            from commbench.runtime import supervise
 
             supervise.tell_store(addr, port)  # where a dead rank's supervisor posts its death
             store_address = (addr, port)
@@ -180,9 +186,6 @@ class Context:
     def nodes(self):
         """Every rank's host, gathered (collective over the world): a
         :class:`~commbench.runtime.nodes.NodeLayout`."""
-        import socket
-
-        from commbench.runtime.nodes import NodeLayout
 
         return NodeLayout(tuple(self.gather_objects(socket.gethostname())))
 
@@ -211,12 +214,8 @@ class Context:
             raise ValueError(f"transport {transport!r}: this world has {list(self.transports)}")
         if transport not in self._comms:
             if transport == "mpi":
-                from commbench.wire.transport.mpi_backend import MPIBackend
-
                 backend = MPIBackend()
             else:
-                from commbench.wire.transport.torch_backend import TorchBackend
-
                 backend = TorchBackend(transport)
             device = None if transport == "mpi" else self.device  # MPI stages CUDA tensors
             self._comms[transport] = Comm(backend, self.ledger, self.tracker, debug=self.debug,

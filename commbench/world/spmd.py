@@ -25,7 +25,10 @@ import pickle
 import sys
 import threading
 import time
+import traceback
 from typing import NoReturn
+
+import torch.distributed as dist
 
 from commbench.runtime import supervise
 from commbench.runtime.errors import Outcome, SPMDError, describe_hang, remote_error
@@ -113,8 +116,6 @@ class LauncherWorld:
         sink = ctx.tracker.sink
         statuses = {ctx.rank: ("in op" if sink.state == 2 else "in task", sink.seq, sink.text)}
         try:
-            import torch.distributed as dist
-
             store = dist.distributed_c10d._get_default_store()
             # plain JSON, never pickle: whoever can write to a launcher's store must not be able
             # to make a rank run code
@@ -169,7 +170,6 @@ class LauncherWorld:
 
     def _post_raised(self, name: str, exc: BaseException) -> None:
         """This rank's task raised: its traceback to the log (stderr), a notice to the store."""
-        import traceback
 
         last = (traceback.format_exception_only(exc)[-1].strip() or type(exc).__name__)[:300]
         print(f"[rank {self.ctx.rank}] commbench: {name} raised on rank {self.ctx.rank}:\n"
@@ -260,8 +260,6 @@ def abort_nccl(ctx) -> None:
     if ctx.backend != "nccl":
         return
     try:
-        import torch.distributed as dist
-
         dist.distributed_c10d._abort_process_group()  # every group of this rank
     except Exception as exc:  # noqa: BLE001 - exiting anyway; say why the abort failed
         print(f"[rank {ctx.rank}] commbench: aborting NCCL failed: {exc}", file=sys.stderr)

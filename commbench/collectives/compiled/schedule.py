@@ -32,6 +32,7 @@ block] (one slot unless a run of joint steps combines several receives).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -47,6 +48,7 @@ from commbench.ops import split_sizes
 from commbench.runtime.group import Group
 from commbench.wire.buffers import like
 from commbench.wire.checks import check_op, dtype_name
+from commbench.wire.transport.mpi_backend import _np
 from commbench.wire.watch import quiet
 
 __all__ = ["COMPILED", "Compiled", "CompiledParts", "MPI_SEGMENT", "SPLIT", "compiled_all_reduce",
@@ -152,7 +154,6 @@ class Compiled:
         fewer Python calls per step, which matters at small sizes (docs/decisions.md).
         Waiting on a receive first cannot stall a send: MPI progresses every pending request
         inside any wait or test. ``self.wait`` picks the wait (:func:`waiting.waiter`)."""
-        from commbench.wire.transport.mpi_backend import _np
 
         c, recvs, sends, after, posted = self.group.mpi_comm, [], [], [], ([], [])
         cut = self.parts.pieces
@@ -262,7 +263,6 @@ def compiled_all_reduce(comm, x: torch.Tensor, group: Group, *, op: str = "sum",
                         wait: str | None = None, parts: CompiledParts = COMPILED) -> torch.Tensor:
     """``algo``'s all-reduce compiled and run once: ``x`` [*] -> same shape, on every member
     (``segment``, ``wait``: see :class:`Compiled`)."""
-    import time
 
     buf = flat(x)
     steps = parts.steps(algo, group.size, group.index, buf.numel(), parts.split)

@@ -58,6 +58,7 @@ def poisoned_scratch(buf, count: int):
     """Scratch filled with NaN: a dropped piece leaves what the scratch held, and uninitialised
     memory may still hold the very bytes a reference run just received (the allocator hands the
     same block back), so it must not pass for data."""
+    # lazy: imports torch
     from commbench.wire.buffers import like
 
     out = like(buf, count)
@@ -68,6 +69,7 @@ def poisoned_scratch(buf, count: int):
 
 def tiny_first_only(op: str, a, b):
     """A tiny reduction whose second element is never combined."""
+    # lazy: imports numpy, torch
     from commbench.collectives.compiled.reduce import tiny_reducer
 
     return tiny_reducer(op, a[:1], b[:1])

@@ -57,6 +57,7 @@ class DataParallel(LayerPattern):
                 for b, s, h, f in MODELS]
 
     def step(self, ctx, cfg: TPConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        # lazy: imports torch
         from commbench.patterns.tp.tp_layer_comms import layer_step
 
         return layer_step(ctx, cfg, local, "tp", groups, parts, False, variant)

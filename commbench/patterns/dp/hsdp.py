@@ -161,6 +161,7 @@ class HSDP(Pattern):
         return {"ddp": (cfg.ranks, 0), "fsdp": (cfg.ranks, 3), "hsdp": (cfg.shard, 3)}[variant]
 
     def inputs(self, cfg: HSDPConfig, seed: int, device) -> dict:
+        # lazy: imports torch
         from commbench.patterns.dp.zero_model import batch, init_layers
 
         return {"layers": [f.to(device) for f in init_layers(cfg.zero(), seed)],
@@ -172,6 +173,7 @@ class HSDP(Pattern):
         return {**inputs, "layers": [pad_to(f, padded) for f in inputs["layers"]]}
 
     def oracle(self, cfg: HSDPConfig, seed: int) -> dict:
+        # lazy: imports torch
         from commbench.patterns.dp.zero_model import oracle_train
 
         return {f"w{k}": w for k, w in enumerate(oracle_train(cfg.zero(), seed))}
@@ -179,7 +181,10 @@ class HSDP(Pattern):
     def references(self, cfg: HSDPConfig, seed: int) -> list[dict]:
         if cfg.dtype == "float64":
             return []
+        # lazy: imports torch
         from commbench.patterns.dp.zero_model import oracle_train
+
+        # lazy: imports torch
         from commbench.wire.dtypes import DTYPES
 
         dt = DTYPES[cfg.dtype]
@@ -197,8 +202,13 @@ class HSDP(Pattern):
         return {k: w[i * c:(i + 1) * c] for k, w in full.items()}
 
     def step(self, ctx, cfg: HSDPConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        # lazy: imports torch
         from commbench.patterns.dp.hsdp_comms import train
+
+        # lazy: imports torch
         from commbench.patterns.dp.zero_comms import ZeroParts
+
+        # lazy: imports torch
         from commbench.patterns.dp.zero_comms import train as zero_train
 
         if variant == "hsdp":

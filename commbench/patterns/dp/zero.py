@@ -127,6 +127,7 @@ class Zero(Pattern):
                 for layers, h in ((4, 64), (4, 256)) for micro in (1, 4)]
 
     def inputs(self, cfg: ZeroConfig, seed: int, device) -> dict:
+        # lazy: imports torch
         from commbench.patterns.dp.zero_model import batch, init_layers
 
         _, padded = flat_size(cfg, cfg.dp)
@@ -135,6 +136,7 @@ class Zero(Pattern):
                              for mb in range(cfg.micro)] for step in range(cfg.steps)]}
 
     def oracle(self, cfg: ZeroConfig, seed: int) -> dict:
+        # lazy: imports torch
         from commbench.patterns.dp.zero_model import oracle_train
 
         return {f"w{k}": w for k, w in enumerate(oracle_train(cfg, seed))}
@@ -142,7 +144,10 @@ class Zero(Pattern):
     def references(self, cfg: ZeroConfig, seed: int) -> list[dict]:
         if cfg.dtype == "float64":
             return []
+        # lazy: imports torch
         from commbench.patterns.dp.zero_model import oracle_train
+
+        # lazy: imports torch
         from commbench.wire.dtypes import DTYPES
 
         dt = DTYPES[cfg.dtype]
@@ -158,6 +163,7 @@ class Zero(Pattern):
         return {k: w[rank * c:(rank + 1) * c] for k, w in full.items()}
 
     def step(self, ctx, cfg: ZeroConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        # lazy: imports torch
         from commbench.patterns.dp.zero_comms import train
 
         return train(ctx, cfg, STAGES[variant], local, groups["dp"], parts)

@@ -97,7 +97,10 @@ class ExpertParallel(Pattern):
                 for T, M, F, per in MOE_MODELS for ep, dp, tp in grids for cf in (0.5, 2.0)]
 
     def inputs(self, cfg: MoEConfig, seed: int, device) -> dict:
+        # lazy: imports torch
         from commbench.patterns.moe.moe_comms import data
+
+        # lazy: imports torch
         from commbench.wire.dtypes import DTYPES
 
         dt = DTYPES[cfg.dtype]
@@ -115,6 +118,7 @@ class ExpertParallel(Pattern):
                 "group": g, "seed": d["seed"]}
 
     def oracle(self, cfg: MoEConfig, seed: int) -> dict:
+        # lazy: imports torch
         from commbench.patterns.moe.moe_comms import oracle_moe
 
         return oracle_moe(cfg, seed)
@@ -131,6 +135,7 @@ class ExpertParallel(Pattern):
                 "l_aux": oracle["l_aux"][g]}
 
     def step(self, ctx, cfg: MoEConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        # lazy: imports torch
         from commbench.patterns.moe.moe_comms import step_moe
 
         return step_moe(ctx, cfg, local, variant, groups, parts, local["seed"])
@@ -153,6 +158,7 @@ class ExpertParallel(Pattern):
     def predicted(self, cfg: MoEConfig, variant: str, rank: int, seed=None) -> list[Call]:
         kept = None
         if variant == "variable" and seed is not None:
+            # lazy: imports torch
             from commbench.patterns.moe.moe_comms import routing  # the calls follow the data
 
             kept = routing(cfg, seed)

@@ -53,6 +53,7 @@ class MoEGating(Pattern):
                 for T, E in ((1024, 8), (4096, 64))]
 
     def inputs(self, cfg: MoEConfig, seed: int, device) -> dict:
+        # lazy: imports torch
         from commbench.patterns.moe.gating import gate_logits
 
         return {"logits": gate_logits(cfg, seed).to(device), "seed": seed}
@@ -63,6 +64,7 @@ class MoEGating(Pattern):
                 "u": parts.uniforms(cfg, d["seed"], g).to(d["logits"].device)}
 
     def oracle(self, cfg: MoEConfig, seed: int) -> dict:
+        # lazy: imports torch
         from commbench.patterns.moe.gating import gate_logits, loop_gating, uniforms
 
         logits = gate_logits(cfg, seed)
@@ -75,6 +77,7 @@ class MoEGating(Pattern):
         return {"combine": combine, "dispatch": combine > 0, "l_aux": oracle["l_aux"][rank]}
 
     def step(self, ctx, cfg: MoEConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        # lazy: imports torch
         from commbench.patterns.moe.gating import gshard_gating
 
         cap = capacity(cfg, cfg.tokens[local["group"]])

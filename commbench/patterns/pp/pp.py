@@ -71,7 +71,10 @@ class Pipeline(Pattern):
                 for m in (2 * p, 4 * p) for ckpt in (False, True)]
 
     def inputs(self, cfg: PPConfig, seed: int, device) -> dict:
+        # lazy: imports torch
         from commbench.patterns.pp.pp_comms import weights_and_data
+
+        # lazy: imports torch
         from commbench.wire.dtypes import DTYPES
 
         ws, x, t = weights_and_data(cfg, seed)
@@ -79,6 +82,7 @@ class Pipeline(Pattern):
         return {"w": [w.to(device, dt) for w in ws], "x": x.to(device, dt), "t": t.to(device, dt)}
 
     def oracle(self, cfg: PPConfig, seed: int) -> dict:
+        # lazy: imports torch
         from commbench.patterns.pp.pp_comms import oracle_pp
 
         return oracle_pp(cfg, seed)
@@ -91,6 +95,7 @@ class Pipeline(Pattern):
         return {"loss": loss, **{f"dw{i}": oracle[f"dw{i}"] for i in mine}}
 
     def step(self, ctx, cfg: PPConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        # lazy: imports torch
         from commbench.patterns.pp.pp_comms import pipeline
 
         return pipeline(ctx, cfg, variant, local, groups["pp"], parts)

@@ -76,29 +76,36 @@ class AttentionPattern(Pattern):
         return attn_configs(world_size, self.layouts, self.dtypes)
 
     def inputs(self, cfg: AttnConfig, seed: int, device) -> dict:
+        # lazy: imports torch
         from commbench.patterns.seq.attention import attention_inputs
+
+        # lazy: imports torch
         from commbench.wire.dtypes import DTYPES
 
         dt = DTYPES[cfg.dtype]
         return {k: v.to(device=device, dtype=dt) for k, v in attention_inputs(cfg, seed).items()}
 
     def shard(self, cfg: AttnConfig, inputs: dict, groups: dict, variant: str, parts) -> dict:
+        # lazy: imports torch
         from commbench.patterns.seq.attention import local_tokens
 
         return {k: local_tokens(v, cfg, groups["sp"].index, groups["dp"].index)
                 for k, v in inputs.items()}
 
     def oracle(self, cfg: AttnConfig, seed: int) -> dict:
+        # lazy: imports torch
         from commbench.patterns.seq.attention import oracle_attention
 
         return oracle_attention(cfg, seed)
 
     def references(self, cfg: AttnConfig, seed: int) -> list[dict]:
+        # lazy: imports torch
         from commbench.patterns.seq.attention import oracle_attention
 
         return float32_references(cfg, lambda dt, n: oracle_attention(cfg, seed, dt, n))
 
     def expected(self, oracle: dict, cfg: AttnConfig, rank: int, variant: str) -> dict:
+        # lazy: imports torch
         from commbench.patterns.seq.attention import local_tokens
 
         c = self.coords(cfg, rank)

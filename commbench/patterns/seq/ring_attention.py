@@ -52,13 +52,17 @@ class RingAttention(AttentionPattern):
                 for b, s, H, K, d in ATTN_MODELS for layout in ("zigzag", "contiguous")]
 
     def metrics(self, cfg: AttnConfig, variant: str, outs: list[dict]) -> dict:
+        # lazy: imports torch
         from commbench.patterns.seq.ring_attention_comms import causal_work
 
         work = causal_work(cfg)
         return {"work max/min": round(max(work) / min(work), 2)}
 
     def attention(self, variant: str):
+        # lazy: imports torch
         from commbench.patterns.seq.attention import naive_attention
+
+        # lazy: imports torch
         from commbench.patterns.seq.ring_attention_comms import ring_attention
 
         return {"ring": ring_attention, "naive": naive_attention}[variant]

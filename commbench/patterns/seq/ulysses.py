@@ -68,7 +68,10 @@ class Ulysses(AttentionPattern):
                 for b, s, H, K, d in ATTN_MODELS]
 
     def attention(self, variant: str):
+        # lazy: imports torch
         from commbench.patterns.seq.attention import naive_attention
+
+        # lazy: imports torch
         from commbench.patterns.seq.ulysses_comms import ulysses_attention
 
         return {"ulysses": ulysses_attention, "naive": naive_attention}[variant]

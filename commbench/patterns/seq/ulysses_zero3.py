@@ -50,13 +50,17 @@ class UlyssesZero3(Pattern):
                            causal=True, dtype="float32")]
 
     def inputs(self, cfg: AttnConfig, seed: int, device) -> dict:
+        # lazy: imports torch
         from commbench.patterns.seq.ulysses_zero3_comms import zero3_data
+
+        # lazy: imports torch
         from commbench.wire.dtypes import DTYPES
 
         return {k: v.to(device=device, dtype=DTYPES[cfg.dtype])
                 for k, v in zero3_data(cfg, seed).items()}
 
     def shard(self, cfg: AttnConfig, inputs: dict, groups: dict, variant: str, parts) -> dict:
+        # lazy: imports torch
         from commbench.patterns.seq.attention import local_tokens
 
         sp, dp, world = groups["sp"].index, groups["dp"].index, groups["dp_sp"]
@@ -67,16 +71,19 @@ class UlyssesZero3(Pattern):
                 "chunk": padded[world.index * c:(world.index + 1) * c].clone()}
 
     def oracle(self, cfg: AttnConfig, seed: int) -> dict:
+        # lazy: imports torch
         from commbench.patterns.seq.ulysses_zero3_comms import zero3_oracle
 
         return zero3_oracle(cfg, seed)
 
     def references(self, cfg: AttnConfig, seed: int) -> list[dict]:
+        # lazy: imports torch
         from commbench.patterns.seq.ulysses_zero3_comms import zero3_oracle
 
         return float32_references(cfg, lambda dt, n: zero3_oracle(cfg, seed, dt, n))
 
     def expected(self, oracle: dict, cfg: AttnConfig, rank: int, variant: str) -> dict:
+        # lazy: imports torch
         from commbench.patterns.seq.attention import local_tokens
 
         W = cfg.sp * cfg.dp
@@ -88,6 +95,7 @@ class UlyssesZero3(Pattern):
                 "dx": local_tokens(oracle["dx"], cfg, sp, dp), "dchunk": dw[rank * c:(rank + 1) * c]}
 
     def step(self, ctx, cfg: AttnConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        # lazy: imports torch
         from commbench.patterns.seq.ulysses_zero3_comms import zero3_step
 
         return zero3_step(ctx, cfg, local, variant, groups, parts)

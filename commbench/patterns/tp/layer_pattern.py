@@ -166,7 +166,10 @@ class LayerPattern(Pattern):
                 for b, s, h, f in MODELS]
 
     def inputs(self, cfg: TPConfig, seed: int, device) -> dict:
+        # lazy: imports torch
         from commbench.patterns.tp.model import init_weights, inputs
+
+        # lazy: imports torch
         from commbench.wire.dtypes import DTYPES
 
         dt = DTYPES[cfg.dtype]
@@ -175,7 +178,10 @@ class LayerPattern(Pattern):
         return {**data, "weights": {k: v.to(device) for k, v in weights.items()}}
 
     def shard(self, cfg: TPConfig, data: dict, groups: dict, variant: str, parts) -> dict:
+        # lazy: imports torch
         from commbench.patterns.tp.model import LayerWeights
+
+        # lazy: imports torch
         from commbench.patterns.tp.tp_layer_comms import local_slice
 
         tp, dp = groups["tp"], groups["dp"]
@@ -185,19 +191,25 @@ class LayerPattern(Pattern):
                    for k in ("x", "dy", "mask1", "mask2")}, "weights": w.named()}
 
     def oracle(self, cfg: TPConfig, seed: int) -> dict:
+        # lazy: imports torch
         from commbench.patterns.tp.model import oracle_layer
 
         return oracle_layer(cfg, seed, mlp_only=self.mlp_only)
 
     def references(self, cfg: TPConfig, seed: int) -> list[dict]:
+        # lazy: imports torch
         from commbench.patterns.tp.model import oracle_layer
 
         return float32_references(cfg, lambda dt, n: oracle_layer(cfg, seed, dt, n, self.mlp_only))
 
     def expected(self, oracle: dict, cfg: TPConfig, rank: int, variant: str) -> dict:
+        # lazy: imports torch
         import torch
 
+        # lazy: imports torch
         from commbench.patterns.tp.model import LayerWeights, init_weights
+
+        # lazy: imports torch
         from commbench.patterns.tp.tp_layer_comms import local_slice, shard_weights
 
         at = self.coords(cfg, rank)
@@ -211,6 +223,7 @@ class LayerPattern(Pattern):
                 **{f"d{k}": shard[k] for k in full}}
 
     def step(self, ctx, cfg: TPConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        # lazy: imports torch
         from commbench.patterns.tp.tp_layer_comms import layer_step
 
         return layer_step(ctx, cfg, local, variant, groups, parts, self.mlp_only, "ddp")

@@ -102,7 +102,10 @@ class VocabHead(Pattern):
                 for s, h, V in ((128, 128, 8192), (256, 256, 16384))]
 
     def inputs(self, cfg: VocabConfig, seed: int, device) -> dict:
+        # lazy: imports torch
         from commbench.patterns.tp.vocab_comms import vocab_data
+
+        # lazy: imports torch
         from commbench.wire.dtypes import DTYPES
 
         d = vocab_data(cfg, seed)
@@ -117,11 +120,13 @@ class VocabHead(Pattern):
                 "e": data["embedding"][tp.index * vp:(tp.index + 1) * vp].clone()}
 
     def oracle(self, cfg: VocabConfig, seed: int) -> dict:
+        # lazy: imports torch
         from commbench.patterns.tp.vocab_comms import vocab_oracle
 
         return vocab_oracle(cfg, seed)
 
     def references(self, cfg: VocabConfig, seed: int) -> list[dict]:
+        # lazy: imports torch
         from commbench.patterns.tp.vocab_comms import vocab_oracle
 
         return float32_references(cfg, lambda dt, n: vocab_oracle(cfg, seed, dt, n))
@@ -133,6 +138,7 @@ class VocabHead(Pattern):
         return {"loss": oracle["loss"][d * b:(d + 1) * b], "de": oracle["de"][t * vp:(t + 1) * vp]}
 
     def step(self, ctx, cfg: VocabConfig, local: dict, variant: str, groups: dict, parts) -> dict:
+        # lazy: imports torch
         from commbench.patterns.tp.vocab_comms import (
             lm_head,
             vocab_parallel_cross_entropy,

@@ -29,6 +29,7 @@ class MPIBackend:
     name = "mpi"
 
     def __init__(self) -> None:
+        # lazy: imports mpi4py
         from mpi4py import MPI
 
         self.MPI = MPI

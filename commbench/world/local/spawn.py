@@ -3,6 +3,8 @@ connections up to ready, start-up logs."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -36,15 +38,12 @@ def local_mpiexec() -> str | None:
 
 
 def mpi_usable() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("mpi4py") is not None and find_mpiexec() is not None
 
 
 def worker_env(key: bytes) -> dict[str, str]:
     """The ranks' environment: the driver's, with the connection key, its import path and its
     ``__main__`` script (for functions defined there), minus any launcher's variables."""
-    import json
 
     env = dict(os.environ, COMMBENCH_AUTHKEY=key.hex(), PYTHONUNBUFFERED="1", COMMBENCH_WORKER="1",
                COMMBENCH_SYS_PATH=json.dumps([p for p in sys.path if p]),

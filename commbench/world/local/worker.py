@@ -20,11 +20,18 @@ import json
 import os
 import pickle
 import queue
+import runpy
+import select
 import signal
 import sys
 import threading
+import types
+from multiprocessing.connection import Client
 
+from commbench.runtime.errors import remote_error
+from commbench.runtime.status import SlotSink, Tracker
 from commbench.world.local import shm
+from commbench.world.local.zygote import run_through
 
 
 def _die_with_parent() -> None:
@@ -44,9 +51,6 @@ class _Unpickler(pickle.Unpickler):
         path = os.environ.get("COMMBENCH_MAIN_FILE")
         if module == "__main__" and path:
             if _Unpickler._main is None:
-                import runpy
-                import types
-
                 mod = types.ModuleType("__commbench_main__")
                 mod.__dict__.update(runpy.run_path(path, run_name="__commbench_main__"))
                 _Unpickler._main = mod
@@ -60,8 +64,6 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     path = os.environ.get("COMMBENCH_ZYGOTE", "")
     if path not in ("", "0"):
-        from commbench.world.local.zygote import run_through
-
         code = run_through(path, "commbench.world.local.worker:rank_main", argv)
         if code is not None:
             sys.stdout.flush()
@@ -72,7 +74,6 @@ def main(argv: list[str] | None = None) -> None:
 def rank_main(argv: list[str]) -> None:
     """Join the world and serve the driver's tasks (in a process of its own or forked by the
     zygote)."""
-    from commbench.runtime.errors import remote_error
 
     p = argparse.ArgumentParser()
     p.add_argument("--address", required=True)
@@ -92,14 +93,13 @@ def rank_main(argv: list[str]) -> None:
         if entry not in sys.path:
             sys.path.insert(0, entry)
 
-    from multiprocessing.connection import Client
-
     host, port = a.address.rsplit(":", 1)
     conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ["COMMBENCH_AUTHKEY"]))
     rank = a.rank
     try:
         mpi_comm = None
         if a.mpi:
+            # lazy: imports mpi4py
             from mpi4py import MPI
 
             mpi_comm = MPI.COMM_WORLD
@@ -149,9 +149,10 @@ def _bind(rank: int, size: int):
 
 
 def _join(a, rank: int, mpi_comm):
+    # lazy: imports torch
     import torch.distributed as dist
 
-    from commbench.runtime.status import SlotSink, Tracker
+    # lazy: imports torch
     from commbench.world.context import Context
 
     os.environ["COMMBENCH_STORE_PATH"] = a.store
@@ -159,6 +160,7 @@ def _join(a, rank: int, mpi_comm):
     if a.backend != "mpi":
         kwargs = {}
         if a.backend == "nccl":
+            # lazy: imports torch
             import torch
 
             kwargs["device_id"] = torch.device("cuda", rank % torch.cuda.device_count())
@@ -172,8 +174,6 @@ def _join(a, rank: int, mpi_comm):
 
 
 def _serve(conn, ctx, rank: int) -> None:
-    from commbench.runtime.errors import remote_error
-
     tasks: queue.Queue = queue.Queue()
 
     def control() -> None:
@@ -225,8 +225,8 @@ def _leave_mpi(wait_s: float = 1.0) -> None:
     (measured). The rank sends it itself where the manager gave it a PMI socket (``PMI_FD``), and
     waits at most ``wait_s`` for the acknowledgement: a library that had already sent it gets
     none, and the rank leaves all the same."""
-    import select
 
+    # lazy: imports mpi4py
     from mpi4py import MPI
 
     if not MPI.Is_finalized():

@@ -113,7 +113,8 @@ class LocalWorld(FailureReports):
         store_path = os.path.join(self._dir, "store")
         address = f"127.0.0.1:{listener.address[1]}"
         env = spawn.worker_env(key)
-        from commbench.world.local import zygote  # (not at the top: ``python -m`` runs it)
+        # lazy: python -m runs it (its package must not import it first)
+        from commbench.world.local import zygote
 
         forks = zygote.address_for(env)  # where torch is imported once for every rank
         env[zygote.ENV] = forks or "0"

@@ -21,16 +21,26 @@ before. ``COMMBENCH_ZYGOTE=0`` turns it off.
 
 from __future__ import annotations
 
+import atexit
+import fcntl
+import importlib
 import json
 import os
+import random
 import select
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
+
+from commbench.runtime import crashlog
+from commbench.runtime.pdeathsig import parent_death_signal
 
 __all__ = ["Zygote", "address_for", "run_through"]
 
@@ -57,14 +67,10 @@ class Zygote:
     with, its log) and its process. It dies with this process, and with :meth:`close`."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        from commbench.runtime import crashlog
-        from commbench.runtime.pdeathsig import parent_death_signal
-
         self.folder = tempfile.mkdtemp(prefix=crashlog.world_prefix() + "zygote-")
         self.path = os.path.join(self.folder, "socket")
         with open(os.path.join(self.folder, "started-with.json"), "w") as f:
             json.dump({"executable": sys.executable, "env": _import_env(env)}, f)
-        import threading
 
         pre = parent_death_signal if threading.current_thread() is threading.main_thread() \
             else None
@@ -86,7 +92,6 @@ class Zygote:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        import shutil
 
         shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -112,8 +117,6 @@ def own(env: dict[str, str]) -> Zygote | None:
         z.close()
         return None
     if not _OWN:
-        import atexit
-
         atexit.register(_close_own)
     _OWN[key] = z
     return z
@@ -236,7 +239,6 @@ def _become_rank(req: dict, close: list[socket.socket]) -> None:
         for s in close:
             s.close()
         os.setsid()
-        import fcntl
 
         floor = max(req["targets"]) + 1
         moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, floor) for fd in req["fds"]]
@@ -250,10 +252,8 @@ def _become_rank(req: dict, close: list[socket.socket]) -> None:
         os.chdir(req["cwd"])
         sys.path[0] = req["cwd"]  # as ``python -m`` in that folder would have it
         sys.argv = [req["argv0"], *req["argv"]]
-        import random
 
         random.seed()  # the zygote's state is every child's: draw afresh, as a new process does
-        import importlib
 
         module, name = req["entry"].split(":")
         code = getattr(importlib.import_module(module), name)(req["argv"])
@@ -261,8 +261,6 @@ def _become_rank(req: dict, close: list[socket.socket]) -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:
-        import traceback
-
         traceback.print_exc()
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -284,7 +282,10 @@ def serve(folder: str) -> None:
     finally:
         os.umask(old)
     srv.listen(256)  # stand-ins that connect now wait in the queue until torch is in
+    # lazy: imports torch
     import torch  # noqa: F401  (the point of it all)
+
+    # lazy: imports torch
     import torch.distributed  # noqa: F401
 
     ranks: dict[socket.socket, int | None] = {}  # a stand-in's connection -> its rank's pid
@@ -371,7 +372,6 @@ def main(argv: list[str]) -> None:
         code = run_through(path, entry, rest)
         if code is not None:
             sys.exit(code)
-    import importlib
 
     module, name = entry.split(":")
     sys.argv = [entry, *rest]
