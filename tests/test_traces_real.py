@@ -278,3 +278,15 @@ def test_a_rocm_job_s_rccl_kernels_linked_or_launched_before_the_window():
                                                              for k in nccl)
     assert [sum(step(k) == n for k in nccl) for n in (0, 15, 16, 17)] == [5, 4, 4, 4]
     assert sum(float(k["ts"]) >= max(b for _, _, b in steps) for k in nccl) == 8
+
+
+def test_a_replay_of_the_rocm_job_says_what_it_leaves_out():
+    """The five kernels launched before the window have no call to re-issue: the replay's plan
+    holds the twelve linked calls, and says that the five are left out (before: silently)."""
+    from commbench.traces.recorded import from_traces
+
+    said: list[str] = []
+    world, plan = from_traces([ROCM], said=said)
+    assert world == 8 and list(plan) == [0] and len(plan[0]) == 12
+    assert said == ["not replayed: 5 NCCL kernel(s) launched before the traces' window "
+                    "(ranks [0]), whose calls they do not hold"]

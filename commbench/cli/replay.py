@@ -97,7 +97,8 @@ def command(a) -> int:
     if a.iters < 1 or a.warmup < 0:
         raise UsageError(f"--iters {a.iters} --warmup {a.warmup}: must be >= 1 and >= 0")
     try:
-        world, plan = load(a.recording, checks.max_chars(a.max_size))
+        left_out: list[str] = []
+        world, plan = load(a.recording, checks.max_chars(a.max_size), left_out)
         if a.np == 0:
             a.np = world
         if a.scale:
@@ -105,7 +106,7 @@ def command(a) -> int:
         elif a.np != world:
             raise UsageError(f"--np {a.np}: the recording has {world} ranks; give --np {world}, "
                              "or --scale to keep its groups' shapes on fewer ranks")
-        completed = complete(world, plan)
+        completed = left_out + complete(world, plan)
         check(world, plan)
     except TraceError as exc:
         raise UsageError(str(exc)) from None

@@ -53,9 +53,16 @@ class Rec:
         return (self.op, self.dtype, self.count, self.in_splits if self.op != "all_to_all" else ())
 
 
-def from_traces(names: list[str], limit: int | None = None) -> tuple[int, dict[int, list[Rec]]]:
+def from_traces(names: list[str], limit: int | None = None,
+                said: list[str] | None = None) -> tuple[int, dict[int, list[Rec]]]:
+    """(the world size, each rank's calls) of a job's Kineto traces; ``said`` gets a line for
+    the kernels launched before a trace's window, which have no call to re-issue."""
     traces = load_job(names, limit=limit or LIMIT)
     world = max([t.world_size for t in traces] + [len(traces)])
+    unlinked = {t.rank: t.unlinked for t in traces if t.unlinked}
+    if unlinked and said is not None:
+        said.append(f"not replayed: {sum(unlinked.values())} NCCL kernel(s) launched before the "
+                    f"traces' window (ranks {sorted(unlinked)}), whose calls they do not hold")
     plan = {t.rank: [Rec(c.op, c.group, c.dtype, c.in_elems, c.in_splits, c.out_splits,
                          c.peer, step=c.step) for c in sorted(t.calls, key=lambda c: c.ts)
                      if c.group]  # a kernel launched before the trace: no call to re-issue
