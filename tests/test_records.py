@@ -104,3 +104,14 @@ def test_a_results_table_rewritten_leaves_the_commit_clean_and_code_does_not(tmp
     assert git_commit(str(tmp_path / "pkg")) == clean
     (tmp_path / "pkg" / "code.py").write_text("x = 2\n")
     assert git_commit(str(tmp_path / "pkg")) == clean + "+dirty"
+
+
+def test_a_table_without_a_plot_says_why():
+    """A barrier's rows move no bytes: nothing to plot, and the line says so (before: "no
+    matplotlib" where matplotlib was there); rows that move bytes and no plot: no matplotlib."""
+    from commbench.results.records import no_plot, plot
+
+    barrier = {"rows": [{"op": "barrier", "algo": "native", "size": 0, "busbw": 0.0}]}
+    assert plot(barrier, "never-written.png") is None
+    assert no_plot(barrier) == "no row moves bytes: no plot"
+    assert no_plot({"rows": [{"size": 8}]}) == "no matplotlib: no plot"

@@ -140,6 +140,14 @@ def write_study(stem: str, record: dict, to_markdown, emit, plot=None) -> None:
         png = plot(record, stem + ".png")
         emit(f"# wrote {png}" if png else "# no matplotlib: no plot")
 
+
+def no_plot(record: dict) -> str:
+    """Why :func:`plot` drew nothing: no row that moves bytes (a barrier's), or no
+    matplotlib."""
+    if not any(r.get("size", 0) > 0 for r in record.get("rows", [])):
+        return "no row moves bytes: no plot"
+    return "no matplotlib: no plot"
+
 def markdown(record: dict) -> str:
     v = record["versions"]
     m = record["measurement"]
@@ -228,7 +236,7 @@ def plot_title(record: dict) -> str:
 
 def plot(record: dict, path: str) -> str | None:
     """busbw against size, one panel per collective, one line per algorithm. None without
-    matplotlib."""
+    matplotlib, or without a row that moves bytes (:func:`no_plot` says which)."""
     try:
         # lazy: imports matplotlib
         import matplotlib

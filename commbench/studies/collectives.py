@@ -138,7 +138,7 @@ def _transports(w: SweepSettings, world, transports, stems, previous, settings, 
             res.write_json(path, record)
             res.write_atomic(stem + ".md", res.markdown(record))
             png = res.plot(record, stem + ".png")
-            emit(f"# wrote {path}, {stem}.md" + (f", {png}" if png else " (no matplotlib: no plot)"))
+            emit(f"# wrote {path}, {stem}.md" + (f", {png}" if png else f" ({res.no_plot(record)})"))
     return wrong
 
 
