@@ -149,7 +149,11 @@ def test_a_ds_config_is_read_and_must_agree_with_the_layout(tmp_path):
     for text, says in (("{", "not JSON"), ('{"zero_optimization": 3}', "needs an object with a "
                        "zero_optimization object"),
                        ('{"zero_optimization": {"reduce_bucket_size": 0}}',
-                        "reduce_bucket_size=0: must be a whole number >= 1")):
+                        "reduce_bucket_size=0: must be a whole number >= 1"),
+                       ('{"zero_optimization": {"stage3_prefetch_bucket_size": 0}}',
+                        "stage3_prefetch_bucket_size=0: must be a whole number >= 1"),
+                       ('{"zero_optimization": {"stage3_param_persistence_threshold": -1}}',
+                        "stage3_param_persistence_threshold=-1: must be a whole number >= 0")):
         bad.write_text(text)
         with pytest.raises(ValueError, match=re.escape(says)):
             parse_layout(f"impl=deepspeed,zero=2,dp=2,ds-config={bad},{SHAPE}", 2)
@@ -162,6 +166,55 @@ def test_a_ds_config_is_read_and_must_agree_with_the_layout(tmp_path):
                         "no such file or directory")):
         with pytest.raises(ValueError, match=re.escape(says)):
             parse_layout(f"{spec},{SHAPE}", 2)
+
+
+def test_zero3_gathers_module_by_module_as_deepspeed_measured():
+    """DeepSpeed 0.19.8's ZeRO-3 gathers of examples/deepspeed_zero.py's two layers (h 16,
+    ffn 64, no biases: LayerNorms of 16 + 16, four 256-element attention matrices, two of 1024)
+    over 2 ranks, as its audits booked them (tests/test_audit_libs.py): the module about to run
+    and the ones after it while the fetch holds fewer than the prefetch bucket's elements;
+    parameters of at most the persistence threshold gathered alone, once a step. Negative: a
+    threshold one element short keeps the LayerNorms sharded; equal parts of the bucket (the
+    rule before) cut 3136 otherwise."""
+    from commbench.costmodel.flavours import deepspeed_calls, layer_modules, zero3_gathers
+
+    mods = layer_modules(16, 16, 64, 1) * 2
+    assert mods[:8] == [[16, 16], [256], [256], [256], [256], [16, 16], [1024], [1024]]
+    assert zero3_gathers(mods, 2, 1100) == ([1056, 656, 912, 512], [])
+    assert zero3_gathers(mods, 2, 1000) == ([528, 528, 512] * 2, [])
+    assert zero3_gathers(mods, 2, 50_000_000, 16) == ([3072], [8] * 8)
+    assert zero3_gathers(mods, 2, 50_000_000, 15) == ([3136], [])
+    assert zero3_gathers(mods, 2, 50_000_000, 100_000) == ([], [8, 8, 128, 128, 128, 128, 8, 8,
+                                                                512, 512] * 2)
+    # per micro-batch the fetched, per step the persistent (m = 2)
+    calls = deepspeed_calls(3, 6272, 2, 2, 4, modules=mods, persist=16)
+    assert sorted(calls) == [("all_gather", 8, 4, 8), ("all_gather", 3072, 4, 2),
+                             ("all_reduce", 1, 8, 1), ("reduce_scatter", 6272, 4, 2)]
+    assert sorted(deepspeed_calls(3, 6272, 2, 1, 4, prefetch=1100)) != sorted(
+        deepspeed_calls(3, 6272, 2, 1, 4, modules=mods, prefetch=1100))
+
+
+def test_a_layout_prices_deepspeed_s_prefetch_and_persistence_from_its_ds_config(tmp_path):
+    """ZeRO-3's gathers read the job's own ds_config, DeepSpeed's defaults where it says
+    nothing (persistence 100,000 elements: every tensor of this small model gathered alone,
+    once a step); without a ds_config, every parameter sharded (the flavour's assumption)."""
+    from commbench.costmodel.layout import _flavour_calls
+
+    spec = SHAPE.replace("micro-batches=1", "micro-batches=2")
+    cfg = tmp_path / "ds.json"
+
+    def gathers(extra: str) -> set:
+        lay = parse_layout(f"impl=deepspeed,zero=3,dp=2,{spec}{extra}", 2)
+        return {(c.op, c.size // 4, k) for c, k in _flavour_calls(lay)["dp"]  # float32
+                if c.op == "all_gather"}
+
+    assert gathers("") == {("all_gather", 3136, 2)}
+    cfg.write_text('{"zero_optimization": {"stage3_prefetch_bucket_size": 1100, '
+                   '"stage3_param_persistence_threshold": 0}}')
+    assert gathers(f",ds-config={cfg}") == {("all_gather", n, 2) for n in (1056, 656, 912, 512)}
+    cfg.write_text('{"zero_optimization": {"stage": 3}}')
+    assert gathers(f",ds-config={cfg}") == {("all_gather", 8, 8), ("all_gather", 128, 8),
+                                            ("all_gather", 512, 4)}
 
 
 @pytest.mark.parametrize("spec, says", [

@@ -137,19 +137,22 @@ def test_megatron_core_s_distributed_optimizer_makes_the_calls_of_the_megatron_f
         "extra all_reduce: 1 more of 1 elements on dp than the layout makes (0)"]  # world = dp
 
 
-def _zero(tmp_path, P: int, stage: int, m: int, *args: str, buckets: str = ""
-          ) -> tuple[int, dict, list]:
+def _zero(tmp_path, P: int, stage: int, m: int, *args: str, buckets: str = "",
+          zero3: dict | None = None) -> tuple[int, dict, list]:
     """``commbench audit examples/deepspeed_zero.py`` against ``impl=deepspeed`` in its third
     step (the first two trace ZeRO-3's parameter order): exit code, the comparison and rank 0's
     booked calls. ``buckets``: the job's ds_config has a reduce_bucket_size of 2000 and an
-    allgather_bucket_size of 1500 elements, and the layout reads it (``read``) or not
-    (``unread``)."""
+    allgather_bucket_size of 1500 elements (``zero3``: or these ZeRO settings), and the layout
+    reads it (``read``) or not (``unread``). The file states the persistence threshold the
+    script sets (0) unless ``zero3`` says another."""
     _needs("deepspeed_zero.py")
     spec = f"impl=deepspeed,zero={stage},dp={P},micro-batches={m},{SHAPE}"
     if buckets:
         config = tmp_path / "ds_config.json"
+        zero = {"reduce_bucket_size": 2000, "allgather_bucket_size": 1500} if zero3 is None \
+            else zero3
         config.write_text(json.dumps({"gradient_accumulation_steps": m, "zero_optimization": {
-            "stage": stage, "reduce_bucket_size": 2000, "allgather_bucket_size": 1500}}))
+            "stage": stage, "stage3_param_persistence_threshold": 0, **zero}}))
         args = (*args, "--config", str(config))
         spec += f",ds-config={config}" if buckets == "read" else ""
     cmd = [sys.executable, "-m", "commbench", "audit", os.path.join(EXAMPLES, "deepspeed_zero.py"),
@@ -181,6 +184,27 @@ def test_deepspeed_s_own_buckets_from_its_ds_config_are_the_flavour_s_calls(tmp_
     code, lay, _ = _zero(tmp_path, 2, stage, 1, buckets="unread")
     assert code == 1 and len(lay["flags"]) == 1 and lay["flags"][0].startswith(
         f"same bytes per step, cut differently: {op} on dp, 6272 elements as ")
+
+
+@pytest.mark.parametrize("zero3, m, gathers", [
+    ({"stage3_prefetch_bucket_size": 1100}, 1, {1056: 1, 656: 1, 912: 1, 512: 1}),
+    ({"stage3_prefetch_bucket_size": 1000}, 2, {528: 8, 512: 4}),
+    ({"stage3_param_persistence_threshold": 100}, 2, {8: 8, 3072: 2})])
+def test_deepspeed_s_zero3_prefetch_and_persistence_from_its_ds_config(tmp_path, zero3, m,
+                                                                       gathers):
+    """ZeRO-3's parameter gathers as the job's ds_config cuts them: module by module up to the
+    prefetch bucket (the module about to run, then the next while the fetch holds fewer
+    elements than the bucket), once a micro-batch; the LayerNorms' 16-element tensors under a
+    persistence threshold of 100 gathered alone, once a step. No difference with the file
+    read; without it, the layout's single gather differs."""
+    code, lay, _ = _zero(tmp_path, 2, 3, m, buckets="read", zero3=zero3)
+    assert code == 0 and lay["flags"] == [], lay["flags"]
+    assert {r["elements"]: r["observed"] for r in lay["rows"] if r["op"] == "all_gather"} == \
+        gathers
+    for old in tmp_path.glob("audit_*"):
+        old.unlink()
+    code, lay, _ = _zero(tmp_path, 2, 3, m, buckets="unread", zero3=zero3)
+    assert code == 1 and any("all_gather" in f for f in lay["flags"]), lay["flags"]
 
 
 @pytest.mark.parametrize("P", [2, 4])

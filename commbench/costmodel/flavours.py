@@ -26,29 +26,37 @@ import json
 from collections import Counter
 from math import lcm
 
-__all__ = ["DDP_CAP", "DS_BUCKET", "DS_PREFETCH", "FIRST_BUCKET", "ddp_buckets", "deepspeed_calls",
-           "ds_buckets", "ds_config",
-           "fsdp2_calls", "layer_params", "megatron_buffer"]
+__all__ = ["DDP_CAP", "DS_BUCKET", "DS_PERSIST", "DS_PREFETCH", "FIRST_BUCKET", "ddp_buckets",
+           "deepspeed_calls", "ds_buckets", "ds_config", "fsdp2_calls", "layer_modules",
+           "layer_params", "megatron_buffer", "zero3_gathers"]
 
 Calls = list[tuple[str, int, int, int]]
 
 DS_BUCKET = 500_000_000   # DeepSpeed's reduce_bucket_size and allgather_bucket_size (elements)
 DS_PREFETCH = 50_000_000  # DeepSpeed's stage3_prefetch_bucket_size (elements)
+DS_PERSIST = 100_000      # DeepSpeed's stage3_param_persistence_threshold (elements)
 FIRST_BUCKET = 1 << 20    # torch's dist._DEFAULT_FIRST_BUCKET_BYTES
 DDP_CAP = 25 << 20        # torch's default bucket_cap_mb (25 MiB)
 
 
-def layer_params(h: int, kv_d: int, f: int, t: int, bias: bool = False) -> list[int]:
-    """One layer's parameters' elements on one TP rank, in registration order (above): the
-    matrices split over the ``t`` TP ranks, the LayerNorms whole (replicated over TP); with
-    ``bias``, after each weight its bias, split with the column-parallel ones (q, k, v, the
-    MLP's first) and whole with the row-parallel ones (output projection, the MLP's second)."""
-    if not bias:
-        return [h, h, *(x // t for x in (h * h, h * kv_d, h * kv_d, h * h)), h, h, h * f // t,
-                f * h // t]
+def layer_modules(h: int, kv_d: int, f: int, t: int, bias: bool = False) -> list[list[int]]:
+    """One layer's modules (a LayerNorm, each linear), each its parameters' elements on one TP
+    rank, in registration order (above): the matrices split over the ``t`` TP ranks, the
+    LayerNorms' weight and bias whole (replicated over TP); with ``bias``, each linear's bias
+    after its weight, split with the column-parallel ones (q, k, v, the MLP's first) and whole
+    with the row-parallel ones (output projection, the MLP's second)."""
     q, k, v, o = (x // t for x in (h * h, h * kv_d, h * kv_d, h * h))
-    return [h, h, q, h // t, k, kv_d // t, v, kv_d // t, o, h, h, h, h * f // t, f // t,
-            f * h // t, h]
+    fc1, fc2 = h * f // t, f * h // t
+    if not bias:
+        return [[h, h], [q], [k], [v], [o], [h, h], [fc1], [fc2]]
+    return [[h, h], [q, h // t], [k, kv_d // t], [v, kv_d // t], [o, h], [h, h], [fc1, f // t],
+            [fc2, h]]
+
+
+def layer_params(h: int, kv_d: int, f: int, t: int, bias: bool = False) -> list[int]:
+    """One layer's parameters' elements on one TP rank, in registration order: its modules'
+    (:func:`layer_modules`) one after another."""
+    return [p for module in layer_modules(h, kv_d, f, t, bias) for p in module]
 
 
 def megatron_buffer(params: list[int], n: int) -> int:
@@ -98,7 +106,8 @@ def _counted(calls: list[tuple[str, int, int]], times: int) -> Calls:
 
 def ds_config(path: str) -> dict:
     """The settings of a DeepSpeed config file (``ds_config``) the ``deepspeed`` flavour
-    prices: ``stage``, ``reduce_bucket_size`` and ``gradient_accumulation_steps`` when it says
+    prices: ``stage``, ``reduce_bucket_size``, ``stage3_prefetch_bucket_size``,
+    ``stage3_param_persistence_threshold`` and ``gradient_accumulation_steps`` when it says
     them; ValueError naming the file and what is wrong with it."""
 
     try:
@@ -111,13 +120,14 @@ def ds_config(path: str) -> dict:
     zero = config.get("zero_optimization", {}) if isinstance(config, dict) else None
     if not isinstance(zero, dict):
         raise ValueError(f"ds_config={path!r}: needs an object with a zero_optimization object")
-    out = {k: zero[k] for k in ("stage", "reduce_bucket_size") if k in zero}
+    out = {k: zero[k] for k in ("stage", "reduce_bucket_size", "stage3_prefetch_bucket_size",
+                                "stage3_param_persistence_threshold") if k in zero}
     if "gradient_accumulation_steps" in config:
         out["gradient_accumulation_steps"] = config["gradient_accumulation_steps"]
     for k, v in out.items():
-        if type(v) not in (int, float) or v < (0 if k == "stage" else 1) or v != int(v):
-            raise ValueError(f"ds_config={path!r}: {k}={v!r}: must be a whole number >= "
-                             f"{0 if k == 'stage' else 1}")
+        least = 0 if k in ("stage", "stage3_param_persistence_threshold") else 1
+        if type(v) not in (int, float) or v < least or v != int(v):
+            raise ValueError(f"ds_config={path!r}: {k}={v!r}: must be a whole number >= {least}")
     return {k: int(v) for k, v in out.items()}
 
 
@@ -136,8 +146,36 @@ def ds_buckets(params: list[int], cap: int, arrival: bool) -> list[int]:
     return out + ([acc] if acc else [])
 
 
+def zero3_gathers(modules: list[list[int]], n: int, prefetch: int = DS_PREFETCH,
+                  persist: int = 0) -> tuple[list[int], list[int]]:
+    """DeepSpeed 0.19.8's ZeRO-3 parameter all-gathers over ``n`` ranks, in elements per rank:
+    (those of each micro-batch, those of each step). A parameter of at most ``persist``
+    elements (``stage3_param_persistence_threshold``) is persistent: gathered alone, once a
+    step (after the optimizer's step changed it), and kept. The others are fetched module by
+    module in the order the forward runs them (``modules``: each module's parameters): the
+    module about to run and, while the fetch holds fewer than ``prefetch`` elements
+    (``stage3_prefetch_bucket_size``, the parameters' whole sizes), the modules after it, in
+    one all-gather of their padded shards (ceil(p / n) each); gathered once a micro-batch and
+    kept through backward. Measured on examples/deepspeed_zero.py (tests/test_audit_libs.py):
+    a prefetch of 1100 gathers [1056, 656, 912, 512] of its 2 x 3136, a threshold of 16 its
+    eight 16-element LayerNorm tensors one by one."""
+    kept = [-(-p // n) for module in modules for p in module if p <= persist]
+    fetched = [[p for p in module if p > persist] for module in modules]
+    fetched = [module for module in fetched if module]
+    chunks, i = [], 0
+    while i < len(fetched):
+        parts: list[int] = []
+        while i < len(fetched) and (not parts or sum(parts) < prefetch):
+            parts += fetched[i]
+            i += 1
+        chunks.append(sum(-(-p // n) for p in parts))
+    return chunks, kept
+
+
 def deepspeed_calls(zero: int, psi: int, n: int, m: int, g: int,
-                    params: list[int] | None = None, bucket: int = DS_BUCKET) -> Calls:
+                    params: list[int] | None = None, bucket: int = DS_BUCKET,
+                    modules: list[list[int]] | None = None, prefetch: int = DS_PREFETCH,
+                    persist: int = 0) -> Calls:
     """DeepSpeed 0.19.8's ZeRO for ``psi`` gradient elements over ``n`` ranks, ``m``
     micro-batches (``gradient_accumulation_steps``), ``g``-byte gradients, steady state (from
     the third step on; the first two trace ZeRO-3's parameter order):
@@ -147,10 +185,11 @@ def deepspeed_calls(zero: int, psi: int, n: int, m: int, g: int,
       (``allgather_bucket_size``); stage 1 reduces once per step, at the accumulation
       boundary, stage 2 after every micro-batch's backward. About 1.5x the bytes of the
       reduce-scatter the ``megatron`` flavour makes.
-    * stage 3, every parameter sharded (``stage3_param_persistence_threshold`` 0) and the model
-      within one prefetch bucket (``stage3_prefetch_bucket_size``) and the live-parameter
-      limit: the whole model gathered once per micro-batch and kept through backward, the
-      gradient reduce-scattered once per micro-batch (``reduce_bucket_size`` buckets).
+    * stage 3: the parameters gathered as :func:`zero3_gathers` cuts them, given the modules
+      (``modules``), the prefetch bucket and the persistence threshold (the model within the
+      live-parameter limit: kept through backward); without the modules, every parameter
+      sharded and the shards gathered in ``prefetch``-sized parts; the gradient
+      reduce-scattered once per micro-batch (``reduce_bucket_size`` buckets).
     * every stage: one all-reduce of the gradients' norm per step (float32; float64 in stage
       3), whether or not clipping is on.
 
@@ -163,9 +202,14 @@ def deepspeed_calls(zero: int, psi: int, n: int, m: int, g: int,
     c = -(-psi // n)
     cuts = ds_buckets(params, bucket, zero > 1) if params else None
     if zero == 3:
-        prefetch = [("all_gather", k, g) for k in _chunks(c, DS_PREFETCH // n)]
+        each, once = zero3_gathers(modules, n, prefetch, persist) if modules else \
+            (_chunks(c, prefetch // n), [])
+        gathers = [("all_gather", k, g) for k in each]
         reduce = [("reduce_scatter", k, g) for k in cuts or _chunks(c * n, bucket)]
-        return _counted(prefetch + reduce, m) + [("all_reduce", 1, 8, 1)]
+        times = Counter({(op, k, e): t for op, k, e, t in _counted(gathers + reduce, m)})
+        times.update({(op, k, e): t for op, k, e, t in
+                      _counted([("all_gather", k, g) for k in once], 1)})
+        return [(op, k, e, t) for (op, k, e), t in times.items()] + [("all_reduce", 1, 8, 1)]
     reduce = [("all_reduce", k, g) for k in cuts or _chunks(psi, bucket)]
     gather = [("all_gather", c, g)]
     return (_counted(reduce, m if zero == 2 else 1) + _counted(gather, 1)

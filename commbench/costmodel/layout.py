@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from commbench.costmodel.flavours import (
     DDP_CAP,
     DS_BUCKET,
+    DS_PERSIST,
+    DS_PREFETCH,
     FIRST_BUCKET,
     ddp_buckets,
     deepspeed_calls,
@@ -125,9 +127,14 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
             calls = fsdp2_calls(layer, L, emb, n, m, g, not lay.no_reshard, lay.param_bytes,
                                 lay.no_sync)
         elif lay.impl == "deepspeed":
-            ds = ds_config(lay.ds_config) if lay.ds_config else {}
+            # a job's ds_config: DeepSpeed's own defaults where it says nothing; without one,
+            # every parameter sharded (a model of real size, the flavour's stated assumption)
+            ds = ds_config(lay.ds_config) if lay.ds_config else \
+                {"stage3_param_persistence_threshold": 0}
             calls = deepspeed_calls(lay.zero, lay.dense_params, n, m, g, lay.stage_tensors,
-                                    ds.get("reduce_bucket_size", DS_BUCKET))
+                                    ds.get("reduce_bucket_size", DS_BUCKET), lay.stage_modules,
+                                    ds.get("stage3_prefetch_bucket_size", DS_PREFETCH),
+                                    ds.get("stage3_param_persistence_threshold", DS_PERSIST))
         else:  # torch-ddp: the embedding first, then the layers
             calls = _ddp_calls(lay, lay.stage_tensors)
         out[group] = _group(calls, group, n, g)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from commbench.costmodel.flavours import ds_config, layer_params, megatron_buffer
+from commbench.costmodel.flavours import ds_config, layer_modules, megatron_buffer
 
 __all__ = ["DTYPE", "IMPLS", "TORCH_TP", "Layout"]
 
@@ -218,11 +218,23 @@ class Layout:
         flavours' :func:`~commbench.costmodel.flavours.layer_params`); with experts, its
         router in place of the MLP."""
 
+        return [p for module in self.layer_modules for p in module]
+
+    @property
+    def layer_modules(self) -> list[list[int]]:
+        """A dense layer's modules, each its parameter tensors on one TP rank, in registration
+        order (the flavours' :func:`~commbench.costmodel.flavours.layer_modules`); with
+        experts, its router (one module) in place of the MLP's two."""
         h, f = self.hidden, self.ffn or 4 * self.hidden
         kv_d = (self.kv_heads or self.heads) * (h // self.heads)
-        dense = layer_params(h, kv_d, f, self.tp, self.bias)
-        mlp = 4 if self.bias else 2  # the MLP's tensors, which a router replaces
-        return dense[:-mlp] + [h * self.experts] if self.experts else dense
+        dense = layer_modules(h, kv_d, f, self.tp, self.bias)
+        return dense[:-2] + [[h * self.experts]] if self.experts else dense
+
+    @property
+    def stage_modules(self) -> list[list[int]]:
+        """:attr:`stage_tensors` by module: the root first (one module), then each layer's."""
+        return ([[self.root_params]] if self.root_params else []) + \
+            self.layer_modules * self.stage_layers
 
     @property
     def stage_tensors(self) -> list[int]:
