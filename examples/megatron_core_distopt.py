@@ -51,6 +51,10 @@ if __name__ == "__main__":
     shape_args(p)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--clip-grad", type=float, default=1.0, help="OptimizerConfig's clip_grad")
+    p.add_argument("--overlap-grad-reduce", action="store_true",
+                   help="DistributedDataParallelConfig's overlap_grad_reduce: the buffer in buckets")
+    p.add_argument("--bucket-size", type=int, default=None,
+                   help="its bucket_size (elements; default: megatron-core's)")
     a = p.parse_args()
     if not dist.is_initialized():
         dist.init_process_group("gloo")
@@ -70,7 +74,8 @@ if __name__ == "__main__":
                                use_cpu_initialization=True, params_dtype=torch.float32)
     layers = torch.nn.Sequential(*[Layer(a.hidden, a.ffn) for _ in range(a.layers)])
     model = DistributedDataParallel(config, DistributedDataParallelConfig(
-        use_distributed_optimizer=True, grad_reduce_in_fp32=True), layers)
+        use_distributed_optimizer=True, grad_reduce_in_fp32=True,
+        overlap_grad_reduce=a.overlap_grad_reduce, bucket_size=a.bucket_size), layers)
     opt = get_megatron_optimizer(OptimizerConfig(
         optimizer="adam", lr=1e-3, use_distributed_optimizer=True, clip_grad=a.clip_grad,
         params_dtype=torch.float32), [model])

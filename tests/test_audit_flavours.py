@@ -168,6 +168,29 @@ def test_a_ds_config_is_read_and_must_agree_with_the_layout(tmp_path):
             parse_layout(f"{spec},{SHAPE}", 2)
 
 
+def test_megatron_s_overlapped_buckets_as_megatron_core_measured():
+    """megatron-core 0.16's buffer under overlap_grad_reduce, examples/megatron_core_distopt.py's
+    parameters (tests/test_audit_libs.py booked them): last to first, each parameter at a
+    multiple of 64, a bucket closed at 2000 elements or more and padded to lcm(n, 128). One
+    bucket large enough is the flat buffer; the layout cuts the reduce-scatter and the gather
+    by bucket, and refuses the settings where they do not apply."""
+    from commbench.costmodel.flavours import layer_params, megatron_buckets, megatron_buffer
+
+    ps = layer_params(16, 16, 64, 1) * 2
+    assert megatron_buckets(ps, 2, 2000) == [2048, 2304, 2176, 128]
+    assert megatron_buckets(ps, 2, 1 << 30) == [megatron_buffer(ps, 2)] == [6656]
+    assert megatron_buckets(ps, 3, 2000) == [2304, 2304, 2304, 384]  # lcm(3, 128) = 384
+    lay = parse_layout(f"zero=1,dp=2,{SHAPE},overlap-grad-reduce,bucket-size=2000", 2)
+    assert lay.flat_buckets == [2048, 2304, 2176, 128]
+    assert parse_layout(f"zero=1,dp=2,{SHAPE},overlap-grad-reduce", 2).flat_buckets == [6656]
+    for spec, says in (("impl=fsdp2,overlap-grad-reduce", "overlap_grad_reduce=True: "),
+                       ("zero=3,overlap-grad-reduce", "needs impl='megatron', zero=1"),
+                       ("zero=1,bucket-size=2000", "bucket_size=2000: megatron-core's, used "
+                                                   "only with overlap_grad_reduce")):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            parse_layout(f"dp=2,{spec},{SHAPE}", 2)
+
+
 def test_zero3_gathers_module_by_module_as_deepspeed_measured():
     """DeepSpeed 0.19.8's ZeRO-3 gathers of examples/deepspeed_zero.py's two layers (h 16,
     ffn 64, no biases: LayerNorms of 16 + 16, four 256-element attention matrices, two of 1024)

@@ -135,6 +135,18 @@ def test_megatron_core_s_distributed_optimizer_makes_the_calls_of_the_megatron_f
     code, lay, _ = audit(spec=",grad-norm=0")
     assert code == 1 and lay["flags"] == [
         "extra all_reduce: 1 more of 1 elements on dp than the layout makes (0)"]  # world = dp
+    # overlap_grad_reduce with buckets of 2000 elements: the parameters taken last to first,
+    # each bucket's end padded to lcm(P, 128); each bucket reduce-scattered, its shard gathered
+    buckets = {2: [2048, 2304, 2176, 128], 4: [2048, 2304, 2176, 128]}[P]
+    overlap = ",overlap-grad-reduce,bucket-size=2000"
+    code, lay, _ = audit("--overlap-grad-reduce", "--bucket-size", "2000", spec=overlap)
+    assert code == 0 and lay["flags"] == [], lay["flags"]
+    assert sorted(r["elements"] for r in lay["rows"] if r["op"] == "reduce_scatter") == \
+        sorted(buckets)
+    assert sorted(r["elements"] for r in lay["rows"] if r["op"] == "all_gather") == \
+        sorted(b // P for b in buckets)
+    code, lay, _ = audit("--overlap-grad-reduce", "--bucket-size", "2000")  # one flat buffer
+    assert code == 1 and lay["flags"], lay["flags"]
 
 
 def _zero(tmp_path, P: int, stage: int, m: int, *args: str, buckets: str = "",

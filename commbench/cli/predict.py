@@ -73,6 +73,10 @@ LAYOUT_HELP = {
     "static_graph": "torch-ddp: static_graph=True (the same steady state, rebuilt one step "
                     "later; with --find-unused, rebuilt and no bitmap)",
     "no_reshard": "fsdp2: reshard_after_forward=False (the layers stay gathered for backward)",
+    "overlap_grad_reduce": "megatron, zero 1: overlap_grad_reduce=True, the distributed "
+                           "optimizer's buffer reduce-scattered and gathered in buckets",
+    "bucket_size": "megatron with --overlap-grad-reduce: its bucket_size (elements; 0: "
+                   "megatron-core's default, max(40M, 1M x dp))",
     "grad_bytes": "bytes per gradient element (the all-reduce's dtype; fsdp2: reduce_dtype)",
     "grad_norm": "megatron: its optimizer's all-reduce of the gradients' norm each step "
                  "(--no-grad-norm: a job without megatron-core's optimizer)",

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from commbench.costmodel.flavours import ds_config, layer_modules, megatron_buffer
+from commbench.costmodel.flavours import (
+    ds_config,
+    layer_modules,
+    megatron_buckets,
+    megatron_buffer,
+)
 
 __all__ = ["DTYPE", "IMPLS", "TORCH_TP", "Layout"]
 
@@ -59,6 +64,10 @@ class Layout:
     grad_bytes: int = 4
     grad_norm: bool = True  # megatron: its optimizer all-reduces the gradients' norm each step
     #                         (off: a script without megatron-core's optimizer)
+    overlap_grad_reduce: bool = False  # megatron: DistributedDataParallelConfig's, the buffer
+    #                         reduced in buckets (its distributed optimizer: zero=1)
+    bucket_size: int = 0    # megatron: its bucket_size with overlap_grad_reduce (elements; 0:
+    #                         megatron-core's default, max(40M, 1M x dp))
     ds_config: str = ""     # deepspeed: the job's ds_config JSON (stage, reduce_bucket_size,
     #                         gradient_accumulation_steps)
     param_bytes: int = 0    # fsdp2: MixedPrecisionPolicy's param_dtype, the gathers' width (0: as
@@ -160,6 +169,15 @@ class Layout:
                              f"setting; needs impl='torch-ddp' (impl={self.impl!r})")
         if not self.capacity_factor > 0:
             raise ValueError(f"capacity_factor={self.capacity_factor}: must be > 0")
+        if self.overlap_grad_reduce and (self.impl != "megatron" or self.zero != 1 or
+                                         self.experts):
+            raise ValueError(f"overlap_grad_reduce=True: megatron-core's buckets of its "
+                             f"distributed optimizer's buffer, on a dense model; needs "
+                             f"impl='megatron', zero=1 (impl={self.impl!r}, zero={self.zero}, "
+                             f"experts={self.experts})")
+        if self.bucket_size < 0 or self.bucket_size and not self.overlap_grad_reduce:
+            raise ValueError(f"bucket_size={self.bucket_size}: megatron-core's, used only with "
+                             "overlap_grad_reduce; must be >= 0 (0: its default)")
 
     def _check_ds_config(self) -> None:
         """The ds_config agrees with the layout's own settings, which it does not override."""
@@ -252,6 +270,17 @@ class Layout:
             return self.dense_params
 
         return megatron_buffer(self.stage_tensors, self.dp * self.cp)
+
+    @property
+    def flat_buckets(self) -> list[int]:
+        """The flat gradient vector cut as the ``megatron`` flavour reduces it: one
+        (:attr:`flat_params`), or with ``overlap_grad_reduce`` megatron-core's buckets
+        (:func:`~commbench.costmodel.flavours.megatron_buckets`)."""
+        if not self.overlap_grad_reduce:
+            return [self.flat_params]
+        n = self.dp * self.cp
+        return megatron_buckets(self.stage_tensors, n, self.bucket_size or
+                                max(40_000_000, 1_000_000 * n))
 
     @property
     def root_params(self) -> int:

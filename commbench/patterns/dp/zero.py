@@ -59,12 +59,14 @@ def zero_calls(cfg: ZeroConfig, stage: int, r: int, axis: str = "dp") -> list[Ca
             for op, k, kind in stage_calls(stage, [n] * cfg.layers, P, cfg.micro)] * cfg.steps
 
 
-def dp_calls(psi: int, n: int, zero: int, m: int, g: int) -> list[tuple[str, int, int, int]]:
+def dp_calls(psi: int | list[int], n: int, zero: int, m: int, g: int
+             ) -> list[tuple[str, int, int, int]]:
     """The data-parallel calls per step, (op, elements, bytes per element, calls), for ``psi``
-    gradient elements on ``n`` ranks: the stage calls of one flat vector, in ``g``-byte
-    gradients (a layout's parameters travel in the same width)."""
+    gradient elements on ``n`` ranks: the stage calls of one flat vector (or of each of its
+    buckets, ``psi`` a list), in ``g``-byte gradients (a layout's parameters travel in the
+    same width)."""
     counts: dict[tuple[str, int], int] = {}
-    for op, count, _ in stage_calls(zero, [psi], n, m):
+    for op, count, _ in stage_calls(zero, psi if isinstance(psi, list) else [psi], n, m):
         counts[op, count] = counts.get((op, count), 0) + 1
     return [(op, count, g, k) for (op, count), k in counts.items()]
 
@@ -170,14 +172,14 @@ class Zero(Pattern):
 
     def layout_calls(self, lay, stage: int | None) -> dict[str, list[tuple[Call, int]]]:
         """The stage calls of one flat vector per step: the dense parameters over the DP and CP
-        ranks (``dp``; ``lay.flat_params``, padded as the flavour pads them), the experts over
+        ranks (``dp``; ``lay.flat_buckets``, padded and cut as the flavour does), the experts over
         the ranks holding the same ones (``edp``); the layout's own data parallelism only
         (``impl='megatron'``, no hybrid sharding: the libraries' are their flavours', hybrid
         sharding its own pattern's)."""
         if lay.impl != "megatron" or lay.dp_replicate > 1:
             return {}
         out = {}
-        for group, n, psi in (("dp", lay.dp * lay.cp, lay.flat_params),
+        for group, n, psi in (("dp", lay.dp * lay.cp, lay.flat_buckets),
                               ("edp", lay.dp // lay.ep * lay.cp, lay.expert_params)):
             if n > 1 and psi:
                 out[group] = flat_calls(dp_calls(psi, n, lay.zero, lay.micro_batches,
