@@ -145,7 +145,11 @@ def test_a_rank_killed_between_calls_is_named_not_replaced(launch):
         os.kill(pids[1], signal.SIGKILL)
         while _alive(pids[1]):
             time.sleep(0.01)
-        with pytest.raises(RankDied, match="rank 1 died.* between calls"):
+        # under mpiexec the launcher ends rank 0 once rank 1 is gone: which of the two the
+        # world finds dead depends on timing, so it names every one it finds
+        with pytest.raises(RankDied, match=r"rank 1 died.* between calls" if launch == "plain"
+                           else r"(rank 1|ranks 0, 1 \(mpiexec ends the others once one "
+                                r"dies\)) died.* between calls"):
             w.run(_pid)
         assert len(w.run(_pid)) == 2 and w.starts == 2  # asked again: a fresh world
 

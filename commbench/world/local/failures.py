@@ -64,24 +64,27 @@ class FailureReports:
         raise RankDied(f"{name}: rank {rank} died{how} while {statuses[rank][2]}; the world is "
                        f"torn down and the next call starts a fresh one.\n{others}{logs}")
 
-    def _idle_dead(self) -> tuple[int, int | None]:
-        """(rank, exit code) of a rank found dead between calls (rank 0 where mpiexec alone
-        says so)."""
+    def _idle_dead(self) -> tuple[list[int], int | None]:
+        """(the ranks found dead between calls, the exit code where one is known): under
+        mpiexec every rank that is gone (the launcher ends the others once one dies, so which
+        went first cannot be told apart); rank 0 where mpiexec alone says so."""
         if self.launch == "plain":
             for r, proc in enumerate(self._procs):
                 if proc.poll() is not None:
-                    return r, proc.poll()
-        for r, pid in sorted(self._pids.items()):
-            if not spawn.running(pid):
-                return r, None
-        return 0, self._procs[0].poll() if self._procs else None
+                    return [r], proc.poll()
+        gone = [r for r, pid in sorted(self._pids.items()) if not spawn.running(pid)]
+        if gone:
+            return gone, None
+        return [0], self._procs[0].poll() if self._procs else None
 
     def _fail_idle_death(self, name: str) -> None:
         """A rank died while the world waited for its next call: say so, never start another
         world in its place unasked (a sweep would go on with a replaced rank)."""
-        rank, code = self._idle_dead()
+        ranks, code = self._idle_dead()
         logs = spawn.log_tail(self._dir, 600) if self._dir else ""
         self.close()
         how = f" (exit code {code})" if code is not None else ""
-        raise RankDied(f"{name}: rank {rank} died{how} between calls, before this one started; "
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else \
+            f"ranks {', '.join(map(str, ranks))} (mpiexec ends the others once one dies)"
+        raise RankDied(f"{name}: {who} died{how} between calls, before this one started; "
                        f"the world is torn down and the next call starts a fresh one.{logs}")
