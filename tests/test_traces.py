@@ -409,13 +409,25 @@ try:
 except TraceError as exc:
     print("error:", exc)
 print("same", [t.rank for t in forked])
+
+def dies(path, progress, limit):  # a worker killed (out of memory, say) mid-job
+    if path.endswith("rank3.pt.trace.json.gz"):
+        os.kill(os.getpid(), 9)
+    return real(path, progress, limit)
+
+job.read = dies
+try:
+    job.read_all(paths, progress=False, workers=2)
+except TraceError as exc:
+    print("broken:", exc)
 """
 
 
 def test_a_job_s_files_read_by_forked_workers_are_the_ones_read_in_turn(tmp_path):
     """Ranks read in parallel (forked workers, one file each at a time) give the traces read
-    one after another, in the files' order, and a worker's error is the caller's one line. In
-    a process of one thread, as the command line's is: a fresh interpreter."""
+    one after another, in the files' order; a worker's error is the caller's one line, and a
+    worker killed mid-job ends the read with one (no wait for a file never read). In a
+    process of one thread, as the command line's is: a fresh interpreter."""
     import os
     import subprocess
     import sys
@@ -428,6 +440,7 @@ def test_a_job_s_files_read_by_forked_workers_are_the_ones_read_in_turn(tmp_path
     assert out.returncode == 0, out.stderr
     assert "bad.json: traceEvents ends before its ']'" in out.stdout
     assert "same [0, 1, 2, 3, 4, 5, 6, 7]" in out.stdout
+    assert "broken: a worker reading 8 trace files ended without a result" in out.stdout
 
 
 def test_a_process_with_threads_reads_its_files_itself():

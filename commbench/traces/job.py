@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from commbench.results.files import kind_of
 from commbench.traces.calls import TraceError
@@ -50,8 +52,14 @@ def read_all(paths: list[str], progress: bool = True, limit: int = LIMIT,
         n = 1
     if n < 2 or not _alone():
         return [read(p, progress, limit) for p in paths]
-    with multiprocessing.get_context("fork").Pool(n) as pool:
-        return pool.starmap(read, [(p, progress, limit) for p in paths], chunksize=1)
+    # the executor forks its workers before it starts its own threads; a worker that dies
+    # (killed, out of memory) breaks the pool at once instead of leaving its file unread
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
+        try:
+            return list(pool.map(read, paths, [progress] * len(paths), [limit] * len(paths)))
+        except BrokenProcessPool:
+            raise TraceError(f"a worker reading {len(paths)} trace files ended without a "
+                             "result (killed, or out of memory?); nothing was read") from None
 
 
 def files(names: list[str]) -> tuple[list[str], bool]:
