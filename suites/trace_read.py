@@ -6,7 +6,8 @@ against ``json.load`` of the same file, each in a fresh process, side by side.
 The trace is one rank's Kineto file written event by event (never held whole): per call a
 ``record_param_comms`` op and its NCCL kernel with torch's arguments, and 18 other events
 (operators, launches, computation kernels), until it reaches ``--mb``.
-Peak memory is the child's maximum resident set (``ru_maxrss``), whole interpreter included.
+Peak memory is the child's own peak resident set since its start (``VmHWM``; ``ru_maxrss`` would
+carry the suite's own peak over the fork), whole interpreter included.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def write(path: str, mb: int) -> int:
 def child(code: str, path: str) -> tuple[float, float, str]:
     """(seconds, peak MB, what it printed) of ``code`` in a fresh interpreter."""
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", f"{code}\nimport resource; print('RSS', "
-                        "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)", path],
+    p = subprocess.run([sys.executable, "-c", f"{code}\nprint('RSS', next(int(x.split()[1]) "
+                        "for x in open('/proc/self/status') if x.startswith('VmHWM:')))", path],
                        capture_output=True, text=True, check=True)
     seconds = time.perf_counter() - t0
     out = p.stdout.split()
