@@ -48,22 +48,27 @@ def imports(name: str, path: str, known: dict[str, str]) -> set[str]:
     package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
-                module = ".".join(parts + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            for a in node.names:  # `from pkg import module` imports the module
-                found.add(f"{module}.{a.name}" if f"{module}.{a.name}" in known else module)
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found |= set(resolved(package, node, known))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
                 NAMED.match(node.value):
             for home in NAMING:  # a record's named part: "ring_comms:ring_all_reduce"
                 if name.startswith(home):
                     found.add(f"{home}.{NAMED.match(node.value).group(1)}")
     return {m for m in found if m in known and m != name}
+
+
+def resolved(package: str, node: ast.Import | ast.ImportFrom, known: dict[str, str]) -> list[str]:
+    """The modules an import statement in ``package`` imports, one per name: ``import a.b``'s
+    names; ``from m import x``'s ``m.x`` where that is one of ``known``'s modules, else ``m``."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if node.level:
+        parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+        module = ".".join(parts + ([node.module] if node.module else []))
+    else:
+        module = node.module or ""
+    return [f"{module}.{a.name}" if f"{module}.{a.name}" in known else module for a in node.names]
 
 
 def graph(root: str = ROOT) -> dict[str, set[str]]:
@@ -287,20 +292,6 @@ HEAVY = ("torch", "mpi4py", "matplotlib", "numpy", "hypothesis", "deepspeed", "m
 REASON = re.compile(r"#\s*lazy:\s*(.+)$")
 
 
-def _target(name: str, package: str, node, known: dict[str, str] | None = None) -> str:
-    """What an import statement imports: its module, or the package's module it names
-    (``from commbench import heavy``)."""
-    if isinstance(node, ast.Import):
-        return node.names[0].name
-    if node.level:
-        parts = package.split(".")[:len(package.split(".")) - node.level + 1]
-        module = ".".join(parts + ([node.module] if node.module else []))
-    else:
-        module = node.module or ""
-    inner = f"{module}.{node.names[0].name}"
-    return inner if known and inner in known else module
-
-
 def lazy_imports(name: str, source: str, path: str = "",
                  known: dict[str, str] | None = None) -> list[tuple[int, str, str, str]]:
     """(line, what it imports, its reason or "", the module-level function it is in or "") of
@@ -319,7 +310,7 @@ def lazy_imports(name: str, source: str, path: str = "",
                 said = [REASON.search(lines[k]) for k in (node.lineno - 1, node.lineno - 2)
                         if k >= 0]
                 reason = next((m.group(1).strip() for m in said if m), "")
-                out.append((node.lineno, _target(name, package, node, known), reason,
+                out.append((node.lineno, resolved(package, node, known or {})[0], reason,
                             fn.name if fn in tree.body else ""))
     return sorted(set(out))
 
@@ -329,14 +320,9 @@ def top_level(known: dict[str, str]) -> dict[str, set[str]]:
     out = {}
     for name, path in known.items():
         package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
-        found = set()
-        for node in ast.parse(open(path).read()).body:
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                found.add(_target(name, package, node))
-                if isinstance(node, ast.ImportFrom):
-                    found |= {f"{found_m}.{a.name}" for found_m in [_target(name, package, node)]
-                              for a in node.names if f"{found_m}.{a.name}" in known}
-        out[name] = found
+        out[name] = {m for node in ast.parse(open(path).read()).body
+                     if isinstance(node, ast.Import | ast.ImportFrom)
+                     for m in resolved(package, node, known)}
     return out
 
 

@@ -228,10 +228,12 @@ def deepspeed_calls(zero: int, psi: int, n: int, m: int, g: int,
             (_chunks(c, prefetch // n), [])
         gathers = [("all_gather", k, g) for k in each]
         reduce = [("reduce_scatter", k, g) for k in cuts or _chunks(c * n, bucket)]
-        times = Counter({(op, k, e): t for op, k, e, t in _counted(gathers + reduce, m)})
-        times.update({(op, k, e): t for op, k, e, t in
-                      _counted([("all_gather", k, g) for k in once], 1)})
-        return [(op, k, e, t) for (op, k, e), t in times.items()] + [("all_reduce", 1, 8, 1)]
+        times: Counter = Counter()
+        for call in gathers + reduce:  # each micro-batch
+            times[call] += m
+        for k in once:  # the persistent tensors, each step
+            times["all_gather", k, g] += 1
+        return [(*call, t) for call, t in times.items()] + [("all_reduce", 1, 8, 1)]
     reduce = [("all_reduce", k, g) for k in cuts or _chunks(psi, bucket)]
     gather = [("all_gather", c, g)]
     return (_counted(reduce, m if zero == 2 else 1) + _counted(gather, 1)

@@ -235,7 +235,6 @@ class Layout:
         """A dense layer's parameter tensors on one TP rank, in registration order (the
         flavours' :func:`~commbench.costmodel.flavours.layer_params`); with experts, its
         router in place of the MLP."""
-
         return [p for module in self.layer_modules for p in module]
 
     @property
@@ -258,8 +257,7 @@ class Layout:
     def stage_tensors(self) -> list[int]:
         """Every parameter tensor of one stage's rank, in registration order: the root (the
         embedding and head, where priced) first, then the layers."""
-        return ([self.root_params] if self.root_params else []) + \
-            self.layer_tensors * self.stage_layers
+        return [p for module in self.stage_modules for p in module]
 
     @property
     def flat_params(self) -> int:

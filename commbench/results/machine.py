@@ -12,7 +12,7 @@ import os
 import platform
 import re
 
-__all__ = ["machine_class", "slug"]
+__all__ = ["cores", "machine_class", "slug"]
 
 _NOISE = re.compile(r"\((r|tm)\)|\bcpu\b|\bprocessor\b|@\s*[\d.]+\s*[gm]hz|\bwith\b.*$")
 
@@ -33,7 +33,8 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _cores() -> int:
+def cores() -> int:
+    """The cores this process may run on (its affinity where the system has one)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:
@@ -59,4 +60,4 @@ def machine_class(label: str = "") -> str:
 
     if torch.cuda.is_available():
         return f"{slug(torch.cuda.get_device_name())}-{torch.cuda.device_count()}gpu"
-    return f"{slug(_cpu_model())}-{_cores()}c"
+    return f"{slug(_cpu_model())}-{cores()}c"

@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from commbench.results.files import kind_of
+from commbench.results.machine import cores
 from commbench.traces.calls import TraceError
 from commbench.traces.kineto import RankTrace, read
 from commbench.traces.stream import LIMIT
@@ -21,13 +22,6 @@ from commbench.traces.stream import LIMIT
 __all__ = ["PARALLEL_BYTES", "files", "load", "read_all"]
 
 PARALLEL_BYTES = 4 << 20  # files of a job larger than this together are read in parallel
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity call (macOS)
-        return os.cpu_count() or 1
 
 
 def _alone() -> bool:
@@ -47,7 +41,7 @@ def read_all(paths: list[str], progress: bool = True, limit: int = LIMIT,
     time, where there are several files, cores to spare, bytes enough to pay for the fork and
     no other thread in this process (``workers``: how many; None: as many as cores and files
     allow); else one after another. A worker's error (TraceError, one line) is the caller's."""
-    n = min(len(paths), _cores()) if workers is None else workers
+    n = min(len(paths), cores()) if workers is None else workers
     if workers is None and sum(os.path.getsize(p) for p in paths) < PARALLEL_BYTES:
         n = 1
     if n < 2 or not _alone():
