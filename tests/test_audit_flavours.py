@@ -364,7 +364,8 @@ def test_a_bucket_s_bytes_go_to_every_module_it_carries(world):
     """DDP with gradient_as_bucket_view: each bucket's all-reduce carries the modules whose
     gradients lie in it, their elements adding up to the call's, and the module table shares
     its bytes among them in proportion; without the view the bucket is a copy, and the call
-    stays with the module whose gradient closed it."""
+    carries the same modules, read off DDP's reducer (its buckets' parameters, reduced in
+    index order)."""
     from commbench.studies.audit import tables
     from commbench.wire.ledger import Entry
 
@@ -379,7 +380,16 @@ def test_a_bucket_s_bytes_go_to_every_module_it_carries(world):
     assert modules["DistributedDataParallel.module.1.fc2"]["sent"] == fc2.sent // 2
     assert len([m for m in modules if m.count(".") == 3]) == 16  # every leaf of both layers
     copy = world.run(_ddp_step_3, ["--bucket-mb", "0.004"])
-    assert all(Entry._make(t).carries == () for t in copy[0])
+    assert [(e.count, e.carries, e.module) for e in calls] == [
+        (e.count, e.carries, e.module) for e in map(Entry._make, copy[0])
+        if e.op == "all_reduce"]
+    assert tables(copy)["modules"] == tables(view)["modules"]
+    # find_unused_parameters: buckets of registration order, and an int32 bitmap no bucket's
+    unused = [Entry._make(t) for t in world.run(_ddp_step_3, ["--bucket-mb", "0.004",
+                                                              "--find-unused"])[0]]
+    assert [sum(k for _, k in e.carries) for e in unused if e.op == "all_reduce"] == [
+        e.count if e.dtype == "float32" else 0 for e in unused if e.op == "all_reduce"]
+    assert {e.dtype for e in unused if e.op == "all_reduce"} == {"float32", "int32"}
 
 
 PIPE = "grad-norm=0,layers={P},hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,loss=none,act-bytes=4"

@@ -38,7 +38,10 @@ from torch.autograd.graph import register_multi_grad_hook
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
-__all__ = ["carried", "holder", "holder_name", "library_module", "library_phase", "module_tracker", "origin"]
+from commbench.wire.watch_rules import ranks_of
+
+__all__ = ["DdpBuckets", "carried", "holder", "holder_name", "library_module", "library_phase",
+           "module_tracker", "origin"]
 
 _BACKWARD = {"backward", "bwd", "gradients", "grads", "grad"}
 _FORWARD = {"forward", "fwd"}
@@ -204,6 +207,71 @@ def carried(tensors: list, known) -> tuple[tuple[str, int], ...]:
                     out[name] = out.get(name, 0) + (p.numel() or t.numel())
                     break
     return tuple(sorted(out.items())) if out else ()
+
+
+def _owners(params, known) -> tuple[tuple[str, int], ...]:
+    """(module, elements) of ``params``' owners among ``known`` (module -> qualified name)."""
+    ids = {id(p): p.numel() for p in params}
+    out: dict[str, int] = {}
+    for module, name in list(known.items()):
+        for p in module._parameters.values():
+            if p is not None and id(p) in ids:
+                out[name] = out.get(name, 0) + ids[id(p)]
+    return tuple(sorted(out.items()))
+
+
+class DdpBuckets:
+    """The modules a DDP bucket carries where its all-reduce cannot show them: without
+    ``gradient_as_bucket_view`` DDP copies the gradients into the bucket, so no parameter's
+    memory lies in the call's tensor (:func:`carried` finds none). DDP's reducer launches its
+    buckets in index order, every synchronised backward. Each time a DDP module's forward
+    returns (its buckets rebuilt, if they were, and its backward prepared) its buckets'
+    parameters are read, in that order (``_get_zeros_like_grad_buckets``, behind zeroed
+    copies: the reducer holds its lock while a bucket is reduced, so it cannot be asked then);
+    the k-th floating all-reduce of a bucket's elements on its group is then bucket k. A call
+    that is no bucket's (find_unused_parameters' bitmap, an integer; a script's own call; the
+    first step of ``static_graph``, reduced at once) carries nothing."""
+
+    def __init__(self) -> None:
+        self._due: dict[int, int] = {}  # id(DDP module) -> the bucket due
+        self._buckets: dict[int, list[tuple[int, tuple]]] = {}  # -> (elements, params)
+        self._handle = None
+
+    def __enter__(self) -> DdpBuckets:
+        self._handle = torch.nn.modules.module.register_module_forward_hook(self._forward)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def _forward(self, module, args, out) -> None:
+        if type(module).__name__ != "DistributedDataParallel" or \
+                getattr(module, "reducer", None) is None:
+            return
+        try:
+            buckets = module.reducer._get_zeros_like_grad_buckets()
+        except (RuntimeError, AttributeError):  # a torch without it
+            return
+        self._buckets[id(module)] = [(b.buffer().numel(), tuple(b.parameters()))
+                                     for b in buckets]
+        self._due[id(module)] = 0
+
+    def carries(self, known, ranks: tuple[int, ...], count: int,
+                dtype) -> tuple[tuple[str, int], ...]:
+        if not dtype.is_floating_point:
+            return ()
+        for module in list(known):
+            buckets = self._buckets.get(id(module))
+            if not buckets or ranks_of(module.process_group) != tuple(ranks):
+                continue
+            due = self._due[id(module)]
+            if due >= len(buckets) or buckets[due][0] != count:
+                continue
+            self._due[id(module)] = (due + 1) % len(buckets)
+            return _owners(buckets[due][1], known)
+        return ()
 
 
 def holder_name(names: list[str]) -> str:

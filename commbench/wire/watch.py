@@ -40,7 +40,7 @@ from commbench.ops import OPS, booked, bufferless
 from commbench.runtime.status import Tracker
 from commbench.wire import steps
 from commbench.wire.ledger import Ledger
-from commbench.wire.modules import carried, holder_name, module_tracker, origin
+from commbench.wire.modules import DdpBuckets, carried, holder_name, module_tracker, origin
 from commbench.wire.watch_rules import OP_OF, first_tensor, pg_of, ranks_of, read, redop_name
 
 __all__ = ["batched", "quiet", "watch"]
@@ -102,15 +102,18 @@ class watch(TorchDispatchMode):
         self.tracker = tracker
         self.works: list[tuple] = []  # (entry, c10d Work) of the calls on CUDA tensors
         self._modules = module_tracker()
+        self._ddp = DdpBuckets()  # the modules in DDP's copied buckets
 
     def __enter__(self):
         self._modules.__enter__()
+        self._ddp.__enter__()
         return super().__enter__()
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
+            self._ddp.__exit__(*exc)
             self._modules.__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -141,8 +144,10 @@ class watch(TorchDispatchMode):
         dtype = first.dtype if first is not None else torch.uint8
         sent, recv = booked(op, pg.size(), pg.rank(), count, dtype.itemsize, **vol)
         phase, module = origin(self._modules, op, sys._getframe(1))
-        carries = () if bufferless(op) else carried(
-            _tensors(list(named.values())), getattr(self._modules, "_known_modules", {}))
+        tracked = getattr(self._modules, "_known_modules", {})
+        carries = () if bufferless(op) else carried(_tensors(list(named.values())), tracked)
+        if not carries and op == "all_reduce" and first is not None:
+            carries = self._ddp.carries(tracked, ranks, count, first.dtype)
         if carries:  # the innermost module holding all it carries
             module = holder_name([m for m, _ in carries])
         end = named.get("dst", named.get("src")) if op in ("send", "recv") else None
