@@ -15,7 +15,7 @@ import argparse
 
 import torch
 import torch.distributed as dist
-from layers import Layer, shape_args  # examples/layers.py
+from layers import Layer, shape_args, tp_mesh  # examples/layers.py
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 try:
@@ -24,29 +24,6 @@ try:
     step = commbench.audit.step  # marks the step for commbench audit --step
 except ImportError:  # without commbench
     from contextlib import nullcontext as step
-
-
-def tp_mesh(model: torch.nn.Sequential, tp: int, sp: bool):
-    """Megatron's split of each layer over the mesh's ``tp`` dim, with torch's styles; the
-    ``dp`` dim for fully_shard."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        RowwiseParallel,
-        SequenceParallel,
-        parallelize_module,
-    )
-
-    mesh = init_device_mesh("cpu", (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))
-    col = ColwiseParallel(input_layouts=Shard(1)) if sp else ColwiseParallel()
-    row = RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel()
-    plan = {"q": col, "k": col, "v": col, "fc1": col, "o": row, "fc2": row}
-    if sp:
-        plan |= {"ln1": SequenceParallel(), "ln2": SequenceParallel()}
-    for layer in model:
-        parallelize_module(layer, mesh["tp"], plan)
-    return mesh["dp"]
 
 
 if __name__ == "__main__":

@@ -28,3 +28,28 @@ def shape_args(p) -> None:
     for flag, default in (("--layers", 2), ("--hidden", 16), ("--ffn", 64), ("--seq", 8),
                           ("--batch", 2)):
         p.add_argument(flag, type=int, default=default)
+
+
+def tp_mesh(model: torch.nn.Sequential, tp: int, sp: bool):
+    """Megatron's split of each layer over the mesh's ``tp`` dim, with torch's styles: q, k, v
+    and fc1 column-, o and fc2 row-parallel, the LayerNorms replicated (with ``sp``: sequence-
+    parallel); the ``dp`` dim, for the data parallelism around it."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))
+    col = ColwiseParallel(input_layouts=Shard(1)) if sp else ColwiseParallel()
+    row = RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel()
+    plan = {"q": col, "k": col, "v": col, "fc1": col, "o": row, "fc2": row}
+    if sp:
+        plan |= {"ln1": SequenceParallel(), "ln2": SequenceParallel()}
+    for layer in model:
+        parallelize_module(layer, mesh["tp"], plan)
+    return mesh["dp"]

@@ -296,6 +296,37 @@ def test_ddp_s_rebuilt_buckets_are_the_torch_ddp_flavour_s_calls(world):
                               "makes (0)"]
 
 
+@pytest.mark.world(sizes=[4])
+@pytest.mark.parametrize("sp", [False, True], ids=["tp", "sp"])
+def test_ddp_over_torch_tp_on_a_dp_x_tp_mesh_makes_the_calls_of_its_flavour(world, sp):
+    """DDP over the dp dim of a (dp 2, tp 2) mesh, torch's TP (and SP) inside each layer
+    (``_pre_dp_module_transform``), step 3. A TP rank's 1600 elements a layer are bucketed in
+    the order their gradients arrive: without SP the LayerNorms' (plain tensors) first, then
+    the DTensors' (fc2, fc1, o, v, k, q, last layer first), 1152 + 1536 + 512 at a 4194 B cap;
+    under SP every parameter is a DTensor and the order is the reverse of registration again,
+    32 + 3 x 1056. ``impl=torch-ddp,tp=2`` predicts every call, phase ``backward``, each
+    bucket carrying its modules' elements; bucketed in reverse registration order, as without
+    TP, the first case would be flagged."""
+    from commbench.wire.ledger import Entry
+
+    spec = f"impl=torch-ddp,bucket-mb=0.004,tp=2,dp=2,act-bytes=4,{SHAPE}" + (",sp" if sp else "")
+    booked = world.run(_ddp_step_3, ["--bucket-mb", "0.004", "--tp", "2",
+                                     *(["--sp"] if sp else [])])[0]
+    got = compare(parse_layout(spec, 4), booked)
+    assert got["flags"] == [], got["flags"]
+    dp = sorted(r["elements"] for r in got["rows"] for _ in range(r["observed"])
+                if r["axis"] == "dp")
+    assert dp == ([32, 1056, 1056, 1056] if sp else [512, 1152, 1536])
+    cap = int(0.004 * 2**20)
+    plain = sorted(ddp_buckets(layer_params(16, 16, 64, 2) * 2, 4, cap, cap))
+    assert (plain == dp) is sp  # the registration order holds under SP only
+    grads = [Entry._make(t) for t in booked if t[0] == "all_reduce" and tuple(t[1]) == (0, 2)]
+    assert {e.phase for e in grads} == {"backward"}
+    assert all(sum(k for _, k in e.carries) == e.count for e in grads)
+    assert sorted(m.rsplit(".", 1)[-1] for e in grads for m, _ in e.carries) == sorted(
+        ["ln1", "q", "k", "v", "o", "ln2", "fc1", "fc2"] * 2)
+
+
 @pytest.mark.world(sizes=[2])
 @pytest.mark.parametrize("setting, args, step", [
     ("find-unused", ["--find-unused"], 3),

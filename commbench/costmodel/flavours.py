@@ -26,9 +26,10 @@ import json
 from collections import Counter
 from math import lcm
 
-__all__ = ["DDP_CAP", "DS_BUCKET", "DS_PERSIST", "DS_PREFETCH", "FIRST_BUCKET", "ddp_buckets",
+__all__ = ["DDP_CAP", "NORMS", "DS_BUCKET", "DS_PERSIST", "DS_PREFETCH", "FIRST_BUCKET", "ddp_buckets",
            "deepspeed_calls", "ds_buckets", "ds_config", "fsdp2_calls", "layer_modules",
-           "layer_params", "megatron_buckets", "megatron_buffer", "zero3_gathers"]
+           "layer_params", "megatron_buckets", "megatron_buffer", "torch_tp_arrival",
+           "zero3_gathers"]
 
 Calls = list[tuple[str, int, int, int]]
 
@@ -51,6 +52,9 @@ def layer_modules(h: int, kv_d: int, f: int, t: int, bias: bool = False) -> list
         return [[h, h], [q], [k], [v], [o], [h, h], [fc1], [fc2]]
     return [[h, h], [q, h // t], [k, kv_d // t], [v, kv_d // t], [o, h], [h, h], [fc1, f // t],
             [fc2, h]]
+
+
+NORMS = (0, 5)  # the LayerNorms' places among a layer's modules (layer_modules)
 
 
 def layer_params(h: int, kv_d: int, f: int, t: int, bias: bool = False) -> list[int]:
@@ -240,8 +244,22 @@ def deepspeed_calls(zero: int, psi: int, n: int, m: int, g: int,
             + [("all_reduce", 1, 4, 1)])
 
 
+def torch_tp_arrival(modules: list[list[int]], sharded: list[bool]) -> list[int]:
+    """The order DDP's rebuild sees the gradients of ``modules`` (registration order, each its
+    tensors) under torch's TP (``_pre_dp_module_transform``): the ``sharded`` modules' weights
+    are DTensors rebuilt from DDP's local tensors before the model runs, so each one's
+    gradient reaches its local tensor through a ``from_local`` node made before any other,
+    which the autograd engine runs last: the plain modules' gradients (the LayerNorms',
+    replicated; under SP those are DTensors too) arrive first, last layer first, then the
+    sharded ones, last first. Measured on examples/ddp_layers.py ``--tp 2``: the 8 LayerNorm
+    tensors, then fc2, fc1, o, v, k, q of the last layer, then the layer before it."""
+    plain = [p for m, s in zip(modules, sharded, strict=True) if not s for p in m]
+    split = [p for m, s in zip(modules, sharded, strict=True) if s for p in m]
+    return plain[::-1] + split[::-1]
+
+
 def ddp_buckets(params: list[int], g: int, cap_bytes: int, first_bytes: int,
-                rebuilt: bool = True) -> list[int]:
+                rebuilt: bool = True, arrival: list[int] | None = None) -> list[int]:
     """torch 2.13's DistributedDataParallel's buckets of ``params`` (registration order,
     ``g``-byte gradients): a bucket closes once it holds at least its limit, the first
     bucket's ``first_bytes``, every later one's ``cap_bytes`` (``bucket_cap_mb``; left at its
@@ -250,9 +268,11 @@ def ddp_buckets(params: list[int], g: int, cap_bytes: int, first_bytes: int,
     registration, for a model run front to back; the first iteration is the set-up's: mark
     the step); with ``find_unused_parameters`` it never rebuilds (``rebuilt`` False): buckets
     cut in registration order, the last one's gradients reduced first. Each bucket is one
-    all-reduce of its elements per synchronised backward."""
+    all-reduce of its elements per synchronised backward. ``arrival``: the order the gradients
+    arrive where it is not the reverse of registration (:func:`torch_tp_arrival`)."""
     out, acc, limit = [], 0, first_bytes
-    for p in (reversed(params) if rebuilt else params):
+    order = params if not rebuilt else arrival if arrival is not None else params[::-1]
+    for p in order:
         acc += p
         if acc * g >= limit:
             out.append(acc)

@@ -45,10 +45,12 @@ from commbench.costmodel.flavours import (
     DS_PERSIST,
     DS_PREFETCH,
     FIRST_BUCKET,
+    NORMS,
     ddp_buckets,
     deepspeed_calls,
     ds_config,
     fsdp2_calls,
+    torch_tp_arrival,
 )
 from commbench.costmodel.layout_config import Layout
 from commbench.costmodel.nccl import nccl_predict
@@ -136,7 +138,7 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
                                     ds.get("stage3_prefetch_bucket_size", DS_PREFETCH),
                                     ds.get("stage3_param_persistence_threshold", DS_PERSIST))
         else:  # torch-ddp: the embedding first, then the layers
-            calls = _ddp_calls(lay, lay.stage_tensors)
+            calls = _ddp_calls(lay)
         out[group] = _group(calls, group, n, g)
     if R > 1:  # fsdp2 only (validate); accumulating, once per step
         r = 1 if lay.no_sync else m
@@ -146,17 +148,24 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     return out
 
 
-def _ddp_calls(lay: Layout, params: list[int]) -> list[tuple[str, int, int, int]]:
-    """DistributedDataParallel's calls per step for ``params`` (:func:`ddp_buckets`): one
-    all-reduce per bucket per micro-batch, or per step when the others accumulate under
+def _ddp_calls(lay: Layout) -> list[tuple[str, int, int, int]]:
+    """DistributedDataParallel's calls per step for a stage's tensors (:func:`ddp_buckets`):
+    one all-reduce per bucket per micro-batch, or per step when the others accumulate under
     ``no_sync()``; with ``find_unused_parameters`` the buckets stay as first cut and each
     synchronised backward also all-reduces the bitmap of parameters used, one int32 each
-    (with ``static_graph`` too, only in the first iteration: the buckets are rebuilt)."""
+    (with ``static_graph`` too, only in the first iteration: the buckets are rebuilt). With
+    torch's TP (tp > 1) the rebuilt buckets follow :func:`torch_tp_arrival`, every module but
+    the LayerNorms sharded (the LayerNorms too under SP)."""
     m, g = 1 if lay.no_sync else lay.micro_batches, lay.grad_bytes
     cap = int(lay.bucket_mb * 2**20) if lay.bucket_mb else DDP_CAP
     first = cap if lay.bucket_mb else FIRST_BUCKET
     rebuilt = lay.static_graph or not lay.find_unused
-    buckets = ddp_buckets(params, g, cap, first, rebuilt)
+    params, arrival = lay.stage_tensors, None
+    if lay.tp > 1:
+        modules, root, n = lay.stage_modules, 1 if lay.root_params else 0, len(lay.layer_modules)
+        arrival = torch_tp_arrival(modules, [i < root or lay.sp or (i - root) % n not in NORMS
+                                             for i in range(len(modules))])
+    buckets = ddp_buckets(params, g, cap, first, rebuilt, arrival)
     calls = [("all_reduce", b, g, m * k) for b, k in sorted(Counter(buckets).items())]
     return calls + ([] if rebuilt else [("all_reduce", len(params), 4, m)])
 

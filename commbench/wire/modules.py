@@ -209,14 +209,33 @@ def carried(tensors: list, known) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(out.items())) if out else ()
 
 
+def _own(module) -> list:
+    """A module's own parameters, and the local shards of the DTensors it holds as plain
+    attributes: torch's TP under DDP (``_pre_dp_module_transform``) swaps each sharded
+    parameter for a DTensor over the local tensor DDP registered, once the module has run."""
+    out = [p for p in module._parameters.values() if p is not None]
+    for v in vars(module).values():
+        if type(v).__name__ == "DTensor":
+            out.append(v._local_tensor)
+    return out
+
+
 def _owners(params, known) -> tuple[tuple[str, int], ...]:
-    """(module, elements) of ``params``' owners among ``known`` (module -> qualified name)."""
-    ids = {id(p): p.numel() for p in params}
+    """(module, elements) of ``params``' owners among ``known`` (module -> qualified name): the
+    module holding the parameter, or a tensor over its memory."""
+    spans = {}
+    for p in params:
+        here = _span(p)
+        if here:
+            spans[here] = p.numel()
     out: dict[str, int] = {}
     for module, name in list(known.items()):
-        for p in module._parameters.values():
-            if p is not None and id(p) in ids:
-                out[name] = out.get(name, 0) + ids[id(p)]
+        for t in _own(module):
+            here = _span(t)
+            k = here and next((k for (q, s, e), k in spans.items()
+                               if q == here[0] and s < here[2] and here[1] < e), 0)
+            if k:
+                out[name] = out.get(name, 0) + k
     return tuple(sorted(out.items()))
 
 

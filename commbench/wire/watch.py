@@ -145,9 +145,11 @@ class watch(TorchDispatchMode):
         sent, recv = booked(op, pg.size(), pg.rank(), count, dtype.itemsize, **vol)
         phase, module = origin(self._modules, op, sys._getframe(1))
         tracked = getattr(self._modules, "_known_modules", {})
-        carries = () if bufferless(op) else carried(_tensors(list(named.values())), tracked)
-        if not carries and op == "all_reduce" and first is not None:
-            carries = self._ddp.carries(tracked, ranks, count, first.dtype)
+        # a DDP bucket's modules from the reducer, else those its memory holds
+        carries = self._ddp.carries(tracked, ranks, count, first.dtype) \
+            if op == "all_reduce" and first is not None else ()
+        if not carries and not bufferless(op):
+            carries = carried(_tensors(list(named.values())), tracked)
         if carries:  # the innermost module holding all it carries
             module = holder_name([m for m, _ in carries])
         end = named.get("dst", named.get("src")) if op in ("send", "recv") else None
