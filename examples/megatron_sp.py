@@ -4,7 +4,8 @@ as Megatron-core's mappings do it: one training step of ``--layers`` layers on e
 Per block (attention, MLP): the sequence-sharded input is all-gathered before the column-
 parallel linear (its backward: a reduce-scatter of the gradient) and the row-parallel output is
 reduce-scattered back to sequence shards (its backward: an all-gather); after backward, one
-all-reduce of the LayerNorm and row-bias gradients, which each rank computed on its shard only.
+all-reduce of every layer's LayerNorm and row-bias gradients, which each rank computed on its
+shard only (flattened into one call, as megatron-core's ``finalize_model_grads`` does).
 
     L=tp=2,sp,grad-norm=0,layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,micro-batches=1,loss=none
     commbench audit examples/megatron_sp.py --np 2 --layout $L,act-bytes=4,grad-bytes=4
@@ -106,6 +107,6 @@ if __name__ == "__main__":
         x = layer(p, x, a.heads // P)
     loss = (GatherSeq.apply(x) if a.extra_gather else x).pow(2).mean()
     loss.backward()
-    for p in layers:  # the replicated weights' gradients, summed over the sequence shards
-        flat = torch.cat([p[k].grad for k in REPLICATED])
-        dist.all_reduce(flat)
+    # every layer's replicated weights' gradients, summed over the sequence shards at once
+    flat = torch.cat([p[k].grad for p in layers for k in REPLICATED])
+    dist.all_reduce(flat)

@@ -116,10 +116,10 @@ def test_megatron_s_sp_layer_makes_the_layout_s_calls(world):
         ["missing all_gather"]
     flags = compare(lay, world.run(_audit, ["--extra-gather"])[0])["flags"]
     assert [f.split(":")[0] for f in flags] == ["extra all_gather", "extra reduce_scatter"]
-    # the example's linears have biases: a layout without them sums 4h, not 6h, per layer
+    # the example's linears have biases: a layout without them sums 4h, not 6h, a layer
     bare = parse_layout(SPEC.format(P=P).replace(",bias", ""), P)
     assert compare(bare, world.run(_audit, [])[0])["flags"] == [
-        "size: 2 all_reduce on tp of 96 elements where the layout makes 64 (+32 each)"]
+        "size: 1 all_reduce on tp of 192 elements where the layout makes 128 (+64 each)"]
 
 
 @pytest.mark.local

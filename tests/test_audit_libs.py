@@ -149,6 +149,56 @@ def test_megatron_core_s_distributed_optimizer_makes_the_calls_of_the_megatron_f
     assert code == 1 and lay["flags"], lay["flags"]
 
 
+@pytest.mark.parametrize("sp", [False, True], ids=["tp", "sp"])
+def test_megatron_core_at_tp_2_x_dp_2_makes_the_calls_of_the_megatron_flavour(tmp_path, sp):
+    """megatron-core's column- and row-parallel linears (examples/megatron_core_distopt.py's
+    MegatronLayer: q, k, v fused) under its DistributedDataParallel and DistributedOptimizer
+    on a (dp 2, tp 2) grid, step 2. A TP rank's 1600 elements a layer (the LayerNorms whole)
+    make a 3584-element buffer, reduce-scattered on dp and its 1792-element shard gathered. On
+    tp, without SP: the row linears' forward all-reduces and the column linears' backward ones,
+    4 each; with SP: 4 all-gathers forward, 8 backward (the re-gather of each column input
+    among them, megatron-core's default: ``regather``), 4 reduce-scatters each way, and one
+    all-reduce of both layers' LayerNorm gradients (128 elements) in ``finalize_model_grads``.
+    ``impl=megatron,zero=1,tp=2`` predicts every call, phase by phase; told no re-gather, the
+    layout flags the four gathers it lacks."""
+    from commbench.studies.audit import in_steps
+    from commbench.studies.audit_layout import compare, parse_layout
+    from commbench.wire.ledger import Entry
+
+    _needs("megatron_core_distopt.py")
+    spec = f"zero=1,tp=2,dp=2,micro-batches=1,act-bytes=4,{SHAPE}" + (",sp" if sp else "")
+    cmd = [sys.executable, "-m", "commbench", "audit",
+           os.path.join(EXAMPLES, "megatron_core_distopt.py"), "--np", "4", "--out",
+           str(tmp_path), "--label", "t", "--step", "2", "--layout",
+           spec + (",regather" if sp else ""), "--", "--tp", "2", *(["--sp"] if sp else [])]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    (path,) = tmp_path.glob("audit_*.json")
+    rec = json.loads(path.read_text())
+    assert rec["layout"]["flags"] == []
+    step = [Entry._make(t) for t in in_steps(
+        [tuple(e[f] for f in Entry._fields) for e in rec["calls"][0]], 2, 1)]
+    on = Counter((e.op, tuple(e.group), e.phase) for e in step)
+    dp, tp = (0, 2), (0, 1)
+    want = {("reduce_scatter", dp, "backward"): 1, ("all_gather", dp, "optimizer"): 1,
+            ("all_reduce", (0, 1, 2, 3), "optimizer"): 1}
+    if sp:
+        want |= {("all_gather", tp, "forward"): 4, ("all_gather", tp, "backward"): 8,
+                 ("reduce_scatter", tp, "forward"): 4, ("reduce_scatter", tp, "backward"): 4,
+                 ("all_reduce", tp, "backward"): 1}
+    else:
+        want |= {("all_reduce", tp, "forward"): 4, ("all_reduce", tp, "backward"): 4}
+    assert on == want
+    rs = next(e for e in step if e.op == "reduce_scatter" and tuple(e.group) == dp)
+    assert (rs.count, sum(k for _, k in rs.carries), len(rs.carries)) == (3584, 3200, 12)
+    if sp:
+        norms = next(e for e in step if e.op == "all_reduce" and tuple(e.group) == tp)
+        assert norms.count == 128  # 2 layers x 4h, flattened into one call
+        flags = compare(parse_layout(spec, 4), [tuple(e) for e in step])["flags"]
+        assert flags == ["extra all_gather: 4 more of 128 elements on tp than the layout makes "
+                         "(8)"]
+
+
 def _zero(tmp_path, P: int, stage: int, m: int, *args: str, buckets: str = "",
           zero3: dict | None = None) -> tuple[int, dict, list]:
     """``commbench audit examples/deepspeed_zero.py`` against ``impl=deepspeed`` in its third

@@ -47,19 +47,18 @@ def _sync_elements(lay: Layout) -> list[int]:
     from commbench.patterns.registry import PATTERNS
 
     calls = PATTERNS["tp_layer"].layout_calls(lay, None)["tp"]  # (call, times per step)
-    # once per layer per step, where the activations' calls are per micro-batch too
-    return [c.size // lay.act_bytes for c, k in calls
-            if c.op == "all_reduce" and k == lay.layers < lay.layers * lay.micro_batches]
+    # once per step, where the activations' calls are per layer and micro-batch
+    return [c.size // lay.act_bytes for c, k in calls if c.op == "all_reduce" and k == 1]
 
 
 def test_sp_sums_the_layernorms_and_with_bias_the_row_biases_over_tp():
-    """Under SP the layer's one all-reduce of replicated gradients per step: the two
-    LayerNorms' weights and biases (4h), and with ``bias`` the two row-parallel biases (6h);
-    without SP none."""
+    """Under SP one all-reduce of replicated gradients per step, every layer's at once
+    (megatron-core's ``finalize_model_grads``): the two LayerNorms' weights and biases (4h a
+    layer), and with ``bias`` the two row-parallel biases (6h); without SP none."""
     lay = Layout(layers=3, hidden=64, ffn=128, heads=4, seq=16, micro_batch=2, micro_batches=2,
                  tp=2, sp=True, act_bytes=4, loss="none")
-    assert _sync_elements(lay) == [4 * 64]
-    assert _sync_elements(replace(lay, bias=True)) == [6 * 64]
+    assert _sync_elements(lay) == [3 * 4 * 64]
+    assert _sync_elements(replace(lay, bias=True)) == [3 * 6 * 64]
     assert _sync_elements(replace(lay, sp=False, bias=True)) == []
 
 

@@ -8,8 +8,9 @@ what the layout predicts is what the code moves:
 
     tp   the TP layer's activation calls (``tp_layer``: f/g, or SP all-gathers and reduce-scatters,
          with Megatron's backward re-gather when ``regather``) x layers/pp x m, plus under SP one
-         all-reduce of the LayerNorm gradients (and the row-parallel biases', with ``bias``)
-         per layer per step; MoE layers add the
+         all-reduce per step of every layer's LayerNorm gradients (and the row-parallel
+         biases', with ``bias``), flattened as megatron-core's ``finalize_model_grads`` does;
+         MoE layers add the
          ``moe`` pattern's TP calls (capacity all-gathers, the experts' f and g); with pp = 1 the
          ``vocab`` pattern's embedding, head and cross-entropy (``loss``: Megatron's 3
          all-reduces, fused 2, or the naive all-gathered logits) x m; with pp > 1 the head and

@@ -67,13 +67,15 @@ def _tp_call(cfg: TPConfig, t: int, op: str, count: int) -> Call:
 
 
 def replicated_sync(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False,
-                    biases: bool = True) -> list[Call]:
+                    biases: bool = True, layers: int = 1) -> list[Call]:
     """Under SP, the one all-reduce of the LayerNorm and row-bias gradients over TP (once per
-    optimizer step, not per micro-batch); ``biases`` False: a layer without biases in its
-    linears (the LayerNorms' alone)."""
+    optimizer step, not per micro-batch), of ``layers`` layers at once (megatron-core's
+    ``finalize_model_grads`` flattens every layer's into one call); ``biases`` False: a layer
+    without biases in its linears (the LayerNorms' alone)."""
     if cfg.tp == 1 or variant not in SP_VARIANTS:
         return []
-    return [_tp_call(cfg, t, "all_reduce", len(replicated(mlp_only, biases)) * cfg.hidden)]
+    return [_tp_call(cfg, t, "all_reduce",
+                     layers * len(replicated(mlp_only, biases)) * cfg.hidden)]
 
 
 def activation_calls(cfg: TPConfig, variant: str, t: int, mlp_only: bool = False) -> list[Call]:
@@ -232,7 +234,8 @@ class LayerPattern(Pattern):
 
     def layout_calls(self, lay, stage: int | None) -> dict[str, list[tuple[Call, int]]]:
         """The layer's activation calls x layers x micro-batches, and under SP the TP sum of
-        the replicated gradients once per layer per step: the whole layer's (``layout_layer``),
+        the stage's replicated gradients in one call per step, as megatron-core makes it
+        (``finalize_model_grads``): the whole layer's (``layout_layer``),
         not its MLP block's or DDP's, which run the same layer. Under a flavour whose tensor
         parallelism is torch's (``lay.tp_style``), torch's calls per micro-batch
         (:func:`torch_style_calls`)."""
@@ -246,7 +249,7 @@ class LayerPattern(Pattern):
         if lay.tp_style == "torch":
             return {"tp": [(c, L * m) for c in torch_style_calls(cfg, lay.sp)]}
         return {"tp": [(c, L * m) for c in activation_calls(cfg, variant, 0)] +
-                [(c, L) for c in replicated_sync(cfg, variant, 0, biases=lay.bias)]}
+                [(c, 1) for c in replicated_sync(cfg, variant, 0, biases=lay.bias, layers=L)]}
 
     def predicted(self, cfg: TPConfig, variant: str, rank: int, seed=None) -> list[Call]:
         c = self.coords(cfg, rank)
