@@ -200,15 +200,19 @@ def test_megatron_core_at_tp_2_x_dp_2_makes_the_calls_of_the_megatron_flavour(tm
 
 
 def _zero(tmp_path, P: int, stage: int, m: int, *args: str, buckets: str = "",
-          zero3: dict | None = None) -> tuple[int, dict, list]:
+          zero3: dict | None = None, tp: int = 1) -> tuple[int, dict, list]:
     """``commbench audit examples/deepspeed_zero.py`` against ``impl=deepspeed`` in its third
     step (the first two trace ZeRO-3's parameter order): exit code, the comparison and rank 0's
     booked calls. ``buckets``: the job's ds_config has a reduce_bucket_size of 2000 and an
     allgather_bucket_size of 1500 elements (``zero3``: or these ZeRO settings), and the layout
     reads it (``read``) or not (``unread``). The file states the persistence threshold the
-    script sets (0) unless ``zero3`` says another."""
+    script sets (0) unless ``zero3`` says another. ``tp``: the script's Megatron-style TP
+    layers on a (dp, tp) grid, DeepSpeed told it through its ``mpu``."""
     _needs("deepspeed_zero.py")
-    spec = f"impl=deepspeed,zero={stage},dp={P},micro-batches={m},{SHAPE}"
+    spec = f"impl=deepspeed,zero={stage},dp={P // tp},micro-batches={m},{SHAPE}"
+    if tp > 1:
+        spec += f",tp={tp},act-bytes=4"
+        args = (*args, "--tp", str(tp))
     if buckets:
         config = tmp_path / "ds_config.json"
         zero = {"reduce_bucket_size": 2000, "allgather_bucket_size": 1500} if zero3 is None \
@@ -304,6 +308,43 @@ def test_deepspeed_s_zero_makes_the_calls_of_the_deepspeed_flavour(tmp_path, P, 
         first = Counter((e.module, e.phase) for e in map(Entry._make, in_steps(entries, 1, 1))
                         if e.op == "all_gather")  # step 1: ZeRO-3 fetches module by module
         assert first == Counter({(m, p): 1 for m in leaves for p in ("forward", "backward")})
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_deepspeed_s_zero_at_tp_2_x_dp_2_makes_the_calls_of_the_deepspeed_flavour(tmp_path,
+                                                                                    stage):
+    """DeepSpeed told a (dp 2, tp 2) grid through its ``mpu``, Megatron's TP in each layer
+    (examples/deepspeed_zero.py's TPLayer: f and g, q, k, v fused), step 3. A TP rank's 3200
+    elements go through ZeRO on dp as at tp = 1 (ZeRO-1: all-reduced, its 1600-element
+    partition gathered; ZeRO-3: its shards gathered, the gradient reduce-scattered); on tp the
+    row linears' 4 forward and the column linears' 4 backward all-reduces; and the gradients'
+    norm is summed over dp and then over the model-parallel ranks, one element each (float64
+    in ZeRO-3), both in the optimizer's step. ``impl=deepspeed,tp=2`` predicts each call;
+    without the model-parallel norm, the layout's call is missing."""
+    from commbench.studies.audit import in_steps
+    from commbench.studies.audit_layout import compare, parse_layout
+    from commbench.wire.ledger import Entry
+
+    code, lay, calls = _zero(tmp_path, 4, stage, 1, tp=2)
+    assert code == 0 and lay["flags"] == [], lay["flags"]
+    dp, tp, width = (0, 2), (0, 1), "float64" if stage == 3 else "float32"
+    step = [Entry._make(t) for t in in_steps(
+        [tuple(e[f] for f in Entry._fields) for e in calls], 3, 1)]
+    want = Counter({("all_reduce", tp, 256, "float32", "forward"): 4,
+                    ("all_reduce", tp, 256, "float32", "backward"): 4,
+                    ("all_reduce", dp, 1, width, "optimizer"): 1,
+                    ("all_reduce", tp, 1, width, "optimizer"): 1})
+    want.update({("all_reduce", dp, 3200, "float32", "backward"): 1,
+                 ("all_gather", dp, 1600, "float32", "optimizer"): 1} if stage == 1 else
+                {("all_gather", dp, 1600, "float32", "forward"): 1,
+                 ("reduce_scatter", dp, 3200, "float32", "backward"): 1})
+    assert Counter((e.op, tuple(e.group), e.count, e.dtype, e.phase) for e in step) == want
+    spec = f"impl=deepspeed,zero={stage},tp=2,dp=2,micro-batches=1,act-bytes=4,{SHAPE}"
+    no_norm = [tuple(e) for e in step if not (e.count == 1 and tuple(e.group) == tp)]
+    assert compare(parse_layout(spec, 4), no_norm)["flags"] == [
+        "missing all_reduce: 1 fewer of 1 elements on mp than the layout makes (1): the "
+        "gradients' norm DeepSpeed sums over the model-parallel ranks of the mpu it is given, "
+        "every step"]
 
 
 def test_deepspeed_s_zero_against_megatron_s_flavour_and_a_planted_call(tmp_path):

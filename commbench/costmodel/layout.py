@@ -81,9 +81,13 @@ _NORM = ("mp", "world")  # the groups of megatron-core's gradient norm
 
 
 def _norm_axis(lay: Layout) -> str:
-    """The group megatron-core's optimizer all-reduces the gradients' norm on: under the
-    distributed optimizer (``zero`` >= 1) every rank, else the model-parallel ranks; "" when
-    the layout makes no such call (``grad_norm`` off)."""
+    """The group the gradients' norm is all-reduced on beside the data-parallel group:
+    megatron-core's optimizer, under the distributed optimizer (``zero`` >= 1) every rank,
+    else the model-parallel ranks (none with ``grad_norm`` off); DeepSpeed's ZeRO, told the
+    grid through its ``mpu``, sums its data-parallel norm over the model-parallel ranks too,
+    whatever ``grad_norm`` says. "" when the layout makes no such call."""
+    if lay.impl == "deepspeed":
+        return "mp" if lay.tp * lay.pp > 1 else ""
     if lay.impl != "megatron" or not lay.grad_norm:
         return ""
     return "world" if lay.zero else "mp"
@@ -116,8 +120,9 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     """A library's data-parallel calls (``impl``; :mod:`flavours`) on the dense parameters
     (the flavours take dense models only): FSDP2's per layer and root, with ``dp_replicate`` > 1
     its hybrid sharding (the shard group's calls, then each shard's gradient all-reduced over
-    the replicas per micro-batch, as ``fully_shard`` on a 2-D mesh does); DeepSpeed's ZeRO;
-    DDP's buckets."""
+    the replicas per micro-batch, as ``fully_shard`` on a 2-D mesh does); DeepSpeed's ZeRO,
+    and with model parallelism its norm summed over the model-parallel ranks; DDP's
+    buckets."""
     if lay.impl == "megatron":
         return _megatron_norm(lay)
     m, g, L, R = lay.micro_batches, lay.grad_bytes, lay.stage_layers, lay.dp_replicate
@@ -141,6 +146,10 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
         else:  # torch-ddp: the embedding first, then the layers
             calls = _ddp_calls(lay)
         out[group] = _group(calls, group, n, g)
+    if lay.impl == "deepspeed" and _norm_axis(lay):  # the norm over the model-parallel ranks
+        width, k = 8 if lay.zero == 3 else 4, len(group_ranks(lay, "mp"))
+        out["mp"] = [(Priced("all_reduce", "mp", width, *booked("all_reduce", k, 0, 1, width),
+                             width), 1)]
     if R > 1:  # fsdp2 only (validate); accumulating, once per step
         r = 1 if lay.no_sync else m
         shards = [("all_reduce", layer // n, g, L * r)] + ([("all_reduce", emb // n, g, r)]

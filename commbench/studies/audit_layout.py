@@ -158,7 +158,10 @@ def compare(lay: Layout, entries: list[tuple], steps: int = 1) -> dict:
         elif got < want:
             flag = (f"missing {op}: {want - got} fewer of {count} elements on {axis} than the "
                     f"layout makes ({want})")
-            if axis in ("mp", "world"):  # the only call on these axes
+            if axis in ("mp", "world") and lay.impl == "deepspeed":  # the only call there
+                flag += (": the gradients' norm DeepSpeed sums over the model-parallel ranks "
+                         "of the mpu it is given, every step")
+            elif axis in ("mp", "world"):
                 flag += (": the gradients' norm megatron-core's optimizer all-reduces every "
                          "step (grad-norm=0: a script without that optimizer)")
         own = widths.get(key, 0)  # a call in its own width (DeepSpeed's float64 norm)
