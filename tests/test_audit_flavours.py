@@ -423,6 +423,25 @@ def test_a_bucket_s_bytes_go_to_every_module_it_carries(world):
     assert {e.dtype for e in unused if e.op == "all_reduce"} == {"float32", "int32"}
 
 
+def test_ddp_s_buckets_are_read_off_its_log_or_not_at_all():
+    """DDP's log names its rebuilt buckets by parameter index, its first ones by size in bytes
+    (cut from the parameters last to first); a log that does not add up to the parameters
+    gives no buckets rather than wrong ones."""
+    import torch
+
+    from commbench.wire.modules import _ddp_cut
+
+    ps = [torch.zeros(n) for n in (16, 16, 256, 1024)]
+    rebuilt = _ddp_cut(ps, "3 2, 1 0", "")
+    assert [(k, [p.numel() for p in b]) for k, b in rebuilt] == [(1280, [1024, 256]),
+                                                                (32, [16, 16])]
+    first = _ddp_cut(ps, None, "4096, 1088")  # 1024 x 4 B, then 256 + 16 + 16
+    assert [k for k, _ in first] == [1024, 288] and first[0][1][0] is ps[3]
+    assert _ddp_cut(ps, None, "4096, 1000") == []  # cuts no parameter's edge
+    assert _ddp_cut(ps, None, "4096") == []  # leaves parameters out
+    assert _ddp_cut(ps, "3 9", "") == []  # names a parameter DDP does not have
+
+
 PIPE = "grad-norm=0,layers={P},hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,loss=none,act-bytes=4"
 
 

@@ -244,16 +244,19 @@ class DdpBuckets:
     ``gradient_as_bucket_view`` DDP copies the gradients into the bucket, so no parameter's
     memory lies in the call's tensor (:func:`carried` finds none). DDP's reducer launches its
     buckets in index order, every synchronised backward. Each time a DDP module's forward
-    returns (its buckets rebuilt, if they were, and its backward prepared) its buckets'
-    parameters are read, in that order (``_get_zeros_like_grad_buckets``, behind zeroed
-    copies: the reducer holds its lock while a bucket is reduced, so it cannot be asked then);
-    the k-th floating all-reduce of a bucket's elements on its group is then bucket k. A call
-    that is no bucket's (find_unused_parameters' bitmap, an integer; a script's own call; the
-    first step of ``static_graph``, reduced at once) carries nothing."""
+    returns (its buckets rebuilt, if they were), the buckets are read from what DDP logs of
+    itself (``_get_ddp_logging_data``, nothing allocated and no lock taken: the reducer holds
+    its own while a bucket is reduced): after the rebuild each bucket's parameter indices;
+    before it the buckets' sizes, cut from the parameters last to first as DDP first cuts
+    them. The k-th floating all-reduce of a bucket's elements on DDP's group is then bucket k.
+    A call that is no bucket's (find_unused_parameters' bitmap, an integer; a script's own
+    call; the first step of ``static_graph``, reduced at once) carries nothing, and so does a
+    DDP whose log does not add up to its parameters."""
 
     def __init__(self) -> None:
         self._due: dict[int, int] = {}  # id(DDP module) -> the bucket due
         self._buckets: dict[int, list[tuple[int, tuple]]] = {}  # -> (elements, params)
+        self._read: dict[int, str] = {}  # -> the log the buckets were read from
         self._handle = None
 
     def __enter__(self) -> DdpBuckets:
@@ -266,16 +269,22 @@ class DdpBuckets:
             self._handle = None
 
     def _forward(self, module, args, out) -> None:
-        if type(module).__name__ != "DistributedDataParallel" or \
-                getattr(module, "reducer", None) is None:
+        if type(module).__name__ != "DistributedDataParallel":
             return
+        key = id(module)
+        self._due[key] = 0
         try:
-            buckets = module.reducer._get_zeros_like_grad_buckets()
-        except (RuntimeError, AttributeError):  # a torch without it
+            log = module._get_ddp_logging_data()
+            params = [p for p in module._module_parameters if p.requires_grad]
+        except (AttributeError, RuntimeError):  # a torch without them
             return
-        self._buckets[id(module)] = [(b.buffer().numel(), tuple(b.parameters()))
-                                     for b in buckets]
-        self._due[id(module)] = 0
+        rebuilt = log.get("rebuilt_per_bucket_param_indices") if \
+            log.get("has_rebuilt_buckets") else None
+        said = f"{rebuilt}|{log.get('bucket_sizes')}"
+        if self._read.get(key) == said:
+            return
+        self._read[key] = said
+        self._buckets[key] = _ddp_cut(params, rebuilt, str(log.get("bucket_sizes", "")))
 
     def carries(self, known, ranks: tuple[int, ...], count: int,
                 dtype) -> tuple[tuple[str, int], ...]:
@@ -291,6 +300,31 @@ class DdpBuckets:
             self._due[id(module)] = (due + 1) % len(buckets)
             return _owners(buckets[due][1], known)
         return ()
+
+
+def _ddp_cut(params: list, rebuilt: str | None, sizes: str) -> list[tuple[int, tuple]]:
+    """DDP's buckets in the order it reduces them, (elements, parameters) each, from its log:
+    the rebuilt buckets' parameter indices ("19 18, 16 17 15, ..."), else the first buckets'
+    sizes in bytes ("8192, 4224, ..."), which DDP cut from the parameters taken last to first;
+    [] where the log does not add up to the parameters."""
+    try:
+        if rebuilt:
+            cut = [tuple(params[int(i)] for i in b.split()) for b in rebuilt.split(",")]
+        else:
+            cut, rest = [], list(reversed(params))
+            for want in (int(x) for x in sizes.split(",") if x.strip()):
+                got, bucket = 0, []
+                while rest and got < want:
+                    bucket.append(rest.pop(0))
+                    got += bucket[-1].numel() * bucket[-1].element_size()
+                if got != want:
+                    return []
+                cut.append(tuple(bucket))
+            if rest:
+                return []
+    except (ValueError, IndexError):
+        return []
+    return [(sum(p.numel() for p in b), b) for b in cut]
 
 
 def holder_name(names: list[str]) -> str:
