@@ -435,7 +435,7 @@ def test_ddp_s_buckets_are_read_off_its_log_or_not_at_all():
     rebuilt = _ddp_cut(ps, "3 2, 1 0", "")
     assert [(k, [p.numel() for p in b]) for k, b in rebuilt] == [(1280, [1024, 256]),
                                                                 (32, [16, 16])]
-    first = _ddp_cut(ps, None, "4096, 1088")  # 1024 x 4 B, then 256 + 16 + 16
+    first = _ddp_cut(ps, None, "4096, 1152")  # 1024 x 4 B, then (256 + 16 + 16) x 4 B
     assert [k for k, _ in first] == [1024, 288] and first[0][1][0] is ps[3]
     assert _ddp_cut(ps, None, "4096, 1000") == []  # cuts no parameter's edge
     assert _ddp_cut(ps, None, "4096") == []  # leaves parameters out
