@@ -26,7 +26,7 @@ import json
 from collections import Counter
 from math import lcm
 
-__all__ = ["DDP_CAP", "NORMS", "DS_BUCKET", "DS_PERSIST", "DS_PREFETCH", "FIRST_BUCKET", "ddp_buckets",
+__all__ = ["DDP_CAP", "DS_BUCKET", "DS_PERSIST", "DS_PREFETCH", "FIRST_BUCKET", "NORMS", "ddp_buckets",
            "deepspeed_calls", "ds_buckets", "ds_config", "fsdp2_calls", "layer_modules",
            "layer_params", "megatron_buckets", "megatron_buffer", "torch_tp_arrival",
            "zero3_gathers"]

@@ -223,17 +223,17 @@ def _own(module) -> list:
 def _owners(params, known) -> tuple[tuple[str, int], ...]:
     """(module, elements) of ``params``' owners among ``known`` (module -> qualified name): the
     module holding the parameter, or a tensor over its memory."""
-    spans = {}
+    spans: dict[int, list[tuple[int, int, int]]] = {}  # storage -> (first, end, elements)
     for p in params:
         here = _span(p)
         if here:
-            spans[here] = p.numel()
+            spans.setdefault(here[0], []).append((here[1], here[2], p.numel()))
     out: dict[str, int] = {}
     for module, name in list(known.items()):
         for t in _own(module):
             here = _span(t)
-            k = here and next((k for (q, s, e), k in spans.items()
-                               if q == here[0] and s < here[2] and here[1] < e), 0)
+            k = next((k for s, e, k in spans.get(here[0], ()) if s < here[2] and here[1] < e),
+                     0) if here else 0
             if k:
                 out[name] = out.get(name, 0) + k
     return tuple(sorted(out.items()))
