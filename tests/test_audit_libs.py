@@ -94,6 +94,7 @@ def test_megatron_core_s_distributed_optimizer_makes_the_calls_of_the_megatron_f
     predicts each call and phase, and the norm is taken whether or not the step clips (a
     layout without it flags the call). The bucket's reduce-scatter carries all 16 modules."""
     from commbench.studies.audit import in_steps
+    from commbench.studies.audit_layout import compare, parse_layout
     from commbench.wire.ledger import Entry
 
     _needs("megatron_core_distopt.py")
@@ -132,21 +133,22 @@ def test_megatron_core_s_distributed_optimizer_makes_the_calls_of_the_megatron_f
     # megatron-core 0.16's ChainedOptimizer takes the norm even when it clips nothing
     code, lay, _ = audit("--clip-grad", "0")
     assert code == 0 and lay["flags"] == []
-    code, lay, _ = audit(spec=",grad-norm=0")
-    assert code == 1 and lay["flags"] == [
-        "extra all_reduce: 1 more of 1 elements on dp than the layout makes (0)"]  # world = dp
+    # the same calls against layouts that are wrong for them (no script run again)
+    base = f"zero=1,dp={P},micro-batches=1,act-bytes=4,{SHAPE}"
+    assert compare(parse_layout(base + ",grad-norm=0", P), [tuple(e) for e in step])["flags"] \
+        == ["extra all_reduce: 1 more of 1 elements on dp than the layout makes (0)"]  # world = dp
     # overlap_grad_reduce with buckets of 2000 elements: the parameters taken last to first,
     # each bucket's end padded to lcm(P, 128); each bucket reduce-scattered, its shard gathered
     buckets = {2: [2048, 2304, 2176, 128], 4: [2048, 2304, 2176, 128]}[P]
     overlap = ",overlap-grad-reduce,bucket-size=2000"
-    code, lay, _ = audit("--overlap-grad-reduce", "--bucket-size", "2000", spec=overlap)
+    code, lay, calls = audit("--overlap-grad-reduce", "--bucket-size", "2000", spec=overlap)
     assert code == 0 and lay["flags"] == [], lay["flags"]
     assert sorted(r["elements"] for r in lay["rows"] if r["op"] == "reduce_scatter") == \
         sorted(buckets)
     assert sorted(r["elements"] for r in lay["rows"] if r["op"] == "all_gather") == \
         sorted(b // P for b in buckets)
-    code, lay, _ = audit("--overlap-grad-reduce", "--bucket-size", "2000")  # one flat buffer
-    assert code == 1 and lay["flags"], lay["flags"]
+    buckets_booked = in_steps([tuple(e[f] for f in Entry._fields) for e in calls], 2, 1)
+    assert compare(parse_layout(base, P), buckets_booked)["flags"]  # one flat buffer: flagged
 
 
 @pytest.mark.parametrize("sp", [False, True], ids=["tp", "sp"])
@@ -232,6 +234,17 @@ def _zero(tmp_path, P: int, stage: int, m: int, *args: str, buckets: str = "",
     return out.returncode, rec["layout"], rec["calls"][0]
 
 
+def _against(calls: list, spec: str, P: int) -> list[str]:
+    """The flags of rank 0's booked ``calls`` of step 3 against the layout ``spec``: the same
+    run judged by a layout that is wrong for it, without running the script again."""
+    from commbench.studies.audit import in_steps
+    from commbench.studies.audit_layout import compare, parse_layout
+    from commbench.wire.ledger import Entry
+
+    mine = in_steps([tuple(e[f] for f in Entry._fields) for e in calls], 3, 1)
+    return compare(parse_layout(spec, P), mine)["flags"]
+
+
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_deepspeed_s_own_buckets_from_its_ds_config_are_the_flavour_s_calls(tmp_path, stage):
     """The job's ds_config, read by the layout too (``ds-config=PATH``), with a
@@ -239,16 +252,14 @@ def test_deepspeed_s_own_buckets_from_its_ds_config_are_the_flavour_s_calls(tmp_
     registration order (1088, 1024, 1824, 1312, 1024), ZeRO-2 and 3 as the gradients arrive
     (1024, 1824, 1312, 1824, 288); an allgather_bucket_size of 1500 cuts nothing. No
     difference; without the file the layout says the same bytes are cut differently."""
-    code, lay, _ = _zero(tmp_path, 2, stage, 1, buckets="read")
+    code, lay, calls = _zero(tmp_path, 2, stage, 1, buckets="read")
     assert code == 0 and lay["flags"] == [], lay["flags"]
     op = "reduce_scatter" if stage == 3 else "all_reduce"
     cut = Counter({1: [1088, 1024, 1824, 1312, 1024]}.get(stage, [1024, 1824, 1312, 1824, 288]))
     assert {r["elements"]: r["observed"] for r in lay["rows"] if r["op"] == op
             and r["elements"] > 1} == cut
-    for old in tmp_path.glob("audit_*"):
-        old.unlink()
-    code, lay, _ = _zero(tmp_path, 2, stage, 1, buckets="unread")
-    assert code == 1 and len(lay["flags"]) == 1 and lay["flags"][0].startswith(
+    unread = _against(calls, f"impl=deepspeed,zero={stage},dp=2,micro-batches=1,{SHAPE}", 2)
+    assert len(unread) == 1 and unread[0].startswith(
         f"same bytes per step, cut differently: {op} on dp, 6272 elements as ")
 
 
@@ -263,14 +274,12 @@ def test_deepspeed_s_zero3_prefetch_and_persistence_from_its_ds_config(tmp_path,
     elements than the bucket), once a micro-batch; the LayerNorms' 16-element tensors under a
     persistence threshold of 100 gathered alone, once a step. No difference with the file
     read; without it, the layout's single gather differs."""
-    code, lay, _ = _zero(tmp_path, 2, 3, m, buckets="read", zero3=zero3)
+    code, lay, calls = _zero(tmp_path, 2, 3, m, buckets="read", zero3=zero3)
     assert code == 0 and lay["flags"] == [], lay["flags"]
     assert {r["elements"]: r["observed"] for r in lay["rows"] if r["op"] == "all_gather"} == \
         gathers
-    for old in tmp_path.glob("audit_*"):
-        old.unlink()
-    code, lay, _ = _zero(tmp_path, 2, 3, m, buckets="unread", zero3=zero3)
-    assert code == 1 and any("all_gather" in f for f in lay["flags"]), lay["flags"]
+    unread = _against(calls, f"impl=deepspeed,zero=3,dp=2,micro-batches={m},{SHAPE}", 2)
+    assert any("all_gather" in f for f in unread), unread
 
 
 @pytest.mark.parametrize("P", [2, 4])
