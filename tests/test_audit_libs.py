@@ -83,6 +83,18 @@ def test_the_library_examples_exist():
 SHAPE = "layers=2,hidden=16,heads=4,ffn=64,seq=8,micro-batch=2,loss=none"
 
 
+def _against(calls: list, spec: str, P: int, step: int = 3) -> list[str]:
+    """The flags of rank 0's booked ``calls`` (the audit's JSON) of ``step`` against the layout
+    ``spec``: the same run judged by a layout that is wrong for it, without running the script
+    again."""
+    from commbench.studies.audit import in_steps
+    from commbench.studies.audit_layout import compare, parse_layout
+    from commbench.wire.ledger import Entry
+
+    mine = in_steps([tuple(e[f] for f in Entry._fields) for e in calls], step, 1)
+    return compare(parse_layout(spec, P), mine)["flags"]
+
+
 @pytest.mark.parametrize("P", [2, 4])
 def test_megatron_core_s_distributed_optimizer_makes_the_calls_of_the_megatron_flavour(tmp_path,
                                                                                        P):
@@ -94,7 +106,6 @@ def test_megatron_core_s_distributed_optimizer_makes_the_calls_of_the_megatron_f
     predicts each call and phase, and the norm is taken whether or not the step clips (a
     layout without it flags the call). The bucket's reduce-scatter carries all 16 modules."""
     from commbench.studies.audit import in_steps
-    from commbench.studies.audit_layout import compare, parse_layout
     from commbench.wire.ledger import Entry
 
     _needs("megatron_core_distopt.py")
@@ -135,8 +146,8 @@ def test_megatron_core_s_distributed_optimizer_makes_the_calls_of_the_megatron_f
     assert code == 0 and lay["flags"] == []
     # the same calls against layouts that are wrong for them (no script run again)
     base = f"zero=1,dp={P},micro-batches=1,act-bytes=4,{SHAPE}"
-    assert compare(parse_layout(base + ",grad-norm=0", P), [tuple(e) for e in step])["flags"] \
-        == ["extra all_reduce: 1 more of 1 elements on dp than the layout makes (0)"]  # world = dp
+    assert _against(calls, base + ",grad-norm=0", P, step=2) == [
+        "extra all_reduce: 1 more of 1 elements on dp than the layout makes (0)"]  # world = dp
     # overlap_grad_reduce with buckets of 2000 elements: the parameters taken last to first,
     # each bucket's end padded to lcm(P, 128); each bucket reduce-scattered, its shard gathered
     buckets = {2: [2048, 2304, 2176, 128], 4: [2048, 2304, 2176, 128]}[P]
@@ -147,8 +158,7 @@ def test_megatron_core_s_distributed_optimizer_makes_the_calls_of_the_megatron_f
         sorted(buckets)
     assert sorted(r["elements"] for r in lay["rows"] if r["op"] == "all_gather") == \
         sorted(b // P for b in buckets)
-    buckets_booked = in_steps([tuple(e[f] for f in Entry._fields) for e in calls], 2, 1)
-    assert compare(parse_layout(base, P), buckets_booked)["flags"]  # one flat buffer: flagged
+    assert _against(calls, base, P, step=2)  # one flat buffer: flagged
 
 
 @pytest.mark.parametrize("sp", [False, True], ids=["tp", "sp"])
@@ -164,7 +174,6 @@ def test_megatron_core_at_tp_2_x_dp_2_makes_the_calls_of_the_megatron_flavour(tm
     ``impl=megatron,zero=1,tp=2`` predicts every call, phase by phase; told no re-gather, the
     layout flags the four gathers it lacks."""
     from commbench.studies.audit import in_steps
-    from commbench.studies.audit_layout import compare, parse_layout
     from commbench.wire.ledger import Entry
 
     _needs("megatron_core_distopt.py")
@@ -196,9 +205,8 @@ def test_megatron_core_at_tp_2_x_dp_2_makes_the_calls_of_the_megatron_flavour(tm
     if sp:
         norms = next(e for e in step if e.op == "all_reduce" and tuple(e.group) == tp)
         assert norms.count == 128  # 2 layers x 4h, flattened into one call
-        flags = compare(parse_layout(spec, 4), [tuple(e) for e in step])["flags"]
-        assert flags == ["extra all_gather: 4 more of 128 elements on tp than the layout makes "
-                         "(8)"]
+        assert _against(rec["calls"][0], spec, 4, step=2) == [
+            "extra all_gather: 4 more of 128 elements on tp than the layout makes (8)"]
 
 
 def _zero(tmp_path, P: int, stage: int, m: int, *args: str, buckets: str = "",
@@ -232,17 +240,6 @@ def _zero(tmp_path, P: int, stage: int, m: int, *args: str, buckets: str = "",
     (path,) = tmp_path.glob("audit_*.json")
     rec = json.loads(path.read_text())
     return out.returncode, rec["layout"], rec["calls"][0]
-
-
-def _against(calls: list, spec: str, P: int) -> list[str]:
-    """The flags of rank 0's booked ``calls`` of step 3 against the layout ``spec``: the same
-    run judged by a layout that is wrong for it, without running the script again."""
-    from commbench.studies.audit import in_steps
-    from commbench.studies.audit_layout import compare, parse_layout
-    from commbench.wire.ledger import Entry
-
-    mine = in_steps([tuple(e[f] for f in Entry._fields) for e in calls], 3, 1)
-    return compare(parse_layout(spec, P), mine)["flags"]
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])

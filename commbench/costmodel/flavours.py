@@ -6,7 +6,7 @@ the versions of the ``libs`` extra, each checked against the library's own booke
 * ``megatron``: ZeRO's stage calls of one flat vector (:func:`commbench.costmodel.layout.dp_calls`);
   with ``zero`` >= 1 that vector is megatron-core 0.16's distributed optimizer's padded gradient
   buffer (:func:`megatron_buffer`), and each step all-reduces the gradients' norm
-  (``grad_norm``; :func:`commbench.costmodel.layout._megatron_norm`).
+  (``grad_norm``; :func:`commbench.costmodel.layout._norm`).
 * ``fsdp2``: torch 2.13's ``fully_shard`` on every layer and on the root (:func:`fsdp2_calls`).
 * ``deepspeed``: DeepSpeed 0.19.8's ZeRO (:func:`deepspeed_calls`).
 * ``torch-ddp``: torch 2.13's DistributedDataParallel after its buckets are rebuilt

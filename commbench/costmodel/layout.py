@@ -96,7 +96,7 @@ def _norm_axis(lay: Layout) -> str:
 def layout_axes(lay: Layout) -> tuple[str, ...]:
     """The groups ``lay`` has: with hybrid sharding (``dp_replicate`` > 1) its shard and
     replicate groups in place of the one dp group; the group of megatron-core's gradient norm
-    when the layout makes it (:func:`_megatron_norm`)."""
+    when the layout makes it (:func:`_norm`)."""
     hybrid = lay.dp_replicate > 1
     norm = _norm_axis(lay)
     return tuple(g for g in GROUPS if ((g in _HYBRID) == hybrid or g not in (*_HYBRID, "dp"))
@@ -124,7 +124,7 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
     and with model parallelism its norm summed over the model-parallel ranks; DDP's
     buckets."""
     if lay.impl == "megatron":
-        return _megatron_norm(lay)
+        return _norm(lay)
     m, g, L, R = lay.micro_batches, lay.grad_bytes, lay.stage_layers, lay.dp_replicate
     layer, emb = lay.layer_params, lay.root_params
     n = lay.dp // R * lay.cp
@@ -146,10 +146,8 @@ def _flavour_calls(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
         else:  # torch-ddp: the embedding first, then the layers
             calls = _ddp_calls(lay)
         out[group] = _group(calls, group, n, g)
-    if lay.impl == "deepspeed" and _norm_axis(lay):  # the norm over the model-parallel ranks
-        width, k = 8 if lay.zero == 3 else 4, len(group_ranks(lay, "mp"))
-        out["mp"] = [(Priced("all_reduce", "mp", width, *booked("all_reduce", k, 0, 1, width),
-                             width), 1)]
+    if lay.impl == "deepspeed":  # its norm over the model-parallel ranks
+        out.update(_norm(lay))
     if R > 1:  # fsdp2 only (validate); accumulating, once per step
         r = 1 if lay.no_sync else m
         shards = [("all_reduce", layer // n, g, L * r)] + ([("all_reduce", emb // n, g, r)]
@@ -180,16 +178,19 @@ def _ddp_calls(lay: Layout) -> list[tuple[str, int, int, int]]:
     return calls + ([] if rebuilt else [("all_reduce", len(params), 4, m)])
 
 
-def _megatron_norm(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
-    """megatron-core 0.16's optimizer all-reduces the gradients' norm, one float32 element per
-    step (``get_grad_norm_fp32``), on its gradient-statistics group (:func:`_norm_axis`):
-    ``get_megatron_optimizer`` returns a ChainedOptimizer, whose step takes the norm whatever
-    ``clip_grad`` says (a lone optimizer takes it only with ``clip_grad`` > 0)."""
+def _norm(lay: Layout) -> dict[str, list[tuple[Call, int]]]:
+    """The all-reduce of the gradients' norm beside the data-parallel group, one element per
+    step on :func:`_norm_axis`'s group. megatron-core 0.16's optimizer: float32
+    (``get_grad_norm_fp32``); ``get_megatron_optimizer`` returns a ChainedOptimizer, whose
+    step takes the norm whatever ``clip_grad`` says (a lone optimizer takes it only with
+    ``clip_grad`` > 0). DeepSpeed's ZeRO: its data-parallel norm summed over the
+    model-parallel ranks, in the width of that norm (float64 in stage 3)."""
     axis = _norm_axis(lay)
     n = len(group_ranks(lay, axis)) if axis else 1
     if n < 2:
         return {}
-    return {axis: [(Priced("all_reduce", axis, 4, *booked("all_reduce", n, 0, 1, 4), 4), 1)]}
+    w = 8 if lay.impl == "deepspeed" and lay.zero == 3 else 4
+    return {axis: [(Priced("all_reduce", axis, w, *booked("all_reduce", n, 0, 1, w), w), 1)]}
 
 
 def _group(calls: list[tuple[str, int, int, int]], axis: str, n: int, width: int = 0

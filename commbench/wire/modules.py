@@ -256,6 +256,7 @@ class DdpBuckets:
     def __init__(self) -> None:
         self._due: dict[int, int] = {}  # id(DDP module) -> the bucket due
         self._buckets: dict[int, list[tuple[int, tuple]]] = {}  # -> (elements, params)
+        self._ranks: dict[int, tuple[int, ...]] = {}  # -> its group's ranks
         self._read: dict[int, str] = {}  # -> the log the buckets were read from
         self._handle = None
 
@@ -275,8 +276,7 @@ class DdpBuckets:
         self._due[key] = 0
         try:
             log = module._get_ddp_logging_data()
-            params = [p for p in module._module_parameters if p.requires_grad]
-        except (AttributeError, RuntimeError):  # a torch without them
+        except (AttributeError, RuntimeError):  # a torch without it
             return
         rebuilt = log.get("rebuilt_per_bucket_param_indices") if \
             log.get("has_rebuilt_buckets") else None
@@ -284,20 +284,20 @@ class DdpBuckets:
         if self._read.get(key) == said:
             return
         self._read[key] = said
+        params = [p for p in getattr(module, "_module_parameters", ()) if p.requires_grad]
         self._buckets[key] = _ddp_cut(params, rebuilt, str(log.get("bucket_sizes", "")))
+        self._ranks[key] = ranks_of(module.process_group)
 
     def carries(self, known, ranks: tuple[int, ...], count: int,
                 dtype) -> tuple[tuple[str, int], ...]:
         if not dtype.is_floating_point:
             return ()
-        for module in list(known):
-            buckets = self._buckets.get(id(module))
-            if not buckets or ranks_of(module.process_group) != tuple(ranks):
+        for key, buckets in self._buckets.items():
+            due = self._due[key]
+            if self._ranks[key] != tuple(ranks) or due >= len(buckets) or \
+                    buckets[due][0] != count:
                 continue
-            due = self._due[id(module)]
-            if due >= len(buckets) or buckets[due][0] != count:
-                continue
-            self._due[id(module)] = (due + 1) % len(buckets)
+            self._due[key] = (due + 1) % len(buckets)
             return _owners(buckets[due][1], known)
         return ()
 
