@@ -22,8 +22,12 @@ from commbench.world.local import LocalWorld, spawn, zygote
 pytestmark = pytest.mark.faults
 
 
-def _mismatched(ctx, transport, kind):
+def _mismatched(ctx, transport, kind, board=True):
     comm, g, r = ctx.comm(transport), ctx.world, ctx.rank
+    if not board:  # the agreement a launcher's ranks make: an all-gather over the group
+        from commbench.wire.comm import Comm
+
+        comm = Comm(comm.backend, comm.ledger, comm.tracker, debug=True, device=comm.device)
     x = torch.ones(4)
     if kind == "op":
         return comm.all_reduce(x, g) if r == 0 else comm.all_gather(x, g)
@@ -59,6 +63,20 @@ def test_mismatched_collectives_are_named_before_they_start(world, kind, field):
             world.run(_mismatched, transport, kind)  # named by the check, not by a timeout
         assert len(info.value.failures) == world.size  # every rank says the same
         assert "rank 0:" in str(info.value) and "rank 1:" in str(info.value)
+        # a local world's members agree through shared memory (runtime.board), not a call
+        assert ", in agree\n" not in info.value.failures[0].traceback
+
+
+@pytest.mark.world(sizes=[2, 4])
+@pytest.mark.parametrize(("kind", "field"), [("op", "op"), ("shape", "count"),
+                                              ("root", "root"), ("async_dtype", "dtype")])
+def test_without_a_board_the_members_agree_by_an_all_gather(world, kind, field):
+    """The agreement of ranks on several hosts (no shared memory): the same verdict."""
+    for transport in world.transports:
+        with pytest.raises(SPMDError, match=f"the members disagree on [a-z, ]*{field}") as info:
+            world.run(_mismatched, transport, kind, False)
+        assert len(info.value.failures) == world.size
+        assert ", in agree\n" in info.value.failures[0].traceback
 
 
 def _unmatched_without_debug(ctx):
@@ -160,7 +178,8 @@ def _started_by(pid: int) -> tuple[list[int], list[int], bool]:
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "kill a rank", "stop a rank"])
 def test_an_interrupted_sweep_keeps_its_rows_and_resumes(tmp_path, how):
     path = tmp_path / "all_reduce_test-box-gloo-x2.json"
-    proc = _sweep(tmp_path)
+    # a stopped rank is named after a quarter of the call's limit (at most 10 s): 5 s here
+    proc = _sweep(tmp_path, *(["--timeout", "20"] if how == "stop a rank" else []))
     _wait_rows(path, 3, proc)
     ranks, started, forked = _started_by(proc.pid)
     assert len(ranks) == 2 and forked == zygote.supported(), (ranks, started)
@@ -175,8 +194,8 @@ def test_an_interrupted_sweep_keeps_its_rows_and_resumes(tmp_path, how):
     assert err.count("\n") == 1 and "Traceback" not in err, err  # one line
     if how == "kill a rank":
         assert "rank" in err and "died" in err and "traceback in " in err
-    if how == "stop a rank":  # named by its state after 10 s, not by the call's 120 s limit
-        assert f"(pid {victim}) stopped (SIGSTOP: the kernel's state T) for 10 s or more" in err, \
+    if how == "stop a rank":  # named by its state after 5 s, not by the call's 20 s limit
+        assert f"(pid {victim}) stopped (SIGSTOP: the kernel's state T) for 5 s or more" in err, \
             err
         assert "timed out" not in err
     kept = load(str(path))["rows"]  # valid JSON, finished rows all there

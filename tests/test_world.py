@@ -342,3 +342,9 @@ def test_a_group_s_ranks_out_of_order_are_refused_before_any_collective(world):
     said = world.run(_unsorted_group)
     assert all("ranks must be in ascending order" in s for s in said)
     assert all(s == said[0] for s in said)
+
+
+def test_a_stopped_rank_is_named_after_a_quarter_of_the_call_s_limit_at_most_10_s():
+    assert [LocalWorld(2, timeout_s=t).stopped_s for t in (120.0, 40.0, 20.0, 2.0)] == \
+        [10.0, 10.0, 5.0, 0.5]
+    assert LocalWorld(2, timeout_s=20.0, stopped_s=1.0).stopped_s == 1.0

@@ -4,8 +4,9 @@ Ranks that call different collectives, or one collective with different dtypes, 
 reduction ops, roots or groups, would hang or compute garbage. With debug on (``Comm(debug=True)``,
 ``COMMBENCH_DEBUG=1``; the test suite turns it on), every member first all-gathers a fingerprint of
 its call over the same group (on the group's device), or over the group's side gloo group when
-the transport is NCCL (``Group.side_pg``), and all of them raise the same error, naming the op
-and the disagreeing ranks, before the real call starts. A member that calls nothing at all leaves
+the transport is NCCL (``Group.side_pg``), or on a local world through shared memory
+(:mod:`commbench.runtime.board`), and all of them raise the same error, naming the op and the
+disagreeing ranks, before the real call starts. A member that calls nothing at all leaves
 the others in the fingerprint exchange, where the world's timeout names the pending op.
 
 The fingerprint exchange is harness traffic: it is not booked in the ledger.
@@ -19,7 +20,7 @@ import torch
 
 from commbench.ops import OPS
 
-__all__ = ["DTYPE_CODES", "OP_CODES", "agree", "fingerprint"]
+__all__ = ["DTYPE_CODES", "OP_CODES", "agree", "fingerprint", "judge"]
 
 # the calls members must agree on (Op.agreed), numbered in the records' order
 OP_CODES = {name: k for k, name in enumerate(o.name for o in OPS.values() if o.agreed)}
@@ -61,7 +62,12 @@ def agree(backend, group, fp: list[int], device: torch.device | None = None) -> 
     mine = torch.tensor(fp, dtype=torch.int64, device=device)
     everyone = torch.empty(group.size * len(fp), dtype=torch.int64, device=device)
     backend.all_gather(everyone, mine, group)
-    rows = everyone.view(group.size, len(fp)).tolist()
+    judge(group, fp, everyone.view(group.size, len(fp)).tolist())
+
+
+def judge(group, fp: list[int], rows: list[list[int]]) -> None:
+    """Raise :class:`Mismatch` unless every member's row (in group order) is the same; every
+    member, given the same rows, raises the same error."""
     if all(r == rows[0] for r in rows):
         return
     differ = [FIELDS[k] for k in range(len(fp)) if len({r[k] for r in rows}) > 1]

@@ -22,7 +22,8 @@ import time
 import torch
 
 from commbench.ops import booked
-from commbench.runtime.debug import OP_CODES, agree, fingerprint
+from commbench.runtime.board import Board
+from commbench.runtime.debug import OP_CODES, agree, fingerprint, judge
 from commbench.runtime.group import Group
 from commbench.runtime.status import Tracker
 from commbench.wire.checks import (
@@ -59,13 +60,15 @@ class Comm(PointToPoint):
     """
 
     def __init__(self, backend, ledger: Ledger, tracker: Tracker | None = None, *,
-                 debug: bool = False, device: torch.device | None = None) -> None:
+                 debug: bool = False, device: torch.device | None = None,
+                 board: Board | None = None) -> None:
         self.backend = backend
         self.transport: str = backend.name
         self.ledger = ledger
         self.tracker = tracker or Tracker()
         self.debug = debug  # members agree on each call before it starts (commbench.runtime.debug)
         self.device = device
+        self.board = board  # a local world's shared memory for the agreement, else a collective
         self.posts: Posts | None = None
 
     # -- booking ------------------------------------------------------------------------------
@@ -92,7 +95,11 @@ class Comm(PointToPoint):
         return result
 
     def _agree(self, group: Group, fp: list[int]) -> None:
-        """Debug mode's agreement, on the harness's side group when there is one."""
+        """Debug mode's agreement: through the board on one host, else an all-gather (on the
+        harness's side group when there is one)."""
+        if self.board is not None:
+            judge(group, fp, self.board.rows(group.ranks, fp))
+            return
         with quiet():  # harness traffic: neither booked nor seen by a watcher
             if group.side_pg is not None and self.transport == "nccl":
                 side = Group(group.ranks, group.rank, group.name, group.side_pg)

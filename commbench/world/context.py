@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from commbench.runtime import supervise
+from commbench.runtime.board import Board
 from commbench.runtime.group import Grid, Group, grid_groups, parse_grid
 from commbench.runtime.launch import LaunchError, LaunchInfo, detect, rendezvous, shared_gpu
 from commbench.runtime.nodes import NodeLayout
@@ -105,13 +106,15 @@ def _no_colour_split() -> None:
 class Context:
     def __init__(self, *, rank: int, size: int, local_rank: int = 0, launcher: str = "none",
                  backend: str | None = None, mpi_comm=None, tracker: Tracker | None = None,
-                 torch_ready: bool = True, debug: bool | None = None) -> None:
+                 torch_ready: bool = True, debug: bool | None = None,
+                 board: Board | None = None) -> None:
         self.rank, self.size, self.local_rank, self.launcher = rank, size, local_rank, launcher
         # debug: members check that they agree on every collective first (commbench.runtime.debug)
         self.debug = os.environ.get("COMMBENCH_DEBUG") == "1" if debug is None else debug
         self.backend = backend if torch_ready else None
         self.mpi = mpi_comm
         self.tracker = tracker or Tracker()
+        self.board = board  # ranks on one host: debug mode agrees through it (runtime.board)
         self.ledger = Ledger()
         # local worlds: affinity(bound) binds this rank's threads to its core or frees them
         self.affinity: Callable[[bool], None] | None = None
@@ -219,7 +222,7 @@ class Context:
                 backend = TorchBackend(transport)
             device = None if transport == "mpi" else self.device  # MPI stages CUDA tensors
             self._comms[transport] = Comm(backend, self.ledger, self.tracker, debug=self.debug,
-                                          device=device)
+                                          device=device, board=self.board)
         return self._comms[transport]
 
     # -- groups -------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import threading
 import types
 from multiprocessing.connection import Client
 
+from commbench.runtime.board import Board
 from commbench.runtime.errors import remote_error
 from commbench.runtime.status import SlotSink, Tracker
 from commbench.world.local import shm
@@ -170,7 +171,8 @@ def _join(a, rank: int, mpi_comm):
     tracker = Tracker(SlotSink(os.path.join(a.status_dir, f"rank{rank}")))
     return Context(rank=rank, size=a.size, local_rank=rank, launcher="local",
                    backend=a.backend if a.backend != "mpi" else None, mpi_comm=mpi_comm,
-                   tracker=tracker, torch_ready=a.backend != "mpi")
+                   tracker=tracker, torch_ready=a.backend != "mpi",
+                   board=Board(a.status_dir, rank, a.size))
 
 
 def _serve(conn, ctx, rank: int) -> None:

@@ -10,9 +10,10 @@ every failing rank's traceback. No call blocks forever:
 * a rank whose process ends raises :class:`~commbench.runtime.errors.RankDied` as soon as its connection
   closes (well under the 10 s bound), naming it and what the others were doing;
 * a rank that raised while others wait for it in a collective ends the call after ``grace_s``;
-* a rank whose process stays stopped (SIGSTOP: the kernel's state ``T``) for ``stopped_s`` ends
-  the call then, naming it and its state, instead of at the call's timeout (a rank stopped by a
-  debugger, state ``t``, is left to its debugger).
+* a rank whose process stays stopped (SIGSTOP: the kernel's state ``T``) for ``stopped_s``
+  (a quarter of the call's limit, at most 10 s) ends the call then, naming it and its state,
+  instead of at the call's timeout (a rank stopped by a debugger, state ``t``, is left to its
+  debugger).
 
 After any of these the world is torn down, and the next call spawns a fresh one. Ranks are
 started with ``mpiexec`` when mpi4py and an ``mpiexec`` are there (transports gloo and MPI), else
@@ -54,7 +55,7 @@ class LocalWorld(FailureReports):
 
     def __init__(self, size: int, *, launch: str = "auto", backend: str = "gloo",
                  timeout_s: float = 120.0, start_timeout_s: float = 90.0,
-                 grace_s: float = 2.0, stopped_s: float = 10.0) -> None:
+                 grace_s: float = 2.0, stopped_s: float | None = None) -> None:
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"size={size!r}: must be an integer >= 1")
         if launch not in ("auto", "mpi", "plain"):
@@ -65,7 +66,7 @@ class LocalWorld(FailureReports):
         self.size, self.backend = size, backend
         self.launch = ("mpi" if mpi_usable() else "plain") if launch == "auto" else launch
         self.timeout_s, self.start_timeout_s, self.grace_s = timeout_s, start_timeout_s, grace_s
-        self.stopped_s = stopped_s
+        self.stopped_s = min(10.0, timeout_s / 4) if stopped_s is None else stopped_s
         self.transports: tuple[str, ...] = ()
         self.starts = 0
         self._procs: list[subprocess.Popen] = []
