@@ -69,14 +69,18 @@ def _debug_all_reduce(ctx):
     from commbench.patterns.device import LIBRARY
 
     comm = ctx.comm()
-    comm.debug = True
+    comm.debug, board = True, comm.board
     try:
-        with device_guard(ctx.device, (LIBRARY,)):
-            return comm.all_reduce(torch.ones(4, device=ctx.device), ctx.world).tolist()
+        out = []
+        # a local world's board, then the all-gather of ranks on several hosts (no board)
+        for comm.board in (board, None):
+            with device_guard(ctx.device, (LIBRARY,)):
+                out.append(comm.all_reduce(torch.ones(4, device=ctx.device), ctx.world).tolist())
+        return out
     finally:
-        comm.debug = ctx.debug
+        comm.debug, comm.board = ctx.debug, board
 
 
 @pytest.mark.world(sizes=[1, 2, 4])
 def test_debug_mode_makes_its_fingerprint_on_the_transports_device(world):
-    assert world.run(_debug_all_reduce) == [[float(world.size)] * 4] * world.size
+    assert world.run(_debug_all_reduce) == [[[float(world.size)] * 4] * 2] * world.size
