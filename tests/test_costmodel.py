@@ -304,3 +304,31 @@ def test_a_p2p_model_that_aggregates_nics_misses_the_published_figures(monkeypat
     monkeypatch.setattr("commbench.costmodel.nccl.p2p_time", aggregating)
     rows = {r["figure"]: r for r in check_published()}
     assert abs(rows["H100 nodes x 8 NDR, all-to-all on 6 nodes"]["ratio"] - 1) > 0.1
+
+
+def test_the_tables_of_many_sizes_are_each_size_s_own_table():
+    """nccl_tables prices a run of sizes with their size-free part worked out once (the
+    calibration's loss): every choice equals nccl_table's for each size, on every preset and op,
+    where the tree's per-size correction and the ring's plateau apply and where they do not."""
+    from commbench.costmodel.nccl import OPS, nccl_tables
+    from commbench.costmodel.topology import presets
+
+    sizes = [0, 1, 64, 100, 4096, 1 << 20, 3 << 22, 1 << 30, 1 << 33]
+    corrected = set()
+    for name in presets():
+        topo = load(name)
+        for part in (topo, topo.part(1, topo.gpus_per_node), topo.part(topo.nodes, 1)):
+            for op in OPS:
+                tables = nccl_tables(op, sizes, part)
+                assert tables == [nccl_table(op, s, part) for s in sizes], (name, op)
+                for s, table in zip(sizes, tables, strict=True):  # the size's own corrections
+                    if any(c.algo == "tree" for c in table) and s >= 1 << 20:
+                        corrected.add("tree")
+                    if part.nodes > 1 and any(c.algo == "ring" and c.proto == "Simple"
+                                              for c in table) and s >= 1 << 30:
+                        corrected.add("plateau")
+    assert corrected == {"tree", "plateau"}
+    # negative: one size's table is not another's, so a table priced for the wrong size is seen
+    topo = load("cluster-h100-ndr")
+    assert nccl_tables("all_reduce", [1 << 20, 1 << 30], topo) != \
+        [nccl_table("all_reduce", s, topo) for s in (1 << 30, 1 << 20)]

@@ -28,7 +28,7 @@ from commbench.costmodel.p2p import P2P_OPS, p2p_time
 from commbench.costmodel.topology import Graph, Topology, graphs
 
 __all__ = ["ALGOS", "PROTOS", "Choice", "constants", "hierarchical_all_reduce", "nccl_predict",
-           "nccl_table", "versions"]
+           "nccl_table", "nccl_tables", "versions"]
 
 ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 PROTOS = ("LL", "LL128", "Simple")
@@ -159,13 +159,31 @@ def nccl_table(op: str, nbytes: int, topo: Topology, version: str = "2.30.7") ->
     if nbytes < 0:
         raise ValueError(f"nbytes={nbytes}: must be >= 0")
     c = constants(version)
-    n, ppn = topo.ranks, topo.gpus_per_node
+    n = topo.ranks
     if op in P2P_OPS:
         t, lat = p2p_time(op, nbytes, topo, c)
         alg = nbytes / (1000 * (t - lat)) if t > lat else 0.0
         return [Choice("p2p", "Simple", t, lat, alg * op_records.OPS[op].bus(n), alg)]
     if n == 1:
         return [Choice("ring", "Simple", 0.0, 0.0, 0.0, 0.0)]
+    return _sized(op, nbytes, topo, c, _unsized(op, topo, c))
+
+
+def nccl_tables(op: str, sizes: list[int], topo: Topology, version: str = "2.30.7"
+                ) -> list[list[Choice]]:
+    """:func:`nccl_table` for each of ``sizes``: the same choices, their size-free part (the
+    graphs, each choice's bandwidth and latency) worked out once for all of them."""
+    if op not in OPS or topo.ranks == 1 or any(s < 0 for s in sizes):
+        return [nccl_table(op, s, topo, version) for s in sizes]
+    c = constants(version)
+    unsized = _unsized(op, topo, c)
+    return [_sized(op, s, topo, c, unsized) for s in sizes]
+
+
+def _unsized(op: str, topo: Topology, c: dict) -> list[tuple[str, int, str, float, float, int]]:
+    """(algorithm, protocol index, protocol, latency, algorithm bandwidth, channels) of every
+    enabled choice, before the corrections that depend on the size."""
+    n, ppn = topo.ranks, topo.gpus_per_node
     g_all = graphs(topo, c["nvlink_bw_per_link"][topo.arch], c["nvls_search_speeds_sm90"])
     out = []
     for algo in ALGOS:
@@ -183,15 +201,24 @@ def nccl_table(op: str, nbytes: int, topo: Topology, version: str = "2.30.7") ->
             else:
                 alg = bus
             lat = _latency(op, algo, p, topo, n, ppn, c) + topo.proto_lat_us.get(proto, 0.0)
-            if algo == "tree" and op == "all_reduce" and nbytes >> 6 > 0:
-                k = int(math.log2(nbytes >> 6))
-                if k < len(c["tree_correction"][p]):
-                    alg *= c["tree_correction"][p][k]
-            if algo == "ring" and p == 2 and op == "all_reduce" and topo.nodes > 1 \
-                    and nbytes / (g.channels * n) >= 64:
-                lat *= c["ring_plateau"]["sm80_plus" if topo.arch != "volta" else "older"]
-            t = lat + nbytes / (1000 * alg)
-            out.append(Choice(algo, proto, t, lat, alg * op_records.OPS[op].bus(n), alg))
+            out.append((algo, p, proto, lat, alg, g.channels))
+    return out
+
+
+def _sized(op: str, nbytes: int, topo: Topology, c: dict, unsized) -> list[Choice]:
+    n = topo.ranks
+    bus_of = op_records.OPS[op].bus(n)
+    out = []
+    for algo, p, proto, lat, alg, channels in unsized:
+        if algo == "tree" and op == "all_reduce" and nbytes >> 6 > 0:
+            k = int(math.log2(nbytes >> 6))
+            if k < len(c["tree_correction"][p]):
+                alg *= c["tree_correction"][p][k]
+        if algo == "ring" and p == 2 and op == "all_reduce" and topo.nodes > 1 \
+                and nbytes / (channels * n) >= 64:
+            lat *= c["ring_plateau"]["sm80_plus" if topo.arch != "volta" else "older"]
+        t = lat + nbytes / (1000 * alg)
+        out.append(Choice(algo, proto, t, lat, alg * bus_of, alg))
     return out
 
 
