@@ -12,6 +12,7 @@ studies; the command line and the pytest plugin.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import subprocess
@@ -42,9 +43,23 @@ def modules(root: str = ROOT) -> dict[str, str]:
     return out
 
 
+@functools.cache
+def _tree(path: str) -> ast.Module:
+    """A file's syntax tree, parsed once for every check of the session."""
+    with open(path, encoding="utf-8") as f:
+        return ast.parse(f.read())
+
+
+@functools.cache
+def _strings(path: str) -> frozenset[str]:
+    """Every string literal of a file, lower-cased."""
+    return frozenset(n.value.lower() for n in ast.walk(_tree(path))
+                     if isinstance(n, ast.Constant) and isinstance(n.value, str))
+
+
 def imports(name: str, path: str, known: dict[str, str]) -> set[str]:
     """The package's modules that ``name`` imports anywhere in its file."""
-    tree = ast.parse(open(path).read())
+    tree = _tree(path)
     package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
@@ -265,10 +280,7 @@ def modules_spelling(word: str, root: str = ROOT) -> list[str]:
         for f in files:
             if f.endswith(".py"):
                 path = os.path.join(dirpath, f)
-                with open(path, encoding="utf-8") as fh:
-                    tree = ast.parse(fh.read())
-                if any(isinstance(n, ast.Constant) and isinstance(n.value, str)
-                       and n.value.lower() == word for n in ast.walk(tree)):
+                if word in _strings(path):
                     hits.append(os.path.relpath(path, root))
     return sorted(hits)
 
@@ -320,7 +332,7 @@ def top_level(known: dict[str, str]) -> dict[str, set[str]]:
     out = {}
     for name, path in known.items():
         package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
-        out[name] = {m for node in ast.parse(open(path).read()).body
+        out[name] = {m for node in _tree(path).body
                      if isinstance(node, ast.Import | ast.ImportFrom)
                      for m in resolved(package, node, known)}
     return out
