@@ -27,7 +27,7 @@ def _calls(seed: int, rounds: int) -> list[tuple[tuple[int, ...], list[int]]]:
 
 def _rank(folder, rank, program, plant, seen, errors) -> None:
     try:
-        board = Board(str(folder), rank, SIZE)
+        board = Board(str(folder), rank)
         rng = random.Random(rank)
         for n, (ranks, fp) in enumerate(program):
             if rank not in ranks:
@@ -75,7 +75,7 @@ def test_one_member_s_different_call_is_seen_by_every_member_in_its_place(tmp_pa
 
 
 def test_a_row_not_yet_written_or_being_written_is_not_read(tmp_path):
-    a, b = Board(str(tmp_path), 0, 2), Board(str(tmp_path), 1, 2)
+    a, b = Board(str(tmp_path), 0), Board(str(tmp_path), 1)
     assert b.read(0, (0, 1), 1) is None  # no entry for the group yet
     k = a.post((0, 1), [1, 2, 3, 4, 5, 6])
     assert k == 1 and b.read(0, (0, 1), 1) == [1, 2, 3, 4, 5, 6]

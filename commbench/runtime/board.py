@@ -6,7 +6,7 @@ On a local world every rank maps one small file per rank in the world's status f
 member's until each has written its k-th; all members compare the same rows, so all raise the
 same :class:`~commbench.runtime.debug.Mismatch` before the real call starts. That costs a few
 memory reads where the all-gather it replaces costs a round of the transport (a millisecond and
-more over gloo on two cores, which made the agreement a third of a pattern test's time). A
+more over gloo on two cores, a quarter of a pattern's run on a rank; docs/decisions.md). A
 member that never makes the call leaves the others reading, where the world's timeout names the
 pending op, as in the all-gather. Under a launcher ranks can be on other hosts: there the
 all-gather stays (:meth:`commbench.wire.comm.Comm._agree`).
@@ -43,8 +43,8 @@ def _key(ranks: tuple[int, ...]) -> int:
 class Board:
     """This rank's board in ``folder`` and its reads of the other ranks' boards there."""
 
-    def __init__(self, folder: str, rank: int, size: int) -> None:
-        self.folder, self.rank, self.size = folder, rank, size
+    def __init__(self, folder: str, rank: int) -> None:
+        self.folder, self.rank = folder, rank
         self._mine = self._map(rank, create=True)
         self._peers: dict[int, memoryview] = {rank: self._mine}
         self._calls: dict[tuple[int, ...], int] = {}  # group -> agreed calls on it so far

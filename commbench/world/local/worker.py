@@ -172,7 +172,7 @@ def _join(a, rank: int, mpi_comm):
     return Context(rank=rank, size=a.size, local_rank=rank, launcher="local",
                    backend=a.backend if a.backend != "mpi" else None, mpi_comm=mpi_comm,
                    tracker=tracker, torch_ready=a.backend != "mpi",
-                   board=Board(a.status_dir, rank, a.size))
+                   board=Board(a.status_dir, rank))
 
 
 def _serve(conn, ctx, rank: int) -> None:
