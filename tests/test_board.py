@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from commbench.runtime.board import Board
+from commbench.runtime.board import _ENTRY, _ROW, Board
 
 pytestmark = pytest.mark.foundation
 
@@ -83,6 +83,6 @@ def test_a_row_not_yet_written_or_being_written_is_not_read(tmp_path):
     assert b.read(0, (0, 2), 1) is None  # another group's
     a.post((0, 1), [7, 7, 7, 7, 7, 7])
     assert b.read(0, (0, 1), 1) == [1, 2, 3, 4, 5, 6]  # one call ahead keeps the last row
-    base = a._slot(next(iter(a._slots))) * 16 + 1 + (3 % 2) * 7
+    base = a._slot(next(iter(a._slots))) * _ENTRY + 1 + (3 % 2) * _ROW
     a._mine[base] = -1  # as while a writer fills the row of call 3
     assert b.read(0, (0, 1), 3) is None and b.read(0, (0, 1), 2) == [7] * 6

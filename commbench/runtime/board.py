@@ -40,6 +40,15 @@ def _key(ranks: tuple[int, ...]) -> int:
     return (1 << 62) | (len(ranks) << 32) | zlib.crc32(",".join(map(str, ranks)).encode())
 
 
+def _probe(view: memoryview, key: int) -> int:
+    """The entry of ``key`` in a board, or the empty one where it would go; -1 if neither."""
+    for probe in range(ENTRIES):
+        slot = (key + probe) % ENTRIES
+        if view[slot * _ENTRY] in (0, key):
+            return slot
+    return -1
+
+
 class Board:
     """This rank's board in ``folder`` and its reads of the other ranks' boards there."""
 
@@ -77,15 +86,11 @@ class Board:
     def _slot(self, key: int) -> int:
         slot = self._slots.get(key)
         if slot is None:
-            view = self._mine
-            for probe in range(ENTRIES):
-                slot = (key + probe) % ENTRIES
-                if view[slot * _ENTRY] in (0, key):
-                    break
-            else:
+            slot = _probe(self._mine, key)
+            if slot < 0:
                 raise RuntimeError(f"debug agreement: more than {ENTRIES} groups on rank "
                                    f"{self.rank}")
-            view[slot * _ENTRY] = key
+            self._mine[slot * _ENTRY] = key
             self._slots[key] = slot
         return slot
 
@@ -108,14 +113,8 @@ class Board:
         if view is None:
             return None
         key = _key(ranks)
-        for probe in range(ENTRIES):
-            slot = (key + probe) % ENTRIES
-            found = view[slot * _ENTRY]
-            if found == key:
-                break
-            if found == 0:
-                return None
-        else:
+        slot = _probe(view, key)
+        if slot < 0 or view[slot * _ENTRY] != key:  # the rank has no entry for the group yet
             return None
         base = slot * _ENTRY + 1 + (k % 2) * _ROW
         if view[base] != k:

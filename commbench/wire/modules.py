@@ -311,16 +311,18 @@ def _ddp_cut(params: list, rebuilt: str | None, sizes: str) -> list[tuple[int, t
         if rebuilt:
             cut = [tuple(params[int(i)] for i in b.split()) for b in rebuilt.split(",")]
         else:
-            cut, rest = [], list(reversed(params))
+            cut, rest = [], params[::-1]
+            at = 0  # the next parameter of rest
             for want in (int(x) for x in sizes.split(",") if x.strip()):
                 got, bucket = 0, []
-                while rest and got < want:
-                    bucket.append(rest.pop(0))
-                    got += bucket[-1].numel() * bucket[-1].element_size()
+                while at < len(rest) and got < want:
+                    bucket.append(rest[at])
+                    got += rest[at].numel() * rest[at].element_size()
+                    at += 1
                 if got != want:
                     return []
                 cut.append(tuple(bucket))
-            if rest:
+            if at < len(rest):
                 return []
     except (ValueError, IndexError):
         return []
