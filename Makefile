@@ -8,7 +8,7 @@ TORCH_SPEC     ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 NP ?= 4
 
-.PHONY: bench test test-libs test-% suites results gpu-check cluster-check cluster-bench mutate lint info clean
+.PHONY: bench test test-launchers test-libs test-% suites results gpu-check cluster-check cluster-bench mutate lint info clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ bench: $(VENV)/.installed  ## set up, run the default suite on a local CPU world
 test: $(VENV)/.installed  ## set up, run the test suite
 	$(BIN)/python -m pytest
 
+# torchrun and mpiexec started as a user starts them: each rank imports torch afresh, 5 to 9 s a
+# test, so the default pytest skips these (pytest --launchers runs them with the rest)
+test-launchers: $(VENV)/.installed  ## the tests that start torchrun and mpiexec themselves
+	$(BIN)/python -m pytest -p no:cacheprovider --launchers -m launcher
+
 # megatron-core and DeepSpeed (pure Python: DS_BUILD_OPS=0); an audit keeps DeepSpeed from
 # compiling its CPU-only shared-memory op (commbench/studies/audit.py), so nothing is built
 test-libs: $(VENV)/.installed  ## the audit on megatron-core's and DeepSpeed's own code (the libs extra)
@@ -32,7 +37,7 @@ test-libs: $(VENV)/.installed  ## the audit on megatron-core's and DeepSpeed's o
 	$(BIN)/python -m pytest -p no:cacheprovider -rs tests/test_audit_libs.py
 
 test-%: $(VENV)/.installed  ## the test suite under mpiexec with % ranks, e.g. make test-4
-	$(BIN)/mpiexec -n $* $(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/mpiexec -n $* $(BIN)/python -m pytest -p no:cacheprovider --launchers $(PYTEST_ARGS)
 
 suites: $(VENV)/.installed  ## benchmark suites; pytest-benchmark records under results/
 	$(BIN)/python -m pytest suites -m bench --benchmark-enable --benchmark-autosave \

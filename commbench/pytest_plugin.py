@@ -13,6 +13,11 @@ Two ways to run the same test files:
 ``@pytest.mark.world(sizes=(1, 2, 3, 4), min_size=1)`` says which sizes a test runs at locally; under
 a launcher it runs at the launcher's size if that is at least ``min_size`` and, where ``sizes`` is
 given, one of them; otherwise it is skipped with the reason.
+
+``@pytest.mark.launcher`` marks the tests that start ``torchrun`` or ``mpiexec`` themselves, as a
+user launches: each of their ranks imports torch afresh, 5 to 9 s a test. They run with
+``--launchers`` (``make test-launchers``, which CI runs), and are skipped, with that reason,
+otherwise.
 """
 
 from __future__ import annotations
@@ -59,6 +64,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="seconds before a call on the world fails as a hang")
     g.addoption("--no-debug-collectives", action="store_true",
                 help="skip the check that ranks agree on each collective before it starts")
+    g.addoption("--launchers", action="store_true",
+                default=os.environ.get("COMMBENCH_LAUNCHERS") == "1",
+                help="also run the tests that start torchrun or mpiexec themselves (marked "
+                     "`launcher`, 5 to 9 s each; `make test-launchers`)")
 
 
 def _launched() -> bool:
@@ -71,6 +80,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "world(sizes=None, min_size=1): world sizes for a test")
     config.addinivalue_line("markers", "local: tests of the local world itself; skipped under a "
                             "launcher, where every rank would start worlds of its own")
+    config.addinivalue_line("markers", "launcher: starts torchrun or mpiexec itself, a user's own "
+                            "launch; run with --launchers (make test-launchers)")
     # lazy: imports hypothesis
     from hypothesis import HealthCheck, settings
 
@@ -184,7 +195,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         pool.close()
 
 
+LAUNCHERS_SKIPPED = ("starts torchrun or mpiexec itself (each rank imports torch afresh): "
+                     "`make test-launchers` or `pytest --launchers` runs it")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("launchers"):
+        for item in items:
+            if item.get_closest_marker("launcher"):
+                item.add_marker(pytest.mark.skip(reason=LAUNCHERS_SKIPPED))
     if not config._commbench_pool.launched:
         if not os.environ.get("COMMBENCH_WORKER") and any(
                 "world" in getattr(item, "fixturenames", ()) or item.get_closest_marker("local")

@@ -276,6 +276,7 @@ def _launchers():
     return out
 
 
+@pytest.mark.launcher
 @pytest.mark.local
 @pytest.mark.parametrize("launcher", _launchers())
 def test_a_rank_whose_script_raises_under_a_launcher_is_named_with_its_error(launcher, tmp_path):

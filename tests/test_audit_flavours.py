@@ -481,6 +481,7 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "
             sys.executable, "-m", "commbench", "audit", "--no-write"]
 
 
+@pytest.mark.launcher
 @pytest.mark.local
 @pytest.mark.parametrize("script, spec, args", [
     ("ddp_layers.py", f"impl=torch-ddp,bucket-mb=0.004,dp=2,{SHAPE}", ["--step", "3"]),

@@ -113,6 +113,7 @@ def test_info_without_a_launcher():
     assert out.returncode == 0 and "# launcher   : none" in out.stdout and "gloo yes" in out.stdout
 
 
+@pytest.mark.launcher
 @pytest.mark.local  # assumes no launcher around pytest
 @pytest.mark.skipif(not __import__("commbench.world.local.spawn", fromlist=["x"]).mpi_usable(),
                     reason="needs mpiexec")
@@ -133,6 +134,7 @@ def test_info_under_mpiexec_and_the_wrong_mpi_trap():
 
 
 
+@pytest.mark.launcher
 @pytest.mark.skipif(not __import__("commbench.world.local.spawn", fromlist=["x"]).mpi_usable(),
                     reason="needs mpiexec")
 def test_a_gloo_run_under_mpiexec_exits_cleanly():
@@ -323,6 +325,7 @@ def test_the_default_suite_runs_every_collective_and_algorithm(tmp_path):
     assert all(r[15] == "0" and r[16] == r[17] for r in rows)  # #wrong, sent = predicted
 
 
+@pytest.mark.launcher
 @pytest.mark.local  # assumes no launcher around pytest
 @pytest.mark.skipif(not __import__("commbench.world.local.spawn", fromlist=["x"]).mpi_usable(),
                     reason="needs mpiexec")

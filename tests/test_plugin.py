@@ -96,3 +96,31 @@ def test_every_test_carries_a_topic_marker():
     code, unmarked = _selected("-m", f"not ({' or '.join(t for t in TOPICS if t != 'ulysses')})",
                                "tests/test_ulysses.py")
     assert code == 0 and unmarked and all(i.startswith("tests/test_ulysses.py::") for i in unmarked)
+
+
+LAUNCHED = """
+import pytest
+
+@pytest.mark.launcher
+def test_starts_torchrun():
+    pass
+
+def test_plain():
+    pass
+"""
+
+
+@pytest.mark.local
+def test_the_tests_that_start_a_launcher_run_only_when_asked(pytester):
+    """The default session skips a `launcher` test naming how to run it; --launchers runs it,
+    alone with `-m launcher` (as `make test-launchers` does)."""
+    from commbench.pytest_plugin import LAUNCHERS_SKIPPED
+
+    pytester.makepyfile(test_launched=LAUNCHED)
+    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    out.assert_outcomes(passed=1, skipped=1)
+    assert LAUNCHERS_SKIPPED in out.stdout.str()
+    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--launchers")
+    out.assert_outcomes(passed=2)
+    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "launcher", "--launchers")
+    out.assert_outcomes(passed=1, deselected=1)

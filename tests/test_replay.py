@@ -173,6 +173,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.launcher
 @pytest.mark.local
 def test_torch_s_execution_trace_of_an_example_gives_the_audit_s_calls(tmp_path):
     """Under torchrun (a fresh job: its process-group list is the example's own), torch's

@@ -76,6 +76,7 @@ def _killed_run(launcher: list[str], rank_var: str, rank: int, tmp_path):
     return job.returncode, ours, before, len(_rows(out)), stdout
 
 
+@pytest.mark.launcher
 @pytest.mark.local
 @needs_mpiexec
 def test_a_rank_killed_under_mpiexec_ends_the_job_with_3_and_one_line(tmp_path):
@@ -87,6 +88,7 @@ def test_a_rank_killed_under_mpiexec_ends_the_job_with_3_and_one_line(tmp_path):
     assert after >= before > 0  # the rows measured before the death are kept
 
 
+@pytest.mark.launcher
 @pytest.mark.local
 @needs_mpiexec
 def test_rank_0_killed_under_mpiexec_is_named_and_rank_1_says_the_store_went(tmp_path):
@@ -96,6 +98,7 @@ def test_rank_0_killed_under_mpiexec_is_named_and_rank_1_says_the_store_went(tmp
     assert all("rank 0" in line for line in ours) and len(ours) <= 2, ours
 
 
+@pytest.mark.launcher
 @pytest.mark.local
 def test_a_rank_killed_under_torchrun_is_named_in_one_line(tmp_path):
     """torchrun's own exit code for a failed worker is 1, and it prints its own summary."""
