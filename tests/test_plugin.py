@@ -117,10 +117,10 @@ def test_the_tests_that_start_a_launcher_run_only_when_asked(pytester):
     from commbench.pytest_plugin import LAUNCHERS_SKIPPED
 
     pytester.makepyfile(test_launched=LAUNCHED)
-    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    out = pytester.runpytest("-p", "no:cacheprovider", "-rs")
     out.assert_outcomes(passed=1, skipped=1)
     assert LAUNCHERS_SKIPPED in out.stdout.str()
-    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--launchers")
+    out = pytester.runpytest("-p", "no:cacheprovider", "--launchers")
     out.assert_outcomes(passed=2)
-    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "launcher", "--launchers")
+    out = pytester.runpytest("-p", "no:cacheprovider", "-m", "launcher", "--launchers")
     out.assert_outcomes(passed=1, deselected=1)
