@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 
 import pytest
 
@@ -348,3 +349,51 @@ def test_a_stopped_rank_is_named_after_a_quarter_of_the_call_s_limit_at_most_10_
     assert [LocalWorld(2, timeout_s=t).stopped_s for t in (120.0, 40.0, 20.0, 2.0)] == \
         [10.0, 10.0, 5.0, 0.5]
     assert LocalWorld(2, timeout_s=20.0, stopped_s=1.0).stopped_s == 1.0
+
+
+class _Clock:
+    """A fake ``time`` for the world module: sleeping moves it on, nothing waits."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+def _held_world(monkeypatch) -> tuple[LocalWorld, _Clock, list]:
+    """A world of two ranks that never leave (held in a call): when its kill comes, by the
+    fake clock."""
+    import commbench.world.local.world as module
+
+    clock, killed = _Clock(), []
+    monkeypatch.setattr(module, "time", clock)
+    w = LocalWorld(2)
+    w._pids = {0: -1, 1: -1}
+    w._procs = [types.SimpleNamespace(poll=lambda: 0 if killed else None) for _ in range(2)]
+    monkeypatch.setattr(w, "_a_rank_runs", lambda: not killed)
+    monkeypatch.setattr(w, "_kill", lambda: killed.append(clock.now))
+    return w, clock, killed
+
+
+def test_ranks_held_in_a_call_are_killed_without_waiting_for_them_to_leave(monkeypatch):
+    """A close asks each rank to leave and gives them 2 s before it kills them; ranks held in a
+    call that timed out, or by a stopped rank, cannot read the request, so the world is torn
+    down at once and the failure named 2 s sooner."""
+    from commbench.world.local import failures
+
+    w, _, killed = _held_world(monkeypatch)
+    w.close()
+    assert killed == [pytest.approx(2.0, abs=0.05)]  # the polite wait, by the fake clock
+    for fail, args in ((w._fail_timeout, ("f", 3.0, {}, [], 3.0)),
+                       (w._fail_stopped, ("f", [1], {}))):
+        w, _, killed = _held_world(monkeypatch)
+        monkeypatch.setattr(w, "_statuses", dict)
+        monkeypatch.setattr(w, "_processes", dict)
+        monkeypatch.setattr(failures, "describe_hang", lambda *a: "")
+        with pytest.raises(CallTimeout):
+            getattr(w, fail.__name__)(*args)
+        assert killed == [0.0], fail.__name__

@@ -15,7 +15,9 @@ every failing rank's traceback. No call blocks forever:
   instead of at the call's timeout (a rank stopped by a debugger, state ``t``, is left to its
   debugger).
 
-After any of these the world is torn down, and the next call spawns a fresh one. Ranks are
+After any of these the world is torn down (after a timeout or a stopped rank at once: its
+ranks, held in the call, could not read a request to leave), and the next call spawns a
+fresh one. Ranks are
 started with ``mpiexec`` when mpi4py and an ``mpiexec`` are there (transports gloo and MPI), else
 as plain processes (gloo only), each forked from a process that imported torch once
 (:mod:`.zygote`). Every process is killed when the world is closed, when the driver
@@ -149,9 +151,11 @@ class LocalWorld(FailureReports):
         self.starts += 1
         return self
 
-    def close(self) -> None:
+    def close(self, stuck: bool = False) -> None:
         """Stop every rank (killing any that do not leave at once) and remove the temp files
-        and the ranks' MPICH segments (:mod:`shm`)."""
+        and the ranks' MPICH segments (:mod:`shm`). ``stuck``: the ranks are known to be held in
+        a call (it timed out, or a rank is stopped), so none could read the request to leave:
+        they are killed without waiting for them."""
         segments = shm.mapped_segments(self._pids.values())
         for c in self._conns.values():
             try:
@@ -161,7 +165,7 @@ class LocalWorld(FailureReports):
         # until every rank has left: mpiexec.gforker, which outlives its ranks by up to a second
         # when they do not leave at the same moment (it sleeps a second between its rounds of
         # reaping), is then killed with the rest, having nothing left to do
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + (0.0 if stuck else 2.0)
         while time.monotonic() < deadline and any(p.poll() is None for p in self._procs) and \
                 self._a_rank_runs():
             time.sleep(0.01)
