@@ -159,17 +159,20 @@ def test_a_rank_killed_between_calls_is_named_not_replaced(launch):
 @pytest.mark.skipif(not mpi_usable(), reason="needs mpiexec and mpi4py")
 def test_an_mpi_world_leaves_no_shared_memory_behind():
     """MPICH unlinks its segment only in MPI_Finalize, which the ranks never reach: the world
-    removes the segments its ranks map when it closes, and after a killed rank too."""
+    removes the segments its ranks map when it closes, after a killed rank too, and when every
+    rank is gone before it closes (noted at start: a dead process's maps say nothing)."""
     from commbench.world.local import shm
 
-    for kill in (False, True):
+    for kill in ([], [1], [0, 1]):
         w = LocalWorld(2, launch="mpi").start()
         segments = shm.mapped_segments(w.pids.values())
         assert segments and all(os.path.exists(s) for s in segments)
-        if kill:
-            os.kill(w.pids[1], signal.SIGKILL)
+        for r in kill:
+            os.kill(w.pids[r], signal.SIGKILL)
+        while len(kill) == 2 and any(_alive(p) for p in w.pids.values()):
+            time.sleep(0.01)
         w.close()
-        assert not any(os.path.exists(s) for s in segments), segments
+        assert not any(os.path.exists(s) for s in segments), (kill, segments)
 
 
 @local
@@ -381,19 +384,20 @@ def _held_world(monkeypatch) -> tuple[LocalWorld, _Clock, list]:
 
 def test_ranks_held_in_a_call_are_killed_without_waiting_for_them_to_leave(monkeypatch):
     """A close asks each rank to leave and gives them 2 s before it kills them; ranks held in a
-    call that timed out, or by a stopped rank, cannot read the request, so the world is torn
-    down at once and the failure named 2 s sooner."""
+    call that timed out, by a stopped rank or by one that died in it cannot read the request,
+    so the world is torn down at once and the failure named up to 2 s sooner."""
     from commbench.world.local import failures
 
     w, _, killed = _held_world(monkeypatch)
     w.close()
     assert killed == [pytest.approx(2.0, abs=0.05)]  # the polite wait, by the fake clock
-    for fail, args in ((w._fail_timeout, ("f", 3.0, {}, [], 3.0)),
-                       (w._fail_stopped, ("f", [1], {}))):
+    monkeypatch.setattr(failures, "describe_hang", lambda *a: "")
+    for name, args, error in (("_fail_timeout", ("f", 3.0, {}, [], 3.0), CallTimeout),
+                              ("_fail_stopped", ("f", [1], {}), CallTimeout),
+                              ("_fail_death", ("f", 1, {}), RankDied)):
         w, _, killed = _held_world(monkeypatch)
-        monkeypatch.setattr(w, "_statuses", dict)
+        monkeypatch.setattr(w, "_statuses", lambda: {0: ("op", 1, "in f"), 1: ("op", 1, "in f")})
         monkeypatch.setattr(w, "_processes", dict)
-        monkeypatch.setattr(failures, "describe_hang", lambda *a: "")
-        with pytest.raises(CallTimeout):
-            getattr(w, fail.__name__)(*args)
-        assert killed == [0.0], fail.__name__
+        with pytest.raises(error):
+            getattr(w, name)(*args)
+        assert killed == [0.0], name

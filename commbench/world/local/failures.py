@@ -56,7 +56,7 @@ class FailureReports:
         statuses = self._statuses()
         codes = {i: p.poll() for i, p in enumerate(self._procs)}
         logs = spawn.log_tail(self._dir, 600)
-        self.close()
+        self.close(stuck=True)  # the others may wait for the dead rank in the call, as it left them
         others = "\n".join(f"rank {r}: {t}" for r, (_, _, t) in sorted(statuses.items())
                            if r != rank)
         code = codes.get(rank if self.launch == "plain" else 0)

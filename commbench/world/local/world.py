@@ -15,9 +15,8 @@ every failing rank's traceback. No call blocks forever:
   instead of at the call's timeout (a rank stopped by a debugger, state ``t``, is left to its
   debugger).
 
-After any of these the world is torn down (after a timeout or a stopped rank at once: its
-ranks, held in the call, could not read a request to leave), and the next call spawns a
-fresh one. Ranks are
+After any of these the world is torn down (at once: the ranks still there are held in the
+call and could not read a request to leave), and the next call spawns a fresh one. Ranks are
 started with ``mpiexec`` when mpi4py and an ``mpiexec`` are there (transports gloo and MPI), else
 as plain processes (gloo only), each forked from a process that imported torch once
 (:mod:`.zygote`). Every process is killed when the world is closed, when the driver
@@ -74,6 +73,7 @@ class LocalWorld(FailureReports):
         self._procs: list[subprocess.Popen] = []
         self._conns: dict[int, object] = {}
         self._pids: dict[int, int] = {}
+        self._segments: set[str] = set()  # the ranks' MPICH segments, as mapped at start
         self._dir: str | None = None
         self._task, self._lock = 0, threading.Lock()  # task numbers; one call at a time
 
@@ -148,15 +148,18 @@ class LocalWorld(FailureReports):
             raise
         finally:
             listener.close()
+        # the MPICH segments, noted while every rank lives: a rank killed before the world
+        # closes can no longer say which it mapped
+        self._segments = shm.mapped_segments(self._pids.values())
         self.starts += 1
         return self
 
     def close(self, stuck: bool = False) -> None:
         """Stop every rank (killing any that do not leave at once) and remove the temp files
         and the ranks' MPICH segments (:mod:`shm`). ``stuck``: the ranks are known to be held in
-        a call (it timed out, or a rank is stopped), so none could read the request to leave:
-        they are killed without waiting for them."""
-        segments = shm.mapped_segments(self._pids.values())
+        a call (it timed out, a rank is stopped or died in it), so none could read the request to
+        leave: they are killed without waiting for them."""
+        segments = self._segments | shm.mapped_segments(self._pids.values())
         for c in self._conns.values():
             try:
                 c.send(("exit",))
@@ -173,7 +176,7 @@ class LocalWorld(FailureReports):
         for c in self._conns.values():
             c.close()
         shm.remove(segments)
-        self._conns, self._procs, self._pids = {}, [], {}
+        self._conns, self._procs, self._pids, self._segments = {}, [], {}, set()
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
