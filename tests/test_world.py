@@ -391,6 +391,10 @@ def test_ranks_held_in_a_call_are_killed_without_waiting_for_them_to_leave(monke
     w, _, killed = _held_world(monkeypatch)
     w.close()
     assert killed == [pytest.approx(2.0, abs=0.05)]  # the polite wait, by the fake clock
+    w, _, killed = _held_world(monkeypatch)
+    w._in_call = True  # closed in the middle of a call: the driver was interrupted
+    w.close()
+    assert killed == [0.0]
     monkeypatch.setattr(failures, "describe_hang", lambda *a: "")
     for name, args, error in (("_fail_timeout", ("f", 3.0, {}, [], 3.0), CallTimeout),
                               ("_fail_stopped", ("f", [1], {}), CallTimeout),

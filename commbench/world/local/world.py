@@ -74,6 +74,7 @@ class LocalWorld(FailureReports):
         self._conns: dict[int, object] = {}
         self._pids: dict[int, int] = {}
         self._segments: set[str] = set()  # the ranks' MPICH segments, as mapped at start
+        self._in_call = False  # a task sent and not yet answered by every rank
         self._dir: str | None = None
         self._task, self._lock = 0, threading.Lock()  # task numbers; one call at a time
 
@@ -158,7 +159,9 @@ class LocalWorld(FailureReports):
         """Stop every rank (killing any that do not leave at once) and remove the temp files
         and the ranks' MPICH segments (:mod:`shm`). ``stuck``: the ranks are known to be held in
         a call (it timed out, a rank is stopped or died in it), so none could read the request to
-        leave: they are killed without waiting for them."""
+        leave: they are killed without waiting for them; so are ranks closed in the middle of a
+        call (the driver interrupted: Ctrl-C, SIGTERM), which read no request before it ends."""
+        stuck = stuck or self._in_call
         segments = self._segments | shm.mapped_segments(self._pids.values())
         for c in self._conns.values():
             try:
@@ -177,6 +180,7 @@ class LocalWorld(FailureReports):
             c.close()
         shm.remove(segments)
         self._conns, self._procs, self._pids, self._segments = {}, [], {}, set()
+        self._in_call = False
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -242,9 +246,12 @@ class LocalWorld(FailureReports):
                 self._fail_idle_death(_name(fn))
             self._task += 1
             task = self._task
+            self._in_call = True  # until every rank answered: an interrupt leaves it set
             for c in self._conns.values():
                 c.send(("task", task, payload))
-            return self._collect(task, _name(fn), self.timeout_s if timeout is None else timeout)
+            out = self._collect(task, _name(fn), self.timeout_s if timeout is None else timeout)
+            self._in_call = False
+            return out
 
     def _collect(self, task: int, name: str, timeout: float) -> list[Outcome]:
         results: dict[int, Outcome] = {}
