@@ -180,8 +180,8 @@ def _started_by(pid: int) -> tuple[list[int], list[int], bool]:
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "kill a rank", "stop a rank"])
 def test_an_interrupted_sweep_keeps_its_rows_and_resumes(tmp_path, how):
     path = tmp_path / "all_reduce_test-box-gloo-x2.json"
-    # a stopped rank is named after a quarter of the call's limit (at most 10 s): 5 s here
-    proc = _sweep(tmp_path, *(["--timeout", "20"] if how == "stop a rank" else []))
+    # a stopped rank is named after a quarter of the call's limit (at most 10 s): 3 s here
+    proc = _sweep(tmp_path, *(["--timeout", "12"] if how == "stop a rank" else []))
     _wait_rows(path, 3, proc)
     ranks, started, forked = _started_by(proc.pid)
     assert len(ranks) == 2 and forked == zygote.supported(), (ranks, started)
@@ -196,8 +196,8 @@ def test_an_interrupted_sweep_keeps_its_rows_and_resumes(tmp_path, how):
     assert err.count("\n") == 1 and "Traceback" not in err, err  # one line
     if how == "kill a rank":
         assert "rank" in err and "died" in err and "traceback in " in err
-    if how == "stop a rank":  # named by its state after 5 s, not by the call's 20 s limit
-        assert f"(pid {victim}) stopped (SIGSTOP: the kernel's state T) for 5 s or more" in err, \
+    if how == "stop a rank":  # named by its state after 3 s, not by the call's 12 s limit
+        assert f"(pid {victim}) stopped (SIGSTOP: the kernel's state T) for 3 s or more" in err, \
             err
         assert "timed out" not in err
     kept = load(str(path))["rows"]  # valid JSON, finished rows all there
