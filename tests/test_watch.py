@@ -278,42 +278,37 @@ def test_a_barrier_carries_no_dtype(world):
         assert got == [("barrier", "")]
 
 
-WATCHED = """
-import sys
-import torch
-import torch.distributed as dist
-from commbench.wire.ledger import Ledger
-from commbench.wire.watch import watch
-
-dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-ledger = Ledger()
-
-def booked():
-    with watch(ledger), ledger.capture() as cap:
-        dist.all_reduce(torch.ones(4))
-        dist.broadcast(torch.ones(3), src=0)
-    return [(e.op, e.count, e.source) for e in cap.entries]
-
-first = booked()
-print("torch._dynamo" in sys.modules)
-import torch._dynamo  # as a script that compiles has it: the guarded path
-print(booked() == first, first)
-dist.destroy_process_group()
-"""
-
-
-def test_the_watcher_books_alike_and_imports_no_dynamo_of_its_own(tmp_path):
-    """torch's guard around a dispatch mode imports torch._dynamo at the first call (1.6 s of
-    a core in each audited rank); the watcher takes that guard only where dynamo was already
-    imported, and books the same calls either way (a process of its own: this session may
-    have imported dynamo)."""
-    import subprocess
+def _watched_twice(ctx):
+    import importlib
     import sys
 
-    (tmp_path / "watched.py").write_text(WATCHED)
-    out = subprocess.run([sys.executable, str(tmp_path / "watched.py")], capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    imported, same = out.stdout.splitlines()
-    assert imported == "False"
-    assert same == "True [('all_reduce', 4, 'torch'), ('broadcast', 3, 'torch')]"
+    import torch.distributed as dist
+
+    from commbench.wire.ledger import Ledger
+
+    ledger = Ledger()
+
+    def booked():
+        with watch(ledger), ledger.capture() as cap:
+            dist.all_reduce(torch.ones(4))
+            dist.broadcast(torch.ones(3), src=0)
+        return [(e.op, e.count, e.source) for e in cap.entries]
+
+    first = booked()
+    imported = "torch._dynamo" in sys.modules
+    importlib.import_module("torch._dynamo")  # as a script that compiles has it: the guard
+
+    return imported, first, booked()
+
+
+@pytest.mark.local  # a fresh rank of its own: the kept worlds' ranks may have imported dynamo
+def test_the_watcher_books_alike_and_imports_no_dynamo_of_its_own():
+    """torch's guard around a dispatch mode imports torch._dynamo at the first call (1.6 s of
+    a core in each audited rank); the watcher takes that guard only where dynamo was already
+    imported, and books the same calls either way."""
+    from commbench.world.local import LocalWorld
+
+    with LocalWorld(1) as w:
+        imported, first, again = w.run(_watched_twice)[0]
+    assert not imported
+    assert first == again == [("all_reduce", 4, "torch"), ("broadcast", 3, "torch")]
