@@ -67,7 +67,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--launchers", action="store_true",
                 default=os.environ.get("COMMBENCH_LAUNCHERS") == "1",
                 help="also run the tests that start torchrun or mpiexec themselves (marked "
-                     "`launcher`, 5 to 9 s each; `make test-launchers`)")
+                     "`launcher`, 5 to 9 s each; `make test-launchers`; or COMMBENCH_LAUNCHERS=1)")
 
 
 def _launched() -> bool:
