@@ -129,7 +129,8 @@ class watch(TorchDispatchMode):
             return self._guarded(func, types, args, kwargs)
         return self._dispatch(func, types, args, kwargs)
 
-    @torch._disable_dynamo(recursive=True)
+    # torch's own guard (torch >= 2.1 has it), as torch would have applied it
+    @(getattr(torch, "_disable_dynamo", None) or (lambda **_: lambda f: f))(recursive=True)
     def _guarded(self, func, types, args, kwargs):
         return self._dispatch(func, types, args, kwargs)
 
