@@ -367,41 +367,54 @@ class _Clock:
         self.now += s
 
 
-def _held_world(monkeypatch) -> tuple[LocalWorld, _Clock, list]:
-    """A world of two ranks that never leave (held in a call): when its kill comes, by the
-    fake clock."""
+def _held_world(monkeypatch) -> tuple[LocalWorld, list]:
+    """A world of two ranks that never leave by themselves, and when its kill comes, by a fake
+    clock."""
     import commbench.world.local.world as module
 
     clock, killed = _Clock(), []
     monkeypatch.setattr(module, "time", clock)
+    monkeypatch.setattr(module.spawn, "running", lambda pid: not killed)
     w = LocalWorld(2)
     w._pids = {0: -1, 1: -1}
     w._procs = [types.SimpleNamespace(poll=lambda: 0 if killed else None) for _ in range(2)]
-    monkeypatch.setattr(w, "_a_rank_runs", lambda: not killed)
+    w._conns = {r: types.SimpleNamespace(send=lambda msg: None, close=lambda: None)
+                for r in range(2)}
     monkeypatch.setattr(w, "_kill", lambda: killed.append(clock.now))
-    return w, clock, killed
+    return w, killed
 
 
 def test_ranks_held_in_a_call_are_killed_without_waiting_for_them_to_leave(monkeypatch):
-    """A close asks each rank to leave and gives them 2 s before it kills them; ranks held in a
-    call that timed out, by a stopped rank or by one that died in it cannot read the request,
-    so the world is torn down at once and the failure named up to 2 s sooner."""
+    """A close asks each rank to leave and gives them 2 s before it kills them. Ranks closed
+    in the middle of a call (it timed out, a rank is stopped or died in it, the driver was
+    interrupted) cannot read the request before the call ends, so they are killed at once and
+    the failure named up to 2 s sooner. Each failure is raised while the world collects a
+    call's answers, as here."""
     from commbench.world.local import failures
 
-    w, _, killed = _held_world(monkeypatch)
+    w, killed = _held_world(monkeypatch)
     w.close()
-    assert killed == [pytest.approx(2.0, abs=0.05)]  # the polite wait, by the fake clock
-    w, _, killed = _held_world(monkeypatch)
-    w._in_call = True  # closed in the middle of a call: the driver was interrupted
-    w.close()
-    assert killed == [0.0]
+    assert killed == [pytest.approx(2.0, abs=0.05)]  # between calls: the polite wait
     monkeypatch.setattr(failures, "describe_hang", lambda *a: "")
-    for name, args, error in (("_fail_timeout", ("f", 3.0, {}, [], 3.0), CallTimeout),
-                              ("_fail_stopped", ("f", [1], {}), CallTimeout),
-                              ("_fail_death", ("f", 1, {}), RankDied)):
-        w, _, killed = _held_world(monkeypatch)
-        monkeypatch.setattr(w, "_statuses", lambda: {0: ("op", 1, "in f"), 1: ("op", 1, "in f")})
+    held = {0: ("op", 1, "in f"), 1: ("op", 1, "in f")}
+    for how, error in (("interrupt", KeyboardInterrupt), ("timeout", CallTimeout),
+                       ("stopped", CallTimeout), ("death", RankDied)):
+        w, killed = _held_world(monkeypatch)
+        monkeypatch.setattr(w, "_statuses", lambda: held)
         monkeypatch.setattr(w, "_processes", dict)
+
+        def collect(task, name, timeout, w=w, how=how):
+            if how == "interrupt":
+                raise KeyboardInterrupt
+            if how == "timeout":
+                w._fail_timeout(name, timeout, {}, [], timeout)
+            if how == "stopped":
+                w._fail_stopped(name, [1], {})
+            w._fail_death(name, 1, {})
+
+        monkeypatch.setattr(w, "_collect", collect)
         with pytest.raises(error):
-            getattr(w, name)(*args)
-        assert killed == [0.0], name
+            w.run(_pid)
+        if how == "interrupt":
+            w.close()  # as a driver does once interrupted
+        assert killed == [0.0], how

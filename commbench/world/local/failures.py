@@ -32,7 +32,7 @@ class FailureReports:
 
     def _fail_timeout(self, name, timeout, results, failed, waited, graced=False) -> None:
         statuses, processes = self._statuses(), self._processes()
-        self.close(stuck=True)
+        self.close()
         if failed:
             when = f"the first failure's grace of {self.grace_s:g} s" if graced else \
                 f"the call's limit of {timeout:g} s"
@@ -44,7 +44,7 @@ class FailureReports:
 
     def _fail_stopped(self, name: str, ranks: list[int], results) -> None:
         statuses, processes, pids = self._statuses(), self._processes(), dict(self._pids)
-        self.close(stuck=True)
+        self.close()
         who = ", ".join(f"rank {r} (pid {pids.get(r, '?')})" for r in ranks)
         raise CallTimeout(f"{name}: {who} stopped (SIGSTOP: the kernel's state T) for "
                           f"{self.stopped_s:g} s or more, its peers waiting for it; finished: "
@@ -56,7 +56,7 @@ class FailureReports:
         statuses = self._statuses()
         codes = {i: p.poll() for i, p in enumerate(self._procs)}
         logs = spawn.log_tail(self._dir, 600)
-        self.close(stuck=True)  # the others may wait for the dead rank in the call, as it left them
+        self.close()
         others = "\n".join(f"rank {r}: {t}" for r, (_, _, t) in sorted(statuses.items())
                            if r != rank)
         code = codes.get(rank if self.launch == "plain" else 0)

@@ -155,13 +155,11 @@ class LocalWorld(FailureReports):
         self.starts += 1
         return self
 
-    def close(self, stuck: bool = False) -> None:
+    def close(self) -> None:
         """Stop every rank (killing any that do not leave at once) and remove the temp files
-        and the ranks' MPICH segments (:mod:`shm`). ``stuck``: the ranks are known to be held in
-        a call (it timed out, a rank is stopped or died in it), so none could read the request to
-        leave: they are killed without waiting for them; so are ranks closed in the middle of a
-        call (the driver interrupted: Ctrl-C, SIGTERM), which read no request before it ends."""
-        stuck = stuck or self._in_call
+        and the ranks' MPICH segments (:mod:`shm`). Ranks closed in the middle of a call (it
+        timed out, a rank is stopped or died in it, the driver was interrupted) are held in it
+        and read no request to leave before it ends: they are killed without waiting for them."""
         segments = self._segments | shm.mapped_segments(self._pids.values())
         for c in self._conns.values():
             try:
@@ -171,7 +169,7 @@ class LocalWorld(FailureReports):
         # until every rank has left: mpiexec.gforker, which outlives its ranks by up to a second
         # when they do not leave at the same moment (it sleeps a second between its rounds of
         # reaping), is then killed with the rest, having nothing left to do
-        deadline = time.monotonic() + (0.0 if stuck else 2.0)
+        deadline = time.monotonic() + (0.0 if self._in_call else 2.0)
         while time.monotonic() < deadline and any(p.poll() is None for p in self._procs) and \
                 self._a_rank_runs():
             time.sleep(0.01)
