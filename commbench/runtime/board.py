@@ -58,6 +58,8 @@ class Board:
         self._peers: dict[int, memoryview] = {rank: self._mine}
         self._calls: dict[tuple[int, ...], int] = {}  # group -> agreed calls on it so far
         self._slots: dict[int, int] = {}  # key -> this rank's entry for it
+        self._keys: dict[tuple[int, ...], int] = {}  # group -> its key
+        self._found: dict[tuple[int, int], int] = {}  # (rank, key) -> its entry there, once made
 
     def _path(self, rank: int) -> str:
         return os.path.join(self.folder, f"board{rank}")
@@ -83,6 +85,12 @@ class Board:
             self._peers[rank] = view
         return view
 
+    def _key(self, ranks: tuple[int, ...]) -> int:
+        key = self._keys.get(ranks)
+        if key is None:
+            key = self._keys[ranks] = _key(ranks)
+        return key
+
     def _slot(self, key: int) -> int:
         slot = self._slots.get(key)
         if slot is None:
@@ -98,7 +106,7 @@ class Board:
         """Write this rank's fingerprint of its next agreed call on ``ranks``; its number k."""
         k = self._calls.get(ranks, 0) + 1
         self._calls[ranks] = k
-        base = self._slot(_key(ranks)) * _ENTRY + 1 + (k % 2) * _ROW
+        base = self._slot(self._key(ranks)) * _ENTRY + 1 + (k % 2) * _ROW
         view = self._mine
         view[base] = -1
         for j, v in enumerate(fp):
@@ -112,10 +120,13 @@ class Board:
         view = self._peer(rank)
         if view is None:
             return None
-        key = _key(ranks)
-        slot = _probe(view, key)
-        if slot < 0 or view[slot * _ENTRY] != key:  # the rank has no entry for the group yet
-            return None
+        key = self._key(ranks)
+        slot = self._found.get((rank, key))
+        if slot is None:  # an entry never moves once made: looked up until it is, then kept
+            slot = _probe(view, key)
+            if slot < 0 or view[slot * _ENTRY] != key:  # the rank has no entry for it yet
+                return None
+            self._found[(rank, key)] = slot
         base = slot * _ENTRY + 1 + (k % 2) * _ROW
         if view[base] != k:
             return None

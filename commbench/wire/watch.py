@@ -90,6 +90,10 @@ class quiet:
         _QUIET.reset(self._token)
 
 
+# torch's own guard around a mode's dispatch (torch >= 2.1), applied as torch applies it
+_no_dynamo = getattr(torch, "_disable_dynamo", None) or (lambda **_: lambda fn: fn)
+
+
 class watch(TorchDispatchMode):
     """Book torch.distributed calls made inside the ``with`` block into ``ledger``."""
 
@@ -129,8 +133,7 @@ class watch(TorchDispatchMode):
             return self._guarded(func, types, args, kwargs)
         return self._dispatch(func, types, args, kwargs)
 
-    # torch's own guard (torch >= 2.1 has it), as torch would have applied it
-    @(getattr(torch, "_disable_dynamo", None) or (lambda **_: lambda f: f))(recursive=True)
+    @_no_dynamo(recursive=True)
     def _guarded(self, func, types, args, kwargs):
         return self._dispatch(func, types, args, kwargs)
 
