@@ -146,3 +146,38 @@ def test_a_malformed_request_leaves_the_zygote_serving():
     with LocalWorld(2, launch="plain") as w:
         got = w.run(_me, "X")
     assert all("commbench.world.local.zygote" in _parent_cmdline(p) for _, p, *_ in got)
+
+
+_AT_EXIT = '''import atexit, os, sys
+
+
+def main(argv):
+    from commbench.world.context import import_mpi
+
+    import_mpi(None)  # a singleton MPI_Init, as `commbench info` makes
+    segments = [line.split()[-1] for line in open("/proc/self/maps") if "mpich_shm_" in line]
+    atexit.register(lambda: open(argv[0], "w").write("ran"))
+    print(os.getppid(), *segments[:1])
+    return 0
+'''
+
+
+@pytest.mark.skipif(not mpi_usable(), reason="mpi4py or mpiexec is not installed")
+def test_a_command_forked_here_ends_as_a_process_of_its_own_would(tmp_path):
+    """A command run through the zygote (how the tests run the command line) runs at its end
+    what a process of its own runs at exit: Python's exit handlers, and mpi4py's MPI_Finalize,
+    where MPICH unlinks the /dev/shm segment of a singleton MPI_Init. Each `commbench info` run
+    so had left a megabyte of the host's memory there."""
+    (tmp_path / "at_exit.py").write_text(_AT_EXIT)
+    z = zygote.own(dict(os.environ))
+    assert z is not None
+    flag = tmp_path / "flag"
+    p = subprocess.Popen([sys.executable, "-m", "commbench.world.local.zygote", "--through",
+                          z.path, "at_exit:main", str(flag)], cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    parent, segment = out.split()
+    assert int(parent) != p.pid  # forked by the zygote, not run by its stand-in
+    assert segment.startswith("/dev/shm/mpich_shm_") and not os.path.exists(segment)
+    assert flag.read_text() == "ran"

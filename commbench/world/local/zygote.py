@@ -263,12 +263,32 @@ def _become_rank(req: dict, close: list[socket.socket]) -> None:
     except BaseException:
         traceback.print_exc()
     finally:
+        # what a process that ends on its own runs at exit, which os._exit skips (a rank ends
+        # by an os._exit of its own before this: worker.py finalizes MPI itself)
+        atexit._run_exitfuncs()
+        _finalize_mpi()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:
                 pass
         os._exit(code)
+
+
+def _finalize_mpi() -> None:
+    """MPI_Finalize where mpi4py initialised MPI and would finalize it at exit: from a C exit
+    hook, which ``os._exit`` skips. MPICH unlinks the ``/dev/shm`` segment of a singleton
+    MPI_Init (``commbench info`` makes one) only there: without it, each such command forked
+    here left a megabyte of the host's memory behind."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None:
+        return
+    try:
+        if mpi.Is_initialized() and not mpi.Is_finalized() and \
+                sys.modules["mpi4py"].rc.finalize in (None, True):
+            mpi.Finalize()
+    except Exception:  # noqa: BLE001 - an exit never fails on its way out
+        pass
 
 
 def serve(folder: str) -> None:
