@@ -1,7 +1,7 @@
-"""``commbench calibrate``: NCCL's model fitted to a real multi-node log (CSCS' GH200 all-reduce,
-tests/data/nccl_tests), judged on rows held out of the fit; the fit recovers figures it was
-generated with; a log of one node says it cannot calibrate the network; the calibrated file is
-a topology every command takes."""
+"""``commbench calibrate``: NCCL's model fitted to real multi-node logs (CSCS' GH200 all-reduce,
+an HGX H100 pair's from NVIDIA/nccl-tests#309; tests/data/nccl_tests), judged on rows held out
+of the fit; the fit recovers figures it was generated with; a log of one node says it cannot
+calibrate the network; the calibrated file is a topology every command takes."""
 
 from __future__ import annotations
 
@@ -55,6 +55,23 @@ def test_calibration_improves_every_held_out_row_of_a_mebibyte_and_more(held):
     # 2 -> 4 MiB 111 us), so a smooth model fitted on its neighbours misses it by 15.6% in busbw
     miss = {size: _busbw_err(x) for size, _, x in big if _busbw_err(x) > 0.10}
     assert set(miss) <= {2 << 20}
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return held_out(load("cluster-h100-ndr"), _rows("nccl_tests_309_h100_2x8_all_reduce.log"), V)
+
+
+def test_a_second_cluster_s_held_out_rows_are_predicted_within_the_target_but_one(h100):
+    """NVIDIA/nccl-tests#309's two HGX H100 nodes (8 x 400G InfiniBand each, 8 B .. 16 GiB) on
+    the NDR preset: calibrated, every held-out row of >= 1 MiB is closer than the preset was,
+    and all but one within 10% in busbw. The miss, measured: 32 MiB, 11.3%."""
+    big = [(m.size, b, x) for s, m, b, x in h100 if m.size >= 1 << 20]
+    assert len(big) == 9
+    assert all(_busbw_err(x) < _busbw_err(b) for _, b, x in big), big
+    assert all(_busbw_err(x) <= 0.10 for s, m, _, x in h100 if s == "largest")
+    miss = {size: round(_busbw_err(x), 3) for size, _, x in big if _busbw_err(x) > 0.10}
+    assert set(miss) <= {32 << 20}, miss
 
 
 def test_a_topology_fitted_on_another_cluster_state_misses(held):

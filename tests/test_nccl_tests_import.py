@@ -27,6 +27,8 @@ EXPECTED = {  # file: [(op, ranks, hosts, per node, rows, first (size, us), last
                                              (134217728, 43293, 5.43), 1.58767)],
     "cscs_gh200_2x1_all_reduce.log": [("all_reduce", 2, 2, 1, 8, (1048576, 339.61),
                                        (134217728, 5871.07, 22.86), 14.9966)],
+    "nccl_tests_309_h100_2x8_all_reduce.log": [("all_reduce", 16, 2, 8, 32, (8, 68.52),
+                                                (17179869184, 68652, 469.21), 139.56)],
     "rccl_mi300x_g8_all_reduce.log": [("all_reduce", 8, 1, 8, 25, (8, 45.92),
                                        (134217728, 801.4, 293.07), 54.8575)],
     "nccl_osx_gtx1080_g2_five_ops.log": [
@@ -89,6 +91,11 @@ def test_the_header_gives_versions_devices_and_the_tool():
     rccl = parse(_text("rccl_mi300x_g8_all_reduce.log"))[0]
     assert (rccl.tool, rccl.op_from, rccl.processes, rccl.params["nGpus"]) == \
         ("rccl-tests", "columns", 1, 8)
+    # Open MPI's warnings before the header and its aggregated help lines among the devices
+    h100 = parse(_text("nccl_tests_309_h100_2x8_all_reduce.log"))[0]
+    assert (h100.library, h100.op_from, h100.gpu) == ("2.26.2+cuda12.8", "command line",
+                                                      "NVIDIA H100 80GB HBM3")
+    assert h100.hosts == ["bm-h100-01", "bm-h100-02"] and h100.gpus_per_node == 8
     old = parse(_text("nccl_osx_gtx1080_g2_five_ops.log"))
     assert [r.elided for r in old] == [1] * 5 and old[0].rows[0].out.error == 0.0
     assert old[1].rows[0].redop == "none" and old[2].rows[0].root == 0
