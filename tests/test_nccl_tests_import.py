@@ -93,7 +93,7 @@ def test_the_header_gives_versions_devices_and_the_tool():
         ("rccl-tests", "columns", 1, 8)
     # Open MPI's warnings before the header and its aggregated help lines among the devices
     h100 = parse(_text("nccl_tests_309_h100_2x8_all_reduce.log"))[0]
-    assert (h100.library, h100.op_from, h100.gpu) == ("2.26.2+cuda12.8", "command line",
+    assert (h100.library, h100.op_from, h100.gpu) == ("2.26.2+cuda12.8", "columns",
                                                       "NVIDIA H100 80GB HBM3")
     assert h100.hosts == ["bm-h100-01", "bm-h100-02"] and h100.gpus_per_node == 8
     old = parse(_text("nccl_osx_gtx1080_g2_five_ops.log"))
