@@ -29,6 +29,8 @@ EXPECTED = {  # file: [(op, ranks, hosts, per node, rows, first (size, us), last
                                        (134217728, 5871.07, 22.86), 14.9966)],
     "nccl_tests_309_h100_2x8_all_reduce.log": [("all_reduce", 16, 2, 8, 32, (8, 68.52),
                                                 (17179869184, 68652, 469.21), 139.56)],
+    "nccl_tests_290_h100_2x8_srun_all_reduce.log": [("all_reduce", 16, 2, 8, 11, (8388608, 215.3),
+                                                     (8589934592, 103530, 155.57), 142.735)],
     "rccl_mi300x_g8_all_reduce.log": [("all_reduce", 8, 1, 8, 25, (8, 45.92),
                                        (134217728, 801.4, 293.07), 54.8575)],
     "nccl_osx_gtx1080_g2_five_ops.log": [
@@ -58,6 +60,7 @@ def _raw_rows(text: str) -> dict[int, tuple[list[str], int]]:
     line that begins with a whole number, read without the parser."""
     out, col = {}, -1
     for k, line in enumerate(text.splitlines(), 1):
+        line = re.sub(r"^\s*\d+: ", "", line)  # srun --label's task prefix
         if re.search(r"#\s+size\s+count", line):
             col = line.split()[1:].index("time")
         elif re.match(r"^\s*\d+\s+\d+\s", line):
@@ -81,6 +84,19 @@ def test_imported_rows_equal_the_logs_rows_number_for_number(name, tmp_path, cap
         assert row["log_busbw"] == float(toks[col + 2])
         assert row["inplace_us"] == float(toks[col + 4])
         assert row["wrong"] == 0 and row["spread"] is False
+        assert row.get("checked", True) is ("N/A" not in toks)  # not checked: said so
+
+
+def test_results_not_checked_are_written_and_printed_as_such(tmp_path, capsys):
+    """nccl-tests run with -c 0 prints N/A for #wrong: the rows carry checked false and the
+    table prints N/A, never a count of 0 wrong elements that nobody counted."""
+    name = "nccl_tests_290_h100_2x8_srun_all_reduce.log"
+    assert main(["import", os.path.join(DATA, name), "--out", str(tmp_path)]) == 0
+    printed = [line.split() for line in capsys.readouterr().out.splitlines()
+               if re.match(r"^\s*\d+\s", line)]
+    assert len(printed) == 11 and all(toks[6] == "N/A" for toks in printed)
+    rows = json.loads(next(tmp_path.glob("*.json")).read_text())["rows"]
+    assert all(r["checked"] is False and r["wrong"] == 0 for r in rows)
 
 
 def test_the_header_gives_versions_devices_and_the_tool():
@@ -96,6 +112,10 @@ def test_the_header_gives_versions_devices_and_the_tool():
     assert (h100.library, h100.op_from, h100.gpu) == ("2.26.2+cuda12.8", "columns",
                                                       "NVIDIA H100 80GB HBM3")
     assert h100.hosts == ["bm-h100-01", "bm-h100-02"] and h100.gpus_per_node == 8
+    # srun --label's task prefix on every line; results not checked (validation: 0, N/A)
+    srun = parse(_text("nccl_tests_290_h100_2x8_srun_all_reduce.log"))[0]
+    assert srun.hosts == ["node005", "node007"] and srun.params["validation"] == 0
+    assert not any(r.checked for r in srun.rows) and all(r.checked for r in h100.rows)
     old = parse(_text("nccl_osx_gtx1080_g2_five_ops.log"))
     assert [r.elided for r in old] == [1] * 5 and old[0].rows[0].out.error == 0.0
     assert old[1].rows[0].redop == "none" and old[2].rows[0].root == 0

@@ -23,7 +23,8 @@ A run becomes commbench's results file (:func:`record`): ``time_us`` the log's o
 (nccl-tests' average over its iterations; it prints no spread, so ``min_us`` is the same figure
 and ``spread`` is false: the regression gate says when it judges such rows), algbw and busbw
 recomputed from size and time (the log prints two decimals, 0.00 below 5 MB/s), ``transport``
-``nccl`` or ``rccl``, ``algo`` ``native``, ``wrong`` the wrong elements of both halves,
+``nccl`` or ``rccl``, ``algo`` ``native``, ``wrong`` the wrong elements of both halves (and
+``checked`` false where the log printed ``N/A``: results not checked, ``-c 0``),
 ``inplace_us`` the in-place time. A log's printed busbw must agree with the recomputed one to its
 printed precision (:func:`check_printed`); where it does not, the op or the world read from the
 header is wrong, and the row is flagged.
@@ -113,6 +114,13 @@ class Row:
     def wrong(self) -> int:
         """Wrong elements in either half (0 where neither counted)."""
         return sum(t.wrong or 0 for t in (self.out, self.inplace) if t is not None)
+
+    @property
+    def checked(self) -> bool:
+        """Whether the log says the results were checked: a count or an error in either half
+        (``-c 0`` prints ``N/A`` in both)."""
+        return any(t.wrong is not None or t.error is not None
+                   for t in (self.out, self.inplace) if t is not None)
 
 
 @dataclass
@@ -418,6 +426,8 @@ def record(run: Run, source: str) -> dict:
                "n_samples": None, "algbw": alg, "busbw": alg * f, "wrong": r.wrong,
                "log_busbw": r.out.busbw, "inplace_us": r.inplace.time_us if r.inplace else None,
                "line": r.line}
+        if not r.checked:  # N/A: 0 wrong elements because none were counted
+            row["checked"] = False
         if r.wrong:
             row["flag"] = f"#wrong {r.wrong}"
         elif r.line in bad_lines:
