@@ -4,6 +4,7 @@ example's are worked out by hand."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import runpy
@@ -285,9 +286,12 @@ def test_a_rank_whose_script_raises_under_a_launcher_is_named_with_its_error(lau
     error's last line, the traceback in the log, and not by the watchdog's timeout."""
     script = tmp_path / "raises.py"
     script.write_text(RAISES_AT_RANK_1)
+    segments = set(glob.glob("/dev/shm/mpich_shm_*"))
     out = subprocess.run([*launcher, sys.executable, "-m", "commbench", "audit", str(script),
                           "--no-write", "--timeout", "600"], capture_output=True, text=True,
                          timeout=300, cwd=tmp_path)
+    # no MPI_Finalize on the way out: the ranks' supervisors remove MPICH's segment
+    assert not set(glob.glob("/dev/shm/mpich_shm_*")) - segments
     assert out.returncode == (1 if "torch.distributed.run" in launcher else 3), out.stderr[-2000:]
     ours = [line for line in out.stderr.splitlines() if " stopped: " in line]
     assert ours == ["[rank 1] commbench: script_rank stopped: rank 1 of 2 raised ValueError: "

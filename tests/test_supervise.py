@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from commbench.runtime import supervise
+from commbench.runtime import shm, supervise
 from commbench.world.local.spawn import find_mpiexec, mpi_usable
 
 pytestmark = pytest.mark.faults
@@ -35,17 +35,24 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(p.decode(errors="replace").split("=", 1) for p in pairs if b"=" in p)
 
 
-def _kill_child_of_rank(job: subprocess.Popen, rank_var: str, rank: int, out: str) -> int:
-    """Wait for the sweep to have saved a row, then SIGKILL the working child of ``rank``."""
+def _kill_child_of_rank(job: subprocess.Popen, rank_var: str, rank: int, out: str
+                        ) -> tuple[int, set[str]]:
+    """Wait for the sweep to have saved a row, then SIGKILL the working child of ``rank``; the
+    rows saved by then, and the MPICH segments the job's working children map."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and job.poll() is None:
         rows = _rows(out)
-        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-            env = _environ(pid)
-            if (rows and env.get(supervise.SUPERVISED) == "1" and env.get(rank_var) == str(rank)
-                    and env.get("COMMBENCH_TEST_OUT") == out):
-                os.kill(pid, signal.SIGKILL)
-                return len(rows)
+        children = {pid: _environ(pid) for pid in (int(p) for p in os.listdir("/proc")
+                                                   if p.isdigit())}
+        children = {pid: env for pid, env in children.items()
+                    if env.get(supervise.SUPERVISED) == "1"
+                    and env.get("COMMBENCH_TEST_OUT") == out}
+        target = next((pid for pid, env in children.items() if env.get(rank_var) == str(rank)),
+                      None)
+        if rows and target is not None:
+            segments = shm.mapped_segments(children)
+            os.kill(target, signal.SIGKILL)
+            return len(rows), segments
         time.sleep(0.2)
     raise AssertionError(f"no supervised child of rank {rank} found while the job ran")
 
@@ -67,44 +74,50 @@ def _killed_run(launcher: list[str], rank_var: str, rank: int, tmp_path):
     job = subprocess.Popen([*launcher, sys.executable, "-m", "commbench", *SWEEP, "--out", out],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        before = _kill_child_of_rank(job, rank_var, rank, out)
+        before, segments = _kill_child_of_rank(job, rank_var, rank, out)
         stdout, stderr = job.communicate(timeout=120)
     finally:
         if job.poll() is None:
             job.kill()
     ours = [line for line in stderr.splitlines() if re.match(r"(\[rank \d+\] )?commbench: ", line)]
-    return job.returncode, ours, before, len(_rows(out)), stdout
+    left = sorted(p for p in segments if os.path.exists(p))
+    return job.returncode, ours, before, len(_rows(out)), stdout, (segments, left)
 
 
 @pytest.mark.launcher
 @pytest.mark.local
 @needs_mpiexec
 def test_a_rank_killed_under_mpiexec_ends_the_job_with_3_and_one_line(tmp_path):
-    code, ours, before, after, stdout = _killed_run([find_mpiexec(), "-n", "2"], "PMI_RANK", 1,
-                                                     tmp_path)
+    code, ours, before, after, stdout, (segments, left) = _killed_run(
+        [find_mpiexec(), "-n", "2"], "PMI_RANK", 1, tmp_path)
     assert code == 3, (ours, stdout[-2000:])
     assert len(ours) == 1 and "rank 1 of 2" in ours[0] and "killed by SIGKILL" in ours[0], ours
     assert "BAD TERMINATION" not in stdout  # hydra did not take the ranks down with SIGKILL
     assert after >= before > 0  # the rows measured before the death are kept
+    # MPICH unlinks its segment only in MPI_Finalize, which neither rank reached: the ranks'
+    # supervisors remove it
+    assert segments and not left, (segments, left)
 
 
 @pytest.mark.launcher
 @pytest.mark.local
 @needs_mpiexec
 def test_rank_0_killed_under_mpiexec_is_named_and_rank_1_says_the_store_went(tmp_path):
-    code, ours, _, _, stdout = _killed_run([find_mpiexec(), "-n", "2"], "PMI_RANK", 0, tmp_path)
+    code, ours, _, _, stdout, (segments, left) = _killed_run(
+        [find_mpiexec(), "-n", "2"], "PMI_RANK", 0, tmp_path)
     assert code == 3, (ours, stdout[-2000:])
     assert "rank 0 of 2" in ours[0] and "killed by SIGKILL" in ours[0], ours
     assert all("rank 0" in line for line in ours) and len(ours) <= 2, ours
+    assert segments and not left, (segments, left)
 
 
 @pytest.mark.launcher
 @pytest.mark.local
 def test_a_rank_killed_under_torchrun_is_named_in_one_line(tmp_path):
     """torchrun's own exit code for a failed worker is 1, and it prints its own summary."""
-    code, ours, _, _, _ = _killed_run([sys.executable, "-m", "torch.distributed.run",
-                                       "--nproc-per-node", "2", "--no-python"],
-                                      "RANK", 1, tmp_path)
+    code, ours, _, _, _, _ = _killed_run([sys.executable, "-m", "torch.distributed.run",
+                                          "--nproc-per-node", "2", "--no-python"],
+                                         "RANK", 1, tmp_path)
     assert code != 0
     assert len(ours) == 1 and "rank 1 of 2" in ours[0] and "killed by SIGKILL" in ours[0], ours
 

@@ -161,7 +161,7 @@ def test_an_mpi_world_leaves_no_shared_memory_behind():
     """MPICH unlinks its segment only in MPI_Finalize, which the ranks never reach: the world
     removes the segments its ranks map when it closes, after a killed rank too, and when every
     rank is gone before it closes (noted at start: a dead process's maps say nothing)."""
-    from commbench.world.local import shm
+    from commbench.runtime import shm
 
     for kill in ([], [1], [0, 1]):
         w = LocalWorld(2, launch="mpi").start()

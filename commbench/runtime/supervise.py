@@ -33,11 +33,12 @@ import sys
 import time
 from collections.abc import Mapping
 
+from commbench.runtime import shm
 from commbench.runtime.launch import LaunchError, detect
 from commbench.runtime.pdeathsig import parent_death_signal
 
 __all__ = ["COMMANDS", "DEATH_KEY", "POLL_S", "SUPERVISED", "death_notice", "leave_hydra",
-           "store_client", "supervise", "tell_store", "wanted"]
+           "store_client", "supervise", "tell_segments", "tell_store", "wanted"]
 
 SUPERVISED = "COMMBENCH_SUPERVISED"  # set in the child, so that it does the work itself
 _ADDRESS_FD = "COMMBENCH_SUPERVISOR_FD"  # the pipe on which the child writes its store's address
@@ -89,6 +90,9 @@ def supervise(argv: list[str]) -> int:
     for s in _PASSED:
         signal.signal(s, pass_on)
     code = child.wait()  # a signal's handler runs and the wait goes on (PEP 475)
+    address, segments = _told(read_end)
+    if code != 0:  # killed, or a failure that ends without MPI_Finalize: MPICH's file stays
+        shm.remove(segments)
     if code >= 0:
         return code
     signum = -code
@@ -102,7 +106,6 @@ def supervise(argv: list[str]) -> int:
     host = socket.gethostname()
     print(f"commbench: rank {info.rank} of {info.size} (host {host}, pid {child.pid}) died: "
           f"killed by {name}; the job cannot finish", file=sys.stderr, flush=True)
-    address = _last_address(read_end)
     if address is not None and _post_death(address, {"rank": info.rank, "host": host,
                                                      "signal": name}):
         # stay until the others have read it and left on their own, quietly: a launcher that
@@ -142,14 +145,37 @@ def tell_store(host: str, port: int) -> None:
             pass
 
 
-def _last_address(fd: int) -> tuple[str, int] | None:
-    try:
-        data = os.read(fd, 4096).decode(errors="replace").split()
-    except OSError:
-        return None
-    if len(data) < 2 or not data[-1].isdigit():
-        return None
-    return data[-2], int(data[-1])
+def tell_segments() -> None:
+    """In a supervised child whose MPI is initialised: name the MPICH segments this rank maps,
+    which its supervisor removes if the rank ends with a failure (a no-op else)."""
+    fd = os.environ.get(_ADDRESS_FD, "")
+    if fd.isdigit():
+        try:
+            for path in sorted(shm.mapped_segments([os.getpid()])):
+                os.write(int(fd), f"shm {path}\n".encode())
+        except OSError:
+            pass
+
+
+def _told(fd: int) -> tuple[tuple[str, int] | None, list[str]]:
+    """What the child wrote on the pipe: the last store address it gave, and its segments."""
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except (BlockingIOError, OSError):
+            break
+        if not chunk:
+            break
+        data += chunk
+    address, segments = None, []
+    for line in data.decode(errors="replace").splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] == "shm":
+            segments.append(words[1])
+        elif len(words) == 2 and words[1].isdigit():
+            address = (words[0], int(words[1]))
+    return address, segments
 
 
 def store_client(address: tuple[str, int]):

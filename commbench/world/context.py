@@ -150,6 +150,8 @@ class Context:
             if MPI is None and use_mpi:
                 raise LaunchError("use_mpi=True but mpi4py or its MPI library cannot be loaded")
         mpi_comm = MPI.COMM_WORLD if MPI else None
+        if MPI is not None:
+            supervise.tell_segments()  # removed by the supervisor if this rank dies or aborts
         if mpi_comm is not None and info.launched and mpi_comm.Get_size() != info.size:
             raise LaunchError(
                 f"{info.launcher} says {info.size} ranks ({info.source}) but MPI.COMM_WORLD has "

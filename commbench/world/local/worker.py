@@ -28,10 +28,10 @@ import threading
 import types
 from multiprocessing.connection import Client
 
+from commbench.runtime import shm
 from commbench.runtime.board import Board
 from commbench.runtime.errors import remote_error
 from commbench.runtime.status import SlotSink, Tracker
-from commbench.world.local import shm
 from commbench.world.local.zygote import run_through
 
 

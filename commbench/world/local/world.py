@@ -39,10 +39,10 @@ import time
 import weakref
 from multiprocessing.connection import Listener, wait
 
-from commbench.runtime import crashlog
+from commbench.runtime import crashlog, shm
 from commbench.runtime.errors import Outcome, SPMDError, WorldError
 from commbench.runtime.pdeathsig import parent_death_signal
-from commbench.world.local import shm, spawn
+from commbench.world.local import spawn
 from commbench.world.local.failures import FailureReports
 from commbench.world.local.spawn import find_mpiexec, local_mpiexec, mpi_usable
 

@@ -1,4 +1,5 @@
-"""MPICH's shared-memory segments of a local world, removed when the world ends.
+"""MPICH's shared-memory segments of a local world, removed when the world ends, and of a
+launched rank that ends without MPI_Finalize, removed by its supervisor.
 
 Each rank of an MPI world maps one ``/dev/shm/mpich_shm_*`` file that MPICH unlinks only in
 ``MPI_Finalize``. A local world's ranks end with ``os._exit`` (and a killed rank ends without
@@ -6,7 +7,10 @@ a word), so every world left its segment behind: about 2.6 MB of the host's memo
 of them (3.4 GB) after a day of test runs here. Every rank has mapped the segment by the time
 it said hello, so removing the file afterwards takes nothing from a running rank (the mapping
 stays); the driver removes the segments its ranks map before it stops them, and a rank whose
-driver vanished removes its own.
+driver vanished removes its own. Under a launcher (mpiexec) a rank that is killed, or that ends
+a failed run with MPI_Abort, leaves the node's segment just the same: each supervised rank names
+its segments to its supervisor (:mod:`commbench.runtime.supervise`), which removes them when
+the rank ends with a failure.
 """
 
 from __future__ import annotations
