@@ -106,6 +106,7 @@ def command(a) -> int:
     data["description"] = f"{base.description}; calibrated on {', '.join(logs)}"
     data["calibration"] = {
         "from": base.name, "logs": logs, "rows": len(rows),
+        "nodes": sorted({m.nodes for m in rows}),
         "min_size": min_size, "nccl_version": v, "fitted": list(f.fitted),
         "not_fitted": list(f.fixed), "loss_before": f.loss_before, "loss_after": f.loss_after,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

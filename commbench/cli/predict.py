@@ -18,6 +18,7 @@ import time
 from tabulate import tabulate
 
 from commbench.costmodel import twolevel
+from commbench.costmodel.calibrate import off_calibration
 from commbench.costmodel.layout import predict_layout
 from commbench.costmodel.layout_config import Layout
 from commbench.costmodel.nccl import hierarchical_all_reduce, nccl_predict, nccl_table
@@ -182,6 +183,7 @@ def _collective(a) -> None:
         pick = nccl_predict(a.op, size, topo, a.nccl_version, a.algo, a.proto)
         print(f"# {a.op} of {size} B on {topo.name}: {n} ranks ({topo.nodes} x "
               f"{topo.gpus_per_node}), NCCL {a.nccl_version} model")
+        _warn_off_calibration(topo)
         rows = [[t.algo, t.proto, f"{t.lat_us:.1f}", f"{t.time_us:.1f}",
                  f"{size / t.time_us / 1e3 * bus_factor(a.op, n) if t.time_us else 0:.1f}",
                  "<-" if t == pick else ""] for t in sorted(table, key=lambda t: t.time_us)]
@@ -240,6 +242,12 @@ def on_ranks(topo, ranks: int):
     return topo.part(nodes, here)
 
 
+def _warn_off_calibration(topo) -> None:
+    note = off_calibration(topo)
+    if note:
+        print(f"# warning: {note}")
+
+
 def _layout(a) -> None:
     lay = Layout(**{k: getattr(a, k) for k in Layout.__dataclass_fields__})
     for topo in _topologies(a):
@@ -250,6 +258,7 @@ def _layout(a) -> None:
                  if lay.dp_replicate > 1 else "")
               + f"pp={lay.pp} zero={lay.zero}, {lay.micro_batches} micro-batches; NCCL "
               f"{a.nccl_version} model")
+        _warn_off_calibration(topo)
         print(tabulate([[r["group"], r["size"], f"{r['nodes']}x{r['per_node']}", r["calls"],
                          r["bytes_per_rank"], f"{r['time_ms']:.3f}", "; ".join(r["nccl"])]
                         for r in rows],

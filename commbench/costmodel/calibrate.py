@@ -44,8 +44,8 @@ from commbench.ops import OPS as RECORDS
 from commbench.results.nccl_info import NcclSaid
 from commbench.results.nccl_tests import Run
 
-__all__ = ["Beside", "Fit", "Measured", "beside", "error", "fit", "held_out", "predict_us",
-           "said_against", "topology_for"]
+__all__ = ["Beside", "Fit", "Measured", "beside", "error", "fit", "held_out", "off_calibration",
+           "predict_us", "said_against", "topology_for"]
 
 # GPU name words -> (one-node preset, multi-node preset); whole words: a GH200 is no H200
 _PRESETS = (("GH200", "alps-gh200", "alps-gh200"), ("H200", "dgx-h200", "cluster-h100-ndr"),
@@ -273,6 +273,21 @@ def held_out(base: Topology, rows: list[Measured], version: str = "2.30.7"
     return out
 
 
+def off_calibration(topo: Topology) -> str | None:
+    """A line saying that ``topo`` is priced at a node count its calibration never saw (None:
+    no calibration record, or one that saw this count). The fitted figures are effective ones
+    for the runs they were fitted on: NCCL runs other algorithms at 2 nodes than at 8 (the tree's
+    two-node case), and a fit of 2-node rows prices an 8-node run's large all-reduce several
+    times too fast (docs/nccl-tests.md)."""
+    seen = (topo.calibration or {}).get("nodes")
+    if not seen or topo.nodes in seen:
+        return None
+    return (f"{topo.name} was calibrated on runs of {', '.join(map(str, seen))} node(s) and is "
+            f"priced here at {topo.nodes}: its fitted figures hold for the node counts it was "
+            "fitted on and can be far off at others (docs/nccl-tests.md); calibrate on logs of "
+            "the node counts you price")
+
+
 # -- a log's rows beside the model ------------------------------------------------------------------
 def topology_for(run: Run, given: str | None = None):
     """(Topology of the run's nodes x GPUs per node, what was assumed), or (None, why not)."""
@@ -292,7 +307,9 @@ def topology_for(run: Run, given: str | None = None):
         return None, (f"{per} GPUs per node in the log, {base.gpus_per_node} in {base.name}")
     if nodes > 1 and not (base.nics_per_node and base.nic_GBps):
         return None, f"{base.name} has no NICs: it cannot span {nodes} nodes"
-    return base.part(nodes, per), why
+    topo = base.part(nodes, per)
+    note = off_calibration(topo)
+    return topo, (f"{why}; warning: {note}" if note else why)
 
 
 @dataclass(frozen=True)
