@@ -156,3 +156,18 @@ def test_a_replay_that_cannot_run_is_refused_in_one_line_before_any_rank_starts(
     assert main(argv) == 2
     err = said(capsys)
     assert says in err and err.count("\n") == 1, err
+
+
+def test_a_calibrated_topology_priced_at_other_node_counts_is_said_to_be(tmp_path, capsys):
+    """A topology calibrated on 2-node logs (results/calibrated_hgx-h100-ndr.json) beside a
+    job priced at 2 nodes says nothing more; at 4 it warns that its fitted figures are off
+    there (docs/nccl-tests.md), in the record and on the screen."""
+    calibrated = os.path.join(RESULTS, "calibrated_hgx-h100-ndr.json")
+    assert json.load(open(calibrated))["calibration"]["nodes"] == [2]
+    for nodes, warned in (("2", False), ("4", True)):
+        code, rec = _run(tmp_path, "--topology", calibrated, "--nodes", nodes)
+        assert code == 0
+        note = rec.get("model_note", "")
+        assert (f"was calibrated on runs of 2 node(s) and is priced here at {nodes}" in note) \
+            is warned, note
+        assert (f"priced here at {nodes}" in capsys.readouterr().out) is warned

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 
+from commbench.costmodel.calibrate import off_calibration
 from commbench.costmodel.layout import call_time_us, group_span
 from commbench.costmodel.nccl import OPS as MODELLED
 from commbench.costmodel.p2p import P2P_OPS
@@ -72,6 +73,9 @@ def topology(traces: list[RankTrace], name: str | None, nodes: int | None,
         devices = sorted({d for t in traces for d in t.devices})
         why.append(f"{name} guessed from the device name ({', '.join(devices[:2])}); "
                    "--topology to choose")
+    note = off_calibration(topo)
+    if note:
+        why.append(f"warning: {note}")
     return topo
 
 
