@@ -56,6 +56,22 @@ def test_an_atomic_write_leaves_the_old_file_or_the_new_one_and_is_readable(tmp_
     assert path.read_text() == ""
 
 
+def test_a_record_is_written_with_one_row_per_line_and_reads_back_equal(tmp_path):
+    rows = [{"op": "a", "size": 8, "rounds_us": [1.5, 2.0]}, {"op": "b", "size": float("nan")}]
+    record = {"schema": "s", "rows": rows, "empty": [], "mixed": [{"x": 1}, 2], "m": {"k": [1]}}
+    path = tmp_path / "r.json"
+    write_json(str(path), record)
+    text = path.read_text()
+    assert json.dumps(json.loads(text)) == json.dumps(record)  # NaN kept, as json writes it
+    lines = text.splitlines()
+    assert lines[:3] == ['{', '"schema": "s",', '"rows": [']
+    assert lines[3:5] == [json.dumps(r) + "," * (i == 0) for i, r in enumerate(rows)]
+    assert '"mixed": [{"x": 1}, 2],' in lines  # a list that is not all objects stays on one line
+    assert lines[-1] == "}"
+    write_json(str(path), {})
+    assert json.loads(path.read_text()) == {}
+
+
 def test_a_machine_label_at_its_limits():
     assert machine_class("a" * LABEL_MAX) == "a" * LABEL_MAX
     with pytest.raises(ValueError, match=f"--label of {LABEL_MAX + 1} characters: at most"):

@@ -124,7 +124,7 @@ def test_a_size_read_from_the_wrong_count_is_caught(tmp_path, monkeypatch):
 
 def test_an_overlap_that_ignores_the_computation_is_caught(tmp_path, monkeypatch):
     generate(4, PLAN, str(tmp_path))
-    monkeypatch.setattr(analysis._Cover, "covered", lambda self, a, b: 0.0)
+    monkeypatch.setattr(analysis.Cover, "covered", lambda self, a, b: 0.0)
     assert any("exposed" in b for b in judge(PLAN, match(load([str(tmp_path)]))))
 
 
@@ -401,9 +401,8 @@ assert len(pids) == 2 and str(os.getpid()) not in pids, pids
 for a, b in zip(alone, forked, strict=True):
     assert a.path.rsplit("@", 1)[0] == b.path.rsplit("@", 1)[0]
     assert (a.rank, a.world_size, a.unlinked, a.steps) == (b.rank, b.world_size, b.unlinked, b.steps)
-    assert [c.key() + (c.op, c.size, c.ts, c.dur, c.step) for c in a.calls] == \
-        [c.key() + (c.op, c.size, c.ts, c.dur, c.step) for c in b.calls]
-    assert list(a.compute_ts) == list(b.compute_ts)
+    assert a.calls == b.calls  # every field of every call through the worker's pickle
+    assert (a.compute_ts, a.compute_end) == (b.compute_ts, b.compute_end)
 try:
     job.read_all([paths[0], sys.argv[-1]], progress=False, workers=2)
 except TraceError as exc:
@@ -471,3 +470,50 @@ def test_a_process_with_threads_reads_its_files_itself():
         stop.set()
         other.join()
     assert [t.rank for t in got] == [0, 1]
+
+
+def test_a_rank_s_computation_is_kept_as_the_union_of_its_kernels(tmp_path):
+    """The reader leaves a rank's computation kernels as their union, sorted and merged (what
+    the overlap figures are taken against): overlapping and touching kernels on any stream are
+    one interval, apart ones stay apart, in time order whatever the file's order; an NCCL
+    kernel is not computation."""
+    def kernel(name, ts, dur, tid=7):
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": tid, "ts": ts,
+                "dur": dur, "args": {}}
+    events = [kernel("gemm", 30.0, 10.0), kernel("gemm", 0.0, 10.0), kernel("relu", 5.0, 15.0, 9),
+              kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 45.0, 100.0),
+              kernel("gemm", 40.0, 2.0), kernel("gemm", 50.0, 1.0)]
+    path = _write(tmp_path / "r.json", json.dumps({"traceEvents": events}))
+    t = kineto.read(path, progress=False)
+    assert list(zip(t.compute_ts, t.compute_end, strict=True)) == [(0.0, 20.0), (30.0, 42.0),
+                                                                   (50.0, 51.0)]
+    assert analysis.Cover(t).covered(0.0, 60.0) == 33.0
+
+
+def test_analyze_runs_without_the_cycle_collector_and_leaves_it_as_it_found_it(
+        tmp_path, capsys, monkeypatch):
+    """``analyze`` runs with Python's cycle collector off (its objects hold no cycles) and
+    leaves it as it was, on or off, also when it fails."""
+    import gc
+    import os
+
+    from commbench.cli import analyze
+    from commbench.cli.main import main
+
+    seen = []
+    real = analyze.match_job
+    monkeypatch.setattr(analyze, "match_job",
+                        lambda *a: (seen.append(gc.isenabled()), real(*a))[1])
+    dlrm = os.path.join(os.path.dirname(__file__), "data", "traces", "param", "dlrm_kineto")
+    assert gc.isenabled()
+    assert main(["analyze", dlrm]) == 0
+    assert seen == [False] and gc.isenabled()
+    assert main(["analyze", str(tmp_path)]) == 2  # a folder without traces: one line, exit 2
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert main(["analyze", dlrm]) == 0
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    capsys.readouterr()

@@ -54,9 +54,9 @@ from commbench.costmodel.flavours import (
     torch_tp_arrival,
 )
 from commbench.costmodel.layout_config import Layout
-from commbench.costmodel.nccl import nccl_predict
+from commbench.costmodel.pricing import call_time_us, group_span
 from commbench.costmodel.topology import Topology
-from commbench.ops import OPS, booked
+from commbench.ops import booked
 from commbench.patterns.base import Call
 from commbench.patterns.dp.zero import dp_calls
 from commbench.patterns.registry import PATTERNS
@@ -224,31 +224,6 @@ def group_ranks(lay: Layout, axis: str, rank: int = 0) -> tuple[int, ...]:
         values = range(dims[k]) if k in _VARIES[axis] else (coords[k],)
         out = [base * dims[k] + v for base in out for v in values]
     return tuple(sorted(out))
-
-
-def group_span(ranks: tuple[int, ...], per_node: int) -> tuple[int, int]:
-    """(nodes, most members on one node) of a group of ``ranks``, ``per_node`` ranks a node."""
-    on: dict[int, int] = {}
-    for r in ranks:
-        on[r // per_node] = on.get(r // per_node, 0) + 1
-    return len(on), max(on.values())
-
-
-P2P = ("isend", "send", "recv", "irecv")
-
-
-def call_time_us(call: Call, n: int, topo: Topology, span, version: str):
-    """NCCL's model of a call on its ``span`` (nodes, GPUs per node) of ``topo``: its tuning
-    model for a collective, the point-to-point model (:mod:`.p2p`) for all-to-all and for a
-    send (a receive costs nothing more than its send)."""
-    nodes, here = span
-    op = call.op
-    if op in ("irecv", "recv"):
-        return 0.0, "p2p"
-    sub = topo.part(nodes, here)
-    nbytes = call.size * n if OPS[op].input == "block" else call.size  # nccl-tests' size
-    choice = nccl_predict("sendrecv" if op in P2P else op, nbytes, sub, version)
-    return choice.time_us, f"{choice.algo}/{choice.proto}"
 
 
 def step_bytes(calls: list[tuple[str, int, int, int]], n: int) -> int:

@@ -21,7 +21,8 @@ A results file (schema ``commbench.results.records/1``) is one JSON object::
                  (lower decile), avg_us (mean), max_us, p99_us, algbw, busbw (GB/s), wrong, sent, recv (bytes
                  booked per rank, max over ranks), pred_sent (bytes predicted per rank), n_samples
 
-Files are written to a temporary name and renamed, so a reader never sees half a file.
+Files are written to a temporary name and renamed, so a reader never sees half a file; one
+top-level key per line and one row per line (:func:`json_lines`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import socket
 import statistics
 import subprocess
 import tempfile
+from collections.abc import Iterable, Iterator
 
 from tabulate import tabulate
 
@@ -110,13 +112,19 @@ def header(suite: str, world_size: int, launch: str, hardware: str, measurement:
             "measurement": measurement, "rows": []}
 
 
-def write_atomic(path: str, text: str) -> None:
+def write_atomic(path: str, text: str | Iterable[str]) -> None:
+    """``text`` (or its pieces, written as they come) into ``path`` through a temporary file
+    in the same folder, renamed over ``path`` once whole; nothing is left where writing
+    fails."""
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(text)
+            if isinstance(text, str):
+                f.write(text)
+            else:
+                f.writelines(text)
         os.chmod(tmp, 0o644)  # mkstemp makes it private; results are for everyone to read
         os.replace(tmp, path)
     except BaseException:
@@ -125,9 +133,26 @@ def write_atomic(path: str, text: str) -> None:
         raise
 
 
-def write_json(path: str, record: dict) -> None:
-    write_atomic(path, json.dumps(record, indent=1, sort_keys=False) + "\n")
+def json_lines(record: dict) -> Iterator[str]:
+    """``record`` as JSON text, in pieces: one top-level key per line, each object of a list
+    of objects (a table's rows, an analysis' calls) on a line of its own, every other value
+    compact on its key's line. As readable and as diffable as an indented dump, a third of its
+    size, and written by json's C encoder (an indented dump runs its pure-Python one)."""
+    yield "{"
+    for i, (key, value) in enumerate(record.items()):
+        yield ("\n" if i == 0 else ",\n") + json.dumps(str(key)) + ": "
+        if isinstance(value, list) and value and all(type(v) is dict for v in value):
+            yield "[\n"
+            for j, v in enumerate(value):
+                yield ("" if j == 0 else ",\n") + json.dumps(v)
+            yield "\n]"
+        else:
+            yield json.dumps(value)
+    yield "\n}\n"
 
+
+def write_json(path: str, record: dict) -> None:
+    write_atomic(path, json_lines(record))
 
 
 def write_study(stem: str, record: dict, to_markdown, emit, plot=None) -> None:

@@ -27,8 +27,8 @@ from commbench.results.busbw import factor
 from commbench.traces.calls import P2P, Call, ranks_text
 from commbench.traces.kineto import RankTrace
 
-__all__ = ["Matched", "bucket", "exposed", "match", "misaligned", "per_group", "per_size",
-           "per_step"]
+__all__ = ["Cover", "Matched", "bucket", "covers", "exposed", "match", "match_job", "misaligned",
+           "per_group", "per_size", "per_step"]
 
 
 @dataclass
@@ -49,19 +49,12 @@ class Matched:
         return self.calls[0]
 
 
-class _Cover:
-    """The union of one rank's computation intervals, sorted and merged, for overlap queries."""
+class Cover:
+    """The union of one rank's computation intervals, sorted and merged (as the reader leaves
+    them in the rank's trace), for overlap queries."""
 
     def __init__(self, t: RankTrace) -> None:
-        pairs = sorted(zip(t.compute_ts, t.compute_end, strict=True))
-        self.lo: list[float] = []
-        self.hi: list[float] = []
-        for a, b in pairs:
-            if self.hi and a <= self.hi[-1]:
-                self.hi[-1] = max(self.hi[-1], b)
-            else:
-                self.lo.append(a)
-                self.hi.append(b)
+        self.lo, self.hi = t.compute_ts, t.compute_end
 
     def covered(self, a: float, b: float) -> float:
         """Microseconds of [a, b) inside the union."""
@@ -71,6 +64,11 @@ class _Cover:
             total += max(0.0, min(b, self.hi[i]) - max(a, self.lo[i]))
             i += 1
         return total
+
+
+def covers(traces: list[RankTrace]) -> dict[int, Cover]:
+    """Each rank's computation union, for the job."""
+    return {t.rank: Cover(t) for t in traces}
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -83,7 +81,7 @@ def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def exposed(calls: list[Call], cover: _Cover) -> tuple[float, float]:
+def exposed(calls: list[Call], cover: Cover) -> tuple[float, float]:
     """(communication, uncovered) microseconds of the union of ``calls`` on one rank."""
     spans = _union([(c.ts, c.end) for c in calls])
     comm = sum(b - a for a, b in spans)
@@ -143,9 +141,17 @@ def _misaligned(groups: dict[tuple, list[Call]]) -> str:
 def match(traces: list[RankTrace]) -> list[Matched]:
     """Every call of the job, in the order of its first member's start; each rank's calls
     alone when the ranks' calls do not line up (:func:`misaligned`)."""
-    covers = {t.rank: _Cover(t) for t in traces}
+    return match_job(traces)[0]
+
+
+def match_job(traces: list[RankTrace], cover: dict[int, Cover] | None = None
+              ) -> tuple[list[Matched], str]:
+    """:func:`match`'s calls and :func:`misaligned`'s verdict, the calls keyed once;
+    ``cover``: the ranks' :func:`covers`, where the caller has them."""
+    cover = covers(traces) if cover is None else cover
     groups = _keyed(traces)
-    if _misaligned(groups):
+    apart = _misaligned(groups)
+    if apart:
         groups = {(c.rank, k): [c] for t in traces for k, c in enumerate(t.calls)}
     # a pair's row leads with its send
     rows = [Matched(sorted(cs, key=lambda c: (c.op != "send", c.rank))) for cs in groups.values()]
@@ -158,7 +164,7 @@ def match(traces: list[RankTrace]) -> list[Matched]:
             m.slowest = last.rank
         else:  # one rank's record, or members whose files are not here: no cross-rank figures
             m.time_us = min(c.dur for c in cs)
-        m.exposed_us = max(c.dur - covers[c.rank].covered(c.ts, c.end) for c in cs)
+        m.exposed_us = max(c.dur - cover[c.rank].covered(c.ts, c.end) for c in cs)
         size, n = cs[0].size, len(cs[0].group)
         if not n or all(c.source == "cpu" for c in cs):  # a CPU op times the enqueue, not the transfer:
             continue                            # no bandwidth rather than a wrong one
@@ -168,7 +174,7 @@ def match(traces: list[RankTrace]) -> list[Matched]:
         except ValueError:
             m.busbw = None
     rows.sort(key=lambda m: (min(c.ts for c in m.calls), m.first.rank))
-    return rows
+    return rows, apart
 
 
 def _median(xs: list[float]) -> float | None:
@@ -223,16 +229,17 @@ def per_size(rows: list[Matched]) -> list[dict]:
     return [out[k] for k in sorted(out)]
 
 
-def per_step(traces: list[RankTrace]) -> list[dict]:
-    """Per rank and step: communication time, its exposed part, the overlap fraction."""
+def per_step(traces: list[RankTrace], cover: dict[int, Cover] | None = None) -> list[dict]:
+    """Per rank and step: communication time, its exposed part, the overlap fraction
+    (``cover``: the ranks' :func:`covers`, where the caller has them)."""
+    cover = covers(traces) if cover is None else cover
     out = []
     for t in traces:
-        cover = _Cover(t)
         steps: dict[int, list[Call]] = {}
         for c in t.calls:
             steps.setdefault(c.step, []).append(c)
         for n in sorted(steps):
-            comm, bare = exposed(steps[n], cover)
+            comm, bare = exposed(steps[n], cover[t.rank])
             out.append({"rank": t.rank, "step": n, "calls": len(steps[n]), "comm_us": comm,
                         **({"outside": bool(t.steps)} if not n else {}), "exposed_us": bare,
                         "overlap": (1 - bare / comm) if comm > 0 else None})

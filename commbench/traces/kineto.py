@@ -63,6 +63,8 @@ class RankTrace:
     groups: dict[str, tuple[int, ...]] = field(default_factory=dict)  # pg_name -> ranks
     devices: list[str] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
+    # the computation kernels' intervals: once read, their union (sorted, merged), made in the
+    # worker that reads the rank rather than in the process that gathers every rank's
     compute_ts: array = field(default_factory=lambda: array("d"))
     compute_end: array = field(default_factory=lambda: array("d"))
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start, end)
@@ -217,7 +219,21 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
             out.unlinked += 1
     out.calls = kernels or cpu
     _number(out)
+    _merge(out)
     return out
+
+
+def _merge(out: RankTrace) -> None:
+    """The computation intervals as their union: sorted, overlapping ones merged."""
+    lo, hi = array("d"), array("d")
+    for a, b in sorted(zip(out.compute_ts, out.compute_end, strict=True)):
+        if hi and a <= hi[-1]:
+            if b > hi[-1]:
+                hi[-1] = b
+        else:
+            lo.append(a)
+            hi.append(b)
+    out.compute_ts, out.compute_end = lo, hi
 
 
 class _Maker:

@@ -7,8 +7,7 @@ import datetime
 
 from tabulate import tabulate
 
-from commbench.studies.audit_layout import layout_tables
-from commbench.traces.analysis import Matched, per_group, per_size, per_step
+from commbench.traces.analysis import Cover, Matched, per_group, per_size, per_step
 from commbench.traces.calls import ranks_text
 from commbench.traces.kineto import RankTrace
 from commbench.version import __version__
@@ -29,7 +28,8 @@ def _call_row(m: Matched) -> dict:
             "exposed_us": m.exposed_us, **m.extra}
 
 
-def record(traces: list[RankTrace], rows: list[Matched], extra: dict) -> dict:
+def record(traces: list[RankTrace], rows: list[Matched], extra: dict,
+           cover: dict[int, Cover] | None = None) -> dict:
     calls = sorted((_call_row(m) for m in rows), key=lambda r: (-r["exposed_us"], -r["time_us"]))
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return {"schema": "commbench.analyze/1", "suite": "analyze", "created": now,
@@ -39,7 +39,7 @@ def record(traces: list[RankTrace], rows: list[Matched], extra: dict) -> dict:
             "backend": traces[0].backend, "nccl_version": traces[0].nccl_version,
             "source": sorted({c.source for t in traces for c in t.calls}),
             "calls": calls, "groups": per_group(rows), "sizes": per_size(rows),
-            "steps": per_step(traces), "unlinked": sum(t.unlinked for t in traces), **extra}
+            "steps": per_step(traces, cover), "unlinked": sum(t.unlinked for t in traces), **extra}
 
 
 def _f(x, fmt: str = ".1f") -> str:
@@ -109,6 +109,9 @@ def markdown(rec: dict, top: int = 20) -> str:
              f"exposed: the part no computation kernel covers):\n\n{steps}\n")
     lay = rec.get("layout")
     if lay:
+        # lazy: imports commbench.patterns.registry
+        from commbench.studies.audit_layout import layout_tables  # only for --layout
+
         rows, verdict = layout_tables(lay, "traced")
         text += f"\nRank 0 against the layout `{lay['spec']}`:\n\n{rows}\n\n{verdict}\n"
     return text

@@ -17,9 +17,9 @@ import math
 import re
 
 from commbench.costmodel.calibrate import off_calibration
-from commbench.costmodel.layout import call_time_us, group_span
 from commbench.costmodel.nccl import OPS as MODELLED
 from commbench.costmodel.p2p import P2P_OPS
+from commbench.costmodel.pricing import call_time_us, group_span
 from commbench.costmodel.topology import Topology, load
 from commbench.ops import OPS, booked, split_sizes
 from commbench.patterns.base import Call as Priced
