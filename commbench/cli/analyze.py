@@ -86,7 +86,7 @@ def _command(a) -> int:
             wire.add_model(rows, topo)
             extra["topology"] = f"{topo.name} x{topo.nodes} node(s)"
         if said:
-            extra["model_note"] = said[0]
+            extra["model_note"] = "; ".join(said)  # which model, or why none; any warning
         if a.baseline:
             extra["baseline"] = wire.add_baseline(rows, a.baseline)
     except (TraceError, ValueError) as exc:
