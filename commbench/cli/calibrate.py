@@ -45,6 +45,21 @@ def add_parser(sub) -> None:
     c.add_argument("--nccl-version", default="2.30.7", help="NCCL version of the model")
 
 
+HICCUP = 1.5  # a row's two runs this far apart: the slower one was disturbed
+
+
+def _steady(r) -> float:
+    """A row's time: its out-of-place run's (nccl-tests' convention), unless that run took
+    :data:`HICCUP` times its in-place run's or more. The two runs move the same bytes with the
+    same algorithm; one so much slower met a hiccup of the machine (the 8 MiB row of
+    NVIDIA/nccl-tests#309's 8-node log: 1272 us out of place, 321 us in place, between rows of
+    204 and 378 us), and a fit that takes it prices the model around it."""
+    t = r.out.time_us
+    if r.inplace is not None and 0 < r.inplace.time_us <= t / HICCUP:
+        return r.inplace.time_us
+    return t
+
+
 def command(a) -> int:
     check_file(a.json, "--json")
     if a.nccl_version not in versions():
@@ -55,6 +70,7 @@ def command(a) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     rows: list[Measured] = []
+    hiccups: list[str] = []
     for path in a.logs:
         try:
             runs = parse(read_text(path, "log", LOG_LIMIT), os.path.basename(path))
@@ -70,8 +86,12 @@ def command(a) -> int:
             if per > base.gpus_per_node:
                 raise UsageError(f"{path}: {per} GPUs per node, {base.gpus_per_node} in "
                                  f"{base.name}: calibrate on a topology of the log's machine")
-            rows += [Measured(run.op, r.size, nodes, per, r.out.time_us, os.path.basename(path))
-                     for r in run.rows if r.size >= min_size and r.out.time_us > 0 and not r.wrong]
+            kept = [r for r in run.rows if r.size >= min_size and r.out.time_us > 0 and not r.wrong]
+            rows += [Measured(run.op, r.size, nodes, per, _steady(r), os.path.basename(path))
+                     for r in kept]
+            hiccups += [f"{os.path.basename(path)} {r.size} B ({r.out.time_us:g} us out of "
+                        f"place, {r.inplace.time_us:g} in place)" for r in kept
+                        if _steady(r) != r.out.time_us]
     if not rows:
         raise UsageError(f"no rows of at least {min_size} B to fit in {', '.join(a.logs)}")
     try:
@@ -80,6 +100,9 @@ def command(a) -> int:
         raise UsageError(str(exc)) from None
     v = a.nccl_version
     print(f"# fitted on {len(rows)} rows of >= {min_size} B: " + ", ".join(f.fitted))
+    if hiccups:
+        print(f"# {len(hiccups)} row(s) taken at their in-place time, their out-of-place run "
+              f"{HICCUP:g}x slower or more (a hiccup): " + "; ".join(hiccups))
     for why in f.fixed:
         print(f"# not fitted: {why}")
     t = f.topology
