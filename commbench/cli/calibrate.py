@@ -15,7 +15,7 @@ from tabulate import tabulate
 from commbench.cli.checks import check_file
 from commbench.cli.common import UsageError
 from commbench.cli.importing import LOG_LIMIT
-from commbench.costmodel.calibrate import MODELLED, Measured, error, fit, held_out
+from commbench.costmodel.calibrate import MODELLED, Measured, error, fit, held_out, interpolated
 from commbench.costmodel.nccl import versions
 from commbench.costmodel.topology import load
 from commbench.names import parse_size
@@ -122,6 +122,12 @@ def command(a) -> int:
     if big:
         worst = max(abs(1 / (1 + x) - 1) for x in big)
         print(f"# held-out rows of >= 1 MiB: worst busbw error {worst:.1%} (target 10%)")
+    line = [(m, x) for m, x in interpolated(rows) if m.size >= 1 << 20]
+    if line:
+        m, x = max(line, key=lambda mx: abs(1 / (1 + mx[1]) - 1))
+        print(f"# the log's own bends: each alternate held-out row of >= 1 MiB read off the "
+              f"line through its two neighbours (log-log) misses by up to "
+              f"{abs(1 / (1 + x) - 1):.1%} in busbw ({m.source} {m.size} B)")
     data = {k: val for k, val in asdict(t).items() if k != "calibration"}
     data["sources"] = list(t.sources)
     data["name"] = f"{base.name}-calibrated"

@@ -44,8 +44,8 @@ from commbench.ops import OPS as RECORDS
 from commbench.results.nccl_info import NcclSaid
 from commbench.results.nccl_tests import Run
 
-__all__ = ["Beside", "Fit", "Measured", "beside", "error", "fit", "held_out", "off_calibration",
-           "predict_us", "said_against", "topology_for"]
+__all__ = ["Beside", "Fit", "Measured", "beside", "error", "fit", "held_out", "interpolated",
+           "off_calibration", "predict_us", "said_against", "topology_for"]
 
 # GPU name words -> (one-node preset, multi-node preset); whole words: a GH200 is no H200
 _PRESETS = (("GH200", "alps-gh200", "alps-gh200"), ("H200", "dgx-h200", "cluster-h100-ndr"),
@@ -251,13 +251,9 @@ def held_out(base: Topology, rows: list[Measured], version: str = "2.30.7"
     (fitted on every other size of each run, judged on the rest) and 'largest' (fitted on the
     sizes up to a quarter of each run's largest, judged on those above)."""
     out = []
-    runs: dict[tuple, list[Measured]] = {}
-    for m in rows:
-        runs.setdefault((m.source, m.op, m.nodes, m.per_node), []).append(m)
     for split in ("alternate", "largest"):
         train, test = [], []
-        for series in runs.values():
-            series = sorted(series, key=lambda m: m.size)
+        for series in _series(rows):
             if split == "alternate":
                 train += series[0::2]
                 test += series[1::2]
@@ -270,6 +266,30 @@ def held_out(base: Topology, rows: list[Measured], version: str = "2.30.7"
         f = fit(base, train, version)
         for m in test:
             out.append((split, m, error(base, m, version), error(f.topology, m, version)))
+    return out
+
+
+def _series(rows: list[Measured]) -> list[list[Measured]]:
+    """The rows of each run (log, op, nodes, GPUs per node), each by size."""
+    runs: dict[tuple, list[Measured]] = {}
+    for m in rows:
+        runs.setdefault((m.source, m.op, m.nodes, m.per_node), []).append(m)
+    return [sorted(series, key=lambda m: m.size) for series in runs.values()]
+
+
+def interpolated(rows: list[Measured]) -> list[tuple[Measured, float]]:
+    """(row, error) for each row the 'alternate' split holds out that has a fitted size on
+    either side: the time read off the straight line through its two neighbours on log-log
+    axes, as :func:`error` gives a model's. No model is fitted: this is how irregular the log
+    itself is. Where a log's neighbouring sizes bend more than a target allows, a model as
+    smooth as the rows cannot meet it there either."""
+    out = []
+    for series in _series(rows):
+        for i in range(1, len(series) - 1, 2):
+            lo, m, hi = series[i - 1], series[i], series[i + 1]
+            w = math.log(m.size / lo.size) / math.log(hi.size / lo.size)
+            line = math.exp(math.log(lo.time_us) * (1 - w) + math.log(hi.time_us) * w)
+            out.append((m, line / m.time_us - 1.0))
     return out
 
 
