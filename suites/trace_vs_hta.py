@@ -59,8 +59,11 @@ def child(python: str, code: str, folder: str) -> tuple[float, dict]:
     return seconds, json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def _tree_kb(root: int) -> int:
-    """Resident KB of ``root`` and every process descended from it (its workers), from /proc."""
+def _tree_kb(root: int) -> tuple[int, int]:
+    """(resident KB, proportional KB) of ``root`` and every process descended from it (its
+    workers), from /proc. Resident sets summed count the pages a forked worker shares with its
+    parent once per process; proportional sets (PSS: each shared page split between the
+    processes sharing it) sum to what the tree occupies."""
     parent: dict[int, int] = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -74,30 +77,34 @@ def _tree_kb(root: int) -> int:
         pid = todo.pop()
         tree.add(pid)
         todo += [c for c, pp in parent.items() if pp == pid and c not in tree]
-    kb = 0
+    rss = pss = 0
     for pid in tree:
         try:
             with open(f"/proc/{pid}/status") as f:
-                kb += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+                rss += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                pss += next((int(line.split()[1]) for line in f if line.startswith("Pss:")), 0)
         except OSError:
             pass
-    return kb
+    return rss, pss
 
 
-def peak_mb(python: str, code: str, folder: str) -> float:
-    """The peak resident memory of ``code``'s process and its workers together, sampled every
-    10 ms in a run of its own (the sampling costs CPU: it is not the timed run), and at least
-    the process' own peak (``VmHWM``: a sample may miss it)."""
+def peak_mb(python: str, code: str, folder: str) -> tuple[float, float]:
+    """The peak memory of ``code``'s process and its workers together, sampled every 10 ms in a
+    run of its own (the sampling costs CPU: it is not the timed run): resident sets summed, at
+    least the process' own peak (``VmHWM``: a sample may miss it), and proportional sets
+    summed (:func:`_tree_kb`)."""
     p = subprocess.Popen([python, "-c", code + SELF, folder], stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True)
-    peak = 0
+    rss = pss = 0
     while p.poll() is None:
-        peak = max(peak, _tree_kb(p.pid))
+        now = _tree_kb(p.pid)
+        rss, pss = max(rss, now[0]), max(pss, now[1])
         time.sleep(0.01)
     out = p.stdout.read().split()
     if p.returncode or not out:
         raise SystemExit(f"{python} -c ... {folder}: exit {p.returncode}")
-    return max(peak, int(out[-1])) / 1024  # a sample may miss the main process' own peak
+    return max(rss, int(out[-1])) / 1024, pss / 1024  # a sample may miss the main one's peak
 
 
 def generated(folder: str, ranks: int, mb: int) -> None:
@@ -129,12 +136,15 @@ def main() -> None:
     print(f"HTA {hta}; {os.cpu_count()} cores.\n")
     print(f"`python suites/trace_vs_hta.py --hta-python HTA --ranks {a.ranks} --mb {a.mb} "
           f"--repeat {a.repeat}`; each tool a fresh interpreter per run, the runs interleaved; "
-          "medians with the range in brackets; peak memory is the resident memory of the "
-          "tool's process and its workers together (both read ranks in forked workers), "
-          "interpreters included, sampled every 10 ms in a separate run (and at least the main "
-          "process' own peak, its VmHWM).\n")
-    print("| trace set | tool | seconds | peak MB | HTA/commbench time | overlap per rank |")
-    print("|---|---|---|---|---|---|")
+          "medians with the range in brackets; peak memory is that of the tool's process and "
+          "its workers together (both read ranks in forked workers), interpreters included, "
+          "sampled every 10 ms in a separate run: their resident sets summed (at least the "
+          "main process' own peak, its VmHWM), which counts the pages a worker shares with its "
+          "parent once per process, and their proportional sets summed (PSS: a shared page "
+          "split between its sharers), what the tree occupies.\n")
+    print("| trace set | tool | seconds | peak MB, RSS summed | peak MB, PSS summed | "
+          "HTA/commbench time | overlap per rank |")
+    print("|---|---|---|---|---|---|---|")
     for label, folder in sets.items():
         got: dict[str, list] = {"commbench": [], "HTA": []}
         for _ in range(a.repeat):
@@ -146,8 +156,9 @@ def main() -> None:
         for tool, runs in got.items():
             secs = [r[0] for r in runs]
             ratio = f"{med['HTA'] / med['commbench']:.1f}" if tool == "commbench" else ""
-            mb = f"{mem[tool]:.0f}" + (f" (1/{mem['HTA'] / mem['commbench']:.1f})"
-                                       if tool == "commbench" else "")
+            mb = " | ".join(f"{mem[tool][i]:.0f}" + (
+                f" (1/{mem['HTA'][i] / mem['commbench'][i]:.1f})" if tool == "commbench" else "")
+                for i in (0, 1))
             overlap = ", ".join(f"{r}: {v:.3f}" for r, v in sorted(runs[0][1].items(),
                                                                  key=lambda kv: int(kv[0])))
             print(f"| {label} | {tool} | {statistics.median(secs):.2f} "
