@@ -3,8 +3,8 @@
 The file (``.json`` or gzipped) is parsed incrementally: the top-level object key by key, and
 ``traceEvents`` one event at a time, so that a trace of several hundred MB never sits in memory
 as one document. What is kept: the communication calls (:class:`commbench.traces.calls.Call`),
-the computation kernels' intervals (two float arrays), the ``ProfilerStep#N`` annotations and
-``distributedInfo``.
+the union of the computation kernels' intervals (two float arrays), the ``ProfilerStep#N``
+annotations and ``distributedInfo``.
 
 Where the trace has NCCL kernels, the calls are the kernels (their device time; arguments from
 the kernel, or from the ``record_param_comms`` op it shares an ``External id`` with); otherwise
