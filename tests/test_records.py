@@ -11,7 +11,14 @@ import stat
 import pytest
 
 from commbench.results.machine import LABEL_MAX, machine_class, slug
-from commbench.results.records import csv_text, percentile, summarize_iters, write_atomic, write_json
+from commbench.results.records import (
+    Rows,
+    csv_text,
+    percentile,
+    summarize_iters,
+    write_atomic,
+    write_json,
+)
 
 pytestmark = pytest.mark.foundation
 
@@ -70,6 +77,26 @@ def test_a_record_is_written_with_one_row_per_line_and_reads_back_equal(tmp_path
     assert lines[-1] == "}"
     write_json(str(path), {})
     assert json.loads(path.read_text()) == {}
+
+
+def test_rows_made_as_they_are_written_are_written_as_a_list_of_them(tmp_path):
+    """A table whose rows are made one at a time (:class:`Rows`, an analysis' calls) reads and
+    writes as the list of those rows, one per line; each row is made when it is asked for."""
+    made = []
+
+    def make(i: int) -> dict:
+        made.append(i)
+        return {"i": i, "sq": i * i}
+    rows = Rows([3, 1, 2], make)
+    assert made == []
+    assert (len(rows), rows[0], rows[-1], rows[1:]) == (3, {"i": 3, "sq": 9}, {"i": 2, "sq": 4},
+                                                         [{"i": 1, "sq": 1}, {"i": 2, "sq": 4}])
+    assert list(rows) == [make(3), make(1), make(2)]
+    path = tmp_path / "r.json"
+    write_json(str(path), {"calls": rows, "none": Rows([], make)})
+    assert json.loads(path.read_text()) == {"calls": [make(3), make(1), make(2)], "none": []}
+    assert path.read_text().splitlines()[1:6] == ['"calls": [', '{"i": 3, "sq": 9},',
+                                                  '{"i": 1, "sq": 1},', '{"i": 2, "sq": 4}', '],']
 
 
 def test_a_machine_label_at_its_limits():

@@ -37,7 +37,7 @@ import socket
 import statistics
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from tabulate import tabulate
 
@@ -133,15 +133,38 @@ def write_atomic(path: str, text: str | Iterable[str]) -> None:
         raise
 
 
+class Rows(Sequence):
+    """A table's rows made one at a time, as they are read or written, from ``items`` by
+    ``make``: a big job's rows (an analysis' calls) are never all held as dicts at once."""
+
+    def __init__(self, items: list, make: Callable[[object], dict]) -> None:
+        self._items, self._make = items, make
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._make(x) for x in self._items[i]]
+        return self._make(self._items[i])
+
+    def __iter__(self) -> Iterator[dict]:
+        return map(self._make, self._items)
+
+
 def json_lines(record: dict) -> Iterator[str]:
     """``record`` as JSON text, in pieces: one top-level key per line, each object of a list
-    of objects (a table's rows, an analysis' calls) on a line of its own, every other value
-    compact on its key's line. As readable and as diffable as an indented dump, a third of its
-    size, and written by json's C encoder (an indented dump runs its pure-Python one)."""
+    of objects (a table's rows, an analysis' calls; :class:`Rows` made as they are written) on
+    a line of its own, every other value compact on its key's line. As readable and as
+    diffable as an indented dump, a third of its size, and written by json's C encoder (an
+    indented dump runs its pure-Python one)."""
     yield "{"
     for i, (key, value) in enumerate(record.items()):
         yield ("\n" if i == 0 else ",\n") + json.dumps(str(key)) + ": "
-        if isinstance(value, list) and value and all(type(v) is dict for v in value):
+        if isinstance(value, Rows) and not len(value):
+            yield "[]"
+        elif isinstance(value, Rows) or \
+                (isinstance(value, list) and value and all(type(v) is dict for v in value)):
             yield "[\n"
             for j, v in enumerate(value):
                 yield ("" if j == 0 else ",\n") + json.dumps(v)

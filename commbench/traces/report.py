@@ -7,6 +7,7 @@ import datetime
 
 from tabulate import tabulate
 
+from commbench.results.records import Rows
 from commbench.traces.analysis import Cover, Matched, per_group, per_size, per_step
 from commbench.traces.calls import ranks_text
 from commbench.traces.kineto import RankTrace
@@ -30,7 +31,9 @@ def _call_row(m: Matched) -> dict:
 
 def record(traces: list[RankTrace], rows: list[Matched], extra: dict,
            cover: dict[int, Cover] | None = None) -> dict:
-    calls = sorted((_call_row(m) for m in rows), key=lambda r: (-r["exposed_us"], -r["time_us"]))
+    # worst first; each call's row made as it is printed or written, not held (a big job has
+    # hundreds of thousands)
+    calls = Rows(sorted(rows, key=lambda m: (-m.exposed_us, -m.time_us)), _call_row)
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return {"schema": "commbench.analyze/1", "suite": "analyze", "created": now,
             "commbench": __version__, "files": [t.path.rsplit("/", 1)[-1] for t in traces],
