@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from commbench.results.busbw import factor
 from commbench.traces.calls import P2P, Call, ranks_text
-from commbench.traces.kineto import RankTrace
+from commbench.traces.kineto import RankTrace, union
 
 __all__ = ["Cover", "Matched", "bucket", "covers", "exposed", "match", "match_job", "misaligned",
            "per_group", "per_size", "per_step"]
@@ -71,19 +71,9 @@ def covers(traces: list[RankTrace]) -> dict[int, Cover]:
     return {t.rank: Cover(t) for t in traces}
 
 
-def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
 def exposed(calls: list[Call], cover: Cover) -> tuple[float, float]:
     """(communication, uncovered) microseconds of the union of ``calls`` on one rank."""
-    spans = _union([(c.ts, c.end) for c in calls])
+    spans = union((c.ts, c.end) for c in calls)
     comm = sum(b - a for a, b in spans)
     return comm, comm - sum(cover.covered(a, b) for a, b in spans)
 

@@ -49,7 +49,7 @@ from commbench.traces.calls import (
 
 UNKNOWN = "unknown"  # the op of an unlinked kernel whose name states none
 
-__all__ = ["RankTrace", "read"]
+__all__ = ["RankTrace", "read", "union"]
 
 _ITEMSIZE = dict(DTYPES.values())  # commbench's dtype -> bytes
 
@@ -224,16 +224,22 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
 
 
 def _merge(out: RankTrace) -> None:
-    """The computation intervals as their union: sorted, overlapping ones merged."""
-    lo, hi = array("d"), array("d")
-    for a, b in sorted(zip(out.compute_ts, out.compute_end, strict=True)):
-        if hi and a <= hi[-1]:
-            if b > hi[-1]:
-                hi[-1] = b
+    """The computation intervals as their union (:func:`union`)."""
+    spans = union(zip(out.compute_ts, out.compute_end, strict=True))
+    out.compute_ts = array("d", (a for a, _ in spans))
+    out.compute_end = array("d", (b for _, b in spans))
+
+
+def union(spans) -> list[tuple[float, float]]:
+    """The union of (start, end) intervals: sorted, overlapping and touching ones merged."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1] = (out[-1][0], b)
         else:
-            lo.append(a)
-            hi.append(b)
-    out.compute_ts, out.compute_end = lo, hi
+            out.append((a, b))
+    return out
 
 
 class _Maker:
