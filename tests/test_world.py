@@ -418,3 +418,25 @@ def test_ranks_held_in_a_call_are_killed_without_waiting_for_them_to_leave(monke
         if how == "interrupt":
             w.close()  # as a driver does once interrupted
         assert killed == [0.0], how
+
+
+@pytest.mark.parametrize(("said", "euid", "spread", "env"), [
+    ("mpiexec (OpenRTE) 4.1.4", 0, ["--oversubscribe"],
+     {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}),
+    ("mpiexec (Open MPI) 5.0.7", 1000, ["--map-by", ":OVERSUBSCRIBE"], {}),
+    ("HYDRA build details:\n    Version: 5.0.2", 0, [], {}),
+])
+def test_a_local_world_starts_open_mpi_s_ranks_on_few_cores_and_as_root(tmp_path, monkeypatch,
+                                                                        said, euid, spread, env):
+    """Open MPI's mpiexec (a GPU container's, where the user is root) refuses more ranks than
+    cores and any rank as root unless told; the local world's ranks are told. MPICH's mpiexec
+    is left as it is. An H200 machine's gpu-check failed on this before."""
+    from commbench.world.local import spawn
+
+    fake = tmp_path / "mpiexec"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' '{said}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(spawn, "local_mpiexec", lambda: str(fake))
+    monkeypatch.setattr(spawn.os, "geteuid", lambda: euid)
+    spawn.open_mpi_version.cache_clear()
+    assert spawn.launcher(4) == ([str(fake), "-n", "4", *spread], env)

@@ -105,6 +105,22 @@ def run_openmpi() -> None:
     check("openmpi: mpirun -n 4 commbench run all_reduce",
           lambda: sweep_check(launch, "mpi,gloo", bin_dir))
     check("openmpi: a mismatched MPI is refused in one line", lambda: openmpi.mismatch(bin_dir))
+    check("openmpi: commbench's own world of 4 (no launcher), started as root",
+          lambda: own_world_check(bin_dir))
+
+
+def own_world_check(bin_dir: Path) -> str:
+    """No launcher: commbench starts its own 4 ranks with Open MPI's mpiexec, on fewer cores,
+    as this check's user (root) and without the variables that let Open MPI start as root."""
+    assert os.geteuid() == 0, "run as root: the check is of Open MPI's refusal of root"
+    env = {k: v for k, v in os.environ.items() if k not in openmpi.ROOT_OK}
+    r = subprocess.run([str(bin_dir / "commbench"), *SWEEP, "--np", "4"], env=env,
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    out = expect(r, "commbench run --np 4")
+    assert "Out of bounds values : 0 OK" in out, f"#wrong: {out[-600:]}"
+    rows = [line for line in out.splitlines() if line.strip().startswith("all_reduce")]
+    assert any(" mpi " in line for line in rows), f"no MPI row: {out[-600:]}"
+    return f"{len(rows)} rows over mpi and gloo, #wrong 0"
 
 
 def run_slurm() -> None:

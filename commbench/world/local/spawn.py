@@ -3,9 +3,11 @@ connections up to ready, start-up logs."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +16,8 @@ import time
 
 from commbench.runtime.errors import WorldError
 
-__all__ = ["accept_ranks", "drain_fatal", "find_mpiexec", "log_tail", "mpi_usable", "worker_env"]
+__all__ = ["accept_ranks", "drain_fatal", "find_mpiexec", "launcher", "log_tail", "mpi_usable",
+           "open_mpi_version", "worker_env"]
 
 
 def find_mpiexec() -> str | None:
@@ -35,6 +38,39 @@ def local_mpiexec() -> str | None:
         if os.access(gforker, os.X_OK):
             return gforker
     return mpiexec
+
+
+@functools.cache
+def open_mpi_version(mpiexec: str) -> tuple[int, ...] | None:
+    """Open MPI's version where ``mpiexec`` is Open MPI's (``mpiexec (OpenRTE) 4.1.4``,
+    ``mpiexec (Open MPI) 5.0.7``), else None (MPICH's hydra, gforker, anything else)."""
+    try:
+        said = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=20,
+                              stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"\((?:OpenRTE|Open MPI)\) (\d+)\.(\d+)", said)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def launcher(size: int) -> tuple[list[str], dict[str, str]]:
+    """A local world's mpiexec command for ``size`` ranks (before the ranks' command), and what
+    it adds to their environment. Open MPI's refuses to start more ranks than the host has
+    cores, and to start any as root (a container's user, on most GPU machines) unless told:
+    the ranks of a local world are this user's own processes on this host, so it is told
+    (``--oversubscribe``; 5.x: ``--map-by :OVERSUBSCRIBE``; Open MPI's two variables for
+    root). MPICH's starts either as it is."""
+    mpiexec = local_mpiexec()
+    if mpiexec is None:
+        raise WorldError("no mpiexec here: install the mpi extra (pip install 'commbench[mpi]')")
+    mpich = os.path.basename(mpiexec) in ("mpiexec.gforker", "mpiexec.hydra")
+    version = None if mpich else open_mpi_version(mpiexec)
+    if version is None:
+        return [mpiexec, "-n", str(size)], {}
+    spread = ["--oversubscribe"] if version < (5,) else ["--map-by", ":OVERSUBSCRIBE"]
+    env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"} \
+        if os.geteuid() == 0 else {}
+    return [mpiexec, "-n", str(size), *spread], env
 
 
 def mpi_usable() -> bool:

@@ -44,7 +44,7 @@ from commbench.runtime.errors import Outcome, SPMDError, WorldError
 from commbench.runtime.pdeathsig import parent_death_signal
 from commbench.world.local import spawn
 from commbench.world.local.failures import FailureReports
-from commbench.world.local.spawn import find_mpiexec, local_mpiexec, mpi_usable
+from commbench.world.local.spawn import find_mpiexec, mpi_usable
 
 __all__ = ["LocalWorld", "find_mpiexec"]
 
@@ -128,9 +128,11 @@ class LocalWorld(FailureReports):
         main_thread = threading.current_thread() is threading.main_thread()
         pre = parent_death_signal if main_thread else None
         if self.launch == "mpi":
+            argv, more = spawn.launcher(self.size)
             log = open(os.path.join(self._dir, "ranks.log"), "wb")
-            self._procs = [subprocess.Popen([local_mpiexec(), "-n", str(self.size), *cmd, "--mpi"],
-                                            env=env, stdout=log, stderr=subprocess.STDOUT,
+            self._procs = [subprocess.Popen([*argv, *cmd, "--mpi"],
+                                            env={**env, **more}, stdout=log,
+                                            stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True,
                                             preexec_fn=pre)]
         else:
