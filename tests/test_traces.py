@@ -379,6 +379,39 @@ def test_an_nccl_kernel_launched_before_the_trace_counts_as_communication(tmp_pa
     assert "1 NCCL kernel(s) launched before the trace's window" in text
 
 
+def test_a_call_whose_kernel_one_rank_lacks_is_timed_by_the_others(tmp_path):
+    """Two ranks' second all-reduce: rank 1's kernel ran after its profiler's window closed, so
+    its trace has the op and no kernel. The call is timed by rank 0's kernel alone (no skew: a
+    member's start is unknown), rank 1's op is counted with no time, and the output says so.
+    Timed by rank 1's enqueue instead, the call would run from 350 us, after rank 0's kernel
+    ended."""
+    from commbench.traces.report import markdown, record
+
+    def rank(r: int, second_kernel: bool) -> str:
+        events = []
+        for k, (t, kt) in enumerate(((100, 110), (300 + 50 * r, 320))):
+            ext = 10 * r + k
+            events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": t,
+                           "dur": 2, "args": {**GOOD, "External id": ext, "Seq": k}})
+            if k == 0 or second_kernel:
+                events.append({"ph": "X", "cat": "kernel", "ts": kt + r, "dur": 20, "tid": 7,
+                               "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(Args)",
+                               "args": {"External id": ext}})
+        doc = {"distributedInfo": {"rank": r, "world_size": 2}, "traceEvents": events}
+        return _write(tmp_path / f"rank{r}.json", json.dumps(doc))
+
+    traces = [kineto.read(rank(0, True), progress=False), kineto.read(rank(1, False), progress=False)]
+    assert [t.no_kernel for t in traces] == [0, 1]
+    first, second = match(traces)
+    assert (first.time_us, first.skew_us) == (pytest.approx(20.0), pytest.approx(1.0))
+    assert second.timed and len(second.calls) == 2
+    assert (second.time_us, second.skew_us, second.busbw) == (20.0, None, pytest.approx(16 / 20e3))
+    assert second.exposed_us == 20.0
+    rec = record(traces, [first, second], {})
+    assert [c["time_us"] for c in rec["calls"]] == [20.0, pytest.approx(20.0)]
+    assert "1 call(s) made no NCCL kernel in the trace" in markdown(rec)
+
+
 READ_BOTH_WAYS = """
 import os, sys
 from commbench.traces import job

@@ -290,3 +290,51 @@ def test_a_replay_of_the_rocm_job_says_what_it_leaves_out():
     assert world == 8 and list(plan) == [0] and len(plan[0]) == 12
     assert said == ["not replayed: 5 NCCL kernel(s) launched before the traces' window "
                     "(ranks [0]), whose calls they do not hold"]
+
+
+H200 = os.path.join(os.path.dirname(__file__), "data", "traces", "h200")
+ITEM = {"torch.float32": 4, "torch.bfloat16": 2, "torch.int64": 8}
+
+
+def _issued() -> tuple[dict, list[tuple[int, str, int]]]:
+    """suites/gpu_trace.py's own list of what it issued: (step, op, bytes) per call; at a world
+    of one every op's nccl-tests size is the rank's buffer."""
+    with open(os.path.join(H200, "issued.json")) as f:
+        meta = json.load(f)
+    ops = {"all_to_all_splits": "all_to_all"}
+    return meta, [(c["step"], ops.get(c["op"], c["op"]), c["numel"] * ITEM[c["dtype"]])
+                  for c in meta["calls"]]
+
+
+def test_a_one_rank_nccl_job_s_calls_without_kernels_are_counted_untimed():
+    """torch 2.11 and NCCL 2.28.9 on an H200, a world of one: NCCL runs 15 of the 18 calls as a
+    device copy or not at all, so only the split all-to-alls have a kernel. Every call is still
+    there, in the step its op is in; a call without a kernel has no time and no bandwidth."""
+    meta, want = _issued()
+    path = os.path.join(H200, "kineto_world1_rank0.json.gz")
+    doc, ev = _events(path)
+    assert doc["distributedInfo"]["nccl_version"] == meta["nccl"] == "2.28.9"
+    kernel_ids = {e["args"]["External id"] for e in ev
+                  if e.get("cat") == "kernel" and e["name"].startswith("nccl")}
+    ops = [e for e in ev if e["name"] == "record_param_comms"]
+    bare = sum(e["args"]["External id"] not in kernel_ids for e in ops)
+    assert (len(ops), bare) == (18, 15)  # by hand: ops whose External id no NCCL kernel has
+    t = kineto.read(path, progress=False)
+    assert sorted((c.step, c.op, c.size) for c in t.calls) == sorted(want)
+    assert t.no_kernel == bare and sum(c.source == kineto.NO_KERNEL for c in t.calls) == bare
+    rows = match([t])
+    untimed = [m for m in rows if not m.timed]
+    assert len(untimed) == bare and all(m.busbw is None and m.time_us == 0 for m in untimed)
+    timed = [m for m in rows if m.timed]
+    assert {m.first.name for m in timed} == {"all_to_allv"} and all(m.time_us > 0 for m in timed)
+    assert all(m.busbw == 0 for m in timed)  # one rank: nothing crosses a link
+
+
+def test_torch_2_11_s_execution_trace_replays_the_calls_the_job_issued():
+    from commbench.traces.sources import load as load_recording
+
+    _, want = _issued()
+    world, plan = load_recording([os.path.join(H200, "et_world1_rank0.json.gz")])
+    assert world == 1 and list(plan) == [0]
+    size = {"float32": 4, "bfloat16": 2, "int64": 8}
+    assert [(r.op, r.count * size[r.dtype]) for r in plan[0]] == [(op, b) for _, op, b in want]

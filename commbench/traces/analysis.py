@@ -8,7 +8,9 @@
   alone.
 * **Time and bandwidth**: a matched call's time runs from its last member's start to its last
   member's end (the wire's part; the early members' wait is the skew): algbw = size / time,
-  busbw = algbw * nccl-tests' factor for the group's size.
+  busbw = algbw * nccl-tests' factor for the group's size. A member whose kernel is not in its
+  trace (``no-kernel``: a one-rank group, or a kernel after the window) gives no time; a call no
+  member's kernel timed has its bytes and no time or bandwidth.
 * **Skew**: the spread of the members' start times (how long the first waited for the last),
   and the slowest rank, the one that started last.
 * **Exposed time**: the part of a call on a rank that no computation kernel covers (kernels that
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 
 from commbench.results.busbw import factor
 from commbench.traces.calls import P2P, Call, ranks_text
-from commbench.traces.kineto import RankTrace, union
+from commbench.traces.kineto import NO_KERNEL, RankTrace, union
 
 __all__ = ["Cover", "Matched", "bucket", "covers", "exposed", "match", "match_job", "misaligned",
            "per_group", "per_size", "per_step"]
@@ -47,6 +49,11 @@ class Matched:
     @property
     def first(self) -> Call:
         return self.calls[0]
+
+    @property
+    def timed(self) -> bool:
+        """Whether a member's kernel in the traces timed the call (``no-kernel``: none did)."""
+        return any(c.source != NO_KERNEL for c in self.calls)
 
 
 class Cover:
@@ -146,7 +153,10 @@ def match_job(traces: list[RankTrace], cover: dict[int, Cover] | None = None
     # a pair's row leads with its send
     rows = [Matched(sorted(cs, key=lambda c: (c.op != "send", c.rank))) for cs in groups.values()]
     for m in rows:
-        cs = m.calls
+        # a member whose kernel is not in the trace has no time: the others time the call
+        cs = [c for c in m.calls if c.source != NO_KERNEL]
+        if not cs:  # no member's kernel in the traces: a call with its bytes, no time
+            continue
         if len(cs) > 1 and sorted(c.rank for c in cs) == _members(cs[0]):
             last = max(cs, key=lambda c: (c.ts, c.rank))
             m.time_us = max(c.end for c in cs) - last.ts
@@ -205,7 +215,8 @@ def per_size(rows: list[Matched]) -> list[dict]:
         b = out.setdefault(key, {"op": c.op, "ranks": len(c.group), "bucket": key[2],
                                  "calls": 0, "_t": [], "_bw": [], "_x": {}})
         b["calls"] += 1
-        b["_t"].append(m.time_us)
+        if m.timed:
+            b["_t"].append(m.time_us)
         if m.busbw is not None:
             b["_bw"].append(m.busbw)
         for k, v in m.extra.items():

@@ -48,8 +48,9 @@ from commbench.traces.calls import (
 )
 
 UNKNOWN = "unknown"  # the op of an unlinked kernel whose name states none
+NO_KERNEL = "no-kernel"  # the source of a call whose CPU op no NCCL kernel in the trace ran
 
-__all__ = ["RankTrace", "read", "union"]
+__all__ = ["NO_KERNEL", "RankTrace", "read", "union"]
 
 _ITEMSIZE = dict(DTYPES.values())  # commbench's dtype -> bytes
 
@@ -69,6 +70,7 @@ class RankTrace:
     compute_end: array = field(default_factory=lambda: array("d"))
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start, end)
     unlinked: int = 0  # NCCL kernels whose launch the trace does not hold
+    no_kernel: int = 0  # calls whose collective made no NCCL kernel in the trace (NO_KERNEL)
 
 
 def _call(e: dict, args: dict, where: str, ranks: tuple[int, ...] | None, groups: dict) -> Call:
@@ -133,6 +135,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
     prof: list[tuple[dict, dict]] = []  # the process groups' profiler ops (torch < 2.1's sizes)
     launches = _Launches()  # the runtime calls that launched kernels: correlation, thread, ts
     own: list[tuple[Call, object]] = []  # kernels with their call's args, and its External id
+    own_args = 0  # kernels with their call's args: each links to its op only by External id
     unsized = 0  # record_param_comms without sizes: torch < 2.1
     say = stream.progress_line(path) if progress and os.path.getsize(path) > \
         stream.PROGRESS_BYTES else None
@@ -150,6 +153,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
                 except (KeyError, TypeError, ValueError):
                     raise TraceError(f"{path}: kernel {name[:60]}: no time (ts, dur)") from None
             elif "Collective name" in (e.get("args") or {}):
+                own_args += 1
                 c = make.call(e, e["args"], choice)
                 if c is None:
                     later.append((e, e["args"], choice))
@@ -202,14 +206,17 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
         found = launches.of({e["args"].get("correlation") for e, _ in pending})
     else:
         inner, found = None, {}
+    ran: set[int] = set()  # the CPU calls that a kernel in the trace ran
     for c, ext in own:  # the step is the CPU op's: the GPU may run steps behind
         if ext in by_id:
             c.host_ts = by_id[ext].ts
+            ran.add(id(by_id[ext]))
     for e, choice in pending:
         base = by_id.get(e["args"].get("External id"))
         if base is None and inner is not None:  # linked through its launch
             base = inner(found.get(e["args"].get("correlation")))
         if base is not None:
+            ran.add(id(base))
             algo, proto = _stated(base.op, e["name"], choice)
             kernels.append(replace(base, ts=float(e["ts"]), dur=float(e.get("dur") or 0.0),
                                    stream=str(e.get("tid", "")), source="kernel", algo=algo,
@@ -217,6 +224,8 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
         else:  # launched before the profiler's window opened: still communication
             kernels.append(_unlinked(e, choice))
             out.unlinked += 1
+    if kernels and inner is None and len(own) == own_args:
+        kernels += _no_kernel(cpu, ran, out)
     out.calls = kernels or cpu
     _number(out)
     _merge(out)
@@ -265,6 +274,19 @@ class _Maker:
             c.source = "kernel"
             c.algo, c.proto = _stated(c.op, str(e.get("name", "")), choice)
         return c
+
+
+def _no_kernel(cpu: list[Call], ran: set[int], out: RankTrace) -> list[Call]:
+    """The CPU calls of a trace with NCCL kernels that no kernel in it ran. On a group of one
+    rank NCCL runs a collective as a copy on the device or not at all (an in-place all-reduce or
+    broadcast: nothing to move), and no NCCL kernel appears; on any group, a kernel that ran
+    after the profiler's window closed is not in the trace. Each is a call, with its bytes and
+    its step; no time (its op times the enqueue) and no bandwidth: :data:`NO_KERNEL`."""
+    left = [c for c in cpu if id(c) not in ran]
+    for c in left:
+        c.source, c.dur = NO_KERNEL, 0.0
+    out.no_kernel = len(left)
+    return left
 
 
 def _slim(e: dict) -> dict:

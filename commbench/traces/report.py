@@ -24,7 +24,7 @@ def _call_row(m: Matched) -> dict:
             "dtype": c.dtype, "in_elems": c.in_elems, "out_elems": c.out_elems,
             "in_splits": list(c.in_splits), "out_splits": list(c.out_splits), "peer": c.peer,
             "bytes": c.size, "source": c.source, "algo": c.algo, "proto": c.proto,
-            "start_us": min(x.ts for x in m.calls), "time_us": m.time_us,
+            "start_us": min(x.ts for x in m.calls), "time_us": m.time_us if m.timed else None,
             "algbw": m.algbw, "busbw": m.busbw, "skew_us": m.skew_us, "slowest": m.slowest,
             "exposed_us": m.exposed_us, **m.extra}
 
@@ -42,7 +42,8 @@ def record(traces: list[RankTrace], rows: list[Matched], extra: dict,
             "backend": traces[0].backend, "nccl_version": traces[0].nccl_version,
             "source": sorted({c.source for t in traces for c in t.calls}),
             "calls": calls, "groups": per_group(rows), "sizes": per_size(rows),
-            "steps": per_step(traces, cover), "unlinked": sum(t.unlinked for t in traces), **extra}
+            "steps": per_step(traces, cover), "unlinked": sum(t.unlinked for t in traces),
+            "no_kernel": sum(t.no_kernel for t in traces), **extra}
 
 
 def _f(x, fmt: str = ".1f") -> str:
@@ -58,6 +59,10 @@ def markdown(rec: dict, top: int = 20) -> str:
     if rec.get("unlinked"):
         head += (f"\n# {rec['unlinked']} NCCL kernel(s) launched before the trace's window: "
                  "counted as communication (time, exposed time), their sizes and groups unknown")
+    if rec.get("no_kernel"):
+        head += (f"\n# {rec['no_kernel']} call(s) made no NCCL kernel in the trace (a one-rank "
+                 f"group's collective is a copy on the device or nothing; a kernel after the "
+                 f"window is not recorded): counted with their bytes, no time or bandwidth")
     if "cpu" in rec["source"]:
         head += ("\n# CPU ops time the call's enqueue, not its transfer (no kernel in the trace): "
                  "no bandwidth is given for them")
