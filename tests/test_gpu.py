@@ -85,12 +85,12 @@ def _audited_calls(ctx):
 
 
 def test_the_audit_books_each_call_s_device_time(gpu_world):
-    """NCCL's own start and end events time each call. At one rank NCCL runs an in-place
-    all-reduce as nothing on the device (0 s, as an H200 showed) and an out-of-place all-gather
-    as a copy of its buffer: that one takes time."""
+    """Each call's time on the device: a blocking call on NCCL returns no Work to read NCCL's
+    events from (torch 2.11 on an H200: both read 0.0 before), so the watcher's own events on
+    the current stream time it."""
     (entries,) = gpu_world.run(_audited_calls)
     assert [op for op, _ in entries] == ["all_reduce", "all_gather"]
-    assert entries[0][1] >= 0 and entries[1][1] > 0
+    assert all(seconds > 0 for _, seconds in entries)
 
 
 def _pipeline_compute(ctx):

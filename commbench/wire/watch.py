@@ -104,7 +104,8 @@ class watch(TorchDispatchMode):
         self.script = script  # an audited script's path: each entry gets its line there
         # the rank's status: a hang report names the call a rank is blocked in, and its line
         self.tracker = tracker
-        self.works: list[tuple] = []  # (entry, c10d Work) of the calls on CUDA tensors
+        # (entry, its c10d Work, or the watcher's (start, end) events) of calls on CUDA tensors
+        self.works: list[tuple] = []
         self._modules = module_tracker()
         self._ddp = DdpBuckets()  # the modules in DDP's copied buckets
 
@@ -156,12 +157,13 @@ class watch(TorchDispatchMode):
         said = f"{op} at {line}" if line else op
         if self.tracker is not None:
             self.tracker.enter(said, ranks)
+        first = None if bufferless(op) else first_tensor(list(named.values()))
+        start = _event() if first is not None and first.is_cuda else None
         t0 = time.perf_counter()
         out = func(*args, **kwargs)
         seconds = time.perf_counter() - t0
         if self.tracker is not None:
             self.tracker.leave(said)
-        first = None if bufferless(op) else first_tensor(list(named.values()))
         dtype = first.dtype if first is not None else torch.uint8
         sent, recv = booked(op, pg.size(), pg.rank(), count, dtype.itemsize, **vol)
         phase, module = origin(self._modules, op, sys._getframe(1))
@@ -193,23 +195,30 @@ class watch(TorchDispatchMode):
                                        batch=_BATCH.get() if op in ("send", "recv") else -1,
                                        pg=str(getattr(pg, "group_name", "") or ""),
                                        api=object_call(sys._getframe(1)), carries=carries)
-        if first is not None and first.is_cuda:
+        if start is not None:
+            # a blocking call on NCCL returns no Work (torch 2.11 on an H200): the current
+            # stream waits for the collective when the call returns, so events on it around the
+            # call time it
             work = _work_of(out)
-            if work is not None:
-                self.works.append((entry, work))
+            self.works.append((entry, work if work is not None else (start, _event())))
         return out
 
     def device_times(self) -> dict[int, float]:
         """id(entry) -> the seconds its collective ran on the GPU, for the c10d calls on CUDA
-        tensors booked so far: NCCL's own start and end events, recorded when the process
-        group was made with ``TORCH_NCCL_ENABLE_TIMING=1`` (``commbench audit`` sets it).
-        Waits for the device. Functional collectives (DTensor's) return no work: none."""
+        tensors booked so far: a call that returned its Work, NCCL's own start and end events
+        (recorded when the process group was made with ``TORCH_NCCL_ENABLE_TIMING=1``, which
+        ``commbench audit`` sets); a blocking call that returned none, the watcher's events on
+        the current stream around it. Waits for the device. Functional collectives (DTensor's)
+        return no work: none."""
         if self.works and torch.cuda.is_available():
             torch.cuda.synchronize()
         out = {}
         for entry, work in self.works:
             try:
-                out[id(entry)] = work._get_duration() / 1e3  # milliseconds
+                if isinstance(work, tuple):
+                    out[id(entry)] = work[0].elapsed_time(work[1]) / 1e3  # milliseconds
+                else:
+                    out[id(entry)] = work._get_duration() / 1e3
             except (RuntimeError, AttributeError, ValueError):  # no timing, or not a GPU work
                 continue
         return out
@@ -244,6 +253,13 @@ def _tensors(values: list) -> list[torch.Tensor]:
         elif isinstance(v, list | tuple):
             out += _tensors(list(v))
     return out
+
+
+def _event() -> torch.cuda.Event:
+    """A timing event recorded now on the current CUDA stream."""
+    e = torch.cuda.Event(enable_timing=True)
+    e.record()
+    return e
 
 
 def _work_of(out):
