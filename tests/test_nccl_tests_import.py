@@ -367,3 +367,84 @@ def test_an_osu_run_s_world_is_read_off_its_launch_line(line, ranks):
     from commbench.results.osu import OsuRun
 
     assert OsuRun("MPI", "Allreduce Latency", "7.5", 1, line).ranks == ranks
+
+
+# -- nccl-tests 2.19 on one H200: its JSON output, and a world of one -----------------------------
+def test_nccl_tests_json_output_reads_as_the_text_log_of_the_same_run():
+    """nccl-tests 2.19.6's ``-J`` file and its text log of the same run: the same header facts
+    and the same rows, the JSON's figures unrounded (the log prints two decimals)."""
+    from commbench.results.nccl_tests_json import runs_of
+
+    (log,) = parse(_text("h200_g1_all_reduce.log"), "h200_g1_all_reduce.log")
+    (js,) = runs_of(_text("h200_g1_all_reduce.json"), "h200_g1_all_reduce.json")
+    assert (log.op, log.op_from, log.tests_version, log.library) == \
+        ("all_reduce", "header", "2.19.6", "2.28.9")
+    assert (js.op, js.op_from, js.library) == ("all_reduce", "command", "2.28.9")
+    assert (js.ranks, js.hosts, js.gpu, js.devices) == (log.ranks, log.hosts, log.gpu, log.devices)
+    assert js.params == {k: v for k, v in log.params.items() if k != "unalign"}
+    assert len(js.rows) == len(log.rows) == 14 and js.closed and log.closed
+    for j, t in zip(js.rows, log.rows, strict=True):
+        assert (j.size, j.count, j.dtype, j.redop, j.root, j.wrong, j.checked) == \
+            (t.size, t.count, t.dtype, t.redop, t.root, t.wrong, t.checked)
+        for a, b in ((j.out, t.out), (j.inplace, t.inplace)):
+            assert a.time_us == pytest.approx(b.time_us, abs=0.005 + 5e-4 * b.time_us)
+            assert a.busbw == b.busbw == 0  # one rank: nothing crosses a link
+    assert js.avg_busbw == log.avg_busbw == 0
+
+
+def test_a_one_rank_log_and_its_json_import_without_a_model(tmp_path, capsys):
+    """A world of one (nccl-tests -g 1 on one GPU): NCCL's model prices nothing there; the rows
+    are imported and the model says why it is absent (before: ZeroDivisionError, exit 3)."""
+    for name in ("h200_g1_all_reduce.log", "h200_g1_all_reduce.json", "h200_g1_sendrecv.json"):
+        out = tmp_path / name
+        assert main(["import", os.path.join(DATA, name), "--out", str(out)]) == 0, name
+        printed = capsys.readouterr().out
+        assert "one rank: nothing crosses a link between GPUs; no model beside it" in printed
+        (rec,) = [json.loads(p.read_text()) for p in out.glob("*.json")]
+        assert rec["world_size"] == 1 and rec["hardware"] == "NVIDIA H200"
+        assert all("nccl_model_busbw" not in r for r in rec["rows"])
+    rows = rec["rows"]  # send/recv at one rank: busbw is algbw, the in-place half unchecked
+    assert rows[-1]["busbw"] == pytest.approx(rows[-1]["algbw"]) and rows[-1]["busbw"] > 1000
+    assert all("checked" not in r for r in rows)  # the out-of-place half was checked
+
+
+def test_calibrating_on_one_rank_says_there_is_nothing_to_fit(tmp_path, capsys):
+    log = os.path.join(DATA, "h200_g1_all_reduce.log")
+    assert main(["calibrate", log, "--topology", "dgx-h200",
+                 "--json", str(tmp_path / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert "one rank: nothing crosses a link, nothing to fit" in err
+    assert "no rows of at least" in err and not (tmp_path / "t.json").exists()
+
+
+def test_nccl_2_28_s_own_lines_on_one_h200_are_read():
+    from commbench.results.nccl_info import nccl_said
+
+    (run,) = parse(_text("h200_g1_all_reduce_nccl_info.log"))
+    said = run.nccl
+    assert (said.nranks, said.coll_channels, said.nvls_channels, said.network) == \
+        (1, 64, 0, "Socket")
+    assert len(run.rows) == 9 and run.rows[-1].size == 134217728
+    assert nccl_said(run.info) == said
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('{"config": {}}', "without nccl-tests' 'config' and 'results'"),
+    ('{"config": {}, "results": [{"size": "x", "count": 2}]}', "results[0]: size, count or root"),
+    ('{"config": {}, "results": [{"size": 8, "count": 2}]}', "results[0]: no out_of_place"),
+    ('{"config": {}, "results": [{"size": 8, "count": 2, "out_of_place": {"time": 1}}]}',
+     "results[0].out_of_place: time, alg_bw or bus_bw"),
+    ('{"config": {"devices": [{"rank": 0}]}, "results": []}', "config.devices[0]: rank or host"),
+    ('{"config": {}, "results": [', "not valid JSON"),
+    ("[" * 100000 + "]" * 100000, "nested too deeply"),
+])
+def test_a_json_file_that_is_not_nccl_tests_output_is_one_line_and_exit_2(text, says, tmp_path,
+                                                                        capsys):
+    if text.startswith("["):
+        text = '{"config": ' + text + "}"
+    log = tmp_path / "x.json"
+    log.write_text(text)
+    assert main(["import", str(log), "--out", str(tmp_path)]) == 2
+    err = said(capsys).strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+    assert not list(tmp_path.glob("*.md"))

@@ -20,7 +20,8 @@ from commbench.costmodel.nccl import versions
 from commbench.costmodel.topology import load
 from commbench.names import parse_size
 from commbench.results.files import FileRefused, read_text
-from commbench.results.nccl_tests import LogError, parse
+from commbench.results.nccl_tests import LogError
+from commbench.results.nccl_tests_json import runs_of
 from commbench.results.records import write_atomic
 
 __all__ = ["add_parser", "command"]
@@ -73,7 +74,7 @@ def command(a) -> int:
     hiccups: list[str] = []
     for path in a.logs:
         try:
-            runs = parse(read_text(path, "log", LOG_LIMIT), os.path.basename(path))
+            runs = runs_of(read_text(path, "log", LOG_LIMIT), os.path.basename(path))
         except (FileRefused, LogError) as exc:
             raise UsageError(str(exc)) from None
         for run in runs:
@@ -82,6 +83,10 @@ def command(a) -> int:
                 print(f"# {path}: line {run.first_line}: {run.op or 'an unnamed op'} is not "
                       "fitted (NCCL's tuning model covers " + ", ".join(MODELLED) + ")",
                       file=sys.stderr)
+                continue
+            if run.ranks == 1:
+                print(f"# {path}: line {run.first_line}: one rank: nothing crosses a link, "
+                      "nothing to fit", file=sys.stderr)
                 continue
             if per > base.gpus_per_node:
                 raise UsageError(f"{path}: {per} GPUs per node, {base.gpus_per_node} in "

@@ -16,7 +16,8 @@ from commbench.names import canonical
 from commbench.ops import OPS
 from commbench.results import osu
 from commbench.results.files import FileRefused, read_text
-from commbench.results.nccl_tests import LogError, check_printed, parse, record
+from commbench.results.nccl_tests import LogError, check_printed, record
+from commbench.results.nccl_tests_json import runs_of
 from commbench.results.records import write_atomic, write_json
 
 __all__ = ["LOG_LIMIT", "add_parser", "command"]
@@ -36,7 +37,8 @@ def add_parser(sub) -> None:
         "keeps its complete rows and says so on stderr. OSU Micro-Benchmarks' collective latency "
         "tests and osu_latency are read too (docs/nccl-tests.md). Example: commbench import "
         "all_reduce_perf.log --out results/cluster")
-    c.add_argument("logs", nargs="+", metavar="LOG", help="nccl-tests or rccl-tests output")
+    c.add_argument("logs", nargs="+", metavar="LOG",
+                   help="nccl-tests or rccl-tests output (text, or nccl-tests' -J JSON)")
     c.add_argument("--out", default="results", help="folder for the results files")
     c.add_argument("--topology", help="preset or topology file to set the rows beside "
                    "(default: the preset of the header's GPU, narrowed to its nodes)")
@@ -79,7 +81,7 @@ def command(a) -> int:
         if _osu_runs(path, text, a.ranks, osu):
             continue
         try:
-            runs = parse(text, os.path.basename(path))
+            runs = runs_of(text, os.path.basename(path))
         except LogError as exc:
             raise UsageError(str(exc)) from None
         for run in runs:

@@ -312,6 +312,8 @@ def off_calibration(topo: Topology) -> str | None:
 def topology_for(run: Run, given: str | None = None):
     """(Topology of the run's nodes x GPUs per node, what was assumed), or (None, why not)."""
     nodes, per = max(1, len(run.hosts)), run.gpus_per_node
+    if run.ranks == 1:
+        return None, "one rank: nothing crosses a link between GPUs; no model beside it"
     if given:
         base = load(given)
         why = f"topology {base.name} (given)"
@@ -357,6 +359,8 @@ def beside(run: Run, topo, version: str = "2.30.7") -> list[Beside]:
         if r.size <= 0 or r.out.time_us <= 0:
             continue
         c = nccl_predict(run.op, r.size, topo, version)
+        if c.time_us <= 0:
+            continue
         out.append(Beside(r.size, r.size / r.out.time_us / 1e3 * f, r.size / c.time_us / 1e3 * f,
                           c.algo, c.proto))
     return out
