@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 
 import pytest
 
@@ -182,6 +183,13 @@ def pytest_runtest_call(item: pytest.Item):
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
+    if report.failed and getattr(item.config, "_commbench_quiet", False):
+        # a quiet rank's failure of a test that is not SPMD (rank 0 passed it): one line on
+        # stderr, else the launcher's run ends failed with no word of which test
+        said = next((line[1:].strip() for line in report.longreprtext.splitlines()
+                     if line.startswith("E ")), "")
+        print(f"commbench: rank {detect().rank}: FAILED {item.nodeid} ({report.when}): "
+              f"{said[:200]}", file=sys.stderr, flush=True)
     seed = getattr(item.config, "_commbench_seed", None)
     if report.failed and call.when == "call" and hasattr(getattr(item, "obj", None), "hypothesis"):
         how = f"--hypothesis-seed={seed}" if seed is not None else "(derandomized: as it is)"

@@ -414,7 +414,8 @@ def test_calibrating_on_one_rank_says_there_is_nothing_to_fit(tmp_path, capsys):
                  "--json", str(tmp_path / "t.json")]) == 2
     err = capsys.readouterr().err
     assert "one rank: nothing crosses a link, nothing to fit" in err
-    assert "no rows of at least" in err and not (tmp_path / "t.json").exists()
+    assert quiet_rank() or "no rows of at least" in err  # the refusal: rank 0's to print
+    assert not (tmp_path / "t.json").exists()
 
 
 def test_nccl_2_28_s_own_lines_on_one_h200_are_read():

@@ -124,3 +124,29 @@ def test_the_tests_that_start_a_launcher_run_only_when_asked(pytester):
     out.assert_outcomes(passed=2)
     out = pytester.runpytest("-p", "no:cacheprovider", "-m", "launcher", "--launchers")
     out.assert_outcomes(passed=1, deselected=1)
+
+
+QUIET_RANK = """
+def test_passes():
+    pass
+
+def test_fails_here_alone():
+    assert 1 == 2
+"""
+
+
+@pytest.mark.local
+def test_a_quiet_rank_names_the_test_it_failed(pytester, monkeypatch):
+    """Under a launcher rank 0 alone reports; a test that is not SPMD can fail on another rank
+    alone, whose run then ended failed without a word of which test (`make test-2`). That rank
+    says it on stderr, one line a test."""
+    pytester.makepyfile(test_q=QUIET_RANK)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("COMMBENCH_ALL_RANKS", raising=False)
+    out = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert out.ret == 1
+    err = [line for line in out.stderr.str().splitlines() if line.startswith("commbench: rank")]
+    assert err == ["commbench: rank 1: FAILED test_q.py::test_fails_here_alone (call): "
+                   "assert 1 == 2"]
+    assert "test_passes" not in out.stderr.str() + out.stdout.str()
