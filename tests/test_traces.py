@@ -550,3 +550,21 @@ def test_analyze_runs_without_the_cycle_collector_and_leaves_it_as_it_found_it(
     finally:
         gc.enable()
     capsys.readouterr()
+
+
+def test_a_rank_s_trace_without_a_world_size_is_read_as_part_of_a_world_at_least_that_big(tmp_path):
+    """distributedInfo with a rank and no world_size (HTA's trace_compare and trace_file_list
+    traces are rank 1 so): the world holds at least the file's rank and its groups' ranks, and
+    the output says it was not stated (before: 'ranks [1]: outside world_size 1', exit 2)."""
+    from commbench.traces.report import markdown, record
+
+    op = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 10, "dur": 2,
+          "args": {**GOOD, "Process Group Ranks": "[0, 1, 2]", "External id": 7}}
+    doc = {"distributedInfo": {"rank": 1}, "traceEvents": [op]}
+    (t,) = load([_write(tmp_path / "rank1.json", json.dumps(doc))], progress=False)
+    assert (t.rank, t.world_size, t.world_stated) == (1, 3, False)
+    text = markdown(record([t], match([t]), {}))
+    assert "ranks [1] of at least 3 (no world_size in the traces)" in text
+    doc["distributedInfo"]["world_size"] = 1  # a world that is stated is held to
+    with pytest.raises(TraceError, match=r"ranks \[1\]: outside world_size 1"):
+        load([_write(tmp_path / "stated_rank1.json", json.dumps(doc))], progress=False)

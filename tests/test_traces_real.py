@@ -341,3 +341,41 @@ def test_torch_2_11_s_traces_replay_the_calls_the_job_issued(name):
     assert world == 1 and list(plan) == [0]
     size = {"float32": 4, "bfloat16": 2, "int64": 8}
     assert [(r.op, r.count * size[r.dtype]) for r in plan[0]] == [(op, b) for _, op, b in want]
+
+
+def test_a_trace_recorded_without_shapes_has_its_calls_and_times_and_no_sizes():
+    """HTA's df_index_resolver trace (torch < 2.1, cut): recorded without record_shapes, neither
+    record_param_comms nor the nccl:* ops hold a size. Every NCCL kernel is still its op's call
+    with its time (kernel -> launch by correlation -> the nccl:* op around it, by hand); no
+    bytes and no bandwidth are made up, and the output says why (before: exit 2)."""
+    from commbench.traces.report import markdown, record
+
+    path = os.path.join(DATA, "unshaped_rank1.json.gz")
+    doc, ev = _events(path)
+    launch = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime"}
+    ops = [e for e in ev if e["name"] in OLD]
+    assert all("Input Dims" not in o["args"] for o in ops)  # no shapes recorded
+    want = []
+    for k in (e for e in ev if e.get("cat") == "kernel" and e["name"].startswith("nccl")):
+        lc = launch[k["args"]["correlation"]]
+        (op,) = [o for o in ops if o["tid"] == lc["tid"] and o["ts"] <= lc["ts"] <= o["ts"] + o["dur"]]
+        want.append((OLD[op["name"]][0], float(k["dur"])))
+    t = kineto.read(path, progress=False)
+    assert len(want) == 49 and sorted((c.op, c.dur) for c in t.calls) == sorted(want)
+    assert (t.rank, t.world_size, t.unsized) == (1, 2, 49)
+    rows = match([t])
+    assert all(m.busbw is None and m.time_us > 0 for m in rows)
+    rec = record([t], rows, {})
+    assert all(c["bytes"] is None for c in rec["calls"])
+    assert "49 call(s) without sizes: the trace was recorded without shapes" in markdown(rec)
+
+
+def test_a_replay_of_a_trace_without_sizes_is_refused_saying_why(capsys):
+    from said import said
+
+    from commbench.cli.main import main
+
+    path = os.path.join(DATA, "unshaped_rank1.json.gz")
+    assert main(["replay", path, "--no-write", "--np", "2"]) == 2
+    err = said(capsys).strip().splitlines()
+    assert len(err) == 1 and "no call to re-issue (not replayed: 49 call(s) whose sizes" in err[0]

@@ -110,6 +110,9 @@ def command(a) -> int:
         check(world, plan)
     except TraceError as exc:
         raise UsageError(str(exc)) from None
+    if not any(plan.values()):
+        raise UsageError(f"{', '.join(a.recording)}: no call to re-issue"
+                         + (f" ({'; '.join(left_out)})" if left_out else ""))
     checks.check_world(a)
     # lazy: imports torch
     from commbench.traces.replay import replay_rank

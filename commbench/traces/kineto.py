@@ -49,8 +49,9 @@ from commbench.traces.calls import (
 
 UNKNOWN = "unknown"  # the op of an unlinked kernel whose name states none
 NO_KERNEL = "no-kernel"  # the source of a call whose CPU op no NCCL kernel in the trace ran
+UNSIZED = "unknown"  # the dtype of a call whose trace was recorded without shapes
 
-__all__ = ["NO_KERNEL", "RankTrace", "read", "union"]
+__all__ = ["NO_KERNEL", "UNSIZED", "RankTrace", "read", "union"]
 
 _ITEMSIZE = dict(DTYPES.values())  # commbench's dtype -> bytes
 
@@ -71,6 +72,8 @@ class RankTrace:
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start, end)
     unlinked: int = 0  # NCCL kernels whose launch the trace does not hold
     no_kernel: int = 0  # calls whose collective made no NCCL kernel in the trace (NO_KERNEL)
+    unsized: int = 0  # calls whose sizes the trace does not hold (UNSIZED)
+    world_stated: bool = True  # False: no distributedInfo.world_size, the world inferred
 
 
 def _call(e: dict, args: dict, where: str, ranks: tuple[int, ...] | None, groups: dict) -> Call:
@@ -360,6 +363,16 @@ def _profiled(prof: list[tuple[dict, dict]], out: RankTrace, path: str):
     calls, by_thread = [], {}
     for e, args in prof:
         op = PROFILER[e["name"]]
+        if args.get("Input Dims") is None and args.get("Input type") is None:
+            # recorded without shapes (record_shapes=False, the profiler's default): the call,
+            # its op and time, but no size
+            c = Call(-1, op, sys.intern(e["name"]), world, "",
+                     "world (torch < 2.1 records no group)", UNSIZED, 0, 0, 0, float(e["ts"]),
+                     float(e.get("dur") or 0.0), stream=sys.intern(str(e.get("tid", ""))))
+            out.unsized += 1
+            calls.append(c)
+            by_thread.setdefault(e.get("tid"), []).append(c)
+            continue
         dims, types = args.get("Input Dims") or [], args.get("Input type") or []
         try:
             count = 1

@@ -21,6 +21,7 @@ from commbench.names import DTYPE_NAMES
 from commbench.ops import OPS, bufferless
 from commbench.traces.calls import P2P, TraceError
 from commbench.traces.job import load as load_job
+from commbench.traces.kineto import UNSIZED
 from commbench.traces.stream import LIMIT
 
 __all__ = ["Rec", "check", "complete", "from_audit", "from_traces", "scale"]
@@ -63,9 +64,15 @@ def from_traces(names: list[str], limit: int | None = None,
     if unlinked and said is not None:
         said.append(f"not replayed: {sum(unlinked.values())} NCCL kernel(s) launched before the "
                     f"traces' window (ranks {sorted(unlinked)}), whose calls they do not hold")
+    unsized = {t.rank: t.unsized for t in traces if t.unsized}
+    if unsized and said is not None:
+        said.append(f"not replayed: {sum(unsized.values())} call(s) whose sizes the traces do "
+                    f"not hold, recorded without shapes (ranks {sorted(unsized)})")
     plan = {t.rank: [Rec(c.op, c.group, c.dtype, c.in_elems, c.in_splits, c.out_splits,
                          c.peer, step=c.step) for c in sorted(t.calls, key=lambda c: c.ts)
-                     if c.group]  # a kernel launched before the trace: no call to re-issue
+                     # a kernel launched before the trace, or a call without its sizes:
+                     # nothing to re-issue
+                     if c.group and c.dtype != UNSIZED]
             for t in traces}
     return world, plan
 

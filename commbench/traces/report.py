@@ -10,7 +10,7 @@ from tabulate import tabulate
 from commbench.results.records import Rows
 from commbench.traces.analysis import Cover, Matched, per_group, per_size, per_step
 from commbench.traces.calls import ranks_text
-from commbench.traces.kineto import RankTrace
+from commbench.traces.kineto import UNSIZED, RankTrace
 from commbench.version import __version__
 
 __all__ = ["markdown", "record"]
@@ -23,7 +23,8 @@ def _call_row(m: Matched) -> dict:
             "ranks": sorted(x.rank for x in m.calls), "seq": c.seq, "step": c.step,
             "dtype": c.dtype, "in_elems": c.in_elems, "out_elems": c.out_elems,
             "in_splits": list(c.in_splits), "out_splits": list(c.out_splits), "peer": c.peer,
-            "bytes": c.size, "source": c.source, "algo": c.algo, "proto": c.proto,
+            "bytes": None if c.dtype == UNSIZED else c.size, "source": c.source, "algo": c.algo,
+            "proto": c.proto,
             "start_us": min(x.ts for x in m.calls), "time_us": m.time_us if m.timed else None,
             "algbw": m.algbw, "busbw": m.busbw, "skew_us": m.skew_us, "slowest": m.slowest,
             "exposed_us": m.exposed_us, **m.extra}
@@ -39,11 +40,13 @@ def record(traces: list[RankTrace], rows: list[Matched], extra: dict,
             "commbench": __version__, "files": [t.path.rsplit("/", 1)[-1] for t in traces],
             "ranks": [t.rank for t in traces],
             "world_size": max([t.world_size for t in traces] + [len(traces)]),
+            "world_stated": all(t.world_stated for t in traces),
             "backend": traces[0].backend, "nccl_version": traces[0].nccl_version,
             "source": sorted({c.source for t in traces for c in t.calls}),
             "calls": calls, "groups": per_group(rows), "sizes": per_size(rows),
             "steps": per_step(traces, cover), "unlinked": sum(t.unlinked for t in traces),
-            "no_kernel": sum(t.no_kernel for t in traces), **extra}
+            "no_kernel": sum(t.no_kernel for t in traces),
+            "unsized": sum(t.unsized for t in traces), **extra}
 
 
 def _f(x, fmt: str = ".1f") -> str:
@@ -53,8 +56,10 @@ def _f(x, fmt: str = ".1f") -> str:
 def markdown(rec: dict, top: int = 20) -> str:
     model = any("model_us" in c for c in rec["calls"])
     base = any("baseline_busbw" in c for c in rec["calls"])
+    world = rec["world_size"] if rec.get("world_stated", True) else \
+        f"at least {rec['world_size']} (no world_size in the traces)"
     head = (f"# commbench analyze: {len(rec['files'])} trace(s), ranks {rec['ranks']} of "
-            f"{rec['world_size']}, backend {rec['backend'] or '?'}, NCCL "
+            f"{world}, backend {rec['backend'] or '?'}, NCCL "
             f"{rec['nccl_version'] or '?'}; times from {', '.join(rec['source']) or 'no calls'}")
     if rec.get("unlinked"):
         head += (f"\n# {rec['unlinked']} NCCL kernel(s) launched before the trace's window: "
@@ -63,6 +68,10 @@ def markdown(rec: dict, top: int = 20) -> str:
         head += (f"\n# {rec['no_kernel']} call(s) made no NCCL kernel in the trace (a one-rank "
                  f"group's collective is a copy on the device or nothing; a kernel after the "
                  f"window is not recorded): counted with their bytes, no time or bandwidth")
+    if rec.get("unsized"):
+        head += (f"\n# {rec['unsized']} call(s) without sizes: the trace was recorded without "
+                 "shapes (torch < 2.1 keeps a call's sizes only with record_shapes=True): "
+                 "their time, no bytes or bandwidth")
     if "cpu" in rec["source"]:
         head += ("\n# CPU ops time the call's enqueue, not its transfer (no kernel in the trace): "
                  "no bandwidth is given for them")
@@ -80,7 +89,7 @@ def markdown(rec: dict, top: int = 20) -> str:
     for c in rec["calls"][:top]:
         op = f"{c['op']} {c['rank']}->{c['peer']}" if c["op"] == "send" else (
             f"recv {c['peer']}->{c['rank']}" if c["op"] == "recv" else c["op"])
-        rows.append([op, ranks_text(c["group"]), c["dtype"], c["bytes"],
+        rows.append([op, ranks_text(c["group"]), c["dtype"], _f(c["bytes"], "d"),
                      f"{c['algo']}/{c['proto']}" if c["algo"] else "-", _f(c["time_us"]),
                      _f(c["busbw"], ".3g"), _f(c["skew_us"]),
                      c["slowest"] if c["slowest"] >= 0 else "-", _f(c["exposed_us"])]
