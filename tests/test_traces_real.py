@@ -183,6 +183,23 @@ def test_an_execution_trace_of_an_unknown_schema_is_refused_in_one_line(tmp_path
         from_et([str(path)])
 
 
+def test_an_execution_trace_without_communication_says_there_is_nothing_to_replay(tmp_path):
+    """HTA's benchmark_simple_add_et (schema 1.0.1, one process adding tensors) names no rank
+    and makes no call: that is what is said, not that its rank cannot be told."""
+    from commbench.traces.calls import TraceError
+    from commbench.traces.et import from_et
+
+    path = tmp_path / "simple_add_et.json"
+    nodes = [{"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 1,
+              "inputs": {"values": [], "shapes": [], "types": []}},
+             {"id": 2, "name": "aten::add", "ctrl_deps": 1,
+              "inputs": {"values": [[1, 2, 0, 4, 4, "cuda:0"]], "shapes": [[4]],
+                         "types": ["Tensor(float)"]}}]
+    path.write_text(json.dumps({"schema": "1.0.1", "nodes": nodes}))
+    with pytest.raises(TraceError, match="without a communication call .*: nothing to replay"):
+        from_et([str(path)])
+
+
 DLRM = os.path.join(os.path.dirname(__file__), "data", "traces", "param", "dlrm_kineto")
 
 

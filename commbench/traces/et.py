@@ -88,6 +88,10 @@ def _rank(path: str, nodes: list[dict]) -> int:
                 isinstance(vals[3 - shift], int):
             return int(vals[3 - shift])
     m = re.search(r"rank[_-]?(\d+)", os.path.basename(path))
+    if not m and not any(n.get("name") == "record_param_comms" or n.get("name") in C10D
+                         for n in nodes):
+        raise TraceError(f"{path}: an execution trace without a communication call "
+                         "(record_param_comms or c10d op): nothing to replay")
     if not m:
         raise TraceError(f"{path}: an execution trace's rank is neither in it (no call on the "
                          "default group) nor in its name (rank<N>, e.g. et_rank3.json)")
