@@ -165,11 +165,18 @@ class Op:
         return count, count
 
 
+def split_size(count: int, n: int, k: int) -> int:
+    """Part ``k`` of :func:`split_sizes` (``count`` over ``n``), without the list: a call's
+    booking at 512 ranks spent 45 us making it."""
+    base, extra = divmod(count, n)
+    return base + (1 if k < extra else 0)
+
+
 def _all_reduce(n, i, count, **kw):
-    c = split_sizes(count, n)
     if n == 1:
         return 0, 0
-    return 2 * count - c[i] - c[(i + 1) % n], 2 * count - c[(i - 1) % n] - c[i]
+    mine, after, before = (split_size(count, n, k % n) for k in (i, i + 1, i - 1))
+    return 2 * count - mine - after, 2 * count - before - mine
 
 
 def _ring(n, i, count, **kw):  # all-gather: count is this rank's block
