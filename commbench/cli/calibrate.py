@@ -91,12 +91,14 @@ def command(a) -> int:
             if per > base.gpus_per_node:
                 raise UsageError(f"{path}: {per} GPUs per node, {base.gpus_per_node} in "
                                  f"{base.name}: calibrate on a topology of the log's machine")
-            kept = [r for r in run.rows if r.size >= min_size and r.out.time_us > 0 and not r.wrong]
-            rows += [Measured(run.op, r.size, nodes, per, _steady(r), os.path.basename(path))
-                     for r in kept]
-            hiccups += [f"{os.path.basename(path)} {r.size} B ({r.out.time_us:g} us out of "
-                        f"place, {r.inplace.time_us:g} in place)" for r in kept
-                        if _steady(r) != r.out.time_us]
+            for r in run.rows:
+                if r.size < min_size or r.out.time_us <= 0 or r.wrong:
+                    continue
+                t = _steady(r)
+                rows.append(Measured(run.op, r.size, nodes, per, t, os.path.basename(path)))
+                if t != r.out.time_us:
+                    hiccups.append(f"{os.path.basename(path)} {r.size} B ({r.out.time_us:g} us "
+                                   f"out of place, {r.inplace.time_us:g} in place)")
     if not rows:
         raise UsageError(f"no rows of at least {min_size} B to fit in {', '.join(a.logs)}")
     try:

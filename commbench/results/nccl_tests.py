@@ -45,7 +45,7 @@ from commbench.results.nccl_info import NcclSaid, clean_line, nccl_said
 from commbench.results.records import SCHEMA
 
 __all__ = ["DTYPES", "Device", "LogError", "Row", "Run", "Timing", "check_printed", "infer_op",
-           "parse", "record"]
+           "parse", "record", "settle_op"]
 
 # nccl-tests' type names -> (commbench's name, bytes per element)
 DTYPES = {"int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4),
@@ -346,13 +346,19 @@ def parse(text: str, name: str = "log") -> list[Run]:
     if not runs:
         raise LogError(f"{name}: no nccl-tests or rccl-tests column header (# size count type ...) "
                        "found: not such a log")
-    m = _PERF.search(name)
     for r in runs:
-        if not r.op and m and _op_of(m.group(1)):
-            r.op, r.op_from = _op_of(m.group(1)), "file name"
-        if not r.op:
-            r.op, r.op_from = infer_op(r), "columns"
+        settle_op(r, name)
     return runs
+
+
+def settle_op(run: Run, name: str) -> None:
+    """A run that nothing in it names gets its op from the file's name (``X_perf``), else
+    from its columns and numbers (:func:`infer_op`)."""
+    m = _PERF.search(name)
+    if not run.op and m and _op_of(m.group(1)):
+        run.op, run.op_from = _op_of(m.group(1)), "file name"
+    if not run.op:
+        run.op, run.op_from = infer_op(run), "columns"
 
 
 def infer_op(run: Run) -> str:

@@ -27,8 +27,8 @@ from commbench.results.nccl_tests import (
     Run,
     Timing,
     _op_of,
-    infer_op,
     parse,
+    settle_op,
 )
 
 __all__ = ["is_json", "parse_json", "runs_of"]
@@ -113,11 +113,7 @@ def parse_json(text: str, name: str = "log") -> list[Run]:
         run.avg_busbw = float(avg["bandwidth"])
     errors = [str(e) for e in doc.get("errors") or [] if e]
     run.failure = "; ".join(errors)
-    m = _PERF.search(name)
-    if not run.op and m and _op_of(m.group(1)):
-        run.op, run.op_from = _op_of(m.group(1)), "file name"
-    if not run.op:
-        run.op, run.op_from = infer_op(run), "columns"
+    settle_op(run, name)
     return [run]
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from commbench.results.busbw import factor
 from commbench.traces.calls import P2P, Call, ranks_text
-from commbench.traces.kineto import NO_KERNEL, UNSIZED, RankTrace, union
+from commbench.traces.kineto import NO_KERNEL, RankTrace, union
 
 __all__ = ["Cover", "Matched", "bucket", "covers", "exposed", "match", "match_job", "misaligned",
            "per_group", "per_size", "per_step"]
@@ -168,7 +168,7 @@ def match_job(traces: list[RankTrace], cover: dict[int, Cover] | None = None
         size, n = cs[0].size, len(cs[0].group)
         if not n or all(c.source == "cpu" for c in cs):  # a CPU op times the enqueue, not the transfer:
             continue                            # no bandwidth rather than a wrong one
-        if cs[0].dtype == UNSIZED:  # recorded without shapes: no size, so no bandwidth
+        if not cs[0].sized:  # recorded without shapes: no size, so no bandwidth
             continue
         m.algbw = size / m.time_us / 1e3 if m.time_us > 0 else 0.0
         try:

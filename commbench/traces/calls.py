@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from commbench.ops import OPS
 
-__all__ = ["COLLECTIVE", "CPP_TYPES", "DTYPES", "P2P", "PROFILER", "Call", "TraceError",
-           "kernel_choice", "kernel_word", "op_of", "ranks_of", "ranks_text"]
+__all__ = ["COLLECTIVE", "CPP_TYPES", "DTYPES", "P2P", "PROFILER", "UNSIZED", "Call",
+           "TraceError", "kernel_choice", "kernel_word", "op_of", "ranks_of", "ranks_text"]
 
 
 class TraceError(ValueError):
@@ -52,6 +52,7 @@ DTYPES = {"Float": ("float32", 4), "Double": ("float64", 8), "Half": ("float16",
           "Short": ("int16", 2), "Char": ("int8", 1), "Byte": ("uint8", 1), "Bool": ("bool", 1),
           "Float8_e4m3fn": ("float8_e4m3fn", 1), "Float8_e5m2": ("float8_e5m2", 1)}
 P2P = ("send", "recv")  # point-to-point calls: matched by their two ends, not by Seq
+UNSIZED = "unknown"  # the dtype of a call whose trace was recorded without shapes
 ALGOS = ("NVLS_TREE", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "TREE", "RING", "PAT")
 PROTOS = ("LL128", "LL", "SIMPLE")
 
@@ -88,6 +89,11 @@ class Call:
     @property
     def end(self) -> float:
         return self.ts + self.dur
+
+    @property
+    def sized(self) -> bool:
+        """Whether the trace holds the call's sizes (not one recorded without shapes)."""
+        return self.dtype != UNSIZED
 
     @property
     def size(self) -> int:

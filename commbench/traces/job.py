@@ -4,8 +4,9 @@ A folder is one job, or a sample of one (two ranks of a 128-rank job are a norma
 share): no rank twice, every rank inside ``distributedInfo.world_size``, and a group name means
 the same ranks in every file. Where no file states the world size (a trace of a job's rank 1
 alone, without it), the world is taken as at least the ranks of the files and of the groups
-they name, and the output says so. The ranks present are named in the output; a call whose group has
-members without a file gets no cross-rank figures. A single file is analysed on its own.
+they name, and the output says so. The ranks present are named in the output; a call whose
+group has members without a file gets no cross-rank figures. A single file is analysed on its
+own.
 """
 
 from __future__ import annotations
@@ -98,13 +99,14 @@ def load(names: list[str], progress: bool = True, limit: int = LIMIT) -> list[Ra
     sizes = {t.world_size for t in traces if t.world_size}
     if len(sizes) > 1:
         raise TraceError(f"the traces disagree on world_size: {sorted(sizes)}")
-    if not sizes:  # no trace states the world: it holds at least the ranks these files are
+    if sizes:
+        world = sizes.pop()
+    else:  # no trace states the world: it holds at least the ranks these files are
         named = [r for t in traces for g in (*t.groups.values(), *(c.group for c in t.calls))
                  for r in g]  # and the ranks their groups name
         world = max(len(traces), max(by_rank) + 1, max(named, default=-1) + 1)
         for t in traces:
             t.world_size, t.world_stated = world, False
-    world = sizes.pop() if sizes else world
     bad = sorted(r for r in by_rank if not 0 <= r < world)
     if bad:
         raise TraceError(f"ranks {bad}: outside world_size {world} ({by_rank[bad[0]].path})")

@@ -39,6 +39,7 @@ from commbench.traces.calls import (
     DTYPES,
     P2P,
     PROFILER,
+    UNSIZED,
     Call,
     TraceError,
     kernel_choice,
@@ -49,9 +50,8 @@ from commbench.traces.calls import (
 
 UNKNOWN = "unknown"  # the op of an unlinked kernel whose name states none
 NO_KERNEL = "no-kernel"  # the source of a call whose CPU op no NCCL kernel in the trace ran
-UNSIZED = "unknown"  # the dtype of a call whose trace was recorded without shapes
 
-__all__ = ["NO_KERNEL", "UNSIZED", "RankTrace", "read", "union"]
+__all__ = ["NO_KERNEL", "RankTrace", "read", "union"]
 
 _ITEMSIZE = dict(DTYPES.values())  # commbench's dtype -> bytes
 
@@ -72,7 +72,7 @@ class RankTrace:
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start, end)
     unlinked: int = 0  # NCCL kernels whose launch the trace does not hold
     no_kernel: int = 0  # calls whose collective made no NCCL kernel in the trace (NO_KERNEL)
-    unsized: int = 0  # calls whose sizes the trace does not hold (UNSIZED)
+    unsized: int = 0  # calls whose sizes the trace does not hold (Call.sized false)
     world_stated: bool = True  # False: no distributedInfo.world_size, the world inferred
 
 
@@ -139,7 +139,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
     launches = _Launches()  # the runtime calls that launched kernels: correlation, thread, ts
     own: list[tuple[Call, object]] = []  # kernels with their call's args, and its External id
     own_args = 0  # kernels with their call's args: each links to its op only by External id
-    unsized = 0  # record_param_comms without sizes: torch < 2.1
+    bare_ops = 0  # record_param_comms without sizes: torch < 2.1
     say = stream.progress_line(path) if progress and os.path.getsize(path) > \
         stream.PROGRESS_BYTES else None
     for e in stream.events(path, top, say, limit=limit):
@@ -175,7 +175,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
         elif name == "record_param_comms":
             args = e.get("args") or {}
             if "In msg nelems" not in args and "Collective name" not in args:
-                unsized += 1  # its sizes are on the profiler op it contains (torch < 2.1)
+                bare_ops += 1  # its sizes are on the profiler op it contains (torch < 2.1)
                 continue
             if args.get("Collective name") == "wait":  # a Work's wait: no call of its own
                 continue
@@ -204,7 +204,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
             cpu.append(c)
             if args.get("External id") is not None:
                 by_id[args["External id"]] = c
-    if unsized and not cpu:  # torch < 2.1: the calls are the profiler ops
+    if bare_ops and not cpu:  # torch < 2.1: the calls are the profiler ops
         cpu, inner = _profiled(prof, out, path)
         found = launches.of({e["args"].get("correlation") for e, _ in pending})
     else:
@@ -352,6 +352,28 @@ def _stated(op: str, kernel: str, choice: tuple[str, str]) -> tuple[str, str]:
     return choice
 
 
+def _op_input(e: dict, args: dict, path: str) -> tuple[str, int, int]:
+    """(dtype, bytes per element, elements) of a torch < 2.1 profiler op's input; (UNSIZED, 0,
+    0) where the trace was recorded without shapes (record_shapes=False, the profiler's
+    default): the call has its op and time, and no size."""
+    if args.get("Input Dims") is None and args.get("Input type") is None:
+        return UNSIZED, 0, 0
+    dims, types = args.get("Input Dims") or [], args.get("Input type") or []
+    try:
+        count = 1
+        for d in dims[0]:
+            count *= int(d)
+    except (IndexError, TypeError, ValueError):
+        raise TraceError(f"{path}: {e['name']} at ts {e.get('ts')}: its input's dims cannot "
+                         f"be read ({dims!r})") from None
+    dtype = CPP_TYPES.get(str(types[0]) if types else "", "")
+    itemsize = _ITEMSIZE.get(dtype, 0)
+    if not itemsize:
+        raise TraceError(f"{path}: {e['name']} at ts {e.get('ts')}: input type "
+                         f"{types[:1]!r} unknown; known: {', '.join(CPP_TYPES)}")
+    return dtype, itemsize, count
+
+
 def _profiled(prof: list[tuple[dict, dict]], out: RankTrace, path: str):
     """torch < 2.1: a call per profiler op, on the world, and a function from a kernel's launch
     (thread, ts) to the innermost op's call on that thread containing it (None: none)."""
@@ -363,31 +385,13 @@ def _profiled(prof: list[tuple[dict, dict]], out: RankTrace, path: str):
     calls, by_thread = [], {}
     for e, args in prof:
         op = PROFILER[e["name"]]
-        if args.get("Input Dims") is None and args.get("Input type") is None:
-            # recorded without shapes (record_shapes=False, the profiler's default): the call,
-            # its op and time, but no size
-            c = Call(-1, op, sys.intern(e["name"]), world, "",
-                     "world (torch < 2.1 records no group)", UNSIZED, 0, 0, 0, float(e["ts"]),
-                     float(e.get("dur") or 0.0), stream=sys.intern(str(e.get("tid", ""))))
-            out.unsized += 1
-            calls.append(c)
-            by_thread.setdefault(e.get("tid"), []).append(c)
-            continue
-        dims, types = args.get("Input Dims") or [], args.get("Input type") or []
         try:
-            count = 1
-            for d in dims[0]:
-                count *= int(d)
             ts, dur = float(e["ts"]), float(e.get("dur") or 0.0)
-        except (IndexError, TypeError, ValueError, KeyError):
-            raise TraceError(f"{path}: {e['name']} at ts {e.get('ts')}: its input's dims cannot "
-                             f"be read ({dims!r})") from None
-        dtype = CPP_TYPES.get(str(types[0]) if types else "", "")
-        itemsize = _ITEMSIZE.get(dtype, 0)
-        if not itemsize:
-            raise TraceError(f"{path}: {e['name']} at ts {e.get('ts')}: input type "
-                             f"{types[:1]!r} unknown; known: {', '.join(CPP_TYPES)}")
-        n_in, n_out = OPS[op].call_elems(count, len(world))
+        except (TypeError, ValueError, KeyError):
+            raise TraceError(f"{path}: {e['name']}: no time (ts, dur)") from None
+        dtype, itemsize, count = _op_input(e, args, path)
+        n_in, n_out = OPS[op].call_elems(count, len(world)) if itemsize else (0, 0)
+        out.unsized += dtype == UNSIZED
         c = Call(-1, op, sys.intern(e["name"]), world, "", "world (torch < 2.1 records no group)",
                  dtype, itemsize, n_in, n_out, ts, dur, stream=sys.intern(str(e.get("tid", ""))))
         calls.append(c)

@@ -21,7 +21,6 @@ from commbench.names import DTYPE_NAMES
 from commbench.ops import OPS, bufferless
 from commbench.traces.calls import P2P, TraceError
 from commbench.traces.job import load as load_job
-from commbench.traces.kineto import UNSIZED
 from commbench.traces.stream import LIMIT
 
 __all__ = ["Rec", "check", "complete", "from_audit", "from_traces", "scale"]
@@ -72,7 +71,7 @@ def from_traces(names: list[str], limit: int | None = None,
                          c.peer, step=c.step) for c in sorted(t.calls, key=lambda c: c.ts)
                      # a kernel launched before the trace, or a call without its sizes:
                      # nothing to re-issue
-                     if c.group and c.dtype != UNSIZED]
+                     if c.group and c.sized]
             for t in traces}
     return world, plan
 

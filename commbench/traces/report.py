@@ -10,7 +10,7 @@ from tabulate import tabulate
 from commbench.results.records import Rows
 from commbench.traces.analysis import Cover, Matched, per_group, per_size, per_step
 from commbench.traces.calls import ranks_text
-from commbench.traces.kineto import UNSIZED, RankTrace
+from commbench.traces.kineto import RankTrace
 from commbench.version import __version__
 
 __all__ = ["markdown", "record"]
@@ -23,7 +23,7 @@ def _call_row(m: Matched) -> dict:
             "ranks": sorted(x.rank for x in m.calls), "seq": c.seq, "step": c.step,
             "dtype": c.dtype, "in_elems": c.in_elems, "out_elems": c.out_elems,
             "in_splits": list(c.in_splits), "out_splits": list(c.out_splits), "peer": c.peer,
-            "bytes": None if c.dtype == UNSIZED else c.size, "source": c.source, "algo": c.algo,
+            "bytes": c.size if c.sized else None, "source": c.source, "algo": c.algo,
             "proto": c.proto,
             "start_us": min(x.ts for x in m.calls), "time_us": m.time_us if m.timed else None,
             "algbw": m.algbw, "busbw": m.busbw, "skew_us": m.skew_us, "slowest": m.slowest,

@@ -28,7 +28,7 @@ from commbench.results.compare import CompareError
 from commbench.results.compare import load as load_results
 from commbench.traces.analysis import Matched
 from commbench.traces.calls import P2P, Call, TraceError
-from commbench.traces.kineto import UNSIZED, RankTrace
+from commbench.traces.kineto import RankTrace
 from commbench.wire.ledger import Entry
 
 __all__ = ["add_baseline", "add_model", "as_entries", "guess_topology", "topology"]
@@ -96,7 +96,7 @@ def model_us(c: Call, topo: Topology, version: str = "2.30.7") -> tuple[float, s
 
     n = len(c.group)
     if n < 2 or c.op not in MODELLED + P2P_OPS + P2P or max(c.group) >= topo.ranks \
-            or c.dtype == UNSIZED:
+            or not c.sized:
         return None
     count = c.in_elems
     kw = _splits(c, n)
