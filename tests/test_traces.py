@@ -10,7 +10,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trace_generator import Planned, expected, generate
+from trace_generator import LAYOUTS, Planned, expected, generate
 
 from commbench.traces import analysis, calls, kineto, stream
 from commbench.traces.analysis import match, per_step
@@ -74,12 +74,13 @@ PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.function_s
 
 
 @PROPERTY
-@given(case=plans(), old=st.booleans(), link=st.booleans(), gz=st.booleans())
+@given(case=plans(), old=st.booleans(), link=st.booleans(), gz=st.booleans(),
+       layout=st.sampled_from(LAYOUTS))
 def test_the_analyzer_reads_back_every_figure_the_generator_put_in(tmp_path_factory, case, old,
-                                                                   link, gz):
+                                                                   link, gz, layout):
     world, plan = case
     folder = str(tmp_path_factory.mktemp("job"))
-    generate(world, plan, folder, old_names=old, link=link, compress=gz)
+    generate(world, plan, folder, old_names=old, link=link, compress=gz, layout=layout)
     assert judge(plan, match(load([folder]))) == []
 
 
@@ -234,11 +235,15 @@ def test_one_rank_s_file_alone_has_every_figure_but_the_cross_rank_ones(tmp_path
     assert rows[0].time_us == pytest.approx(200.0 + 30 - 5)  # its own kernel, wait included
 
 
-def test_reading_in_small_chunks_gives_the_same_calls(tmp_path, monkeypatch):
-    paths = generate(4, PLAN, str(tmp_path))
-    whole = [(c.op, c.ts, c.dur, c.in_elems) for c in kineto.read(paths[0]).calls]
-    monkeypatch.setattr(stream, "CHUNK", 7)  # numbers and strings cut at every chunk's end
-    assert [(c.op, c.ts, c.dur, c.in_elems) for c in kineto.read(paths[0]).calls] == whole
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("chunk", [7, 300])
+def test_reading_in_small_chunks_gives_the_same_calls(tmp_path, monkeypatch, layout, chunk):
+    paths = generate(4, PLAN, str(tmp_path), layout=layout)
+    whole = [(c.op, c.ts, c.dur, c.in_elems, c.host_ts) for c in kineto.read(paths[0]).calls]
+    # numbers and strings cut at every chunk's end; events cut across chunks
+    monkeypatch.setattr(stream, "CHUNK", chunk)
+    assert [(c.op, c.ts, c.dur, c.in_elems, c.host_ts)
+            for c in kineto.read(paths[0]).calls] == whole
 
 
 def test_top_level_keys_after_the_events_are_read_too(tmp_path):

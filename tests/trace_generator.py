@@ -20,7 +20,7 @@ from commbench.ops import OPS
 from commbench.results.busbw import factor
 from commbench.traces.calls import DTYPES, op_of
 
-__all__ = ["Planned", "expected", "generate"]
+__all__ = ["LAYOUTS", "Planned", "expected", "generate", "lay_out"]
 
 KERNEL = {o.name: o.names.kernel for o in OPS.values() if o.nccl}
 SHORT = {"Float": "f32", "BFloat16": "bf16", "Half": "f16", "Double": "f64", "Long": "i64",
@@ -89,8 +89,10 @@ def _base_times(plan: list[Planned], gap_us: float) -> list[float]:
 
 def generate(world: int, plan: list[Planned], folder: str, *, gap_us: float = 50.0,
              old_names: bool = False, link: bool = False, compress: bool = False,
-             ranks: list[int] | None = None, groups_name: dict | None = None) -> list[str]:
-    """Write ``rank<r>.pt.trace.json[.gz]`` for every rank (or ``ranks``); their paths."""
+             ranks: list[int] | None = None, groups_name: dict | None = None,
+             layout: str = "compact") -> list[str]:
+    """Write ``rank<r>.pt.trace.json[.gz]`` for every rank (or ``ranks``), laid out as
+    :func:`lay_out` says; their paths."""
     os.makedirs(folder, exist_ok=True)
     base = _base_times(plan, gap_us)
     names = dict(groups_name or {})
@@ -145,7 +147,7 @@ def generate(world: int, plan: list[Planned], folder: str, *, gap_us: float = 50
                                    "pg_config": pg_config},
                "traceEvents": events, "baseTimeNanoseconds": 1_700_000_000_000_000_000}
         path = os.path.join(folder, f"rank{r}.pt.trace.json" + (".gz" if compress else ""))
-        text = json.dumps(doc)
+        text = lay_out(doc, layout)
         if compress:
             with gzip.open(path, "wt", encoding="utf-8") as f:
                 f.write(text)
@@ -154,6 +156,43 @@ def generate(world: int, plan: list[Planned], folder: str, *, gap_us: float = 50
                 f.write(text)
         paths.append(path)
     return paths
+
+
+LAYOUTS = ("compact", "kineto", "indent", "lines")
+
+
+def lay_out(doc: dict, how: str) -> str:
+    """A trace's text: ``compact`` (json.dumps, one line), ``kineto`` (the profiler's own
+    writer: each event opening on a line of its own at two spaces, its keys at four, its
+    ``args`` one object at six, the array closed at two), ``indent`` (json.dumps with
+    ``indent=2``, as tools that rewrite traces leave them) or ``lines`` (one event a line)."""
+    if how == "compact":
+        return json.dumps(doc)
+    if how == "indent":
+        return json.dumps(doc, indent=2)
+    if how not in ("lines", "kineto"):
+        raise ValueError(f"layout={how!r}: one of {', '.join(LAYOUTS)}")
+    keys = []  # the top-level keys in their order, the events' array where it stands
+    for k, v in doc.items():
+        if k != "traceEvents":
+            keys.append(f"{json.dumps(k)}: {json.dumps(v)}")
+        elif how == "lines":
+            keys.append('"traceEvents": [\n' + ",\n".join(json.dumps(e) for e in v) + "\n]")
+        else:
+            keys.append('"traceEvents": [\n' + ",\n".join(_kineto_event(e) for e in v) +
+                        "\n  ]")
+    if how == "lines":
+        return "{" + ", ".join(keys) + "}\n"
+    return "{\n  " + ",\n  ".join(keys) + "\n}\n"
+
+
+def _kineto_event(e: dict) -> str:
+    text = "  {\n    " + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in e.items()
+                                   if k != "args")
+    if "args" in e:
+        inner = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in e["args"].items())
+        text += ',\n    "args": {\n      ' + inner + "\n    }"
+    return text + "\n  }"
 
 
 def expected(p: Planned) -> dict:

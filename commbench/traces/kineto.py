@@ -54,6 +54,17 @@ NO_KERNEL = "no-kernel"  # the source of a call whose CPU op no NCCL kernel in t
 __all__ = ["NO_KERNEL", "RankTrace", "read", "union"]
 
 _ITEMSIZE = dict(DTYPES.values())  # commbench's dtype -> bytes
+KERNEL = ("kernel", "Kernel")  # a GPU kernel's category, as Kineto writes it (old and new)
+
+
+def _wanted(text: str) -> bool:
+    """Whether an event's text may be one :func:`read` needs: a kernel, a step, a collective's
+    op (``record_param_comms``, the process groups' own ``nccl:*`` and ``gloo:*``). Any other
+    event is skipped undecoded (:func:`commbench.traces.stream.events`). A name spelled with a
+    ``\\u`` escape is decoded, whatever it spells."""
+    return ('"kernel"' in text or '"Kernel"' in text or "record_param_comms" in text or
+            "ProfilerStep#" in text or "nccl:" in text or "gloo:" in text or "\\u" in text)
+
 
 @dataclass
 class RankTrace:
@@ -136,17 +147,20 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
     by_id: dict = {}  # External id -> the record_param_comms call, to link kernels to
     later: list[tuple[dict, dict, tuple[str, str] | None]] = []  # calls naming only their group
     prof: list[tuple[dict, dict]] = []  # the process groups' profiler ops (torch < 2.1's sizes)
-    launches = _Launches()  # the runtime calls that launched kernels: correlation, thread, ts
     own: list[tuple[Call, object]] = []  # kernels with their call's args, and its External id
     own_args = 0  # kernels with their call's args: each links to its op only by External id
     bare_ops = 0  # record_param_comms without sizes: torch < 2.1
+    launches = _Launches()  # from the first such op on: the runtime calls that launch kernels
+
+    def wanted(text: str) -> bool:
+        return _wanted(text) or (bare_ops > 0 and "Launch" in text)
     say = stream.progress_line(path) if progress and os.path.getsize(path) > \
         stream.PROGRESS_BYTES else None
-    for e in stream.events(path, top, say, limit=limit):
+    for e in stream.events(path, top, say, limit=limit, wanted=wanted):
         if e.get("ph") != "X":
             continue
-        name, cat = str(e.get("name", "")), str(e.get("cat", "")).lower()
-        if cat == "kernel":
+        name, cat = str(e.get("name", "")), str(e.get("cat", ""))
+        if cat in KERNEL:
             choice = kernel_choice(name) if name.startswith("nccl") else None
             if choice is None:
                 try:
@@ -166,7 +180,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
                         own.append((c, e["args"]["External id"]))
             else:
                 pending.append((_slim(e), choice))
-        elif cat in ("cuda_runtime", "cuda_driver") and "Launch" in name:
+        elif bare_ops and cat in ("cuda_runtime", "cuda_driver") and "Launch" in name:
             launches.add(e)
         elif name in PROFILER:
             args = e.get("args") or {}
@@ -206,7 +220,10 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
                 by_id[args["External id"]] = c
     if bare_ops and not cpu:  # torch < 2.1: the calls are the profiler ops
         cpu, inner = _profiled(prof, out, path)
-        found = launches.of({e["args"].get("correlation") for e, _ in pending})
+        corr = {e["args"].get("correlation") for e, _ in pending}
+        found = launches.of(corr)
+        if corr - found.keys():  # launched before the first op said the trace was old
+            found.update(_launches(path, corr - found.keys(), limit))
     else:
         inner, found = None, {}
     ran: set[int] = set()  # the CPU calls that a kernel in the trace ran
@@ -300,8 +317,8 @@ def _slim(e: dict) -> dict:
 
 
 class _Launches:
-    """Every kernel launch of the trace, 24 bytes each (a big trace holds millions): read back
-    only for the NCCL kernels that need one (torch < 2.1)."""
+    """The runtime calls that launched kernels, 24 bytes each (a big trace holds millions):
+    read back only for the NCCL kernels that need one (torch < 2.1)."""
 
     def __init__(self) -> None:
         self.corr, self.ts, self.tid = array("q"), array("d"), array("l")
@@ -323,6 +340,18 @@ class _Launches:
         names = {v: k for k, v in self.tids.items()}
         return {c: (names[self.tid[i]], self.ts[i]) for i, c in enumerate(self.corr)
                 if c in wanted}
+
+
+def _launches(path: str, wanted: set, limit: int) -> dict:
+    """correlation -> (thread, ts) of the ``wanted`` correlations' launches, read in a second
+    pass over the file: for a trace of torch < 2.1 whose file holds launches before its first
+    op without sizes (the first pass keeps launches from that op on only)."""
+    found = _Launches()
+    for e in stream.events(path, {}, None, limit=limit, wanted=lambda text: "Launch" in text):
+        if e.get("ph") == "X" and str(e.get("cat", "")) in ("cuda_runtime", "cuda_driver") \
+                and "Launch" in str(e.get("name", "")):
+            found.add(e)
+    return found.of(wanted)
 
 
 def _unlinked(e: dict, choice: tuple[str, str]) -> Call:

@@ -105,10 +105,19 @@ class _Stream:
             return v
 
 
-def _objects(s: _Stream, key: str) -> Iterator[dict]:
-    """The objects of the array whose '[' was just read, up to its ']' (the hot loop: one C
-    scan per item, separators skipped by one match; an item cut by the chunk's end is scanned
-    again with the next chunk)."""
+def _objects(s: _Stream, key: str, wanted: Callable[[str], bool] | None = None) -> Iterator[dict]:
+    """The objects of the array whose '[' was just read, up to its ']'. Where ``wanted`` is
+    given and the array is laid out one item to a line or more (:func:`_by_line`), an item
+    whose text ``wanted`` refuses is skipped undecoded; every other item is decoded."""
+    if wanted is not None:
+        yield from _by_line(s, key, wanted)
+    else:
+        yield from _exact(s, key)
+
+
+def _exact(s: _Stream, key: str) -> Iterator[dict]:
+    """Every item decoded (the hot loop: one C scan per item, separators skipped by one
+    match; an item cut by the chunk's end is scanned again with the next chunk)."""
     scan, skip = s.dec.scan_once, _SEPARATORS.match
     buf, pos = s.buf, s.pos
     while True:
@@ -140,11 +149,89 @@ def _objects(s: _Stream, key: str) -> Iterator[dict]:
             yield v
 
 
+def _by_line(s: _Stream, key: str, wanted: Callable[[str], bool]) -> Iterator[dict]:
+    """The items of an array written as a profiler writes one: each item opens on a line of its
+    own, at the indentation of the first (Kineto's writer: two spaces; one item a line: none).
+    Such an array is cut into items' texts by one C split per chunk at ``},``, a line break and
+    that indentation before ``{``: a line break cannot lie inside a JSON string, and a nested
+    object is indented deeper. A text ``wanted`` refuses is skipped where its own lines are
+    indented deeper than the items but for its closing brace (the array's end, and what follows
+    it, are not: a text holding them is decoded); every other text is decoded in one C call, and
+    must be one item. Whatever does not fit (a compact array on one line, a text that is not
+    one item, an item longer than :data:`CHUNK` twice over, the array's last item and its end)
+    is read by :func:`_exact` from there on, so that the items read are the same either way."""
+    lead = _BLANK.match(s.buf, s.pos)
+    while lead.end() == len(s.buf) and s._more():
+        lead = _BLANK.match(s.buf, s.pos)
+    space = lead.group()
+    if "\n" not in space or lead.end() == len(s.buf) or s.buf[lead.end()] != "{":
+        yield from _exact(s, key)
+        return
+    indent = space.rsplit("\n", 1)[1]
+    s.buf, s.pos = s.buf[lead.end():], 0
+    first = None  # the first two items' separator, as written: every item's, where it is one
+    while first is None and len(s.buf) <= 2 * CHUNK:
+        first = re.search(r"\},[ \t]*\r?\n" + re.escape(indent) + r"\{", s.buf)
+        if first is None and not s._more():
+            break
+    if first is None:
+        yield from _exact(s, key)
+        return
+    sep = first.group()
+    skippable = _skippable(indent)
+    scan = s.dec.scan_once
+    s.buf = s.buf[1:]  # the items' texts are split without their braces
+    while True:
+        parts = s.buf.split(sep)
+        n = len(parts) - 1  # parts: the items, and the unfinished rest
+        for i in range(n):
+            text = parts[i]
+            if not wanted(text) and skippable(text):
+                continue  # one item or more, all of the array's: none needed
+            item = "{" + text + "}"
+            try:
+                v, end = scan(item, 0)
+                if end != len(item):
+                    raise ValueError("more than one item")
+            except (StopIteration, ValueError, RecursionError):
+                s.buf, s.pos = "{" + sep.join(parts[i:]), 0
+                yield from _exact(s, key)
+                return
+            if type(v) is dict:
+                yield v
+        s.buf, s.pos = parts[n], 0
+        if len(s.buf) > 2 * CHUNK or not s._more():
+            s.buf = "{" + s.buf
+            yield from _exact(s, key)
+            return
+
+
+def _skippable(indent: str) -> Callable[[str], bool]:
+    """Whether the text between two separators (the items' braces split off) is the array's
+    items and nothing else: its lines are indented deeper than the items' but for the last
+    item's closing brace, and its square brackets balance. A separator is a comma between two
+    objects of an array: met inside an item (an array of objects in its arguments, laid out at
+    the items' indentation), it leaves a text holding that array's '[' without its ']'; met past
+    the array's end, a text holding the end's line. Either is then decoded (and fails:
+    :func:`_exact` reads on). A text whose strings unbalance its brackets is decoded too."""
+    deeper, closing = "\n" + indent + " ", "\n" + indent
+
+    def skippable(text: str) -> bool:
+        if "\n" in text and (text.count("\n") != text.count(deeper) + 1 or
+                             not text.endswith(closing)):
+            return False
+        return text.count("[") == text.count("]")
+    return skippable
+
+
 def events(path: str, top: dict, progress: Callable[[int], None] | None = None,
-           key: str = "traceEvents", limit: int = LIMIT) -> Iterator[dict]:
+           key: str = "traceEvents", limit: int = LIMIT,
+           wanted: Callable[[str], bool] | None = None) -> Iterator[dict]:
     """The items of the top-level array ``key`` one at a time (a Kineto trace's events, an
     execution trace's nodes); the other top-level keys land in ``top``; at most ``limit``
-    characters read."""
+    characters read. ``wanted``: a test of an item's text (its JSON as written) that must hold
+    for every item the caller needs; the items it refuses may be skipped undecoded
+    (:func:`_by_line`)."""
     try:
         f = _open(path)
     except OSError as exc:
@@ -167,7 +254,7 @@ def events(path: str, top: dict, progress: Callable[[int], None] | None = None,
             if name == key:
                 seen = True
                 s.expect("[")
-                yield from _objects(s, key)
+                yield from _objects(s, key, wanted)
             else:
                 top[name] = s.value()
         if not seen:

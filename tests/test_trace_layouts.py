@@ -1,0 +1,163 @@
+"""A trace reads the same however its events are laid out: the reader skips undecoded the events
+no figure needs where the array's layout lets it cut events by their text (Kineto's own writer,
+``json.dumps(indent=...)``, one event a line), and decodes every event of a compact one-line
+file. Held here: every real trace of the corpus, laid out each way, gives the figures its
+compact form gives; and each trap a layout can hold (a separator's pattern inside an event or
+past the array's end, a name spelled with an escape) is read as the compact form reads it.
+Each rule, broken on purpose, is caught by the same comparison."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import gzip
+import json
+import os
+
+import pytest
+from trace_generator import LAYOUTS, Planned, generate, lay_out
+
+from commbench.traces import kineto, stream
+
+pytestmark = pytest.mark.traces
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "traces")
+REAL = sorted(p for p in glob.glob(os.path.join(DATA, "**", "*.json.gz"), recursive=True)
+              if "traceEvents" in json.load(gzip.open(p, "rt")))
+
+
+def figures(path: str) -> tuple:
+    """Everything a rank's trace hands the analysis, its file's name aside."""
+    t = kineto.read(path, progress=False)
+    return (t.rank, t.world_size, t.backend, t.nccl_version, t.groups, t.devices,
+            [dataclasses.astuple(c) for c in t.calls], list(t.compute_ts), list(t.compute_end),
+            t.steps, t.unlinked, t.no_kernel, t.unsized, t.world_stated)
+
+
+def differences(doc: dict, tmp_path, layouts=LAYOUTS, text=lambda t: t) -> list[str]:
+    """The layouts whose file (``text`` applied to it) reads otherwise than the compact one."""
+    want = None
+    bad = []
+    for how in ("compact", *layouts):
+        path = tmp_path / f"{how}.json"
+        path.write_text(text(lay_out(doc, how)))
+        got = figures(str(path))
+        if want is None:
+            want = got
+        elif got != want:
+            bad.append(how)
+    return bad
+
+
+def test_the_corpus_has_real_traces_of_both_layouts():
+    native = [p for p in REAL if gzip.open(p, "rt").read(64).lstrip().startswith("{\n")]
+    assert len(REAL) >= 10 and native, REAL  # PARAM's DLRM job is the profiler's own layout
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: os.path.relpath(p, DATA))
+def test_a_real_trace_laid_out_any_way_gives_the_figures_of_its_compact_form(tmp_path, path):
+    assert differences(json.load(gzip.open(path, "rt")), tmp_path) == []
+
+
+def test_an_event_a_figure_needs_skipped_for_its_text_is_caught(tmp_path, monkeypatch):
+    """The broken rule: steps and ops told apart from the rest by kernels alone."""
+    doc = json.load(gzip.open(os.path.join(DATA, "param", "dlrm_kineto",
+                                           "rank0.pt.trace.json.gz"), "rt"))
+    monkeypatch.setattr(kineto, "_wanted", lambda text: '"kernel"' in text)
+    assert differences(doc, tmp_path) == ["kineto", "indent", "lines"]
+
+
+PLAN = [Planned("allreduce", (0, 1), 4096, "Float", 50.0, (0, 3), 20.0)]
+# an event no figure needs whose arguments hold an array of objects, the middle one a kernel
+NESTED = {"ph": "X", "cat": "cpu_op", "name": "aten::foo", "pid": 0, "tid": 1, "ts": 1.0,
+          "dur": 1.0, "args": {"parts": [{"a": 1}, {"ph": "X", "cat": "kernel", "name": "gemm",
+                                                    "pid": 0, "tid": 7, "ts": 0.0, "dur": 1e6},
+                                         {"b": 2}]}}
+
+
+def _doc(tmp_path, events_after=(), keys_after=None, link=False) -> dict:
+    doc = json.loads(open(generate(2, PLAN, str(tmp_path / "gen"), link=link)[0]).read())
+    doc["traceEvents"] += list(events_after)
+    if keys_after:  # keys after the events, the events' array no longer the last
+        doc = {**{k: v for k, v in doc.items() if k not in keys_after}, **keys_after}
+    return doc
+
+
+def _nested_at_the_items_indentation(text: str) -> str:
+    """The nested array's objects moved onto lines of their own, at the items' indentation."""
+    one = json.dumps(NESTED["args"]["parts"])
+    if one not in text:
+        return text
+    start = text.index('"traceEvents": [') + len('"traceEvents": [')
+    lead = text[start:].split("{", 1)[0]
+    if "\n" not in lead:  # a compact array: no line to lay it on
+        return text
+    indent = lead.rsplit("\n", 1)[1]
+    return text.replace(one, "[" + ("},\n" + indent + "{").join(one[1:-1].split("}, {")) + "]")
+
+
+@pytest.mark.parametrize("trap", ["an array of objects in an event", "keys past the events",
+                                  "a name spelled with an escape"])
+def test_a_layout_s_traps_are_read_as_the_compact_form_reads_them(tmp_path, trap):
+    if trap == "an array of objects in an event":
+        doc, text = _doc(tmp_path, [NESTED]), _nested_at_the_items_indentation
+        assert '},\n{"ph": "X", "cat": "kernel", "name": "gemm"' in text(lay_out(doc, "lines"))
+    elif trap == "keys past the events":  # Kineto's last event is one no figure needs
+        end = {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": 9}
+        doc, text = _doc(tmp_path, [end], {"deviceProperties": [
+            {"id": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(3)]}), lambda t: t
+    else:
+        doc = _doc(tmp_path)
+        text = lambda t: t.replace('"record_param_comms"', '"record\\u005fparam_comms"')  # noqa: E731
+    assert differences(doc, tmp_path, text=text) == []
+    assert figures(str(tmp_path / "lines.json"))[6], "no call read"
+
+
+def test_each_broken_rule_of_the_cut_is_caught(tmp_path, monkeypatch):
+    """Every text skipped that the two rules would decode: the nested array's middle object is
+    read as a kernel, the keys past the events as events."""
+    monkeypatch.setattr(stream, "_skippable", lambda indent: lambda text: True)
+    doc = _doc(tmp_path, [NESTED])
+    assert differences(doc, tmp_path, text=_nested_at_the_items_indentation) != []
+    end = {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": 9}
+    doc = _doc(tmp_path, [end], {"deviceProperties": [{"id": i, "name": "X"} for i in range(3)]})
+    assert differences(doc, tmp_path) != []
+
+
+def test_a_name_spelled_with_an_escape_skipped_is_caught(tmp_path, monkeypatch):
+    monkeypatch.setattr(kineto, "_wanted", lambda text: '"kernel"' in text or
+                        "record_param_comms" in text or "ProfilerStep#" in text)
+    doc = _doc(tmp_path, link=True)  # the kernels hold no call of their own: the op is it
+    text = lambda t: t.replace('"record_param_comms"', '"record\\u005fparam_comms"')  # noqa: E731
+    assert differences(doc, tmp_path, text=text) != []
+
+
+def _launches_first(tmp_path) -> tuple[str, str]:
+    """HTA's sampled rank (torch < 2.1: its kernels reach their ops through their launches) as
+    shipped, and with every launch moved before the first event: read in one pass, the launches
+    are kept from the first op without sizes on only."""
+    shipped = json.load(gzip.open(os.path.join(DATA, "hta", "sampled",
+                                               "sampled_rank-0.json.gz"), "rt"))
+    ev = shipped["traceEvents"]
+    launch = [e for e in ev if e.get("cat") == "cuda_runtime" and "Launch" in e.get("name", "")]
+    moved = {id(e) for e in launch}
+    doc = {**shipped, "traceEvents": launch + [e for e in ev if id(e) not in moved]}
+    paths = []
+    for name, d in (("shipped", shipped), ("first", doc)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(lay_out(d, "kineto"))
+        paths.append(str(path))
+    return paths[0], paths[1]
+
+
+def test_a_torch_2_0_file_s_launches_before_its_first_op_are_read_in_a_second_pass(tmp_path):
+    shipped, first = _launches_first(tmp_path)
+    got = kineto.read(first, progress=False)
+    assert got.unlinked == kineto.read(shipped, progress=False).unlinked == 0
+    assert figures(first)[6] == figures(shipped)[6]
+
+
+def test_launches_left_unread_are_caught(tmp_path, monkeypatch):
+    shipped, first = _launches_first(tmp_path)
+    monkeypatch.setattr(kineto, "_launches", lambda path, wanted, limit: {})
+    assert figures(first)[6] != figures(shipped)[6]
