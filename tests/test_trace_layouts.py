@@ -23,7 +23,7 @@ pytestmark = pytest.mark.traces
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "traces")
 REAL = sorted(p for p in glob.glob(os.path.join(DATA, "**", "*.json.gz"), recursive=True)
-              if "traceEvents" in json.load(gzip.open(p, "rt")))
+              if '"traceEvents"' in gzip.open(p, "rt").read(1 << 16))  # not execution traces
 
 
 def figures(path: str) -> tuple:
