@@ -152,23 +152,25 @@ def _exact(s: _Stream, key: str) -> Iterator[dict]:
 def _by_line(s: _Stream, key: str, wanted: Callable[[str], bool]) -> Iterator[dict]:
     """The items of an array written as a profiler writes one: each item opens on a line of its
     own, at the indentation of the first (Kineto's writer: two spaces; one item a line: none).
-    Such an array is cut into items' texts by one C split per chunk at ``},``, a line break and
-    that indentation before ``{``: a line break cannot lie inside a JSON string, and a nested
-    object is indented deeper. A text ``wanted`` refuses is skipped where its own lines are
-    indented deeper than the items but for its closing brace (the array's end, and what follows
-    it, are not: a text holding them is decoded); every other text is decoded in one C call, and
-    must be one item. Whatever does not fit (a compact array on one line, a text that is not
-    one item, an item longer than :data:`CHUNK` twice over, the array's last item and its end)
-    is read by :func:`_exact` from there on, so that the items read are the same either way."""
-    lead = _BLANK.match(s.buf, s.pos)
-    while lead.end() == len(s.buf) and s._more():
+    Such an array is cut into items' texts by one ``str.split`` per chunk at the first two
+    items' separator (``},``, a line break, that indentation, ``{``): a line break cannot lie
+    inside a JSON string. A text ``wanted`` refuses is skipped where :func:`_skippable` finds
+    it whole items; every other text is decoded in one C call, and must be one item. Whatever
+    does not fit (a compact array on one line, a text that is not one item, an item longer than
+    :data:`CHUNK` twice over, the array's last item and its end) is read by :func:`_exact` from
+    there on, so that the items read are the same either way."""
+    space = ""  # the white space before the first item, consumed as it is read
+    while True:
         lead = _BLANK.match(s.buf, s.pos)
-    space = lead.group()
-    if "\n" not in space or lead.end() == len(s.buf) or s.buf[lead.end()] != "{":
+        space += lead.group()
+        s.pos = lead.end()
+        if s.pos < len(s.buf) or len(space) > 4096 or not s._more():
+            break
+    if "\n" not in space or s.pos == len(s.buf) or s.buf[s.pos] != "{" or len(space) > 4096:
         yield from _exact(s, key)
         return
     indent = space.rsplit("\n", 1)[1]
-    s.buf, s.pos = s.buf[lead.end():], 0
+    s.buf, s.pos = s.buf[s.pos:], 0
     first = None  # the first two items' separator, as written: every item's, where it is one
     while first is None and len(s.buf) <= 2 * CHUNK:
         first = re.search(r"\},[ \t]*\r?\n" + re.escape(indent) + r"\{", s.buf)
