@@ -528,6 +528,41 @@ def test_a_rank_s_computation_is_kept_as_the_union_of_its_kernels(tmp_path):
     assert analysis.Cover(t).covered(0.0, 60.0) == 33.0
 
 
+INTERVALS = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)).map(
+    lambda p: (float(p[0]), float(p[0] + p[1]))), max_size=30)
+
+
+def _online(spans, union_cls=None) -> list[tuple[float, float]]:
+    u = (union_cls or kineto._Union)()
+    for a, b in spans:
+        u.add(a, b)
+    lo, hi = u.spans()
+    return list(zip(lo, hi, strict=True))
+
+
+@given(spans=INTERVALS, ordered=st.booleans())
+def test_kernels_merged_as_they_come_are_the_union_of_them_all(spans, ordered):
+    """The reader merges computation intervals as it reads them (in order: only the union is
+    kept; out of order: merged in at the end): the same union as sorting them all."""
+    if ordered:
+        spans = sorted(spans)
+    assert _online(spans) == kineto.union(spans)
+
+
+def test_an_interval_merged_in_out_of_order_only_at_its_place_is_caught():
+    class Broken(kineto._Union):  # an early interval appended as if in order
+        def add(self, a, b):
+            if self.lo and a < self.lo[-1]:
+                self.lo.append(a)
+                self.hi.append(b)
+                return
+            super().add(a, b)
+
+    spans = [(10.0, 20.0), (0.0, 5.0), (4.0, 12.0)]
+    assert _online(spans) == kineto.union(spans) == [(0.0, 20.0)]
+    assert _online(spans, Broken) != kineto.union(spans)
+
+
 def test_analyze_runs_without_the_cycle_collector_and_leaves_it_as_it_found_it(
         tmp_path, capsys, monkeypatch):
     """``analyze`` runs with Python's cycle collector off (its objects hold no cycles) and

@@ -3,8 +3,8 @@
 The file (``.json`` or gzipped) is parsed incrementally: the top-level object key by key, and
 ``traceEvents`` one event at a time, so that a trace of several hundred MB never sits in memory
 as one document. What is kept: the communication calls (:class:`commbench.traces.calls.Call`),
-the union of the computation kernels' intervals (two float arrays), the ``ProfilerStep#N``
-annotations and ``distributedInfo``.
+the union of the computation kernels' intervals (two float arrays, merged as they are read),
+the ``ProfilerStep#N`` annotations and ``distributedInfo``.
 
 Where the trace has NCCL kernels, the calls are the kernels (their device time; arguments from
 the kernel, or from the ``record_param_comms`` op it shares an ``External id`` with); otherwise
@@ -151,6 +151,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
     own_args = 0  # kernels with their call's args: each links to its op only by External id
     bare_ops = 0  # record_param_comms without sizes: torch < 2.1
     launches = _Launches()  # from the first such op on: the runtime calls that launch kernels
+    compute = _Union()  # the computation kernels' intervals, merged as they come
 
     def wanted(text: str) -> bool:
         return _wanted(text) or (bare_ops > 0 and "Launch" in text)
@@ -165,8 +166,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
             if choice is None:
                 try:
                     ts = float(e["ts"])
-                    out.compute_ts.append(ts)
-                    out.compute_end.append(ts + float(e.get("dur", 0.0)))
+                    compute.add(ts, ts + float(e.get("dur", 0.0)))
                 except (KeyError, TypeError, ValueError):
                     raise TraceError(f"{path}: kernel {name[:60]}: no time (ts, dur)") from None
             elif "Collective name" in (e.get("args") or {}):
@@ -248,15 +248,40 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
         kernels += _no_kernel(cpu, ran, out)
     out.calls = kernels or cpu
     _number(out)
-    _merge(out)
+    out.compute_ts, out.compute_end = compute.spans()
     return out
 
 
-def _merge(out: RankTrace) -> None:
-    """The computation intervals as their union (:func:`union`)."""
-    spans = union(zip(out.compute_ts, out.compute_end, strict=True))
-    out.compute_ts = array("d", (a for a, _ in spans))
-    out.compute_end = array("d", (b for _, b in spans))
+class _Union:
+    """Intervals merged into their union as they come, in two float arrays: an interval that
+    starts at or after the last merged one's start extends it or follows it; one that starts
+    earlier (kernels of several streams written out of order) waits, and is merged in at the
+    end (:func:`union`). A trace whose kernels come in order keeps only the union, not every
+    kernel's interval."""
+
+    def __init__(self) -> None:
+        self.lo, self.hi = array("d"), array("d")
+        self.late: list[tuple[float, float]] = []
+
+    def add(self, a: float, b: float) -> None:
+        lo, hi = self.lo, self.hi
+        if lo and a >= lo[-1]:
+            if a <= hi[-1]:
+                if b > hi[-1]:
+                    hi[-1] = b
+                return
+        elif lo:
+            self.late.append((a, b))
+            return
+        lo.append(a)
+        hi.append(b)
+
+    def spans(self) -> tuple[array, array]:
+        """The union: (starts, ends), sorted, overlapping and touching intervals merged."""
+        if not self.late:
+            return self.lo, self.hi
+        spans = union([*zip(self.lo, self.hi, strict=True), *self.late])
+        return array("d", (a for a, _ in spans)), array("d", (b for _, b in spans))
 
 
 def union(spans) -> list[tuple[float, float]]:
