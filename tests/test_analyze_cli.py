@@ -54,6 +54,16 @@ def test_nccl_s_model_and_the_committed_sweep_sit_beside_each_call(tmp_path, cap
         assert (c["baseline_busbw"], c["baseline_size"]) == (near["busbw"], near["size"])
     text = capsys.readouterr().out
     assert "NCCL's model on dgx-h100 x2 node(s)" in text and "baseline busbw" in text
+    assert "model(us)" in text
+
+
+def test_a_job_without_model_or_baseline_shows_neither_column(capsys):
+    dlrm = os.path.join(os.path.dirname(__file__), "data", "traces", "param", "dlrm_kineto")
+    assert main(["analyze", dlrm]) == 0  # V100s: no preset, no --topology, no --baseline
+    text = capsys.readouterr().out
+    assert "# no model" in text and "model(us)" not in text and "baseline busbw" not in text
+    assert main(["analyze", dlrm, "--topology", "dgx-a100"]) == 0
+    assert "model(us)" in capsys.readouterr().out
 
 
 def test_the_topology_comes_from_the_device_names_when_not_given(tmp_path, capsys):

@@ -140,6 +140,15 @@ class Rows(Sequence):
     def __init__(self, items: list, make: Callable[[object], dict]) -> None:
         self._items, self._make = items, make
 
+    @property
+    def items(self) -> list:
+        """What the rows are made from."""
+        return self._items
+
+    @property
+    def make(self) -> Callable[[object], dict]:
+        return self._make
+
     def __len__(self) -> int:
         return len(self._items)
 

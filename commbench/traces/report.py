@@ -49,13 +49,20 @@ def record(traces: list[RankTrace], rows: list[Matched], extra: dict,
             "unsized": sum(t.unsized for t in traces), **extra}
 
 
+def _holds(calls, key: str) -> bool:
+    """Whether any call's row holds ``key`` (a model's or a baseline's column): read off the
+    matched calls where the record holds them, without making every row to look."""
+    if isinstance(calls, Rows) and calls.make is _call_row:
+        return any(key in m.extra for m in calls.items)
+    return any(key in c for c in calls)
+
+
 def _f(x, fmt: str = ".1f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
 def markdown(rec: dict, top: int = 20) -> str:
-    model = any("model_us" in c for c in rec["calls"])
-    base = any("baseline_busbw" in c for c in rec["calls"])
+    model, base = _holds(rec["calls"], "model_us"), _holds(rec["calls"], "baseline_busbw")
     world = rec["world_size"] if rec.get("world_stated", True) else \
         f"at least {rec['world_size']} (no world_size in the traces)"
     head = (f"# commbench analyze: {len(rec['files'])} trace(s), ranks {rec['ranks']} of "
