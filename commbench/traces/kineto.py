@@ -150,14 +150,10 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
     own: list[tuple[Call, object]] = []  # kernels with their call's args, and its External id
     own_args = 0  # kernels with their call's args: each links to its op only by External id
     bare_ops = 0  # record_param_comms without sizes: torch < 2.1
-    launches = _Launches()  # from the first such op on: the runtime calls that launch kernels
     compute = _Union()  # the computation kernels' intervals, merged as they come
-
-    def wanted(text: str) -> bool:
-        return _wanted(text) or (bare_ops > 0 and "Launch" in text)
     say = stream.progress_line(path) if progress and os.path.getsize(path) > \
         stream.PROGRESS_BYTES else None
-    for e in stream.events(path, top, say, limit=limit, wanted=wanted):
+    for e in stream.events(path, top, say, limit=limit, wanted=_wanted):
         if e.get("ph") != "X":
             continue
         name, cat = str(e.get("name", "")), str(e.get("cat", ""))
@@ -180,8 +176,6 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
                         own.append((c, e["args"]["External id"]))
             else:
                 pending.append((_slim(e), choice))
-        elif bare_ops and cat in ("cuda_runtime", "cuda_driver") and "Launch" in name:
-            launches.add(e)
         elif name in PROFILER:
             args = e.get("args") or {}
             prof.append(({k: e.get(k) for k in ("name", "ts", "dur", "tid")},
@@ -220,10 +214,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
                 by_id[args["External id"]] = c
     if bare_ops and not cpu:  # torch < 2.1: the calls are the profiler ops
         cpu, inner = _profiled(prof, out, path)
-        corr = {e["args"].get("correlation") for e, _ in pending}
-        found = launches.of(corr)
-        if corr - found.keys():  # launched before the first op said the trace was old
-            found.update(_launches(path, corr - found.keys(), limit))
+        found = _launches(path, {e["args"].get("correlation") for e, _ in pending}, limit)
     else:
         inner, found = None, {}
     ran: set[int] = set()  # the CPU calls that a kernel in the trace ran
@@ -341,42 +332,23 @@ def _slim(e: dict) -> dict:
                                                if k in ("External id", "correlation")}}
 
 
-class _Launches:
-    """The runtime calls that launched kernels, 24 bytes each (a big trace holds millions):
-    read back only for the NCCL kernels that need one (torch < 2.1)."""
-
-    def __init__(self) -> None:
-        self.corr, self.ts, self.tid = array("q"), array("d"), array("l")
-        self.tids: dict = {}
-
-    def add(self, e: dict) -> None:
-        corr = (e.get("args") or {}).get("correlation")
-        try:
-            ts = float(e["ts"])
-        except (KeyError, TypeError, ValueError):
-            return
-        if isinstance(corr, int):
-            self.corr.append(corr)
-            self.ts.append(ts)
-            self.tid.append(self.tids.setdefault(e.get("tid"), len(self.tids)))
-
-    def of(self, wanted: set) -> dict:
-        """correlation -> (thread, ts) of the launches of ``wanted`` correlations."""
-        names = {v: k for k, v in self.tids.items()}
-        return {c: (names[self.tid[i]], self.ts[i]) for i, c in enumerate(self.corr)
-                if c in wanted}
-
-
 def _launches(path: str, wanted: set, limit: int) -> dict:
-    """correlation -> (thread, ts) of the ``wanted`` correlations' launches, read in a second
-    pass over the file: for a trace of torch < 2.1 whose file holds launches before its first
-    op without sizes (the first pass keeps launches from that op on only)."""
-    found = _Launches()
+    """correlation -> (thread, ts) of the runtime calls (``cudaLaunchKernel``,
+    ``hipLaunchKernel``) that launched the ``wanted`` correlations' kernels: a second pass over
+    the file, made for a trace of torch < 2.1 only, whose NCCL kernels reach their ops through
+    their launches. The first pass decodes no launch: a trace holds one per kernel, and one of
+    torch 2.x needs none."""
+    found = {}
     for e in stream.events(path, {}, None, limit=limit, wanted=lambda text: "Launch" in text):
-        if e.get("ph") == "X" and str(e.get("cat", "")) in ("cuda_runtime", "cuda_driver") \
-                and "Launch" in str(e.get("name", "")):
-            found.add(e)
-    return found.of(wanted)
+        if e.get("ph") != "X" or str(e.get("cat", "")) not in ("cuda_runtime", "cuda_driver"):
+            continue
+        corr = (e.get("args") or {}).get("correlation")
+        if "Launch" in str(e.get("name", "")) and isinstance(corr, int) and corr in wanted:
+            try:
+                found[corr] = (e.get("tid"), float(e["ts"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return found
 
 
 def _unlinked(e: dict, choice: tuple[str, str]) -> Call:
