@@ -15,6 +15,8 @@ import json
 import os
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from trace_generator import LAYOUTS, Planned, generate, lay_out
 
 from commbench.traces import kineto, stream
@@ -116,7 +118,7 @@ def test_a_layout_s_traps_are_read_as_the_compact_form_reads_them(tmp_path, trap
 def test_each_broken_rule_of_the_cut_is_caught(tmp_path, monkeypatch):
     """Every text skipped that the two rules would decode: the nested array's middle object is
     read as a kernel, the keys past the events as events."""
-    monkeypatch.setattr(stream, "_skippable", lambda indent: lambda text: True)
+    monkeypatch.setattr(stream, "_skippable", lambda text: True)
     doc = _doc(tmp_path, [NESTED])
     assert differences(doc, tmp_path, text=_nested_at_the_items_indentation) != []
     end = {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": 9}
@@ -161,3 +163,82 @@ def test_launches_left_unread_are_caught(tmp_path, monkeypatch):
     want = figures(shipped)[6]
     monkeypatch.setattr(kineto, "_launches", lambda path, wanted, limit: {})
     assert figures(first)[6] != want and figures(shipped)[6] != want
+
+
+# --- drawn events: strings holding the cut's own marks, arrays of objects inside events
+WORDS = st.lists(st.sampled_from(["a", "{", "}", "[", "]", ",", ":", '"', "\\", "\n", " ", "ü",
+                                  "kernel", "ts", "nccl:", "},", "#"]), max_size=6).map("".join)
+VALUES = st.recursive(
+    st.one_of(st.integers(-9, 9), st.floats(-1e3, 1e3, allow_nan=False), WORDS, st.none()),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(WORDS, inner, max_size=3),
+                            st.lists(st.dictionaries(WORDS, inner, max_size=2), min_size=2,
+                                     max_size=4)),
+    max_leaves=8)
+
+
+@st.composite
+def drawn_events(draw) -> list[dict]:
+    out = []
+    for _ in range(draw(st.integers(1, 8))):
+        kind = draw(st.sampled_from(["op", "kernel", "nccl", "step", "meta"]))
+        e = {"ph": "M" if kind == "meta" else "X",
+             "cat": {"op": "cpu_op", "kernel": "kernel", "nccl": "kernel",
+                     "step": "user_annotation", "meta": "__metadata"}[kind],
+             "name": {"nccl": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                      "step": f"ProfilerStep#{draw(st.integers(1, 3))}"}.get(kind, "")
+             or draw(WORDS.filter(lambda w: not w.startswith("nccl"))),
+             "pid": 0, "tid": draw(st.sampled_from([1, 7, 20]))}
+        args = draw(st.dictionaries(WORDS, VALUES, max_size=3))
+        if args and draw(st.booleans()):  # the arguments before the times, as other writers do
+            e["args"] = args
+        e["ts"], e["dur"] = draw(st.integers(0, 400)) / 2, draw(st.integers(0, 60)) / 2
+        if args and "args" not in e:
+            e["args"] = args
+        out.append(e)
+    return out
+
+
+def _dump(v, indent: str) -> str:
+    """``v`` as JSON, every array of objects with each object on a line of its own at
+    ``indent`` (the events' own indentation: the cut's separator met inside an event)."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {_dump(x, indent)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        sep = ",\n" + indent if v and all(isinstance(x, dict) for x in v) else ", "
+        return "[" + sep.join(_dump(x, indent) for x in v) + "]"
+    return json.dumps(v)
+
+
+def _readings_differ(events: list[dict], tmp_path) -> list[str]:
+    """The layouts (one event a line; the profiler's two spaces) whose file, with arrays of
+    objects inside events laid at the events' indentation, reads otherwise than the compact."""
+    head = '{"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": ['
+    texts = {"compact": json.dumps({"distributedInfo": {"rank": 0, "world_size": 1},
+                                    "traceEvents": events}),
+             "lines": head + "\n" + ",\n".join(_dump(e, "") for e in events) + "\n]}\n",
+             "kineto": head + "\n" + ",\n".join("  " + _dump(e, "  ") for e in events) +
+             "\n  ]\n}\n"}
+    got = {}
+    for how, text in texts.items():
+        path = tmp_path / how / "rank0.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        got[how] = figures(str(path))
+    return [how for how in ("lines", "kineto") if got[how] != got["compact"]]
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=drawn_events())
+def test_drawn_events_holding_the_cut_s_marks_read_as_their_compact_form(tmp_path, events):
+    assert _readings_differ(events, tmp_path) == []
+
+
+def test_a_cut_that_trusts_its_separator_is_caught_by_the_drawn_events_judge(tmp_path,
+                                                                             monkeypatch):
+    monkeypatch.setattr(stream, "_skippable", lambda text: True)
+    inner = {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 0.0, "dur": 1e6}
+    events = [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 0, "tid": 1, "ts": 1.0,
+               "dur": 1.0, "args": {"x": [{"a": 1}, inner, {"b": 2}]}},
+              {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 3.0,
+               "dur": 1.0}]
+    assert _readings_differ(events, tmp_path) == ["lines", "kineto"]

@@ -180,7 +180,7 @@ def _by_line(s: _Stream, key: str, wanted: Callable[[str], bool]) -> Iterator[di
         yield from _exact(s, key)
         return
     sep = first.group()
-    skippable = _skippable(indent)
+    skippable = _skippable
     scan = s.dec.scan_once
     s.buf = s.buf[1:]  # the items' texts are split without their braces
     while True:
@@ -208,22 +208,19 @@ def _by_line(s: _Stream, key: str, wanted: Callable[[str], bool]) -> Iterator[di
             return
 
 
-def _skippable(indent: str) -> Callable[[str], bool]:
-    """Whether the text between two separators (the items' braces split off) is the array's
-    items and nothing else: its lines are indented deeper than the items' but for the last
-    item's closing brace, and its square brackets balance. A separator is a comma between two
-    objects of an array: met inside an item (an array of objects in its arguments, laid out at
-    the items' indentation), it leaves a text holding that array's '[' without its ']'; met past
-    the array's end, a text holding the end's line. Either is then decoded (and fails:
-    :func:`_exact` reads on). A text whose strings unbalance its brackets is decoded too."""
-    deeper, closing = "\n" + indent + " ", "\n" + indent
+_OBJECTS = re.compile(r"\[\s*\{")  # an array of objects opens
 
-    def skippable(text: str) -> bool:
-        if "\n" in text and (text.count("\n") != text.count(deeper) + 1 or
-                             not text.endswith(closing)):
-            return False
-        return text.count("[") == text.count("]")
-    return skippable
+
+def _skippable(text: str) -> bool:
+    """Whether the text between two separators (the items' braces split off) is the array's
+    items and nothing else. A separator (``},`` and ``{`` around a line break) is a comma
+    between two objects of an array: met anywhere but between the array's own items, it lies
+    in an array of objects that opens (``[``, white space, ``{``) within the same text, since
+    no separator lies between the array's items and that one. The events' array itself
+    opened before the text, so a text in which no array of objects opens is whole items. A
+    string can add such an opening, never hide one: a text holding one in a string is decoded
+    too, and is read alike."""
+    return _OBJECTS.search(text) is None
 
 
 def events(path: str, top: dict, progress: Callable[[int], None] | None = None,
