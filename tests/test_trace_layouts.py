@@ -116,7 +116,7 @@ def test_a_layout_s_traps_are_read_as_the_compact_form_reads_them(tmp_path, trap
 
 
 def test_each_broken_rule_of_the_cut_is_caught(tmp_path, monkeypatch):
-    """Every text skipped that the two rules would decode: the nested array's middle object is
+    """Every text skipped that the rule would decode: the nested array's middle object is
     read as a kernel, the keys past the events as events."""
     monkeypatch.setattr(stream, "_skippable", lambda text: True)
     doc = _doc(tmp_path, [NESTED])
