@@ -45,7 +45,7 @@ from commbench.results.nccl_info import NcclSaid, clean_line, nccl_said
 from commbench.results.records import SCHEMA
 
 __all__ = ["DTYPES", "Device", "LogError", "Row", "Run", "Timing", "check_printed", "infer_op",
-           "parse", "record", "settle_op"]
+           "parse", "perf_op", "record", "settle_op"]
 
 # nccl-tests' type names -> (commbench's name, bytes per element)
 DTYPES = {"int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4),
@@ -237,6 +237,13 @@ def _op_of(name: str) -> str:
     return op if op in OPS and OPS[op].bus is not None else ""
 
 
+def perf_op(text: str) -> str:
+    """The collective an nccl-tests binary's name in ``text`` stands for (``all_reduce_perf``,
+    ``alltoall_perf_mpi``: ``all_reduce``, ``all_to_all``); '' where none is named."""
+    m = _PERF.search(text)
+    return _op_of(m.group(1)) if m else ""
+
+
 def parse(text: str, name: str = "log") -> list[Run]:
     """Every run in ``text`` (a log file's contents); ``name`` (the file's) may name the op.
     Raises :class:`LogError` when no run with a column header is found."""
@@ -330,14 +337,12 @@ def parse(text: str, name: str = "log") -> list[Run]:
             elif len(toks) < len(run.columns):
                 fragment, fragment_line = toks, lineno
             continue
-        if m := _PERF.search(line):
-            op = _op_of(m.group(1))
-            if op:
-                pending_op, pending_from = op, "command line"
-                if run.rows or run.closed:
-                    start(lineno)
-                if not run.op and not run.rows:
-                    run.op, run.op_from = op, "command line"
+        if op := perf_op(line):
+            pending_op, pending_from = op, "command line"
+            if run.rows or run.closed:
+                start(lineno)
+            if not run.op and not run.rows:
+                run.op, run.op_from = op, "command line"
     if fragment:
         run.cut_rows += 1
     if run.columns or run.rows:
@@ -354,9 +359,8 @@ def parse(text: str, name: str = "log") -> list[Run]:
 def settle_op(run: Run, name: str) -> None:
     """A run that nothing in it names gets its op from the file's name (``X_perf``), else
     from its columns and numbers (:func:`infer_op`)."""
-    m = _PERF.search(name)
-    if not run.op and m and _op_of(m.group(1)):
-        run.op, run.op_from = _op_of(m.group(1)), "file name"
+    if not run.op and (op := perf_op(name)):
+        run.op, run.op_from = op, "file name"
     if not run.op:
         run.op, run.op_from = infer_op(run), "columns"
 

@@ -19,15 +19,14 @@ from __future__ import annotations
 import json
 
 from commbench.results.nccl_tests import (
-    _PERF,
     DTYPES,
     Device,
     LogError,
     Row,
     Run,
     Timing,
-    _op_of,
     parse,
+    perf_op,
     settle_op,
 )
 
@@ -92,9 +91,8 @@ def parse_json(text: str, name: str = "log") -> list[Run]:
                        "output (-J FILE.json)")
     run = Run(tool="nccl-tests", columns=COLUMNS, first_line=1, closed="end_time" in doc)
     args = doc.get("args")
-    if isinstance(args, list) and args and (m := _PERF.search(str(args[0]))):
-        run.op = _op_of(m.group(1))
-        run.op_from = "command" if run.op else ""
+    if isinstance(args, list) and args and (op := perf_op(str(args[0]))):
+        run.op, run.op_from = op, "command"
     code = doc.get("nccl_version")
     if isinstance(code, int) and code > 0:
         run.library = f"{code // 10000}.{code // 100 % 100}.{code % 100}"
