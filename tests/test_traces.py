@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trace_generator import LAYOUTS, Planned, expected, generate
 
-from commbench.traces import analysis, calls, kineto, stream
+from commbench.traces import analysis, calls, intervals, kineto, stream
 from commbench.traces.analysis import match, per_step
 from commbench.traces.calls import TraceError, kernel_choice
 from commbench.traces.job import load
@@ -533,7 +533,7 @@ INTERVALS = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)).map(
 
 
 def _online(spans, union_cls=None) -> list[tuple[float, float]]:
-    u = (union_cls or kineto._Union)()
+    u = (union_cls or intervals.OnlineUnion)()
     for a, b in spans:
         u.add(a, b)
     lo, hi = u.spans()
@@ -546,11 +546,11 @@ def test_kernels_merged_as_they_come_are_the_union_of_them_all(spans, ordered):
     kept; out of order: merged in at the end): the same union as sorting them all."""
     if ordered:
         spans = sorted(spans)
-    assert _online(spans) == kineto.union(spans)
+    assert _online(spans) == intervals.union(spans)
 
 
 def test_an_interval_merged_in_out_of_order_only_at_its_place_is_caught():
-    class Broken(kineto._Union):  # an early interval appended as if in order
+    class Broken(intervals.OnlineUnion):  # an early interval appended as if in order
         def add(self, a, b):
             if self.lo and a < self.lo[-1]:
                 self.lo.append(a)
@@ -559,8 +559,8 @@ def test_an_interval_merged_in_out_of_order_only_at_its_place_is_caught():
             super().add(a, b)
 
     spans = [(10.0, 20.0), (0.0, 5.0), (4.0, 12.0)]
-    assert _online(spans) == kineto.union(spans) == [(0.0, 20.0)]
-    assert _online(spans, Broken) != kineto.union(spans)
+    assert _online(spans) == intervals.union(spans) == [(0.0, 20.0)]
+    assert _online(spans, Broken) != intervals.union(spans)
 
 
 def test_analyze_runs_without_the_cycle_collector_and_leaves_it_as_it_found_it(

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 from commbench.results.busbw import factor
 from commbench.traces.calls import P2P, Call, ranks_text
-from commbench.traces.kineto import NO_KERNEL, RankTrace, union
+from commbench.traces.intervals import union
+from commbench.traces.kineto import NO_KERNEL, RankTrace
 
 __all__ = ["Cover", "Matched", "bucket", "covers", "exposed", "match", "match_job", "misaligned",
            "per_group", "per_size", "per_step"]

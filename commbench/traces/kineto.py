@@ -47,11 +47,12 @@ from commbench.traces.calls import (
     op_of,
     ranks_of,
 )
+from commbench.traces.intervals import OnlineUnion
 
 UNKNOWN = "unknown"  # the op of an unlinked kernel whose name states none
 NO_KERNEL = "no-kernel"  # the source of a call whose CPU op no NCCL kernel in the trace ran
 
-__all__ = ["NO_KERNEL", "RankTrace", "read", "union"]
+__all__ = ["NO_KERNEL", "RankTrace", "read"]
 
 _ITEMSIZE = dict(DTYPES.values())  # commbench's dtype -> bytes
 KERNEL = ("kernel", "Kernel")  # a GPU kernel's category, as Kineto writes it (old and new)
@@ -150,7 +151,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
     own: list[tuple[Call, object]] = []  # kernels with their call's args, and its External id
     own_args = 0  # kernels with their call's args: each links to its op only by External id
     bare_ops = 0  # record_param_comms without sizes: torch < 2.1
-    compute = _Union()  # the computation kernels' intervals, merged as they come
+    compute = OnlineUnion()  # the computation kernels' intervals, merged as they come
     say = stream.progress_line(path) if progress and os.path.getsize(path) > \
         stream.PROGRESS_BYTES else None
     for e in stream.events(path, top, say, limit=limit, wanted=_wanted):
@@ -240,50 +241,6 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
     out.calls = kernels or cpu
     _number(out)
     out.compute_ts, out.compute_end = compute.spans()
-    return out
-
-
-class _Union:
-    """Intervals merged into their union as they come, in two float arrays: an interval that
-    starts at or after the last merged one's start extends it or follows it; one that starts
-    earlier (kernels of several streams written out of order) waits, and is merged in at the
-    end (:func:`union`). A trace whose kernels come in order keeps only the union, not every
-    kernel's interval."""
-
-    def __init__(self) -> None:
-        self.lo, self.hi = array("d"), array("d")
-        self.late: list[tuple[float, float]] = []
-
-    def add(self, a: float, b: float) -> None:
-        lo, hi = self.lo, self.hi
-        if lo and a >= lo[-1]:
-            if a <= hi[-1]:
-                if b > hi[-1]:
-                    hi[-1] = b
-                return
-        elif lo:
-            self.late.append((a, b))
-            return
-        lo.append(a)
-        hi.append(b)
-
-    def spans(self) -> tuple[array, array]:
-        """The union: (starts, ends), sorted, overlapping and touching intervals merged."""
-        if not self.late:
-            return self.lo, self.hi
-        spans = union([*zip(self.lo, self.hi, strict=True), *self.late])
-        return array("d", (a for a, _ in spans)), array("d", (b for _, b in spans))
-
-
-def union(spans) -> list[tuple[float, float]]:
-    """The union of (start, end) intervals: sorted, overlapping and touching ones merged."""
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            if b > out[-1][1]:
-                out[-1] = (out[-1][0], b)
-        else:
-            out.append((a, b))
     return out
 
 
