@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 
 from commbench.ops import OPS
 
@@ -152,6 +153,7 @@ def kernel_word(name: str) -> str:
     return base.split("_")[1] if base.count("_") else ""
 
 
+@lru_cache(maxsize=1024)  # a trace runs a few kernels many times: one answer, one tuple each
 def kernel_choice(name: str) -> tuple[str, str] | None:
     """(algorithm, protocol) from an NCCL kernel's name, ``("", "")`` for a kernel without them
     (send/recv), None when ``name`` is not NCCL's."""

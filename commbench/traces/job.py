@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -53,10 +54,24 @@ def read_all(paths: list[str], progress: bool = True, limit: int = LIMIT,
     # (killed, out of memory) breaks the pool at once instead of leaving its file unread
     with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
         try:
-            return list(pool.map(read, paths, [progress] * len(paths), [limit] * len(paths)))
+            packed = list(pool.map(_packed, paths, [progress] * len(paths),
+                                   [limit] * len(paths)))
         except BrokenProcessPool:
             raise TraceError(f"a worker reading {len(paths)} trace files ended without a "
                              "result (killed, or out of memory?); nothing was read") from None
+    out = []
+    for i, blob in enumerate(packed):  # each blob dropped as soon as it is unpacked
+        packed[i] = b""
+        out.append(pickle.loads(blob))
+        del blob
+    return out
+
+
+def _packed(path: str, progress: bool, limit: int) -> bytes:
+    """A worker's rank, pickled. The workers' ranks stay so in this process until the last is
+    read: a rank's pickle is a quarter of its calls' memory, and the process holds the ranks
+    read first while the workers are at their peak with the last (the tree's peak)."""
+    return pickle.dumps(read(path, progress, limit), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def files(names: list[str]) -> tuple[list[str], bool]:

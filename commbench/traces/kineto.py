@@ -88,11 +88,17 @@ class RankTrace:
     world_stated: bool = True  # False: no distributedInfo.world_size, the world inferred
 
 
-def _call(e: dict, args: dict, where: str, ranks: tuple[int, ...] | None, groups: dict) -> Call:
+def _call(e: dict, args: dict, where: str, ranks: tuple[int, ...] | None, groups: dict,
+          same: dict | None = None) -> Call:
+    """The call of a ``record_param_comms`` op or of a kernel carrying its args. ``same``: the
+    element counts met so far, each kept once (a job moves a few sizes many times; a kernel
+    and its op each carry them)."""
     name = sys.intern(str(args.get("Collective name", "")))
     op = op_of(name)
     try:
         n_in, n_out = int(args["In msg nelems"]), int(args["Out msg nelems"])
+        if same is not None:
+            n_in, n_out = same.setdefault(n_in, n_in), same.setdefault(n_out, n_out)
     except (KeyError, TypeError, ValueError):
         raise TraceError(f"{where}: {name or e.get('name')} at ts {e.get('ts')}: its sizes "
                          "cannot be read (In msg nelems / Out msg nelems)") from None
@@ -250,6 +256,7 @@ class _Maker:
     def __init__(self, path: str) -> None:
         self.path, self.groups = path, None
         self.ranks: dict[str, tuple[int, ...]] = {}
+        self.counts: dict[int, int] = {}  # element counts, each kept once
 
     def call(self, e: dict, args: dict, choice, needed: bool = False) -> Call | None:
         """The call, or None when its group is named only and the names are not read yet."""
@@ -262,7 +269,7 @@ class _Maker:
             ranks = ranks_of(raw, self.path)
             if key is not None:
                 self.ranks[key] = ranks
-        c = _call(e, args, self.path, ranks, self.groups or {})
+        c = _call(e, args, self.path, ranks, self.groups or {}, self.counts)
         if choice is not None:
             c.source = "kernel"
             c.algo, c.proto = _stated(c.op, str(e.get("name", "")), choice)
