@@ -310,7 +310,7 @@ def test_the_tables_of_many_sizes_are_each_size_s_own_table():
     """nccl_tables prices a run of sizes with their size-free part worked out once (the
     calibration's loss): every choice equals nccl_table's for each size, on every preset and op,
     where the tree's per-size correction and the ring's plateau apply and where they do not."""
-    from commbench.costmodel.nccl import OPS, nccl_tables
+    from commbench.costmodel.nccl import OPS, nccl_tables, nccl_times
     from commbench.costmodel.topology import presets
 
     sizes = [0, 1, 64, 100, 4096, 1 << 20, 3 << 22, 1 << 30, 1 << 33]
@@ -318,9 +318,12 @@ def test_the_tables_of_many_sizes_are_each_size_s_own_table():
     for name in presets():
         topo = load(name)
         for part in (topo, topo.part(1, topo.gpus_per_node), topo.part(topo.nodes, 1)):
-            for op in OPS:
+            for op in (*OPS, "all_to_all"):
                 tables = nccl_tables(op, sizes, part)
                 assert tables == [nccl_table(op, s, part) for s in sizes], (name, op)
+                # the calibration's fast path: each size's fastest time, bit for bit
+                assert nccl_times(op, sizes, part) == \
+                    [min(c.time_us for c in t) for t in tables], (name, op)
                 for s, table in zip(sizes, tables, strict=True):  # the size's own corrections
                     if any(c.algo == "tree" for c in table) and s >= 1 << 20:
                         corrected.add("tree")
@@ -332,3 +335,7 @@ def test_the_tables_of_many_sizes_are_each_size_s_own_table():
     topo = load("cluster-h100-ndr")
     assert nccl_tables("all_reduce", [1 << 20, 1 << 30], topo) != \
         [nccl_table("all_reduce", s, topo) for s in (1 << 30, 1 << 20)]
+    # and a time that skips the size's own corrections differs from the pick's at some size
+    uncorrected = [min(c.lat_us + s / (1000 * c.alg_bw) for c in nccl_table("all_reduce", 64, topo))
+                   for s in sizes]
+    assert nccl_times("all_reduce", sizes, topo) != uncorrected

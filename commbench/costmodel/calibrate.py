@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass, replace
 
 from commbench.costmodel.nccl import OPS as MODELLED
-from commbench.costmodel.nccl import PROTOS, constants, nccl_predict, nccl_tables
+from commbench.costmodel.nccl import PROTOS, constants, nccl_predict, nccl_times
 from commbench.costmodel.p2p import P2P_OPS
 from commbench.costmodel.topology import Topology, load
 from commbench.ops import OPS as RECORDS
@@ -85,16 +85,16 @@ def error(topo: Topology, m: Measured, version: str) -> float:
 
 def _predicted(topo: Topology, rows: list[Measured], version: str) -> list[float]:
     """:func:`predict_us` of every row, the rows of one op on one part of ``topo`` priced
-    together (:func:`~commbench.costmodel.nccl.nccl_tables`): the fit prices them thousands of
+    together (:func:`~commbench.costmodel.nccl.nccl_times`): the fit prices them thousands of
     times."""
     runs: dict[tuple[str, int, int], list[int]] = {}
     for i, m in enumerate(rows):
         runs.setdefault((m.op, m.nodes, m.per_node), []).append(i)
     out = [0.0] * len(rows)
     for (op, nodes, per_node), at in runs.items():
-        tables = nccl_tables(op, [rows[i].size for i in at], topo.part(nodes, per_node), version)
-        for i, table in zip(at, tables, strict=True):
-            out[i] = min(c.time_us for c in table)
+        times = nccl_times(op, [rows[i].size for i in at], topo.part(nodes, per_node), version)
+        for i, t in zip(at, times, strict=True):
+            out[i] = t
     return out
 
 

@@ -28,7 +28,7 @@ from commbench.costmodel.p2p import P2P_OPS, p2p_time
 from commbench.costmodel.topology import Graph, Topology, graphs
 
 __all__ = ["ALGOS", "PROTOS", "Choice", "constants", "hierarchical_all_reduce", "nccl_predict",
-           "nccl_table", "nccl_tables", "versions"]
+           "nccl_table", "nccl_tables", "nccl_times", "versions"]
 
 ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 PROTOS = ("LL", "LL128", "Simple")
@@ -206,8 +206,16 @@ def _unsized(op: str, topo: Topology, c: dict) -> list[tuple[str, int, str, floa
 
 
 def _sized(op: str, nbytes: int, topo: Topology, c: dict, unsized) -> list[Choice]:
+    bus_of = op_records.OPS[op].bus(topo.ranks)
+    return [Choice(algo, proto, t, lat, alg * bus_of, alg)
+            for algo, proto, t, lat, alg in _timed(op, nbytes, topo, c, unsized)]
+
+
+def _timed(op: str, nbytes: int, topo: Topology, c: dict, unsized
+           ) -> list[tuple[str, str, float, float, float]]:
+    """(algorithm, protocol, time, latency, algorithm bandwidth) of every choice at ``nbytes``:
+    the size-free part with the corrections that depend on the size."""
     n = topo.ranks
-    bus_of = op_records.OPS[op].bus(n)
     out = []
     for algo, p, proto, lat, alg, channels in unsized:
         if algo == "tree" and op == "all_reduce" and nbytes >> 6 > 0:
@@ -217,9 +225,19 @@ def _sized(op: str, nbytes: int, topo: Topology, c: dict, unsized) -> list[Choic
         if algo == "ring" and p == 2 and op == "all_reduce" and topo.nodes > 1 \
                 and nbytes / (channels * n) >= 64:
             lat *= c["ring_plateau"]["sm80_plus" if topo.arch != "volta" else "older"]
-        t = lat + nbytes / (1000 * alg)
-        out.append(Choice(algo, proto, t, lat, alg * bus_of, alg))
+        out.append((algo, proto, lat + nbytes / (1000 * alg), lat, alg))
     return out
+
+
+def nccl_times(op: str, sizes: list[int], topo: Topology, version: str = "2.30.7"
+               ) -> list[float]:
+    """The time of NCCL's pick at each of ``sizes`` (us): :func:`nccl_tables`' fastest choice,
+    without making the choices (a fit prices its rows thousands of times)."""
+    if op not in OPS or topo.ranks == 1 or any(s < 0 for s in sizes):
+        return [min(x.time_us for x in t) for t in nccl_tables(op, sizes, topo, version)]
+    c = constants(version)
+    unsized = _unsized(op, topo, c)
+    return [min(x[2] for x in _timed(op, s, topo, c, unsized)) for s in sizes]
 
 
 def nccl_predict(op: str, nbytes: int, topo: Topology, version: str = "2.30.7",
