@@ -60,10 +60,9 @@ def read_all(paths: list[str], progress: bool = True, limit: int = LIMIT,
             raise TraceError(f"a worker reading {len(paths)} trace files ended without a "
                              "result (killed, or out of memory?); nothing was read") from None
     out = []
-    for i, blob in enumerate(packed):  # each blob dropped as soon as it is unpacked
+    for i, blob in enumerate(packed):  # each pickle dropped once unpacked
         packed[i] = b""
         out.append(pickle.loads(blob))
-        del blob
     return out
 
 

@@ -89,7 +89,7 @@ class RankTrace:
 
 
 def _call(e: dict, args: dict, where: str, ranks: tuple[int, ...] | None, groups: dict,
-          same: dict | None = None) -> Call:
+          same: dict[int, int]) -> Call:
     """The call of a ``record_param_comms`` op or of a kernel carrying its args. ``same``: the
     element counts met so far, each kept once (a job moves a few sizes many times; a kernel
     and its op each carry them)."""
@@ -97,8 +97,7 @@ def _call(e: dict, args: dict, where: str, ranks: tuple[int, ...] | None, groups
     op = op_of(name)
     try:
         n_in, n_out = int(args["In msg nelems"]), int(args["Out msg nelems"])
-        if same is not None:
-            n_in, n_out = same.setdefault(n_in, n_in), same.setdefault(n_out, n_out)
+        n_in, n_out = same.setdefault(n_in, n_in), same.setdefault(n_out, n_out)
     except (KeyError, TypeError, ValueError):
         raise TraceError(f"{where}: {name or e.get('name')} at ts {e.get('ts')}: its sizes "
                          "cannot be read (In msg nelems / Out msg nelems)") from None
