@@ -29,8 +29,9 @@ REAL = sorted(p for p in glob.glob(os.path.join(DATA, "**", "*.json.gz"), recurs
 
 
 def figures(path: str) -> tuple:
-    """Everything a rank's trace hands the analysis, its file's name aside."""
-    t = kineto.read(path, progress=False)
+    """Everything a rank's trace hands the analysis, its file's name aside (on a world of 8 where
+    the trace states none: a torch < 2.1 trace's calls need one)."""
+    t = kineto.read(path, progress=False, world=8)
     return (t.rank, t.world_size, t.backend, t.nccl_version, t.groups, t.devices,
             [dataclasses.astuple(c) for c in t.calls], list(t.compute_ts), list(t.compute_end),
             t.steps, t.unlinked, t.no_kernel, t.unsized, t.world_stated)

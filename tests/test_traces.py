@@ -424,8 +424,8 @@ from commbench.traces.calls import TraceError
 
 real = job.read
 
-def read(path, progress, limit):  # which process read it
-    t = real(path, progress, limit)
+def read(path, progress, limit, world):  # which process read it
+    t = real(path, progress, limit, world)
     t.path = f"{t.path}@{os.getpid()}"
     return t
 
@@ -449,10 +449,10 @@ print("same", [t.rank for t in forked])
 
 MAIN = os.getpid()
 
-def dies(path, progress, limit):  # a worker killed (out of memory, say) mid-job
+def dies(path, progress, limit, world):  # a worker killed (out of memory, say) mid-job
     if path.endswith("rank3.pt.trace.json.gz") and os.getpid() != MAIN:
         os.kill(os.getpid(), 9)
-    return real(path, progress, limit)
+    return real(path, progress, limit, world)
 
 import time  # the last pool's threads end a little after it returns, and no fork is made
 for _ in range(1000):  # while any runs: wait for this process to be alone again

@@ -12,8 +12,10 @@ import os
 
 import pytest
 
+from commbench.cli.main import main
 from commbench.traces import kineto
 from commbench.traces.analysis import match, misaligned
+from commbench.traces.calls import TraceError
 from commbench.traces.job import load
 
 pytestmark = pytest.mark.traces
@@ -113,6 +115,69 @@ def test_calls_timed_by_their_cpu_ops_get_no_bandwidth():
     assert all(m.busbw is None and m.first.size > 0 for m in rows)
 
 
+NO_INFO = os.path.join(DATA, "no_distributed_info.json.gz")
+
+
+def _old_cpu_calls_by_hand(path: str) -> list[tuple[str, str, int]]:
+    """(op, C++ type, bytes) of each nccl:* op of a torch < 2.1 trace with no kernels: the
+    input's dims times its type's size (an all-to-all's size is its input's)."""
+    _, ev = _events(path)
+    return sorted((OLD[e["name"]][0], e["args"]["Input type"][0],
+                   math.prod(e["args"]["Input Dims"][0]) * BYTES[e["args"]["Input type"][0]])
+                  for e in ev if e["name"] in OLD)
+
+
+def test_a_torch_2_0_trace_without_distributed_info_is_read_on_the_world_it_is_given():
+    """HTA's trace without distributedInfo: its calls are on the world, which only the user
+    can name (--world); without it the refusal says so."""
+    with pytest.raises(TraceError, match=r"give the job's world size \(analyze --world N\)"):
+        load([NO_INFO], progress=False)
+    (t,) = load([NO_INFO], progress=False, world=8)
+    want = _old_cpu_calls_by_hand(NO_INFO)
+    assert len(want) == 6 and {op for op, _, _ in want} == {"all_to_all"}
+    cpp = {"float": "float32", "int": "int32"}
+    assert sorted((c.op, c.dtype, c.size) for c in t.calls) == \
+        sorted((op, cpp[ty], size) for op, ty, size in want)
+    assert all(c.group == tuple(range(8)) and c.source == "cpu" for c in t.calls)
+    assert (t.rank, t.world_size, t.world_stated) == (0, 8, False)
+    assert all(m.busbw is None for m in match([t]))  # CPU ops: enqueue times, no bandwidth
+
+
+def test_a_world_given_beside_the_traces_is_caught_where_it_is_ignored(monkeypatch):
+    """The broken variant: the reader drops the world it is given."""
+    from commbench.traces import job
+    monkeypatch.setattr(job, "read", lambda path, progress, limit, world: kineto.read(
+        path, progress, limit))
+    with pytest.raises(TraceError):
+        test_a_torch_2_0_trace_without_distributed_info_is_read_on_the_world_it_is_given()
+
+
+def test_analyze_world_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "a.json"
+    assert main(["analyze", NO_INFO, "--world", "8", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "ranks [0] of 8 (--world; no world_size in the traces)" in text
+    rec = json.loads(out.read_text())
+    assert rec["world_given"] and rec["world_size"] == 8 and len(rec["calls"]) == 6
+    for bad, why in ((["--world", "-1"], "--world -1: must be >= 1"),
+                     (["--world", "4"], "--world 4: the traces state world_size [2]")):
+        path = NO_INFO if bad[1] == "-1" else os.path.join(DATA, "nccl_2ranks_rank0.json.gz")
+        assert main(["analyze", path, *bad]) == 2
+        err = capsys.readouterr().err
+        assert why in err and err.count("\n") == 1, err
+    # a torch 2.x trace without world_size: its groups must fit the world given
+    doc, _ = _events(os.path.join(DATA, "nccl_2ranks_rank0.json.gz"))
+    del doc["distributedInfo"]["world_size"]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(doc))
+    assert main(["analyze", str(bare), "--world", "1"]) == 2
+    assert "world_size 1: the traces' groups name rank 1" in capsys.readouterr().err
+    assert main(["analyze", str(bare), "--world", "2"]) == 0
+    assert "of 2 (--world; no world_size in the traces)" in capsys.readouterr().out
+    assert main(["analyze", str(bare)]) == 0
+    assert "of at least 2 (no world_size in the traces)" in capsys.readouterr().out
+
+
 def test_a_job_smaller_than_a_node_gets_no_guessed_model_and_a_named_one_when_asked():
     """Two A100s of an eight-GPU host: which links they used is not in the trace, so no preset
     is guessed (before: priced as a DGX-A100's NVSwitch, efficiency 0.02); --topology names
@@ -171,6 +236,20 @@ def test_one_rank_s_execution_trace_is_completed_for_the_ranks_it_shares_groups_
     assert said[0].startswith("ranks [1] have no recording: each replays rank 0's calls")
     assert plan[1] == plan[0]  # every call is on the default group: rank 1's are the same
     check(world, plan)  # lines up: a replay would not hang
+
+
+@pytest.mark.parametrize("name", ["resnet_2gpu_et_1.1.0.json.gz", "resnet_1gpu_et_1.0.3.json.gz"])
+def test_analyze_given_an_execution_trace_names_it_and_the_command_that_reads_it(name, capsys,
+                                                                                 monkeypatch):
+    path = os.path.join(os.path.dirname(DATA), "param", name)
+    decoded = []  # no node is decoded to say so (an execution trace may be GBs)
+    real = kineto.stream._Stream.value
+    monkeypatch.setattr(kineto.stream._Stream, "value",
+                        lambda self: decoded.append(real(self)) or decoded[-1])
+    assert main(["analyze", path]) == 2
+    err = capsys.readouterr().err
+    assert "an execution trace (schema '1." in err and "commbench replay reads" in err, err
+    assert err.count("\n") == 1 and not any(isinstance(v, list) for v in decoded)
 
 
 def test_an_execution_trace_of_an_unknown_schema_is_refused_in_one_line(tmp_path):

@@ -32,6 +32,10 @@ def add_parser(sub) -> None:
                         "names point to, if any)")
     a.add_argument("--nodes", type=int, default=None,
                    help="nodes of the topology (default: as many as the world needs)")
+    a.add_argument("--world", type=int, default=0, metavar="N",
+                   help="the job's world size, where its traces state none (no distributedInfo."
+                        "world_size: a torch < 2.1 trace's calls are on the world; default: as "
+                        "the traces state it, else the least world their ranks and groups fit)")
     a.add_argument("--baseline", default="", metavar="FILE",
                    help="a committed sweep (results/collectives_*.json): its busbw beside each call")
     a.add_argument("--layout", default="", metavar="SPEC",
@@ -67,6 +71,8 @@ def _command(a) -> int:
 
     if a.top < 0:
         raise UsageError(f"--top {a.top}: must be >= 0")
+    if a.world < 0:
+        raise UsageError(f"--world {a.world}: must be >= 1 (0: as the traces state it)")
     if a.nodes is not None and a.nodes < 1:
         raise UsageError(f"--nodes {a.nodes}: must be >= 1")
     if a.step is not None and (a.step < 0 or a.steps < 1):
@@ -74,10 +80,12 @@ def _command(a) -> int:
     if a.step is not None and not a.layout:
         raise UsageError(f"--step {a.step}: selects the steps --layout compares; give --layout")
     try:
-        traces = load(a.traces, limit=max_chars(a.max_size))
+        traces = load(a.traces, limit=max_chars(a.max_size), world=a.world)
         cover = covers(traces)
         rows, apart = match_job(traces, cover)
         extra: dict = {}
+        if a.world and not all(t.world_stated for t in traces):
+            extra["world_given"] = True  # --world: the user's word, not the traces'
         if apart:
             extra["misaligned"] = apart
         said: list[str] = []

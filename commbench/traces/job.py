@@ -40,22 +40,23 @@ def _alone() -> bool:
 
 
 def read_all(paths: list[str], progress: bool = True, limit: int = LIMIT,
-             workers: int | None = None) -> list[RankTrace]:
+             workers: int | None = None, world: int = 0) -> list[RankTrace]:
     """Every file's trace, in order: read in parallel by forked processes, one file each at a
     time, where there are several files, cores to spare, bytes enough to pay for the fork and
     no other thread in this process (``workers``: how many; None: as many as cores and files
-    allow); else one after another. A worker's error (TraceError, one line) is the caller's."""
+    allow); else one after another. A worker's error (TraceError, one line) is the caller's.
+    ``world``: the job's world size where a trace does not state it (:func:`read`)."""
     n = min(len(paths), cores()) if workers is None else workers
     if workers is None and sum(os.path.getsize(p) for p in paths) < PARALLEL_BYTES:
         n = 1
     if n < 2 or not _alone():
-        return [read(p, progress, limit) for p in paths]
+        return [read(p, progress, limit, world) for p in paths]
     # the executor forks its workers before it starts its own threads; a worker that dies
     # (killed, out of memory) breaks the pool at once instead of leaving its file unread
     with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
         try:
             packed = list(pool.map(_packed, paths, [progress] * len(paths),
-                                   [limit] * len(paths)))
+                                   [limit] * len(paths), [world] * len(paths)))
         except BrokenProcessPool:
             raise TraceError(f"a worker reading {len(paths)} trace files ended without a "
                              "result (killed, or out of memory?); nothing was read") from None
@@ -66,11 +67,11 @@ def read_all(paths: list[str], progress: bool = True, limit: int = LIMIT,
     return out
 
 
-def _packed(path: str, progress: bool, limit: int) -> bytes:
+def _packed(path: str, progress: bool, limit: int, world: int) -> bytes:
     """A worker's rank, pickled. The workers' ranks stay so in this process until the last is
     read: a rank's pickle is a quarter of its calls' memory, and the process holds the ranks
     read first while the workers are at their peak with the last (the tree's peak)."""
-    return pickle.dumps(read(path, progress, limit), protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.dumps(read(path, progress, limit, world), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def files(names: list[str]) -> tuple[list[str], bool]:
@@ -95,10 +96,17 @@ def files(names: list[str]) -> tuple[list[str], bool]:
     return out, folder or len(out) > 1
 
 
-def load(names: list[str], progress: bool = True, limit: int = LIMIT) -> list[RankTrace]:
-    """Every rank's trace, checked as one job (TraceError: one line naming what is wrong)."""
+def load(names: list[str], progress: bool = True, limit: int = LIMIT, world: int = 0
+         ) -> list[RankTrace]:
+    """Every rank's trace, checked as one job (TraceError: one line naming what is wrong).
+    ``world``: the job's world size, given where its traces do not state it; a trace that
+    states another is an error."""
     paths, _ = files(names)
-    traces = read_all(paths, progress, limit)
+    traces = read_all(paths, progress, limit, world=world)
+    stated = sorted({t.world_size for t in traces if t.world_stated and t.world_size})
+    if world > 0 and stated and stated != [world]:
+        raise TraceError(f"--world {world}: the traces state world_size {stated} "
+                         "(distributedInfo); give it only where they state none")
     if len(traces) == 1 and traces[0].rank < 0:
         traces[0].rank = 0
         for c in traces[0].calls:
@@ -124,6 +132,10 @@ def load(names: list[str], progress: bool = True, limit: int = LIMIT) -> list[Ra
     bad = sorted(r for r in by_rank if not 0 <= r < world)
     if bad:
         raise TraceError(f"ranks {bad}: outside world_size {world} ({by_rank[bad[0]].path})")
+    if not stated:  # a world given or inferred: the groups the traces name lie inside it
+        top = max((r for t in traces for c in t.calls for r in c.group), default=-1)
+        if top >= world:
+            raise TraceError(f"world_size {world}: the traces' groups name rank {top}")
     _same_groups(traces)
     return [by_rank[r] for r in sorted(by_rank)]
 

@@ -140,10 +140,13 @@ def _splits(raw, where: str, name: str) -> tuple[int, ...]:
         raise TraceError(f"{where}: {name}: split sizes {raw!r} cannot be read") from None
 
 
-def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTrace:
+def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int = 0
+         ) -> RankTrace:
     """One rank's trace (TraceError naming the file on bad input). Each call is made into a
     :class:`Call` as it is read (its arguments dropped), so memory grows with the calls kept,
-    not with the file."""
+    not with the file. ``world``: the job's world size where the trace does not state it
+    (``distributedInfo.world_size``; a torch < 2.1 trace's calls are on the world); 0: none
+    given."""
     top: dict = {}
     out = RankTrace(path, -1, 0)
     make = _Maker(path)
@@ -207,6 +210,8 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT) -> RankTra
             except (KeyError, TypeError, ValueError):
                 raise TraceError(f"{path}: {name}: not a step annotation with a time") from None
     _info(out, top, path)
+    if not out.world_size and world > 0:  # the user's word for it (analyze --world)
+        out.world_size, out.world_stated = world, False
     make.groups = out.groups
     for e, args, choice in later:  # their ranks are in distributedInfo, read last
         c = make.call(e, args, choice, needed=True)
@@ -369,7 +374,7 @@ def _profiled(prof: list[tuple[dict, dict]], out: RankTrace, path: str):
     if out.world_size < 1:
         raise TraceError(f"{path}: a trace of torch < 2.1 (record_param_comms without sizes) "
                          "records no group, and without distributedInfo.world_size no world "
-                         "to put its calls on")
+                         "to put its calls on: give the job's world size (analyze --world N)")
     world = tuple(range(out.world_size))
     calls, by_thread = [], {}
     for e, args in prof:

@@ -254,6 +254,11 @@ def events(path: str, top: dict, progress: Callable[[int], None] | None = None,
                 seen = True
                 s.expect("[")
                 yield from _objects(s, key, wanted)
+            elif key == "traceEvents" and name == "nodes" and "schema" in top:
+                # an execution trace's nodes: refused before they are decoded (they may be GBs)
+                raise TraceError(f"{path}: an execution trace (schema {top['schema']!r}), not a "
+                                 "Kineto trace: commbench replay reads execution traces, "
+                                 "analyze the profiler's Kineto traces")
             else:
                 top[name] = s.value()
         if not seen:
