@@ -15,7 +15,7 @@ from commbench.costmodel.alphabeta import Params, terms
 from commbench.costmodel.fitting import fit
 from commbench.costmodel.nccl import nccl_predict, nccl_table
 from commbench.costmodel.published import HEADLINE, check_published
-from commbench.costmodel.topology import from_nccl_xml, load
+from commbench.costmodel.topology import GPU_PRESETS, from_nccl_xml, gpu_presets, load
 from commbench.ops import OPS
 
 pytestmark = [pytest.mark.model]
@@ -215,7 +215,7 @@ def test_predict_prints_the_table_and_refuses_bad_input_in_one_line(capsys):
     out = capsys.readouterr().out
     assert out.count("<-") == 2 and "nvls" in out and "answered in" in out
     assert main(["predict", "published", "--no-write"]) == 0
-    assert "Headline figures (the first 10) within 10%: 10 of 10" in capsys.readouterr().out
+    assert "Headline figures (the first 11) within 10%: 11 of 11" in capsys.readouterr().out
     for argv, message in ((["predict", "collective", "all_reduce", "1G", "--topology", "nope"],
                            "topology 'nope': no such preset"),
                           (["predict", "collective", "gather", "1G"], "op='gather'"),
@@ -339,3 +339,35 @@ def test_the_tables_of_many_sizes_are_each_size_s_own_table():
     uncorrected = [min(c.lat_us + s / (1000 * c.alg_bw) for c in nccl_table("all_reduce", 64, topo))
                    for s in sizes]
     assert nccl_times("all_reduce", sizes, topo) != uncorrected
+
+
+DEVICES = [("NVIDIA B200", ("dgx-b200", "dgx-b200")), ("NVIDIA GB200", None),
+           ("NVIDIA GH200 120GB", ("alps-gh200", "alps-gh200")),
+           ("NVIDIA H200", ("dgx-h200", "cluster-h100-ndr")), ("NVIDIA H200 NVL", None),
+           ("NVIDIA H100 80GB HBM3", ("dgx-h100", "cluster-h100-ndr")), ("NVIDIA H100 PCIe", None),
+           ("NVIDIA A100-SXM4-80GB", ("dgx-a100", "cluster-a100-hdr")),
+           ("NVIDIA A100-PCIE-40GB", None), ("Tesla V100-SXM2-32GB", None)]
+
+
+@pytest.mark.parametrize(("name", "want"), DEVICES, ids=[n for n, _ in DEVICES])
+def test_a_device_name_points_to_its_machine_by_whole_word_and_never_a_card_s(name, want):
+    """The presets a trace's or a log's device name is priced on: a GB200 is no B200, a GH200
+    no H200, a PCIe or NVL card sits on no NVSwitch (no preset, rather than a wrong one)."""
+    assert gpu_presets(name) == want
+
+
+def test_a_device_name_matched_inside_words_is_caught():
+    """The broken variant: the GPU's word found anywhere in the name."""
+    def loose(name: str):
+        return next(((one, many) for word, one, many in GPU_PRESETS if word in name.upper()),
+                    None)
+    assert [n for n, want in DEVICES if loose(n) != want] == \
+        ["NVIDIA GB200", "NVIDIA H200 NVL", "NVIDIA H100 PCIe", "NVIDIA A100-PCIE-40GB"]
+
+
+def test_the_b200_preset_is_nccl_s_own_nvlink_figure():
+    """NCCL's log on 8 x B200 prints maxBw 721.8 (NVIDIA/nccl#1807): 18 links x 40.1 GB/s."""
+    topo = load("dgx-b200")
+    ring = nccl_predict("all_reduce", 8 << 30, topo, algo="ring")
+    assert topo.arch == "blackwell" and topo.nvlink_links * 40.1 == pytest.approx(721.8)
+    assert ring.bus_bw == pytest.approx(721.8, rel=0.01)

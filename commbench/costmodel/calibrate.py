@@ -33,23 +33,18 @@ reports the rest, then fits on the smaller sizes and reports the largest. Pure: 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, replace
 
 from commbench.costmodel.nccl import OPS as MODELLED
 from commbench.costmodel.nccl import PROTOS, constants, nccl_predict, nccl_times
 from commbench.costmodel.p2p import P2P_OPS
-from commbench.costmodel.topology import Topology, load
+from commbench.costmodel.topology import Topology, gpu_presets, load
 from commbench.ops import OPS as RECORDS
 from commbench.results.nccl_info import NcclSaid
 from commbench.results.nccl_tests import Run
 
 __all__ = ["Beside", "Fit", "Measured", "beside", "error", "fit", "held_out", "interpolated",
            "off_calibration", "predict_us", "said_against", "topology_for"]
-
-# GPU name words -> (one-node preset, multi-node preset); whole words: a GH200 is no H200
-_PRESETS = (("GH200", "alps-gh200", "alps-gh200"), ("H200", "dgx-h200", "cluster-h100-ndr"),
-            ("H100", "dgx-h100", "cluster-h100-ndr"), ("A100", "dgx-a100", "cluster-a100-hdr"))
 
 
 @dataclass(frozen=True)
@@ -318,8 +313,7 @@ def topology_for(run: Run, given: str | None = None):
         base = load(given)
         why = f"topology {base.name} (given)"
     else:
-        match = next(((one, many) for word, one, many in _PRESETS
-                      if re.search(rf"\b{word}\b", run.gpu)), None)
+        match = gpu_presets(run.gpu)
         if match is None:
             return None, (f"no preset for the GPU {run.gpu or '(none named)'!r}: give "
                           "--topology PRESET|FILE to set the log beside NCCL's model")

@@ -25,6 +25,9 @@ FIGURES = [
      "NVIDIA/nccl#2140"),
     ("8 x H200 all-reduce (NCCL's pick)", "dgx-h200", 1, "all_reduce", None, 475.0,
      "NVIDIA/nccl-tests#272"),
+    ("8 x B200 all-reduce (NCCL's pick)", "dgx-b200", 1, "all_reduce", None, 830.0,
+     "pzcyyj in NVIDIA/nccl#1807 ('830+' on one 8 x B200 machine, NCCL 2.27.1; NCCL's own maxBw "
+     "there, 721.8 GB/s, is the preset's 18 NVLink 5 links x 40.1 GB/s)"),
     ("8 x H100 all-reduce, single node (NCCL's pick)", "dgx-h100", 1, "all_reduce", None, 476.0,
      "AddyLaddy in NVIDIA/nccl-tests#290 ('in the expected range')"),
     ("H100 nodes x 8 NDR, multi-node all-reduce", "cluster-h100-ndr", 16, "all_reduce", None,

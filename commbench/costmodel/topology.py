@@ -11,6 +11,7 @@ give ``graphs`` explicitly (from an ``NCCL_GRAPH_DUMP_FILE``), which then wins.
 from __future__ import annotations
 
 import math
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -18,7 +19,25 @@ from pathlib import Path
 
 from commbench.results.files import TOPOLOGY_LIMIT, read_json, read_text
 
-__all__ = ["Graph", "Topology", "from_nccl_xml", "graphs", "load", "presets"]
+__all__ = ["GPU_PRESETS", "Graph", "Topology", "from_nccl_xml", "gpu_presets", "graphs", "load",
+           "presets"]
+
+# a GPU's name, by whole word -> (the preset of one node of its machine, of several): a GH200 is
+# no H200 and a GB200 no B200; first match wins
+GPU_PRESETS = (("GH200", "alps-gh200", "alps-gh200"), ("B200", "dgx-b200", "dgx-b200"),
+               ("H200", "dgx-h200", "cluster-h100-ndr"), ("H100", "dgx-h100", "cluster-h100-ndr"),
+               ("A100", "dgx-a100", "cluster-a100-hdr"))
+_CARD = re.compile(r"\b(?:PCIe|NVL)\b", re.I)  # a PCIe card (NVL: bridged pairs), on no NVSwitch
+
+
+def gpu_presets(name: str) -> tuple[str, str] | None:
+    """(one-node preset, multi-node preset) of the machine a device named ``name`` sits in
+    (``NVIDIA H100 80GB HBM3``, ``NVIDIA B200``), or None: a GPU no preset is for, or a PCIe or
+    NVL card (``NVIDIA H100 PCIe``, ``NVIDIA H200 NVL``), whose links are not an SXM board's."""
+    if _CARD.search(name):
+        return None
+    return next(((one, many) for word, one, many in GPU_PRESETS
+                 if re.search(rf"\b{word}\b", name, re.I)), None)
 
 ARCHS = ("volta", "ampere", "hopper", "blackwell")
 SM_ARCH = {70: "volta", 80: "ampere", 90: "hopper", 100: "blackwell"}

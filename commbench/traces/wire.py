@@ -14,13 +14,12 @@ busbw at the same op and size, and the layout the job was meant to have (pure).
 from __future__ import annotations
 
 import math
-import re
 
 from commbench.costmodel.calibrate import off_calibration
 from commbench.costmodel.nccl import OPS as MODELLED
 from commbench.costmodel.p2p import P2P_OPS
 from commbench.costmodel.pricing import call_time_us, group_span
-from commbench.costmodel.topology import Topology, load
+from commbench.costmodel.topology import Topology, gpu_presets, load
 from commbench.ops import OPS, booked, split_sizes
 from commbench.patterns.base import Call as Priced
 from commbench.results.busbw import factor
@@ -33,16 +32,13 @@ from commbench.wire.ledger import Entry
 
 __all__ = ["add_baseline", "add_model", "as_entries", "guess_topology", "topology"]
 
-# a device name's GPU -> the preset of its machine
-GPUS = (("H200", "dgx-h200"), ("H100", "dgx-h100"), ("A100", "dgx-a100"))
-
-
 def guess_topology(traces: list[RankTrace]) -> str | None:
-    """The preset the traces' device names point to (deviceProperties), or None."""
-    names = {d for t in traces for d in t.devices}
-    for key, preset in GPUS:
-        if any(re.search(key, n, re.I) for n in names):
-            return preset
+    """The one-node preset the traces' device names point to (deviceProperties: the first
+    name :func:`~commbench.costmodel.topology.gpu_presets` knows), or None."""
+    for name in sorted({d for t in traces for d in t.devices}):
+        found = gpu_presets(name)
+        if found is not None:
+            return found[0]
     return None
 
 
