@@ -279,6 +279,37 @@ def test_an_execution_trace_without_communication_says_there_is_nothing_to_repla
         from_et([str(path)])
 
 
+OLD_ET = os.path.join(os.path.dirname(DATA), "param", "dlrm_et_1.0.1_rank0.json.gz")
+
+
+def test_torch_2_0_s_execution_trace_is_refused_in_one_line_naming_its_schema(capsys):
+    """PARAM's 8-rank DLRM execution traces (schema 1.0.1: each node's inputs a bare list, no
+    groups): refused as what they are, where a replay used to end in a TypeError (exit 3)."""
+    from commbench.traces.et import from_et
+
+    doc = json.load(gzip.open(OLD_ET, "rt"))
+    assert doc["schema"] == "1.0.1" and isinstance(doc["nodes"][1]["inputs"], list)
+    assert any(n["name"] == "record_param_comms" for n in doc["nodes"])
+    with pytest.raises(TraceError, match=r"schema '1.0.1' \(torch 2.0's: no groups recorded"):
+        from_et([OLD_ET])
+    assert main(["replay", OLD_ET, "--np", "1", "--no-write"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "schema '1.0.1'" in err and "Traceback" not in err
+
+
+def test_a_node_laid_out_otherwise_is_one_line_where_its_schema_is_let_through(monkeypatch):
+    """The broken variant: the schema check lets 1.0.1 through. Its nodes still end in one
+    line naming what cannot be read, never an exception's traceback."""
+    import re
+
+    from commbench.traces import et
+
+    monkeypatch.setattr(et, "SCHEMAS", re.compile(r"1\.\d+\.\d+"))
+    monkeypatch.setattr(et, "OLD_SCHEMAS", re.compile(r"(?!)"))
+    with pytest.raises(TraceError, match="a record_param_comms node cannot be read"):
+        et.from_et([OLD_ET])
+
+
 DLRM = os.path.join(os.path.dirname(__file__), "data", "traces", "param", "dlrm_kineto")
 
 

@@ -35,7 +35,10 @@ C10D = {name: (o.name, arg, peer) for o in OPS.values() for name, arg, peer in o
 
 # the schemas read: PyTorch's ExecutionTraceObserver from 1.0.3 (PARAM replays 1.0.3 and 1.1.0,
 # each "-chakra.0.0.4"), and their successors of the same major version
-SCHEMAS = re.compile(r"1\.\d+\.\d+(-chakra\.\d+\.\d+\.\d+)?$")
+SCHEMAS = re.compile(r"1\.(?:0\.(?:[3-9]|\d{2,})|[1-9]\d*\.\d+)(-chakra\.\d+\.\d+\.\d+)?$")
+# torch 2.0's observer (1.0.1, 1.0.2: PARAM's dlrm_pytorch_et): each node's inputs a bare list,
+# no process_group:init node, record_param_comms without its tensors or group: not read
+OLD_SCHEMAS = re.compile(r"1\.0\.[0-2](-chakra\.\d+\.\d+\.\d+)?$")
 
 
 def is_et(path: str) -> bool:
@@ -88,14 +91,17 @@ def _rank(path: str, nodes: list[dict]) -> int:
                 isinstance(vals[3 - shift], int):
             return int(vals[3 - shift])
     m = re.search(r"rank[_-]?(\d+)", os.path.basename(path))
-    if not m and not any(n.get("name") == "record_param_comms" or n.get("name") in C10D
-                         for n in nodes):
+    if not m and not any(_communicates(n) for n in nodes):
         raise TraceError(f"{path}: an execution trace without a communication call "
                          "(record_param_comms or c10d op): nothing to replay")
     if not m:
         raise TraceError(f"{path}: an execution trace's rank is neither in it (no call on the "
                          "default group) nor in its name (rank<N>, e.g. et_rank3.json)")
     return int(m.group(1))
+
+
+def _communicates(n: dict) -> bool:
+    return n.get("name") == "record_param_comms" or n.get("name") in C10D
 
 
 def _node_rec(n: dict, groups: dict, where: str, params: bool) -> Rec | None:
@@ -165,11 +171,20 @@ def from_et(paths: list[str], limit: int = LIMIT) -> tuple[int, dict[int, list[R
         top: dict = {}
         nodes = sorted(events(path, top, key="nodes", limit=limit), key=lambda n: n.get("id", 0))
         schema = str(top.get("schema", ""))
+        if OLD_SCHEMAS.match(schema) and not any(_communicates(n) for n in nodes):
+            raise TraceError(f"{path}: an execution trace without a communication call "
+                             "(record_param_comms or c10d op): nothing to replay")
         if not SCHEMAS.match(schema):
-            raise TraceError(f"{path}: execution trace schema {schema!r}: read are 1.0.3 and its "
-                             "successors of major version 1 (1.0.3-chakra.0.0.4, "
+            old = " (torch 2.0's: no groups recorded; replay its Kineto traces)" if \
+                OLD_SCHEMAS.match(schema) else ""
+            raise TraceError(f"{path}: execution trace schema {schema!r}{old}: read are 1.0.3 "
+                             "and its successors of major version 1 (1.0.3-chakra.0.0.4, "
                              "1.1.0-chakra.0.0.4, ...)")
-        rank = _rank(path, nodes)
+        try:
+            rank = _rank(path, nodes)
+        except (KeyError, IndexError, TypeError) as exc:
+            raise TraceError(f"{path}: a record_param_comms node cannot be read "
+                             f"({type(exc).__name__}: {exc})") from None
         if rank in plan:
             raise TraceError(f"{path}: rank {rank} is given twice")
         params = any(n.get("name") == "record_param_comms" for n in nodes)
