@@ -130,7 +130,7 @@ def _old_cpu_calls_by_hand(path: str) -> list[tuple[str, str, int]]:
 def test_a_torch_2_0_trace_without_distributed_info_is_read_on_the_world_it_is_given():
     """HTA's trace without distributedInfo: its calls are on the world, which only the user
     can name (--world); without it the refusal says so."""
-    with pytest.raises(TraceError, match=r"give the job's world size \(analyze --world N\)"):
+    with pytest.raises(TraceError, match=r"give the job's world size \(--world N\)"):
         load([NO_INFO], progress=False)
     (t,) = load([NO_INFO], progress=False, world=8)
     want = _old_cpu_calls_by_hand(NO_INFO)
@@ -141,6 +141,39 @@ def test_a_torch_2_0_trace_without_distributed_info_is_read_on_the_world_it_is_g
     assert all(c.group == tuple(range(8)) and c.source == "cpu" for c in t.calls)
     assert (t.rank, t.world_size, t.world_stated) == (0, 8, False)
     assert all(m.busbw is None for m in match([t]))  # CPU ops: enqueue times, no bandwidth
+
+
+def _evenly_replayable(plan: dict) -> bool:
+    """Whether every all-to-all of a plan can be re-issued as recorded: its splits held, or its
+    elements divide evenly over its group (equal splits then are the job's)."""
+    return all(r.in_splits or r.count % len(r.group) == 0
+               for recs in plan.values() for r in recs if r.op == "all_to_all")
+
+
+def test_a_replay_of_one_torch_2_0_rank_on_the_world_it_is_given(capsys):
+    """HTA's trace without distributedInfo, replayed on 8 ranks: its all-to-alls whose elements
+    do not divide over 8 (the job's own splits, which torch < 2.1 does not record) are left
+    out on every rank and named; the rest are each rank's, completed from rank 0's."""
+    from commbench.traces.recorded import check, complete, unsplit
+    from commbench.traces.sources import load as load_recording
+
+    for bad, why in (([], "give the job's world size (--world N)"),
+                     (["--world", "-1"], "--world -1: must be >= 1")):
+        assert main(["replay", NO_INFO, "--np", "8", "--no-write", *bad]) == 2
+        assert why in capsys.readouterr().err
+    world, plan = load_recording([NO_INFO], world=8)
+    by_hand = _old_cpu_calls_by_hand(NO_INFO)
+    uneven = [size for _, ty, size in by_hand if (size // BYTES[ty]) % 8]
+    assert world == 8 and len(plan[0]) == 6 and len(uneven) == 3
+    assert not _evenly_replayable(plan)  # as read: three would raise on the ranks
+    said = unsplit(plan)
+    assert len(plan[0]) == 3 and _evenly_replayable(plan)
+    assert said == ["not replayed: 3 all-to-all call(s) whose elements do not divide evenly over "
+                    "their group and whose splits the recording does not hold (ranks [0]; the "
+                    "job's own splits are unknown)"]
+    complete(world, plan)
+    check(world, plan)
+    assert all(plan[r] == plan[0] for r in range(8))
 
 
 def test_a_world_given_beside_the_traces_is_caught_where_it_is_ignored(monkeypatch):

@@ -17,7 +17,7 @@ from commbench.results.busbw import factor
 from commbench.results.machine import machine_class
 from commbench.results.records import summarize_iters
 from commbench.traces.calls import P2P, TraceError
-from commbench.traces.recorded import Rec, check, complete, scale
+from commbench.traces.recorded import Rec, check, complete, scale, unsplit
 from commbench.traces.sources import load
 
 __all__ = ["add_parser", "command", "rows_of"]
@@ -37,6 +37,9 @@ def add_parser(sub) -> None:
     a.add_argument("--warmup", type=int, default=1, help="untimed samples before them")
     a.add_argument("--max-size", type=float, default=16.0, metavar="GB",
                    help="read at most this many GiB of text from one trace (default 16)")
+    a.add_argument("--world", type=int, default=0, metavar="N",
+                   help="the recorded job's world size, where its traces state none (a torch "
+                        "< 2.1 trace's calls are on the world; default: as the traces state it)")
     a.add_argument("--scale", action="store_true",
                    help="a smaller world: rank 0's groups of at most --np members, member i "
                         "played by rank i")
@@ -96,9 +99,12 @@ def rows_of(per_rank: list[list[dict]]) -> tuple[list[dict], list[str]]:
 def command(a) -> int:
     if a.iters < 1 or a.warmup < 0:
         raise UsageError(f"--iters {a.iters} --warmup {a.warmup}: must be >= 1 and >= 0")
+    if a.world < 0:
+        raise UsageError(f"--world {a.world}: must be >= 1 (0: as the traces state it)")
     try:
         left_out: list[str] = []
-        world, plan = load(a.recording, checks.max_chars(a.max_size), left_out)
+        world, plan = load(a.recording, checks.max_chars(a.max_size), left_out, a.world)
+        left_out += unsplit(plan)
         if a.np == 0:
             a.np = world
         if a.scale:

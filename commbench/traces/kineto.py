@@ -374,7 +374,7 @@ def _profiled(prof: list[tuple[dict, dict]], out: RankTrace, path: str):
     if out.world_size < 1:
         raise TraceError(f"{path}: a trace of torch < 2.1 (record_param_comms without sizes) "
                          "records no group, and without distributedInfo.world_size no world "
-                         "to put its calls on: give the job's world size (analyze --world N)")
+                         "to put its calls on: give the job's world size (--world N)")
     world = tuple(range(out.world_size))
     calls, by_thread = [], {}
     for e, args in prof:

@@ -23,7 +23,7 @@ from commbench.traces.calls import P2P, TraceError
 from commbench.traces.job import load as load_job
 from commbench.traces.stream import LIMIT
 
-__all__ = ["Rec", "check", "complete", "from_audit", "from_traces", "scale"]
+__all__ = ["Rec", "check", "complete", "from_audit", "from_traces", "scale", "unsplit"]
 
 # what a replay re-issues as one collective: the calls every member makes alike (Op.agreed)
 COLLECTIVES = tuple(o.name for o in OPS.values() if o.agreed)
@@ -54,10 +54,12 @@ class Rec:
 
 
 def from_traces(names: list[str], limit: int | None = None,
-                said: list[str] | None = None) -> tuple[int, dict[int, list[Rec]]]:
+                said: list[str] | None = None, world: int = 0
+                ) -> tuple[int, dict[int, list[Rec]]]:
     """(the world size, each rank's calls) of a job's Kineto traces; ``said`` gets a line for
-    the kernels launched before a trace's window, which have no call to re-issue."""
-    traces = load_job(names, limit=limit or LIMIT)
+    the kernels launched before a trace's window, which have no call to re-issue; ``world``:
+    the job's world size where the traces state none."""
+    traces = load_job(names, limit=limit or LIMIT, world=world)
     world = max([t.world_size for t in traces] + [len(traces)])
     unlinked = {t.rank: t.unlinked for t in traces if t.unlinked}
     if unlinked and said is not None:
@@ -95,6 +97,26 @@ def from_audit(path: str, record: dict) -> tuple[int, dict[int, list[Rec]]]:
                 raise TraceError(f"{path}: rank {rank}'s call {k} cannot be read") from None
         plan[rank] = out
     return len(calls), plan
+
+
+def unsplit(plan: dict[int, list[Rec]]) -> list[str]:
+    """The all-to-alls whose splits the recording does not hold (torch < 2.1 records none, later
+    ones only where the job gave them) and whose elements do not divide evenly over the group:
+    the job gave them splits of its own, which no equal split stands for and which only it
+    knew. Each is left out on every member alike (one left out on some would hang the others)
+    and named, not guessed. Returns the line that says so ([] where none is)."""
+    def bare(r: Rec) -> bool:
+        return r.op == "all_to_all" and not r.in_splits and r.count % max(1, len(r.group)) != 0
+
+    gone = {rank: sum(map(bare, recs)) for rank, recs in plan.items()}
+    if not any(gone.values()):
+        return []
+    for rank in plan:
+        plan[rank] = [r for r in plan[rank] if not bare(r)]
+    ranks = sorted(r for r, k in gone.items() if k)
+    return [f"not replayed: {max(gone.values())} all-to-all call(s) whose elements do not divide "
+            f"evenly over their group and whose splits the recording does not hold (ranks "
+            f"{ranks}; the job's own splits are unknown)"]
 
 
 def complete(world: int, plan: dict[int, list[Rec]]) -> list[str]:

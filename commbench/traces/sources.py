@@ -15,10 +15,11 @@ __all__ = ["load"]
 
 
 def load(names: list[str], limit: int | None = None,
-         said: list[str] | None = None) -> tuple[int, dict[int, list[Rec]]]:
+         said: list[str] | None = None, world: int = 0) -> tuple[int, dict[int, list[Rec]]]:
     """(the recording's world size, each rank's calls) from traces or an audit result; a trace
     read up to ``limit`` characters (None: :data:`commbench.traces.stream.LIMIT`); ``said``
-    gets a line for what a recording holds that cannot be re-issued."""
+    gets a line for what a recording holds that cannot be re-issued; ``world``: the job's world
+    size where its Kineto traces state none (:func:`commbench.traces.job.load`)."""
     if len(names) == 1 and os.path.isfile(names[0]) and not names[0].endswith(".gz"):
         try:
             with open(names[0], encoding="utf-8") as f:
@@ -37,4 +38,4 @@ def load(names: list[str], limit: int | None = None,
     paths, _ = files(names)
     if paths and all(is_et(p) for p in paths):
         return from_et(paths, limit) if limit else from_et(paths)
-    return from_traces(names, limit, said)
+    return from_traces(names, limit, said, world)
