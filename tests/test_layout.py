@@ -229,6 +229,15 @@ def test_layouts_that_cannot_work_are_refused(change, message):
         predict_layout(Layout(**change), load("cluster-h100-ndr"))
 
 
+def test_a_typo_s_world_is_refused_before_its_ranks_are_listed():
+    """--nodes 99999999999 --dp 99999999999 (the command line's fuzz drew it) took all of the
+    machine's memory listing the groups' ranks. Refused by the check alone, which lists none
+    (a regression fails here, not out of memory)."""
+    with pytest.raises(ValueError, match=r"tp\*cp\*dp\*pp=99999999999: at most 1048576 ranks"):
+        Layout(dp=99999999999).validate()
+    Layout(dp=1 << 20).validate()  # the bound itself is a layout
+
+
 def test_a_layout_larger_than_the_machine_is_refused():
     with pytest.raises(ValueError, match="needs 256 ranks.*has 128"):
         predict_layout(Layout(tp=8, dp=32), load("cluster-h100-ndr"))

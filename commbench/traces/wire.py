@@ -32,6 +32,7 @@ from commbench.wire.ledger import Entry
 
 __all__ = ["add_baseline", "add_model", "as_entries", "guess_topology", "topology"]
 
+
 def guess_topology(traces: list[RankTrace]) -> str | None:
     """The one-node preset the traces' device names point to (deviceProperties: the first
     name :func:`~commbench.costmodel.topology.gpu_presets` knows), or None."""
