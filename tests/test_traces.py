@@ -344,6 +344,43 @@ def test_a_trace_is_read_within_bounds_each_refusal_one_line(tmp_path):
         kineto.read(small, progress=False, limit=16)
 
 
+def test_a_world_past_any_job_s_is_refused_in_one_line_before_it_is_listed(tmp_path):
+    """A world is listed rank by rank (a torch < 2.1 call's group, a replay's ranks): a trace
+    that states, names or is given more than MAX_WORLD ranks (a typo's 10^11 would take all of
+    a machine's memory) is refused. One past the bound is asked here, small enough to list:
+    a regression fails on the missing refusal, not out of memory."""
+    from commbench.traces.calls import MAX_WORLD
+    from commbench.traces.et import from_et
+    from commbench.traces.job import load
+
+    big = MAX_WORLD + 1
+    old = {"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce", "ts": 1, "dur": 2,
+           "args": {"Input Dims": [[4]], "Input type": ["float"]}}
+    bare = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 1, "dur": 2,
+            "args": {}}
+    for info, world, why in (({"rank": 0, "world_size": big}, 0, f"world_size {big}"),
+                             ({"rank": big}, 0, f"rank {big}"),
+                             ({"rank": 0}, big, f"--world {big}")):
+        path = _write(tmp_path / "t.json", json.dumps({"distributedInfo": info,
+                                                        "traceEvents": [bare, old]}))
+        with pytest.raises(TraceError, match=f"{why}.*at most {MAX_WORLD} ranks"):
+            kineto.read(path, progress=False, world=world)
+    assert kineto.read(path, progress=False, world=MAX_WORLD).world_size == MAX_WORLD
+    named = dict(GOOD, **{"Process Group Ranks": f"[0, {MAX_WORLD}]", "Group size": 2})
+    path = _write(tmp_path / "named.json", json.dumps({
+        "distributedInfo": {"rank": 0}, "traceEvents": [{
+            "ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 1, "dur": 2,
+            "args": named}]}))
+    with pytest.raises(TraceError, match=f"world_size {big}: a job of at most"):
+        load([path], progress=False)
+    pgs = json.dumps([{"pg_name": "0", "pg_desc": "default_pg", "group_size": big}])
+    et = _write(tmp_path / "et_rank0.json", json.dumps({"schema": "1.1.0-chakra.0.0.4", "nodes": [
+        {"id": 2, "name": "## process_group:init ##", "ctrl_deps": 1,
+         "inputs": {"values": [pgs], "shapes": [[]], "types": ["String"]}}]}))
+    with pytest.raises(TraceError, match=f"group '0' of {big} ranks: a job of at most"):
+        from_et([et])
+
+
 def test_a_kernel_belongs_to_the_step_of_its_cpu_op_when_the_gpu_runs_behind(tmp_path):
     """The all-reduce is enqueued in step 1 and runs on the GPU during step 2's CPU span: it is
     step 1's (before: step 2's, by the kernel's start)."""

@@ -158,7 +158,7 @@ def test_a_replay_of_one_torch_2_0_rank_on_the_world_it_is_given(capsys):
     from commbench.traces.sources import load as load_recording
 
     for bad, why in (([], "give the job's world size (--world N)"),
-                     (["--world", "-1"], "--world -1: must be >= 1")):
+                     (["--world", "-1"], "--world -1: must be 1 to 1048576")):
         assert main(["replay", NO_INFO, "--np", "8", "--no-write", *bad]) == 2
         assert why in capsys.readouterr().err
     world, plan = load_recording([NO_INFO], world=8)
@@ -192,7 +192,7 @@ def test_analyze_world_from_the_command_line(tmp_path, capsys):
     assert "ranks [0] of 8 (--world; no world_size in the traces)" in text
     rec = json.loads(out.read_text())
     assert rec["world_given"] and rec["world_size"] == 8 and len(rec["calls"]) == 6
-    for bad, why in ((["--world", "-1"], "--world -1: must be >= 1"),
+    for bad, why in ((["--world", "-1"], "--world -1: must be 1 to 1048576"),
                      (["--world", "4"], "--world 4: the traces state world_size [2]")):
         path = NO_INFO if bad[1] == "-1" else os.path.join(DATA, "nccl_2ranks_rank0.json.gz")
         assert main(["analyze", path, *bad]) == 2

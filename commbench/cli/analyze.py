@@ -10,7 +10,7 @@ from commbench.cli.common import UsageError
 from commbench.results.records import write_atomic, write_json
 from commbench.traces import wire
 from commbench.traces.analysis import covers, match_job
-from commbench.traces.calls import TraceError
+from commbench.traces.calls import MAX_WORLD, TraceError
 from commbench.traces.job import load
 from commbench.traces.report import markdown, record
 from commbench.traces.wire import as_entries
@@ -71,8 +71,9 @@ def _command(a) -> int:
 
     if a.top < 0:
         raise UsageError(f"--top {a.top}: must be >= 0")
-    if a.world < 0:
-        raise UsageError(f"--world {a.world}: must be >= 1 (0: as the traces state it)")
+    if not 0 <= a.world <= MAX_WORLD:
+        raise UsageError(f"--world {a.world}: must be 1 to {MAX_WORLD} (0: as the traces "
+                         "state it)")
     if a.nodes is not None and a.nodes < 1:
         raise UsageError(f"--nodes {a.nodes}: must be >= 1")
     if a.step is not None and (a.step < 0 or a.steps < 1):

@@ -16,7 +16,7 @@ from commbench.results import records as res
 from commbench.results.busbw import factor
 from commbench.results.machine import machine_class
 from commbench.results.records import summarize_iters
-from commbench.traces.calls import P2P, TraceError
+from commbench.traces.calls import MAX_WORLD, P2P, TraceError
 from commbench.traces.recorded import Rec, check, complete, scale, unsplit
 from commbench.traces.sources import load
 
@@ -99,8 +99,9 @@ def rows_of(per_rank: list[list[dict]]) -> tuple[list[dict], list[str]]:
 def command(a) -> int:
     if a.iters < 1 or a.warmup < 0:
         raise UsageError(f"--iters {a.iters} --warmup {a.warmup}: must be >= 1 and >= 0")
-    if a.world < 0:
-        raise UsageError(f"--world {a.world}: must be >= 1 (0: as the traces state it)")
+    if not 0 <= a.world <= MAX_WORLD:
+        raise UsageError(f"--world {a.world}: must be 1 to {MAX_WORLD} (0: as the traces "
+                         "state it)")
     try:
         left_out: list[str] = []
         world, plan = load(a.recording, checks.max_chars(a.max_size), left_out, a.world)

@@ -22,7 +22,7 @@ from functools import lru_cache
 
 from commbench.ops import OPS
 
-__all__ = ["COLLECTIVE", "CPP_TYPES", "DTYPES", "P2P", "PROFILER", "UNSIZED", "Call",
+__all__ = ["COLLECTIVE", "CPP_TYPES", "DTYPES", "MAX_WORLD", "P2P", "PROFILER", "UNSIZED", "Call",
            "TraceError", "kernel_choice", "kernel_word", "op_of", "ranks_of", "ranks_text"]
 
 
@@ -54,6 +54,7 @@ DTYPES = {"Float": ("float32", 4), "Double": ("float64", 8), "Half": ("float16",
           "Float8_e4m3fn": ("float8_e4m3fn", 1), "Float8_e5m2": ("float8_e5m2", 1)}
 P2P = ("send", "recv")  # point-to-point calls: matched by their two ends, not by Seq
 UNSIZED = "unknown"  # the dtype of a call whose trace was recorded without shapes
+MAX_WORLD = 1 << 20  # a job's ranks at most (the largest are some 10^5 GPUs): a world is listed
 ALGOS = ("NVLS_TREE", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "TREE", "RING", "PAT")
 PROTOS = ("LL128", "LL", "SIMPLE")
 

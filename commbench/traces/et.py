@@ -22,7 +22,7 @@ import os
 import re
 
 from commbench.ops import OPS
-from commbench.traces.calls import COLLECTIVE, CPP_TYPES, TraceError
+from commbench.traces.calls import COLLECTIVE, CPP_TYPES, MAX_WORLD, TraceError
 from commbench.traces.recorded import Rec
 from commbench.traces.stream import LIMIT, _open, events
 
@@ -72,6 +72,13 @@ def _dtype(kind: str, where: str) -> str:
 def _groups(node: dict, where: str) -> dict[str, tuple[int, ...]]:
     try:
         pgs = json.loads(node["inputs"]["values"][0])
+        wide = [g for g in pgs if not g.get("ranks") and int(g["group_size"]) > MAX_WORLD]
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise TraceError(f"{where}: its process_group:init node cannot be read") from None
+    if wide:
+        raise TraceError(f"{where}: group {wide[0].get('pg_name')!r} of {wide[0]['group_size']} "
+                         f"ranks: a job of at most {MAX_WORLD} ranks is read")
+    try:
         return {str(g["pg_name"]): tuple(g.get("ranks") or range(int(g["group_size"])))
                 for g in pgs}
     except (KeyError, IndexError, TypeError, ValueError):
@@ -118,7 +125,8 @@ def _node_rec(n: dict, groups: dict, where: str, params: bool) -> Rec | None:
         pg = vals[2 - shift]
         group = groups.get(str(pg[0] if isinstance(pg, list) else pg))
         if group is None and isinstance(pg, list) and pg[1:] == ["default_pg"] and \
-                len(vals) > 9 - shift and isinstance(vals[9 - shift], int):
+                len(vals) > 9 - shift and isinstance(vals[9 - shift], int) and \
+                vals[9 - shift] <= MAX_WORLD:
             group = tuple(range(vals[9 - shift]))  # no init node: the default group, the world
         if group is None:
             raise TraceError(f"{where}: node {n['id']} ({coll}): group {pg!r} is not in the "

@@ -19,7 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from commbench.results.files import kind_of
 from commbench.results.machine import cores
-from commbench.traces.calls import TraceError
+from commbench.traces.calls import MAX_WORLD, TraceError
 from commbench.traces.kineto import RankTrace, read
 from commbench.traces.stream import LIMIT
 
@@ -129,6 +129,8 @@ def load(names: list[str], progress: bool = True, limit: int = LIMIT, world: int
         world = max(len(traces), max(by_rank) + 1, max(named, default=-1) + 1)
         for t in traces:
             t.world_size, t.world_stated = world, False
+    if world > MAX_WORLD:  # ranks its groups name, a world inferred from them
+        raise TraceError(f"world_size {world}: a job of at most {MAX_WORLD} ranks is read")
     bad = sorted(r for r in by_rank if not 0 <= r < world)
     if bad:
         raise TraceError(f"ranks {bad}: outside world_size {world} ({by_rank[bad[0]].path})")

@@ -37,6 +37,7 @@ from commbench.traces import stream
 from commbench.traces.calls import (
     CPP_TYPES,
     DTYPES,
+    MAX_WORLD,
     P2P,
     PROFILER,
     UNSIZED,
@@ -211,6 +212,8 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
                 raise TraceError(f"{path}: {name}: not a step annotation with a time") from None
     _info(out, top, path)
     if not out.world_size and world > 0:  # the user's word for it (analyze --world)
+        if world > MAX_WORLD:
+            raise TraceError(f"--world {world}: a job of at most {MAX_WORLD} ranks is read")
         out.world_size, out.world_stated = world, False
     make.groups = out.groups
     for e, args, choice in later:  # their ranks are in distributedInfo, read last
@@ -410,6 +413,9 @@ def _info(out: RankTrace, top: dict, path: str) -> None:
         out.world_size = int(info.get("world_size", 0))
     except (TypeError, ValueError):
         raise TraceError(f"{path}: distributedInfo rank/world_size are not numbers") from None
+    if max(out.rank, out.world_size - 1) >= MAX_WORLD:
+        raise TraceError(f"{path}: distributedInfo rank {out.rank}, world_size {out.world_size}: "
+                         f"a job of at most {MAX_WORLD} ranks is read")
     out.backend = str(info.get("backend", ""))
     out.nccl_version = str(info.get("nccl_version", ""))
     for g in info.get("pg_config") or []:
