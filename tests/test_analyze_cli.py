@@ -104,6 +104,30 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, says):
     assert says in err and err.count("\n") == 1, err
 
 
+def test_steps_past_those_marked_are_refused_without_listing_them(tmp_path, capsys, monkeypatch):
+    """--steps 99999999999 listed every step it names (out of memory) to find one unmarked; now
+    more steps than the trace marks are refused as they are. The range built is watched: one
+    longer than the marks (the old check) fails here, and never for lack of memory."""
+    import builtins
+
+    from commbench.cli import analyze
+
+    made = []
+
+    def watched(*args):
+        made.append(len(builtins.range(*args)))
+        if made[-1] > 100:
+            raise AssertionError(f"a range of {made[-1]} steps listed")
+        return builtins.range(*args)
+
+    monkeypatch.setattr(analyze, "range", watched, raising=False)
+    generate(2, [Planned("allreduce", (0, 1), 64, "Float", 10.0)], str(tmp_path / "job"))
+    assert main(["analyze", str(tmp_path / "job"), "--layout", "tp=2", "--step", "1",
+                 "--steps", "99999999999"]) == 2
+    err = said(capsys)
+    assert "--steps 99999999999: rank 0's trace has ProfilerStep# [1]" in err, err
+
+
 @pytest.mark.local
 def test_replay_from_the_command_line_writes_its_rows_and_exits_0(tmp_path):
     import subprocess
