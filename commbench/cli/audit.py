@@ -156,7 +156,8 @@ def _audit(a) -> int:
         if a.step is not None:
             mine, steps = in_steps(mine, a.step, a.steps), a.steps
             marked = {r["step"] for r in record["rows"]["steps"]} - {0}
-            if not set(range(a.step, a.step + a.steps)) <= marked:
+            # more steps than marked cannot all be: said without listing them (--steps 10^11)
+            if a.steps > len(marked) or not set(range(a.step, a.step + a.steps)) <= marked:
                 raise UsageError(f"--step {a.step} --steps {a.steps}: the script marked steps "
                                  f"{sorted(marked) or 'none'} (commbench.audit.step())")
         record["layout"] = {"spec": a.layout, "settings": lay.as_dict(), "step": a.step,
