@@ -35,6 +35,10 @@ EXPECTED = {  # file: [(op, ranks, hosts, per node, rows, first (size, us), last
                                                 (17179869184, 68652, 469.21), 139.56)],
     "nccl_tests_290_h100_2x8_srun_all_reduce.log": [("all_reduce", 16, 2, 8, 11, (8388608, 215.3),
                                                      (8589934592, 103530, 155.57), 142.735)],
+    # an excerpt: the device line of rank 71 only (hosts and GPUs per node as listed, unknown)
+    "coreweave_gb200_nvl72_excerpt_all_reduce.log": [("all_reduce", 72, 1, 1, 5,
+                                                      (536870912, 1806.7),
+                                                      (8589934592, 20299, 834.57), 745.53)],
     "rccl_mi300x_g8_all_reduce.log": [("all_reduce", 8, 1, 8, 25, (8, 45.92),
                                        (134217728, 801.4, 293.07), 54.8575)],
     "nccl_osx_gtx1080_g2_five_ops.log": [
@@ -230,6 +234,37 @@ def test_rows_sit_beside_nccl_s_model_on_the_headers_machine(tmp_path, capsys):
     assert big["nccl_model_algo"] == f"{c.algo}/{c.proto}"
     assert big["nccl_model_busbw"] == pytest.approx(big["size"] / c.time_us / 1e3 * 1.75)
     assert big["meas_over_model"] == pytest.approx(big["busbw"] / big["nccl_model_busbw"])
+
+
+NVL72 = os.path.join(DATA, "coreweave_gb200_nvl72_excerpt_all_reduce.log")
+
+
+def test_an_excerpt_from_inside_the_device_lines_is_a_run_of_the_ranks_they_imply(tmp_path,
+                                                                                 capsys):
+    """A GB200 NVL72 rack's all-reduce pasted from its last device line (rank 71): a run of 72
+    ranks, whose busbw / algbw (2 x 71/72) names the all-reduce; its nodes are unknown, said
+    so, and no model or fit assumes them."""
+    (run,) = parse(_text(os.path.basename(NVL72)), "nvl72")
+    assert (run.ranks, run.listed, run.op, run.op_from) == (72, False, "all_reduce", "columns")
+    assert check_printed(run) == []  # every printed busbw is size / time x 2 x 71/72
+    assert main(["import", NVL72, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "72 ranks (1 device line(s) only: nodes unknown) of NVIDIA Graphics Device" in out
+    assert "its nodes and GPUs per node are unknown; no model beside it" in out
+    (rec,) = [json.loads(f.read_text()) for f in tmp_path.glob("*.json")]
+    assert rec["world_size"] == 72 and rec["measurement"]["nodes"] is None
+    assert main(["calibrate", NVL72, "--topology", "dgx-b200", "--json",
+                 str(tmp_path / "c.json")]) == 2
+    assert "the device lines of 1 of its 72 ranks only" in said(capsys)
+
+
+def test_an_excerpt_s_ranks_counted_by_its_lines_are_caught(monkeypatch):
+    """The broken rule: a run's ranks are its device lines (1 here), and no op fits."""
+    from commbench.results import nccl_tests
+
+    monkeypatch.setattr(nccl_tests.Run, "ranks", property(lambda self: len(self.devices)))
+    (run,) = parse(_text(os.path.basename(NVL72)), "nvl72")
+    assert run.ranks == 1 and run.op == ""
 
 
 def test_a_gpu_without_a_preset_says_so_and_topology_sets_one():

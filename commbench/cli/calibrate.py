@@ -88,6 +88,10 @@ def command(a) -> int:
                 print(f"# {path}: line {run.first_line}: one rank: nothing crosses a link, "
                       "nothing to fit", file=sys.stderr)
                 continue
+            if not run.listed:
+                raise UsageError(f"{path}: line {run.first_line}: the device lines of "
+                                 f"{len(run.devices)} of its {run.ranks} ranks only: its nodes "
+                                 "and GPUs per node, which the fit needs, are unknown")
             if per > base.gpus_per_node:
                 raise UsageError(f"{path}: {per} GPUs per node, {base.gpus_per_node} in "
                                  f"{base.name}: calibrate on a topology of the log's machine")

@@ -309,6 +309,9 @@ def topology_for(run: Run, given: str | None = None):
     nodes, per = max(1, len(run.hosts)), run.gpus_per_node
     if run.ranks == 1:
         return None, "one rank: nothing crosses a link between GPUs; no model beside it"
+    if not run.listed:
+        return None, (f"the log holds the device lines of {len(run.devices)} of its {run.ranks} "
+                      "ranks: its nodes and GPUs per node are unknown; no model beside it")
     if given:
         base = load(given)
         why = f"topology {base.name} (given)"

@@ -151,8 +151,17 @@ class Run:
 
     @property
     def ranks(self) -> int:
-        """Ranks of the run: the device lines' count (nThread * nGpus per process otherwise)."""
-        return len({d.rank for d in self.devices})
+        """Ranks of the run: as many as its device lines name, and at least one more than the
+        highest rank they name (an excerpt pasted from the middle of the device lines: ``Rank
+        71`` alone is a run of 72 ranks)."""
+        named = {d.rank for d in self.devices}
+        return max(len(named), max(named) + 1) if named else 0
+
+    @property
+    def listed(self) -> bool:
+        """Whether every rank's device line is in the log: only then are its hosts the run's
+        nodes and its GPUs per node known."""
+        return len({d.rank for d in self.devices}) == self.ranks
 
     @property
     def hosts(self) -> list[str]:
@@ -447,7 +456,9 @@ def record(run: Run, source: str) -> dict:
     if run.library:
         versions["rccl" if transport == "rccl" else "nccl"] = run.library
     launch = (f"{run.tool}: {run.processes} process(es), {run.hosts and len(run.hosts)} node(s), "
-              f"{run.gpus_per_node} GPU(s) per node")
+              f"{run.gpus_per_node} GPU(s) per node") if run.listed else \
+        (f"{run.tool}: the device lines of {len(run.devices)} of its {run.ranks} ranks only: "
+         "nodes and GPUs per node unknown")
     return {"schema": SCHEMA, "suite": "nccl-tests",
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": run.hosts[0] if run.hosts else "", "hardware": run.gpu or "unknown GPU",
@@ -455,8 +466,9 @@ def record(run: Run, source: str) -> dict:
             "measurement": {"statistic": f"mean over {run.params.get('iters', '?')} iterations "
                             "(the log's; no spread printed)",
                             "warmup": run.params.get("warmup_iters"), "source": source,
-                            "op_from": run.op_from, "nodes": len(run.hosts),
-                            "gpus_per_node": run.gpus_per_node,
+                            "op_from": run.op_from,
+                            "nodes": len(run.hosts) if run.listed else None,
+                            "gpus_per_node": run.gpus_per_node if run.listed else None,
                             "truncated": run.truncated, "failure": run.failure,
                             "rows_left_out": run.elided},
             "rows": rows}
