@@ -231,11 +231,15 @@ def test_layouts_that_cannot_work_are_refused(change, message):
 
 def test_a_typo_s_world_is_refused_before_its_ranks_are_listed():
     """--nodes 99999999999 --dp 99999999999 (the command line's fuzz drew it) took all of the
-    machine's memory listing the groups' ranks. Refused by the check alone, which lists none
-    (a regression fails here, not out of memory)."""
+    machine's memory listing the groups' ranks; --pp 2 --micro-batches 99999999999 listing the
+    pipeline's sends. Refused by the check alone, which lists none (a regression fails here,
+    not out of memory)."""
     with pytest.raises(ValueError, match=r"tp\*cp\*dp\*pp=99999999999: at most 1048576 ranks"):
         Layout(dp=99999999999).validate()
     Layout(dp=1 << 20).validate()  # the bound itself is a layout
+    with pytest.raises(ValueError, match=r"micro_batches=65537: at most 65536"):
+        Layout(pp=2, micro_batches=(1 << 16) + 1).validate()  # --micro-batches 99999999999 too
+    Layout(pp=2, micro_batches=1 << 16).validate()
 
 
 def test_a_layout_larger_than_the_machine_is_refused():

@@ -18,6 +18,7 @@ __all__ = ["DTYPE", "IMPLS", "TORCH_TP", "Layout"]
 DTYPE = {1: "int8", 2: "bfloat16", 4: "float32", 8: "float64"}  # bytes per element -> dtype
 IMPLS = ("megatron", "fsdp2", "deepspeed", "torch-ddp")  # whose data-parallel calls (flavours.py)
 MAX_RANKS = 1 << 20  # a layout's world at most: the largest training jobs are some 10^5 GPUs
+MAX_MICRO = 1 << 16  # micro-batches per step at most (the pipeline's calls are listed per one)
 # the flavours whose tensor parallelism is torch's parallelize_module styles (q, k, v apart); the
 # others' is Megatron's (q, k, v one fused column-parallel linear)
 TORCH_TP = ("fsdp2", "torch-ddp")
@@ -96,6 +97,9 @@ class Layout:
             raise ValueError(f"cp_kind={self.cp_kind!r}: must be 'ring' or 'ulysses'")
         if self.layers % self.pp:
             raise ValueError(f"layers={self.layers}: must be a multiple of pp={self.pp}")
+        if self.micro_batches > MAX_MICRO:
+            raise ValueError(f"micro_batches={self.micro_batches}: at most {MAX_MICRO} (a "
+                             "pipeline's sends are listed per micro-batch)")
         if self.ranks > MAX_RANKS:
             raise ValueError(f"tp*cp*dp*pp={self.ranks}: at most {MAX_RANKS} ranks (its groups' "
                              "ranks are listed one by one)")
