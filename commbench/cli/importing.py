@@ -214,12 +214,11 @@ def _cells(rec: dict) -> tuple[list[str], list[list]]:
 
 def _table(rec: dict, run, path: str, why: str) -> str:
     m = rec["measurement"]
+    where = f"on {m['nodes']} node(s) x {m['gpus_per_node']} {run.gpu}" if run.listed else \
+        f"({len(run.devices)} device line(s) only: nodes unknown) of {run.gpu}"
     head = (f"# {path}: {run.tool} {run.tests_version or '(version not printed)'} {run.op} "
-            f"(op from the {m['op_from']}), "
-            + (f"{run.ranks} ranks on {m['nodes']} node(s) x {m['gpus_per_node']} {run.gpu}, "
-               if run.listed else f"{run.ranks} ranks ({len(run.devices)} device line(s) only: "
-               f"nodes unknown) of {run.gpu}, ")
-            + f"{'library ' + run.library if run.library else 'library version not printed'}")
+            f"(op from the {m['op_from']}), {run.ranks} ranks {where}, "
+            f"{'library ' + run.library if run.library else 'library version not printed'}")
     headers, cells = _cells(rec)
     return "\n".join([head, f"# model: {why}", tabulate(cells, headers=headers, tablefmt="plain")])
 

@@ -71,16 +71,16 @@ def _dtype(kind: str, where: str) -> str:
 
 def _groups(node: dict, where: str) -> dict[str, tuple[int, ...]]:
     try:
-        pgs = json.loads(node["inputs"]["values"][0])
-        wide = [g for g in pgs if not g.get("ranks") and int(g["group_size"]) > MAX_WORLD]
-    except (KeyError, IndexError, TypeError, ValueError):
-        raise TraceError(f"{where}: its process_group:init node cannot be read") from None
-    if wide:
-        raise TraceError(f"{where}: group {wide[0].get('pg_name')!r} of {wide[0]['group_size']} "
-                         f"ranks: a job of at most {MAX_WORLD} ranks is read")
-    try:
-        return {str(g["pg_name"]): tuple(g.get("ranks") or range(int(g["group_size"])))
-                for g in pgs}
+        out = {}
+        for g in json.loads(node["inputs"]["values"][0]):
+            size = 0 if g.get("ranks") else int(g["group_size"])
+            if size > MAX_WORLD:  # listed rank by rank below
+                raise TraceError(f"{where}: group {g.get('pg_name')!r} of {size} ranks: a job "
+                                 f"of at most {MAX_WORLD} ranks is read")
+            out[str(g["pg_name"])] = tuple(g.get("ranks") or range(size))
+        return out
+    except TraceError:
+        raise
     except (KeyError, IndexError, TypeError, ValueError):
         raise TraceError(f"{where}: its process_group:init node cannot be read") from None
 
@@ -179,13 +179,13 @@ def from_et(paths: list[str], limit: int = LIMIT) -> tuple[int, dict[int, list[R
         top: dict = {}
         nodes = sorted(events(path, top, key="nodes", limit=limit), key=lambda n: n.get("id", 0))
         schema = str(top.get("schema", ""))
-        if OLD_SCHEMAS.match(schema) and not any(_communicates(n) for n in nodes):
+        old = OLD_SCHEMAS.match(schema) is not None
+        if old and not any(_communicates(n) for n in nodes):
             raise TraceError(f"{path}: an execution trace without a communication call "
                              "(record_param_comms or c10d op): nothing to replay")
         if not SCHEMAS.match(schema):
-            old = " (torch 2.0's: no groups recorded; replay its Kineto traces)" if \
-                OLD_SCHEMAS.match(schema) else ""
-            raise TraceError(f"{path}: execution trace schema {schema!r}{old}: read are 1.0.3 "
+            why = " (torch 2.0's: no groups recorded; replay its Kineto traces)" if old else ""
+            raise TraceError(f"{path}: execution trace schema {schema!r}{why}: read are 1.0.3 "
                              "and its successors of major version 1 (1.0.3-chakra.0.0.4, "
                              "1.1.0-chakra.0.0.4, ...)")
         try:

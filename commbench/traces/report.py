@@ -63,9 +63,11 @@ def _f(x, fmt: str = ".1f") -> str:
 
 def markdown(rec: dict, top: int = 20) -> str:
     model, base = _holds(rec["calls"], "model_us"), _holds(rec["calls"], "baseline_busbw")
-    world = rec["world_size"] if rec.get("world_stated", True) else \
-        f"{rec['world_size']} (--world; no world_size in the traces)" if \
-        rec.get("world_given") else f"at least {rec['world_size']} (no world_size in the traces)"
+    world = rec["world_size"]
+    if rec.get("world_given"):
+        world = f"{world} (--world; no world_size in the traces)"
+    elif not rec.get("world_stated", True):
+        world = f"at least {world} (no world_size in the traces)"
     head = (f"# commbench analyze: {len(rec['files'])} trace(s), ranks {rec['ranks']} of "
             f"{world}, backend {rec['backend'] or '?'}, NCCL "
             f"{rec['nccl_version'] or '?'}; times from {', '.join(rec['source']) or 'no calls'}")
