@@ -13,6 +13,7 @@ import glob
 import gzip
 import json
 import os
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -66,7 +67,7 @@ def test_an_event_a_figure_needs_skipped_for_its_text_is_caught(tmp_path, monkey
     """The broken rule: steps and ops told apart from the rest by kernels alone."""
     doc = json.load(gzip.open(os.path.join(DATA, "param", "dlrm_kineto",
                                            "rank0.pt.trace.json.gz"), "rt"))
-    monkeypatch.setattr(kineto, "_wanted", lambda text: '"kernel"' in text)
+    monkeypatch.setattr(kineto, "_wanted", lambda texts: ['"kernel"' in t for t in texts])
     assert differences(doc, tmp_path) == ["kineto", "indent", "lines"]
 
 
@@ -128,8 +129,8 @@ def test_each_broken_rule_of_the_cut_is_caught(tmp_path, monkeypatch):
 
 
 def test_a_name_spelled_with_an_escape_skipped_is_caught(tmp_path, monkeypatch):
-    monkeypatch.setattr(kineto, "_wanted", lambda text: '"kernel"' in text or
-                        "record_param_comms" in text or "ProfilerStep#" in text)
+    monkeypatch.setattr(kineto, "_wanted", lambda texts: [
+        '"kernel"' in t or "record_param_comms" in t or "ProfilerStep#" in t for t in texts])
     doc = _doc(tmp_path, link=True)  # the kernels hold no call of their own: the op is it
     text = lambda t: t.replace('"record_param_comms"', '"record\\u005fparam_comms"')  # noqa: E731
     assert differences(doc, tmp_path, text=text) != []
@@ -200,12 +201,13 @@ def drawn_events(draw) -> list[dict]:
 
 
 def _dump(v, indent: str) -> str:
-    """``v`` as JSON, every array of objects with each object on a line of its own at
-    ``indent`` (the events' own indentation: the cut's separator met inside an event)."""
+    """``v`` as JSON, every array holding an object with each item on a line of its own at
+    ``indent`` (the events' own indentation: the cut's separator met inside an event, also
+    where the array's first item is no object)."""
     if isinstance(v, dict):
         return "{" + ", ".join(f"{json.dumps(k)}: {_dump(x, indent)}" for k, x in v.items()) + "}"
     if isinstance(v, list):
-        sep = ",\n" + indent if v and all(isinstance(x, dict) for x in v) else ", "
+        sep = ",\n" + indent if any(isinstance(x, dict) for x in v) else ", "
         return "[" + sep.join(_dump(x, indent) for x in v) + "]"
     return json.dumps(v)
 
@@ -222,7 +224,7 @@ def _readings_differ(events: list[dict], tmp_path) -> list[str]:
     got = {}
     for how, text in texts.items():
         path = tmp_path / how / "rank0.json"
-        path.parent.mkdir(exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         got[how] = figures(str(path))
     return [how for how in ("lines", "kineto") if got[how] != got["compact"]]
@@ -232,6 +234,19 @@ def _readings_differ(events: list[dict], tmp_path) -> list[str]:
 @given(events=drawn_events())
 def test_drawn_events_holding_the_cut_s_marks_read_as_their_compact_form(tmp_path, events):
     assert _readings_differ(events, tmp_path) == []
+
+
+def test_a_cut_blind_to_objects_after_an_array_s_first_item_is_caught(tmp_path, monkeypatch):
+    """The array's objects follow a number: no ``[`` before an object opens, and a rule that
+    looks only there skips the opening text and reads the middle object as a kernel."""
+    inner = {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 0.0, "dur": 1e6}
+    events = [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 0, "tid": 1, "ts": 1.0,
+               "dur": 1.0, "args": {"x": [1, {"a": 1}, inner, {"b": 2}]}},
+              {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 3.0,
+               "dur": 1.0}]
+    assert _readings_differ(events, tmp_path / "rule") == []
+    monkeypatch.setattr(stream, "_skippable", lambda text: re.search(r"\[\s*\{", text) is None)
+    assert _readings_differ(events, tmp_path / "blind") == ["lines", "kineto"]
 
 
 def test_a_cut_that_trusts_its_separator_is_caught_by_the_drawn_events_judge(tmp_path,

@@ -302,6 +302,50 @@ def test_a_call_whose_fields_cannot_be_read_is_named(tmp_path, change, says):
         kineto.read(_write(tmp_path / "x.json", _one({**GOOD, **change})))
 
 
+# calls alike but for one argument each (the reader works out each set of arguments once)
+ALIKE = [{}, {"dtype": "BFloat16"}, {"Process Group Description": "dp"}, {"In msg nelems": 8},
+         {"Collective name": "all_to_allv", "In split size": "[1, 3]", "Out split size": "[2, 2]"},
+         {"Collective name": "all_to_allv", "In split size": "[3, 1]", "Out split size": "[2, 2]"},
+         {"Collective name": "all_to_allv", "In split size": [3, 1], "Out split size": [1, 3]},
+         {"Collective name": "send", "Rank": 1}, {"Collective name": "send", "Rank": 0},
+         {"Collective name": 1}, {"Collective name": True}, {"Process Group Ranks": "[1, 0]"}, {}]
+
+
+def _alike(path) -> list[tuple]:
+    events = [{"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 10 * i, "dur": 2,
+               "args": {**GOOD, **change}} for i, change in enumerate(ALIKE)]
+    text = json.dumps({"distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": events})
+    got = kineto.read(_write(path, text))
+    return [(c.name, c.op, c.group, c.dtype, c.group_desc, c.in_elems, c.in_splits,
+             c.out_splits, c.peer) for c in got.calls]
+
+
+def test_calls_alike_but_for_one_argument_each_keep_their_own(tmp_path):
+    assert _alike(tmp_path / "x.json") == [
+        ("allreduce", "all_reduce", (0, 1), "float32", "", 4, (), (), -1),
+        ("allreduce", "all_reduce", (0, 1), "bfloat16", "", 4, (), (), -1),
+        ("allreduce", "all_reduce", (0, 1), "float32", "dp", 4, (), (), -1),
+        ("allreduce", "all_reduce", (0, 1), "float32", "", 8, (), (), -1),
+        ("all_to_allv", "all_to_all", (0, 1), "float32", "", 4, (1, 3), (2, 2), -1),
+        ("all_to_allv", "all_to_all", (0, 1), "float32", "", 4, (3, 1), (2, 2), -1),
+        ("all_to_allv", "all_to_all", (0, 1), "float32", "", 4, (3, 1), (1, 3), -1),
+        ("send", "send", (0, 1), "float32", "", 4, (), (), 1),
+        ("send", "send", (0, 1), "float32", "", 4, (), (), 0),
+        ("1", "1", (0, 1), "float32", "", 4, (), (), -1),
+        ("True", "true", (0, 1), "float32", "", 4, (), (), -1),
+        ("allreduce", "all_reduce", (1, 0), "float32", "", 4, (), (), -1),
+        ("allreduce", "all_reduce", (0, 1), "float32", "", 4, (), (), -1)]
+
+
+@pytest.mark.parametrize("left_out", ["dtype", "In split size", "Rank"])
+def test_arguments_worked_out_once_under_too_short_a_key_are_caught(tmp_path, monkeypatch,
+                                                                     left_out):
+    want = _alike(tmp_path / "x.json")
+    monkeypatch.setattr(kineto, "_STATIC_ARGS",
+                        tuple(k for k in kineto._STATIC_ARGS if k != left_out))
+    assert _alike(tmp_path / "y.json") != want
+
+
 def test_a_sample_of_a_job_is_read_and_a_rank_twice_or_a_disagreeing_group_refused(tmp_path):
     paths = generate(4, PLAN, str(tmp_path / "job"))
     import os

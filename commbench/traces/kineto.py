@@ -31,6 +31,7 @@ import os
 import sys
 from array import array
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from commbench.ops import OPS, bufferless
 from commbench.traces import stream
@@ -59,13 +60,13 @@ _ITEMSIZE = dict(DTYPES.values())  # commbench's dtype -> bytes
 KERNEL = ("kernel", "Kernel")  # a GPU kernel's category, as Kineto writes it (old and new)
 
 
-def _wanted(text: str) -> bool:
-    """Whether an event's text may be one :func:`read` needs: a kernel, a step, a collective's
+def _wanted(texts: list[str]) -> list[bool]:
+    """Whether each event's text may be one :func:`read` needs: a kernel, a step, a collective's
     op (``record_param_comms``, the process groups' own ``nccl:*`` and ``gloo:*``). Any other
     event is skipped undecoded (:func:`commbench.traces.stream.events`). A name spelled with a
     ``\\u`` escape is decoded, whatever it spells."""
-    return ('"kernel"' in text or '"Kernel"' in text or "record_param_comms" in text or
-            "ProfilerStep#" in text or "nccl:" in text or "gloo:" in text or "\\u" in text)
+    return ['"kernel"' in t or '"Kernel"' in t or "record_param_comms" in t or
+            "ProfilerStep#" in t or "nccl:" in t or "gloo:" in t or "\\u" in t for t in texts]
 
 
 @dataclass
@@ -89,11 +90,12 @@ class RankTrace:
     world_stated: bool = True  # False: no distributedInfo.world_size, the world inferred
 
 
-def _call(e: dict, args: dict, where: str, ranks: tuple[int, ...] | None, groups: dict,
-          same: dict[int, int]) -> Call:
-    """The call of a ``record_param_comms`` op or of a kernel carrying its args. ``same``: the
-    element counts met so far, each kept once (a job moves a few sizes many times; a kernel
-    and its op each carry them)."""
+def _static(e: dict, args: dict, where: str, ranks: tuple[int, ...] | None, groups: dict,
+            same: dict[int, int]) -> tuple:
+    """What a ``record_param_comms`` op's or a kernel's call takes from its arguments alone:
+    (op, name, ranks, group name, group description, dtype, bytes per element, elements in,
+    elements out, in splits, out splits, peer). ``same``: the element counts met so far, each
+    kept once (a job moves a few sizes many times; a kernel and its op each carry them)."""
     name = sys.intern(str(args.get("Collective name", "")))
     op = op_of(name)
     try:
@@ -118,16 +120,8 @@ def _call(e: dict, args: dict, where: str, ranks: tuple[int, ...] | None, groups
     peer = -1
     if op in P2P and isinstance(args.get("Rank"), int) and 0 <= args["Rank"] < len(ranks):
         peer = ranks[args["Rank"]]  # the peer, group-local in torch's record
-    try:
-        ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
-    except (KeyError, TypeError, ValueError):
-        raise TraceError(f"{where}: {name}: an event without a time (ts)") from None
-    seq = args.get("Seq")
-    return Call(-1, op, name, ranks, pg,
-                sys.intern(str(args.get("Process Group Description", ""))), dtype, itemsize,
-                n_in, n_out, ts, dur, int(seq) if isinstance(seq, int) else -1,
-                in_splits=splits[0], out_splits=splits[1],
-                stream=sys.intern(str(e.get("tid", ""))), peer=peer)
+    return (op, name, ranks, pg, sys.intern(str(args.get("Process Group Description", ""))),
+            dtype, itemsize, n_in, n_out, splits[0], splits[1], peer)
 
 
 def _splits(raw, where: str, name: str) -> tuple[int, ...]:
@@ -257,13 +251,24 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
     return out
 
 
+# every argument _static reads: with the group's ranks, a call's key to what they give; the
+# names first (the text ones: Collective name, dtype, group name and description)
+_STATIC_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype",
+                "Process Group Name", "Process Group Description", "In split size",
+                "Out split size", "Rank")
+_TEXT = (str, type(None))
+
+
 class _Maker:
-    """Calls from events, their group tuples and names shared between calls."""
+    """Calls from events, their group tuples and names shared between calls, and what each set
+    of arguments gives (:func:`_static`) worked out once: a job repeats a few calls many
+    times."""
 
     def __init__(self, path: str) -> None:
         self.path, self.groups = path, None
         self.ranks: dict[str, tuple[int, ...]] = {}
         self.counts: dict[int, int] = {}  # element counts, each kept once
+        self.known: dict[tuple, tuple] = {}  # the arguments _static reads -> what it gives
 
     def call(self, e: dict, args: dict, choice, needed: bool = False) -> Call | None:
         """The call, or None when its group is named only and the names are not read yet."""
@@ -276,10 +281,30 @@ class _Maker:
             ranks = ranks_of(raw, self.path)
             if key is not None:
                 self.ranks[key] = ranks
-        c = _call(e, args, self.path, ranks, self.groups or {}, self.counts)
+        known = (ranks, *map(args.get, _STATIC_ARGS))
+        if ranks is None or type(known[1]) not in _TEXT or type(known[4]) not in _TEXT or \
+                type(known[5]) not in _TEXT or type(known[6]) not in _TEXT:
+            known = None  # text read as text: 1, True and 1.0 would share a key
+        try:
+            fixed = self.known.get(known) if known is not None else None
+        except TypeError:  # a list or an object among them: no key
+            fixed = known = None
+        if fixed is None:
+            fixed = _static(e, args, self.path, ranks, self.groups or {}, self.counts)
+            if known is not None:
+                self.known[known] = fixed
+        op, name, ranks, pg, desc, dtype, itemsize, n_in, n_out, s_in, s_out, peer = fixed
+        try:
+            ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
+        except (KeyError, TypeError, ValueError):
+            raise TraceError(f"{self.path}: {name}: an event without a time (ts)") from None
+        seq = args.get("Seq")
+        c = Call(-1, op, name, ranks, pg, desc, dtype, itemsize, n_in, n_out, ts, dur,
+                 int(seq) if isinstance(seq, int) else -1, in_splits=s_in, out_splits=s_out,
+                 stream=sys.intern(str(e.get("tid", ""))), peer=peer)
         if choice is not None:
             c.source = "kernel"
-            c.algo, c.proto = _stated(c.op, str(e.get("name", "")), choice)
+            c.algo, c.proto = _stated(op, str(e.get("name", "")), choice)
         return c
 
 
@@ -310,7 +335,7 @@ def _launches(path: str, wanted: set, limit: int) -> dict:
     their launches. The first pass decodes no launch: a trace holds one per kernel, and one of
     torch 2.x needs none."""
     found = {}
-    for e in stream.events(path, {}, None, limit=limit, wanted=lambda text: "Launch" in text):
+    for e in stream.events(path, {}, None, limit=limit, wanted=_launch_texts):
         if e.get("ph") != "X" or str(e.get("cat", "")) not in ("cuda_runtime", "cuda_driver"):
             continue
         corr = (e.get("args") or {}).get("correlation")
@@ -320,6 +345,10 @@ def _launches(path: str, wanted: set, limit: int) -> dict:
             except (KeyError, TypeError, ValueError):
                 continue
     return found
+
+
+def _launch_texts(texts: list[str]) -> list[bool]:
+    return ["Launch" in t for t in texts]
 
 
 def _unlinked(e: dict, choice: tuple[str, str]) -> Call:
@@ -338,6 +367,7 @@ def _unlinked(e: dict, choice: tuple[str, str]) -> Call:
                 stream=str(e.get("tid", "")))
 
 
+@lru_cache(maxsize=1024)  # a job runs a few kernels many times
 def _stated(op: str, kernel: str, choice: tuple[str, str]) -> tuple[str, str]:
     """(algorithm, protocol) of ``op``'s call from its kernel's name, as far as the name states
     them for that collective (the module docstring)."""

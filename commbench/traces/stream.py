@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 
 from commbench.traces.calls import TraceError
 
-__all__ = ["BOMB_CHARS", "CHUNK", "LIMIT", "PROGRESS_BYTES", "RATIO", "events", "progress_line"]
+__all__ = ["BOMB_CHARS", "CHUNK", "LIMIT", "PROGRESS_BYTES", "RATIO", "Wanted", "events",
+           "progress_line"]
 
 CHUNK = 1 << 20
 PROGRESS_BYTES = 64 << 20  # a progress line on stderr every this many characters read
@@ -28,6 +29,7 @@ RATIO = 1000  # a gzipped file decompressing to more than this many times its si
 BOMB_CHARS = 64 << 20  # ... judged once this many characters are read
 _BLANK = re.compile(r"[ \t\r\n]*")
 _SEPARATORS = re.compile(r"[ \t\r\n,]*")
+Wanted = Callable[[list[str]], list[bool]]  # items' texts -> whether each may be needed
 
 
 def _open(path: str):
@@ -105,10 +107,10 @@ class _Stream:
             return v
 
 
-def _objects(s: _Stream, key: str, wanted: Callable[[str], bool] | None = None) -> Iterator[dict]:
+def _objects(s: _Stream, key: str, wanted: Wanted | None = None) -> Iterator[dict]:
     """The objects of the array whose '[' was just read, up to its ']'. Where ``wanted`` is
     given and the array is laid out one item to a line or more (:func:`_by_line`), an item
-    whose text ``wanted`` refuses is skipped undecoded; every other item is decoded."""
+    whose text ``wanted`` leaves out is skipped undecoded; every other item is decoded."""
     if wanted is not None:
         yield from _by_line(s, key, wanted)
     else:
@@ -149,16 +151,16 @@ def _exact(s: _Stream, key: str) -> Iterator[dict]:
             yield v
 
 
-def _by_line(s: _Stream, key: str, wanted: Callable[[str], bool]) -> Iterator[dict]:
+def _by_line(s: _Stream, key: str, wanted: Wanted) -> Iterator[dict]:
     """The items of an array written as a profiler writes one: each item opens on a line of its
     own, at the indentation of the first (Kineto's writer: two spaces; one item a line: none).
     Such an array is cut into items' texts by one ``str.split`` per chunk at the first two
     items' separator (``},``, a line break, that indentation, ``{``): a line break cannot lie
-    inside a JSON string. A text ``wanted`` refuses is skipped where :func:`_skippable` finds
-    it whole items; every other text is decoded in one C call, and must be one item. Whatever
-    does not fit (a compact array on one line, a text that is not one item, an item longer than
-    :data:`CHUNK` twice over, the array's last item and its end) is read by :func:`_exact` from
-    there on, so that the items read are the same either way."""
+    inside a JSON string. A text ``wanted`` leaves out is skipped where :func:`_skippable`
+    finds it whole items; every other text is decoded in one C call, and must be one item.
+    Whatever does not fit (a compact array on one line, a text that is not one item, an item
+    longer than :data:`CHUNK` twice over, the array's last item and its end) is read by
+    :func:`_exact` from there on, so that the items read are the same either way."""
     space = ""  # the white space before the first item, consumed as it is read
     while True:
         lead = _BLANK.match(s.buf, s.pos)
@@ -186,9 +188,8 @@ def _by_line(s: _Stream, key: str, wanted: Callable[[str], bool]) -> Iterator[di
     while True:
         parts = s.buf.split(sep)
         n = len(parts) - 1  # parts: the items, and the unfinished rest
-        for i in range(n):
-            text = parts[i]
-            if not wanted(text) and skippable(text):
+        for i, (text, want) in enumerate(zip(parts[:n], wanted(parts[:n]))):
+            if not want and skippable(text):
                 continue  # one item or more, all of the array's: none needed
             item = "{" + text + "}"
             try:
@@ -208,29 +209,31 @@ def _by_line(s: _Stream, key: str, wanted: Callable[[str], bool]) -> Iterator[di
             return
 
 
-_OBJECTS = re.compile(r"\[\s*\{")  # an array of objects opens
+_ITEM_OBJECT = re.compile(r"[\[,][ \t\r\n]*\{")  # an object opens as an array's item
 
 
 def _skippable(text: str) -> bool:
     """Whether the text between two separators (the items' braces split off) is the array's
     items and nothing else. A separator (``},`` and ``{`` around a line break) is a comma
-    between two objects of an array: met anywhere but between the array's own items, it lies
-    in an array of objects that opens (``[``, white space, ``{``) within the same text, since
-    no separator lies between the array's items and that one. The events' array itself
-    opened before the text, so a text in which no array of objects opens is whole items. A
+    between two objects of an array. Take the first one met anywhere but between the array's
+    own items: it closes an object that is an item of an array inside an item, so that object
+    opens after ``[`` or ``,`` and white space; no separator lies between that opening and it
+    (it is the first), so both lie in one text, and every text before it is whole items. A
+    text in which no object opens as an array's item is therefore whole items. Most texts hold
+    objects only as keys' values (``"args": {``): counted so, such a text needs no search. A
     string can add such an opening, never hide one: a text holding one in a string is decoded
     too, and is read alike."""
-    return _OBJECTS.search(text) is None
+    return text.count("{") == text.count(": {") or _ITEM_OBJECT.search(text) is None
 
 
 def events(path: str, top: dict, progress: Callable[[int], None] | None = None,
            key: str = "traceEvents", limit: int = LIMIT,
-           wanted: Callable[[str], bool] | None = None) -> Iterator[dict]:
+           wanted: Wanted | None = None) -> Iterator[dict]:
     """The items of the top-level array ``key`` one at a time (a Kineto trace's events, an
     execution trace's nodes); the other top-level keys land in ``top``; at most ``limit``
-    characters read. ``wanted``: a test of an item's text (its JSON as written) that must hold
-    for every item the caller needs; the items it refuses may be skipped undecoded
-    (:func:`_by_line`)."""
+    characters read. ``wanted``: given items' texts (their JSON as written), whether each may
+    be an item the caller needs (one test of a whole chunk's texts); the items it leaves out
+    may be skipped undecoded (:func:`_by_line`)."""
     try:
         f = _open(path)
     except OSError as exc:
