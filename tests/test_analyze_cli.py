@@ -95,6 +95,8 @@ def test_a_layout_that_the_trace_does_not_follow_exits_1_with_its_differences(tm
     (["analyze", "{job}", "--topology", "nope"], "topology 'nope': no such preset"),
     (["analyze", "{job}", "--baseline", "{job}/rank0.pt.trace.json"], "not a commbench results"),
     (["analyze", "{job}", "--layout", "tp=2", "--step", "7"], "ProfilerStep# [1]"),
+    (["analyze", "{job}", "--topology", "dgx-h100", "--nodes", "99999999999"],
+     "--nodes 99999999999: a job of 2 rank(s) runs on 2 node(s) at most"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, says):
     generate(2, [Planned("allreduce", (0, 1), 64, "Float", 10.0)], str(tmp_path / "job"))
@@ -102,6 +104,24 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, says):
     assert main(argv) == 2
     err = said(capsys)
     assert says in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("nodes, says", [
+    ("1", "--nodes 1: 16 ranks do not fit on 1 node(s) of dgx-h100 (8 GPUs each)"),
+    ("17", "--nodes 17: a job of 16 rank(s) runs on 16 node(s) at most"), ("2", ""), ("16", "")])
+def test_nodes_the_ranks_cannot_fill_are_refused_before_a_model_is_priced(tmp_path, capsys,
+                                                                          nodes, says):
+    """Each side of both bounds: a job's 16 ranks on fewer GPUs than they are, and on more nodes
+    than ranks (--nodes 99999999999 was priced as a topology of that many nodes)."""
+    if says:
+        generate(16, PLAN, str(tmp_path / "job"))
+        assert main(["analyze", str(tmp_path / "job"), "--topology", "dgx-h100", "--nodes",
+                     nodes]) == 2
+        err = said(capsys)
+        assert says in err and err.count("\n") == 1, err
+    else:
+        code, rec = _run(tmp_path, "--topology", "dgx-h100", "--nodes", nodes)
+        assert code == 0 and rec["topology"] == f"dgx-h100 x{nodes} node(s)"
 
 
 def test_steps_past_those_marked_are_refused_without_listing_them(tmp_path, capsys, monkeypatch):
@@ -178,7 +198,8 @@ def _hanging(folder) -> str:
 
 @pytest.mark.parametrize("argv, says", [
     (["replay", "{job}", "--np", "3"], "--np 3: the recording has 2 ranks"),
-    (["replay", "{job}", "--iters", "0"], "--iters 0 --warmup 1: must be >= 1"),
+    (["replay", "{job}", "--iters", "0"], "--iters 0 --warmup 1: must be 1 to 1048576"),
+    (["replay", "{job}", "--iters", "99999999999"], "--iters 99999999999 --warmup 1: must be"),
     (["replay", "{hang}"], "rank 0 and rank 1 recorded different collectives"),
     (["replay", "{job}", "--np", "1", "--scale"], "--scale --np 1: keeps no call"),
 ])

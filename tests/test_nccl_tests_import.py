@@ -380,6 +380,11 @@ def test_osu_s_failed_validation_is_flagged_and_its_world_can_be_given(tmp_path,
     assert main(["import", str(bare), "--out", str(tmp_path / "b"), "--ranks", "4"]) == 0
     rec = json.loads((tmp_path / "b" / "osu_all_to_all_mpi-x4.json").read_text())
     assert rec["world_size"] == 4 and rec["rows"][0]["size"] == 4
+    # a typo's world priced a busbw of 1.9e10 GB/s; a world past any job's is refused
+    assert main(["import", str(bare), "--out", str(tmp_path / "c"), "--ranks",
+                 "99999999999"]) == 2
+    assert "--ranks 99999999999: must be 1 to 1048576" in said(capsys)
+    assert not (tmp_path / "c").exists()
 
 
 def test_osu_bandwidth_tests_are_left_out_and_said_so(tmp_path, capsys):

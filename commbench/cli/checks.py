@@ -14,8 +14,8 @@ from commbench.results.machine import machine_class
 from commbench.runtime.launch import LaunchError, detect, shared_gpu
 from commbench.world.local import LocalWorld
 
-__all__ = ["RANK_MB", "RANKS_PER_CORE", "WORKING_BYTES", "HostRefusal", "available_bytes",
-           "check_memory", "memory_factor", "memory_need", "nccl_reserve",
+__all__ = ["MAX_COUNT", "RANK_MB", "RANKS_PER_CORE", "WORKING_BYTES", "HostRefusal",
+           "available_bytes", "check_memory", "memory_factor", "memory_need", "nccl_reserve",
            "check_np", "check_out", "check_world", "on_host", "PG_GRACE_S", "refused_together",
            "world_options", "world_size"]
 
@@ -27,6 +27,9 @@ class HostRefusal(UsageError):
     rank and end each at once."""
 
 
+# iterations, warm-up, batch, rounds, repeats at most: each timed call's time is kept (a
+# typed -n 99999999999 would fill the host's memory before its first row)
+MAX_COUNT = 1 << 20
 PG_GRACE_S = 30.0  # seconds a launched world's process-group timeout runs past --timeout, so
 # that commbench's watchdog names a hang (the op, the ranks) before torch's own timeout ends it
 

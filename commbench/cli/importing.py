@@ -19,6 +19,7 @@ from commbench.results.files import FileRefused, read_text
 from commbench.results.nccl_tests import LogError, check_printed, record
 from commbench.results.nccl_tests_json import runs_of
 from commbench.results.records import write_atomic, write_json
+from commbench.traces.calls import MAX_WORLD
 
 __all__ = ["LOG_LIMIT", "add_parser", "command"]
 
@@ -70,8 +71,8 @@ def command(a) -> int:
     op = canonical(a.op) if a.op else ""
     if a.op and (op not in OPS or OPS[op].bus is None):
         raise UsageError(f"--op {a.op}: not a collective nccl-tests measures")
-    if a.ranks < 0:
-        raise UsageError(f"--ranks {a.ranks}: must be >= 1")
+    if not 0 <= a.ranks <= MAX_WORLD:  # a typo's world would price absurd bandwidths
+        raise UsageError(f"--ranks {a.ranks}: must be 1 to {MAX_WORLD} (0: the log's own)")
     parsed, osu = [], []
     for path in a.logs:  # every file read and checked before anything is written
         try:

@@ -97,8 +97,9 @@ def rows_of(per_rank: list[list[dict]]) -> tuple[list[dict], list[str]]:
 
 
 def command(a) -> int:
-    if a.iters < 1 or a.warmup < 0:
-        raise UsageError(f"--iters {a.iters} --warmup {a.warmup}: must be >= 1 and >= 0")
+    if not (1 <= a.iters <= checks.MAX_COUNT and 0 <= a.warmup <= checks.MAX_COUNT):
+        raise UsageError(f"--iters {a.iters} --warmup {a.warmup}: must be 1 to "
+                         f"{checks.MAX_COUNT} and 0 to {checks.MAX_COUNT}")
     if not 0 <= a.world <= MAX_WORLD:
         raise UsageError(f"--world {a.world}: must be 1 to {MAX_WORLD} (0: as the traces "
                          "state it)")

@@ -129,8 +129,8 @@ def _common(a) -> None:
     a.iters = iters if a.iters is None else a.iters
     a.warmup_iters = warmup if a.warmup_iters is None else a.warmup_iters
     for name, v, lo in (("-n", a.iters, 1), ("-w", a.warmup_iters, 0)):
-        if v < lo:
-            raise UsageError(f"{name} {v}: must be >= {lo}")
+        if not lo <= v <= checks.MAX_COUNT:
+            raise UsageError(f"{name} {v}: must be {lo} to {checks.MAX_COUNT}")
     checks.check_world(a)
     for flag, path in (("-J", a.json), ("--csv", a.csv), ("--trace", a.trace)):
         if path:
@@ -167,8 +167,8 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
     for study in STUDY_TARGETS:
         if study in a.targets and len(a.targets) > 1:
             raise UsageError(f"{study} is a study of its own; run it alone")
-    if a.cal_samples < 1:
-        raise UsageError(f"--cal-samples {a.cal_samples}: must be >= 1")
+    if not 1 <= a.cal_samples <= checks.MAX_COUNT:
+        raise UsageError(f"--cal-samples {a.cal_samples}: must be 1 to {checks.MAX_COUNT}")
     for flag, on in (("--refit", a.refit), ("--separate-sweeps", a.separate_sweeps),
                      ("--cal-samples", a.cal_samples != 1)):
         if on and a.targets != ["model"]:
@@ -204,9 +204,12 @@ def check_run_args(a) -> tuple[list[str], list[int]]:
         raise UsageError("--resume works with --repeat 1 only (repeated rounds are kept whole)")
     for name, v, lo in (("--repeat", a.repeat, 1), ("--batch", a.batch, 1),
                         ("--rounds", a.rounds, 1)):
-        if v < lo:
-            raise UsageError(f"{name} {v}: must be >= {lo}")
+        if not lo <= v <= checks.MAX_COUNT:
+            raise UsageError(f"{name} {v}: must be {lo} to {checks.MAX_COUNT}")
     _common(a)
+    if a.iters * a.batch > checks.MAX_COUNT:  # every timed call's time is kept, and booked
+        raise UsageError(f"-n {a.iters} --batch {a.batch}: at most {checks.MAX_COUNT} timed "
+                         "calls a row (each call's time is kept)")
     rooted = [op for op in ops if op in ROOTED]
     if rooted and not 0 <= a.root < a.world_size:
         raise UsageError(f"-r {a.root}: the root of {', '.join(rooted)} must be a rank of the "

@@ -59,6 +59,12 @@ def topology(traces: list[RankTrace], name: str | None, nodes: int | None,
                    "--topology")
         return None
     topo = load(name)
+    if nodes is not None and nodes > world:  # a typo (--nodes 99999999999) priced nothing
+        raise ValueError(f"--nodes {nodes}: a job of {world} rank(s) runs on {world} node(s) "
+                         "at most")
+    if nodes is not None and nodes * topo.gpus_per_node < world:
+        raise ValueError(f"--nodes {nodes}: {world} ranks do not fit on {nodes} node(s) of "
+                         f"{name} ({topo.gpus_per_node} GPUs each)")
     if guessed and nodes is None and world % topo.gpus_per_node:
         why.append(f"no model: {world} rank(s) fill no whole node of {name} (its "
                    f"{topo.gpus_per_node} GPUs), whose links they would use is not in the trace; "
