@@ -10,6 +10,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from said import said
 from trace_generator import LAYOUTS, Planned, expected, generate
 
 from commbench.traces import analysis, calls, intervals, kineto, stream
@@ -463,6 +464,64 @@ def test_an_nccl_kernel_launched_before_the_trace_counts_as_communication(tmp_pa
     assert sum(m.exposed_us for m in rows) == pytest.approx(70.0)
     text = markdown(record([t], rows, {}))
     assert "1 NCCL kernel(s) launched before the trace's window" in text
+
+
+def _deepep_job(path) -> str:
+    """One step of a DeepEP job's rank: a GEMM, then DeepEP's dispatch under it, its count
+    exchange alone, its layout kernel (computation), and a combine of DeepSeek's own build of it
+    (dpsk::ep, the namespace of its published profiles) half under that layout kernel."""
+    def kernel(name, ts, dur, tid=7):
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": tid, "ts": ts,
+                "dur": dur, "args": {"correlation": ts}}
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 1000},
+        kernel("void cutlass::device_kernel<gemm::GemmKernel>(gemm::Params)", 100, 200),
+        kernel("void deep_ep::internode::dispatch<false, 8, true, 8>(int4*, float*, long*)",
+               200, 200, 27),
+        kernel("void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int)", 500, 10, 27),
+        kernel("void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*)", 600,
+               100),
+        kernel("void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*)",
+               650, 100, 27)]
+    doc = {"distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 64},
+           "traceEvents": events}
+    return _write(path, json.dumps(doc))
+
+
+def _deepep_figures(path) -> tuple:
+    t = kineto.read(path, progress=False)
+    steps = per_step([t])
+    return (sorted((c.op, c.name, c.source, c.dur) for c in t.calls), list(t.compute_ts),
+            list(t.compute_end), sum(s["comm_us"] for s in steps),
+            sum(s["exposed_us"] for s in steps), t.library)
+
+
+def test_deepep_s_kernels_are_communication_not_computation(tmp_path, capsys):
+    """A MoE job's all-to-all run by DeepEP is kernels of its own, no NCCL's: they were counted
+    as computation, hiding the communication they are (DeepSeek's published training profile:
+    113 ms of DeepEP kernels, read as no calls). Its dispatch and combine are all-to-alls, its
+    count exchange a call of no known op; each with its device time, none with sizes; its layout
+    kernel stays computation."""
+    from commbench.cli.main import main
+
+    path = _deepep_job(tmp_path / "rank0.json")
+    calls, lo, hi, comm, exposed, library = _deepep_figures(path)
+    assert calls == [("all_to_all", "DeepEP combine", "library-kernel", 100.0),
+                     ("all_to_all", "DeepEP dispatch", "library-kernel", 200.0),
+                     ("unknown", "DeepEP notify_dispatch", "library-kernel", 10.0)]
+    assert (lo, hi) == ([100.0, 600.0], [300.0, 700.0])  # the GEMM and the layout kernel
+    assert (comm, exposed, library) == (310.0, 160.0, {"DeepEP": 3})  # 200-100 + 10 + 100-50
+    assert main(["analyze", path]) == 0
+    assert "# 3 kernel(s) of DeepEP (its own all-to-all" in capsys.readouterr().out
+    assert main(["replay", path, "--np", "2", "--scale"]) == 2
+    assert "no call to re-issue (not replayed: 3 kernel(s) of DeepEP" in said(capsys)
+
+
+def test_a_reader_blind_to_deepep_s_kernels_is_caught(tmp_path, monkeypatch):
+    path = _deepep_job(tmp_path / "rank0.json")
+    want = _deepep_figures(path)
+    monkeypatch.setattr(kineto, "library_kernel", lambda name: None)
+    assert _deepep_figures(path)[1:] != want[1:] and _deepep_figures(path)[0] == []
 
 
 def test_a_call_whose_kernel_one_rank_lacks_is_timed_by_the_others(tmp_path):

@@ -107,6 +107,9 @@ def command(a) -> int:
         left_out: list[str] = []
         world, plan = load(a.recording, checks.max_chars(a.max_size), left_out, a.world)
         left_out += unsplit(plan)
+        if not any(plan.values()):  # said before any world is asked of the user
+            raise UsageError(f"{', '.join(a.recording)}: no call to re-issue"
+                             + (f" ({'; '.join(left_out)})" if left_out else ""))
         if a.np == 0:
             a.np = world
         if a.scale:

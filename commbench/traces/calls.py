@@ -17,13 +17,15 @@ a reduce-scatter, one rank's whole send of an all-to-all.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
 from commbench.ops import OPS
 
 __all__ = ["COLLECTIVE", "CPP_TYPES", "DTYPES", "MAX_WORLD", "P2P", "PROFILER", "UNSIZED", "Call",
-           "TraceError", "kernel_choice", "kernel_word", "op_of", "ranks_of", "ranks_text"]
+           "TraceError", "kernel_choice", "kernel_word", "library_kernel", "op_of", "ranks_of",
+           "ranks_text"]
 
 
 class TraceError(ValueError):
@@ -173,3 +175,19 @@ def kernel_choice(name: str) -> tuple[str, str] | None:
             proto = p
             break
     return algo.lower(), {"LL128": "LL128", "LL": "LL", "SIMPLE": "Simple"}.get(proto, "")
+
+
+# the communication kernels of DeepEP (deepseek-ai/DeepEP: namespace deep_ep, and DeepSeek's own
+# build of it, dpsk::ep, in its published profiles): MoE dispatch and combine, an all-to-all of
+# its own over NVLink and RDMA, with their count exchanges and barriers (notify_dispatch,
+# cached_notify*, barrier, clean_low_latency_buffer). Its layout kernel (get_dispatch_layout, in
+# neither namespace below) only computes.
+_DEEPEP = re.compile(r"(?:void )?(?:deep_ep|dpsk::ep)::(intranode|internode|internode_ll)::(\w+)")
+
+
+@lru_cache(maxsize=1024)
+def library_kernel(name: str) -> tuple[str, str] | None:
+    """(library, what the kernel does: ``dispatch``, ``combine``, ``notify_dispatch``, ...) of
+    a communication kernel of a library other than NCCL (DeepEP's), None for any other."""
+    m = _DEEPEP.match(name)  # the kernel's own name, not a type among its template arguments
+    return ("DeepEP", m.group(2)) if m else None

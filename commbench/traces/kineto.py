@@ -46,6 +46,7 @@ from commbench.traces.calls import (
     TraceError,
     kernel_choice,
     kernel_word,
+    library_kernel,
     op_of,
     ranks_of,
 )
@@ -53,8 +54,9 @@ from commbench.traces.intervals import OnlineUnion
 
 UNKNOWN = "unknown"  # the op of an unlinked kernel whose name states none
 NO_KERNEL = "no-kernel"  # the source of a call whose CPU op no NCCL kernel in the trace ran
+LIBRARY = "library-kernel"  # the source of another library's communication kernel (DeepEP's)
 
-__all__ = ["NO_KERNEL", "RankTrace", "read"]
+__all__ = ["LIBRARY", "NO_KERNEL", "RankTrace", "read"]
 
 _ITEMSIZE = dict(DTYPES.values())  # commbench's dtype -> bytes
 KERNEL = ("kernel", "Kernel")  # a GPU kernel's category, as Kineto writes it (old and new)
@@ -85,6 +87,7 @@ class RankTrace:
     compute_end: array = field(default_factory=lambda: array("d"))
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start, end)
     unlinked: int = 0  # NCCL kernels whose launch the trace does not hold
+    library: dict[str, int] = field(default_factory=dict)  # other libraries' kernels: how many
     no_kernel: int = 0  # calls whose collective made no NCCL kernel in the trace (NO_KERNEL)
     unsized: int = 0  # calls whose sizes the trace does not hold (Call.sized false)
     world_stated: bool = True  # False: no distributedInfo.world_size, the world inferred
@@ -155,6 +158,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
     own_args = 0  # kernels with their call's args: each links to its op only by External id
     bare_ops = 0  # record_param_comms without sizes: torch < 2.1
     compute = OnlineUnion()  # the computation kernels' intervals, merged as they come
+    others: list[Call] = []  # communication kernels of other libraries (library_kernel)
     say = stream.progress_line(path) if progress and os.path.getsize(path) > \
         stream.PROGRESS_BYTES else None
     for e in stream.events(path, top, say, limit=limit, wanted=_wanted):
@@ -163,7 +167,11 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
         name, cat = str(e.get("name", "")), str(e.get("cat", ""))
         if cat in KERNEL:
             choice = kernel_choice(name) if name.startswith("nccl") else None
-            if choice is None:
+            lib = library_kernel(name) if choice is None and "ep::" in name else None
+            if lib is not None:  # communication, though not NCCL's
+                others.append(_library(e, lib, path))
+                out.library[lib[0]] = out.library.get(lib[0], 0) + 1
+            elif choice is None:
                 try:
                     ts = float(e["ts"])
                     compute.add(ts, ts + float(e.get("dur", 0.0)))
@@ -245,7 +253,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
             out.unlinked += 1
     if kernels and inner is None and len(own) == own_args:
         kernels += _no_kernel(cpu, ran, out)
-    out.calls = kernels or cpu
+    out.calls = (kernels or cpu) + others
     _number(out)
     out.compute_ts, out.compute_end = compute.spans()
     return out
@@ -365,6 +373,22 @@ def _unlinked(e: dict, choice: tuple[str, str]) -> Call:
                 0, 0, float(e["ts"]), float(e.get("dur") or 0.0), source="kernel-unlinked",
                 algo=choice[0] if known else "unknown", proto=choice[1] if known else "unknown",
                 stream=str(e.get("tid", "")))
+
+
+def _library(e: dict, lib: tuple[str, str], path: str) -> Call:
+    """A communication kernel of another library (:func:`~commbench.traces.calls.
+    library_kernel`): DeepEP's dispatch and combine are all-to-alls of the expert-parallel group,
+    its other kernels exchange counts or wait (``unknown``). Its device time; its sizes and its
+    group are not in the trace. It counts in the rank's communication and exposed time; nothing
+    is matched to it."""
+    try:
+        ts, dur = float(e["ts"]), float(e.get("dur") or 0.0)
+    except (KeyError, TypeError, ValueError):
+        raise TraceError(f"{path}: kernel {str(e.get('name'))[:60]}: no time (ts, dur)") from None
+    op = "all_to_all" if lib[1] in ("dispatch", "combine") else UNKNOWN
+    return Call(-1, op, sys.intern(f"{lib[0]} {lib[1]}"), (), "",
+                f"{lib[0]}'s own (not NCCL): no sizes or group in the trace", UNSIZED, 0, 0, 0,
+                ts, dur, source=LIBRARY, stream=str(e.get("tid", "")))
 
 
 @lru_cache(maxsize=1024)  # a job runs a few kernels many times

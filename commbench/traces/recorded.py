@@ -65,6 +65,12 @@ def from_traces(names: list[str], limit: int | None = None,
     if unlinked and said is not None:
         said.append(f"not replayed: {sum(unlinked.values())} NCCL kernel(s) launched before the "
                     f"traces' window (ranks {sorted(unlinked)}), whose calls they do not hold")
+    library = {t.rank: sum(t.library.values()) for t in traces if t.library}
+    if library and said is not None:
+        libs = sorted({lib for t in traces for lib in t.library})
+        said.append(f"not replayed: {sum(library.values())} kernel(s) of {', '.join(libs)} "
+                    f"(ranks {sorted(library)}): communication of its own, whose sizes and "
+                    "groups the traces do not hold")
     unsized = {t.rank: t.unsized for t in traces if t.unsized}
     if unsized and said is not None:
         said.append(f"not replayed: {sum(unsized.values())} call(s) whose sizes the traces do "

@@ -45,8 +45,18 @@ def record(traces: list[RankTrace], rows: list[Matched], extra: dict,
             "source": sorted({c.source for t in traces for c in t.calls}),
             "calls": calls, "groups": per_group(rows), "sizes": per_size(rows),
             "steps": per_step(traces, cover), "unlinked": sum(t.unlinked for t in traces),
+            "library": _library(traces),
             "no_kernel": sum(t.no_kernel for t in traces),
             "unsized": sum(t.unsized for t in traces), **extra}
+
+
+def _library(traces: list[RankTrace]) -> dict[str, int]:
+    """Other libraries' communication kernels in the job's traces: how many of each library's."""
+    out: dict[str, int] = {}
+    for t in traces:
+        for lib, n in t.library.items():
+            out[lib] = out.get(lib, 0) + n
+    return out
 
 
 def _holds(calls, key: str) -> bool:
@@ -74,6 +84,10 @@ def markdown(rec: dict, top: int = 20) -> str:
     if rec.get("unlinked"):
         head += (f"\n# {rec['unlinked']} NCCL kernel(s) launched before the trace's window: "
                  "counted as communication (time, exposed time), their sizes and groups unknown")
+    for lib, n in (rec.get("library") or {}).items():
+        head += (f"\n# {n} kernel(s) of {lib} (its own all-to-all for MoE dispatch and combine, "
+                 "with its count exchanges; not NCCL's): counted as communication (time, "
+                 "exposed time), their sizes and groups not in the trace")
     if rec.get("no_kernel"):
         head += (f"\n# {rec['no_kernel']} call(s) made no NCCL kernel in the trace (a one-rank "
                  f"group's collective is a copy on the device or nothing; a kernel after the "
