@@ -462,8 +462,11 @@ def test_an_nccl_kernel_launched_before_the_trace_counts_as_communication(tmp_pa
         ("all_reduce", "kernel", 16, 20.0), ("all_reduce", "kernel-unlinked", 0, 50.0)]
     rows = match([t])
     assert sum(m.exposed_us for m in rows) == pytest.approx(70.0)
-    text = markdown(record([t], rows, {}))
-    assert "1 NCCL kernel(s) launched before the trace's window" in text
+    rec = record([t], rows, {})
+    assert "1 NCCL kernel(s) launched before the trace's window" in markdown(rec)
+    # its bytes unknown, not 0 (they were written as 0)
+    assert [(c["source"], c["bytes"]) for c in rec["calls"]] == [("kernel-unlinked", None),
+                                                                 ("kernel", 16)]
 
 
 def _deepep_job(path) -> str:

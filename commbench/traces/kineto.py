@@ -369,8 +369,9 @@ def _unlinked(e: dict, choice: tuple[str, str]) -> Call:
     word = kernel_word(str(e.get("name", "")))
     op = next((o.name for o in OPS.values() if o.nccl and o.names.kernel == word), UNKNOWN)
     known = op != UNKNOWN
-    return Call(-1, op, sys.intern(word), (), "", "unlinked (launched before the trace)", "", 0,
-                0, 0, float(e["ts"]), float(e.get("dur") or 0.0), source="kernel-unlinked",
+    return Call(-1, op, sys.intern(word), (), "", "unlinked (launched before the trace)",
+                UNSIZED, 0, 0, 0, float(e["ts"]), float(e.get("dur") or 0.0),
+                source="kernel-unlinked",
                 algo=choice[0] if known else "unknown", proto=choice[1] if known else "unknown",
                 stream=str(e.get("tid", "")))
 
