@@ -14,9 +14,10 @@
 * **Skew**: the spread of the members' start times (how long the first waited for the last),
   and the slowest rank, the one that started last.
 * **Exposed time**: the part of a call on a rank that no computation kernel covers (kernels that
-  are not NCCL's, on any stream); a call's figure is the most any member spent uncovered. Per
-  step (``ProfilerStep#N``, or the whole trace: step 0): the union of the rank's communication,
-  the part of it left uncovered, and the overlap fraction 1 - exposed / communication.
+  are not communication, NCCL's or another library's, on any stream); a call's figure is the
+  most any member spent uncovered. Per step (``ProfilerStep#N``, or the whole trace: step 0):
+  the union of the rank's communication, the part of it left uncovered, and the overlap
+  fraction 1 - exposed / communication.
 """
 
 from __future__ import annotations

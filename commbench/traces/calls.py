@@ -24,8 +24,8 @@ from functools import lru_cache
 from commbench.ops import OPS
 
 __all__ = ["COLLECTIVE", "CPP_TYPES", "DTYPES", "MAX_WORLD", "P2P", "PROFILER", "UNSIZED", "Call",
-           "TraceError", "kernel_choice", "kernel_word", "library_kernel", "op_of", "ranks_of",
-           "ranks_text"]
+           "TraceError", "LIBRARIES", "LIBRARY_MARKS", "kernel_choice", "kernel_word", "library_kernel",
+           "op_of", "ranks_of", "ranks_text"]
 
 
 class TraceError(ValueError):
@@ -177,17 +177,46 @@ def kernel_choice(name: str) -> tuple[str, str] | None:
     return algo.lower(), {"LL128": "LL128", "LL": "LL", "SIMPLE": "Simple"}.get(proto, "")
 
 
-# the communication kernels of DeepEP (deepseek-ai/DeepEP: namespace deep_ep, and DeepSeek's own
-# build of it, dpsk::ep, in its published profiles): MoE dispatch and combine, an all-to-all of
-# its own over NVLink and RDMA, with their count exchanges and barriers (notify_dispatch,
-# cached_notify*, barrier, clean_low_latency_buffer). Its layout kernel (get_dispatch_layout, in
-# neither namespace below) only computes.
-_DEEPEP = re.compile(r"(?:void )?(?:deep_ep|dpsk::ep)::(intranode|internode|internode_ll)::(\w+)")
+# communication kernels of libraries other than NCCL, each told by its namespace at the start
+# of the kernel's name (a type among another kernel's template arguments does not count):
+# library -> (pattern, what its kernels do, the op of each kernel word; any other: unknown)
+LIBRARIES: dict[str, tuple[re.Pattern, str, dict[str, str]]] = {
+    # deepseek-ai/DeepEP (namespace deep_ep; dpsk::ep in DeepSeek's own build, as its published
+    # profiles name it): MoE dispatch and combine, an all-to-all of its own over NVLink and
+    # RDMA, with their count exchanges and barriers (notify_dispatch, cached_notify*, barrier,
+    # clean_low_latency_buffer). Its layout kernel (get_dispatch_layout) only computes.
+    "DeepEP": (re.compile(r"(?:void )?(?:deep_ep|dpsk::ep)::(?:intranode|internode|internode_ll)"
+                          r"::(\w+)"),
+               "its own all-to-all for MoE dispatch and combine, with its count exchanges",
+               {"dispatch": "all_to_all", "combine": "all_to_all"}),
+    # vLLM's custom all-reduce (csrc/custom_all_reduce.cuh), and SGLang's copy of it: one-shot
+    # and two-shot all-reduce over NVLink peer memory, in place of NCCL's for small tensors
+    "vLLM": (re.compile(r"(?:void )?vllm::(cross_device_reduce_[12]stage)\b"),
+             "its custom all-reduce over NVLink peer memory",
+             {"cross_device_reduce_1stage": "all_reduce",
+              "cross_device_reduce_2stage": "all_reduce"}),
+    "SGLang": (re.compile(r"(?:void )?sglang::(cross_device_reduce_[12]stage)\b"),
+               "its custom all-reduce over NVLink peer memory",
+               {"cross_device_reduce_1stage": "all_reduce",
+                "cross_device_reduce_2stage": "all_reduce"}),
+    # TensorRT-LLM's custom all-reduce (cpp/tensorrt_llm/kernels/customAllReduceKernels.cu)
+    "TensorRT-LLM": (re.compile(r"(?:void )?tensorrt_llm::kernels::"
+                                r"(oneShotAllReduceKernel|twoShotAllReduceKernel)\b"),
+                     "its custom all-reduce over NVLink peer memory",
+                     {"oneShotAllReduceKernel": "all_reduce",
+                      "twoShotAllReduceKernel": "all_reduce"}),
+}
+# a word each library's kernel names hold, to look no further in most kernels' names
+LIBRARY_MARKS = ("ep::", "cross_device_reduce", "ShotAllReduceKernel")
 
 
 @lru_cache(maxsize=1024)
 def library_kernel(name: str) -> tuple[str, str] | None:
-    """(library, what the kernel does: ``dispatch``, ``combine``, ``notify_dispatch``, ...) of
-    a communication kernel of a library other than NCCL (DeepEP's), None for any other."""
-    m = _DEEPEP.match(name)  # the kernel's own name, not a type among its template arguments
-    return ("DeepEP", m.group(2)) if m else None
+    """(library, what the kernel does: ``dispatch``, ``combine``, ``notify_dispatch``,
+    ``cross_device_reduce_1stage``, ...) of a communication kernel of a library other than
+    NCCL (:data:`LIBRARIES`), None for any other kernel."""
+    for library, (pattern, _, _) in LIBRARIES.items():
+        m = pattern.match(name)
+        if m:
+            return library, m.group(1)
+    return None

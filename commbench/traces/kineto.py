@@ -38,6 +38,8 @@ from commbench.traces import stream
 from commbench.traces.calls import (
     CPP_TYPES,
     DTYPES,
+    LIBRARIES,
+    LIBRARY_MARKS,
     MAX_WORLD,
     P2P,
     PROFILER,
@@ -167,7 +169,9 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
         name, cat = str(e.get("name", "")), str(e.get("cat", ""))
         if cat in KERNEL:
             choice = kernel_choice(name) if name.startswith("nccl") else None
-            lib = library_kernel(name) if choice is None and "ep::" in name else None
+            lib = library_kernel(name) if choice is None and (
+                LIBRARY_MARKS[0] in name or LIBRARY_MARKS[1] in name or
+                LIBRARY_MARKS[2] in name) else None
             if lib is not None:  # communication, though not NCCL's
                 others.append(_library(e, lib, path))
                 out.library[lib[0]] = out.library.get(lib[0], 0) + 1
@@ -386,7 +390,7 @@ def _library(e: dict, lib: tuple[str, str], path: str) -> Call:
         ts, dur = float(e["ts"]), float(e.get("dur") or 0.0)
     except (KeyError, TypeError, ValueError):
         raise TraceError(f"{path}: kernel {str(e.get('name'))[:60]}: no time (ts, dur)") from None
-    op = "all_to_all" if lib[1] in ("dispatch", "combine") else UNKNOWN
+    op = LIBRARIES[lib[0]][2].get(lib[1], UNKNOWN)
     return Call(-1, op, sys.intern(f"{lib[0]} {lib[1]}"), (), "",
                 f"{lib[0]}'s own (not NCCL): no sizes or group in the trace", UNSIZED, 0, 0, 0,
                 ts, dur, source=LIBRARY, stream=str(e.get("tid", "")))

@@ -9,7 +9,7 @@ from tabulate import tabulate
 
 from commbench.results.records import Rows
 from commbench.traces.analysis import Cover, Matched, per_group, per_size, per_step
-from commbench.traces.calls import ranks_text
+from commbench.traces.calls import LIBRARIES, ranks_text
 from commbench.traces.kineto import RankTrace
 from commbench.version import __version__
 
@@ -85,9 +85,9 @@ def markdown(rec: dict, top: int = 20) -> str:
         head += (f"\n# {rec['unlinked']} NCCL kernel(s) launched before the trace's window: "
                  "counted as communication (time, exposed time), their sizes and groups unknown")
     for lib, n in (rec.get("library") or {}).items():
-        head += (f"\n# {n} kernel(s) of {lib} (its own all-to-all for MoE dispatch and combine, "
-                 "with its count exchanges; not NCCL's): counted as communication (time, "
-                 "exposed time), their sizes and groups not in the trace")
+        what = LIBRARIES[lib][1] if lib in LIBRARIES else "its own communication"
+        head += (f"\n# {n} kernel(s) of {lib} ({what}; not NCCL's): counted as communication "
+                 "(time, exposed time), their sizes and groups not in the trace")
     if rec.get("no_kernel"):
         head += (f"\n# {rec['no_kernel']} call(s) made no NCCL kernel in the trace (a one-rank "
                  f"group's collective is a copy on the device or nothing; a kernel after the "
