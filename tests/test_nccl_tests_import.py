@@ -15,7 +15,7 @@ from commbench.cli.main import main
 from commbench.costmodel.calibrate import topology_for
 from commbench.costmodel.nccl import nccl_predict
 from commbench.costmodel.topology import load as load_topology
-from commbench.results.nccl_tests import LogError, check_printed, parse
+from commbench.results.nccl_tests import LogError, Run, check_printed, parse
 
 pytestmark = pytest.mark.nccltests
 
@@ -265,6 +265,78 @@ def test_an_excerpt_s_ranks_counted_by_its_lines_are_caught(monkeypatch):
     monkeypatch.setattr(nccl_tests.Run, "ranks", property(lambda self: len(self.devices)))
     (run,) = parse(_text(os.path.basename(NVL72)), "nvl72")
     assert run.ranks == 1 and run.op == ""
+
+
+PAIR = os.path.join(DATA, "nccl_1161_h100_pcie_pair_table_all_reduce.log")
+H20 = os.path.join(DATA, "nccl_1244_h20_2x8_table_all_reduce.log")
+
+
+def test_a_table_pasted_without_its_header_gets_its_op_and_world_from_its_bus_factor(
+        tmp_path, capsys):
+    """Most logs pasted into issues are their table alone. nccl-tests worked busbw out from the
+    world, so busbw / algbw gives it back: 1.00 is an all-reduce's factor at 2 ranks and no
+    other op's at any (nccl/issues/1161, two H100 PCIe). Said, in the output and the record; no
+    device, nodes or model are assumed. Before, such a table was refused ("line 0: ...")."""
+    (run,) = parse(_text(os.path.basename(PAIR)), "pair")
+    assert (run.op, run.op_from, run.ranks, run.listed, len(run.rows)) == (
+        "all_reduce", "columns", 2, False, 2)
+    assert main(["import", PAIR, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 ranks (read off busbw / algbw, the all_reduce factor; no device lines" in out
+    (rec,) = [json.loads(f.read_text()) for f in tmp_path.glob("*.json")]
+    assert rec["world_size"] == 2 and rec["measurement"]["nodes"] is None
+    assert [r["size"] for r in rec["rows"]] == [1073741824, 2147483648]
+    # a world given that the bus factor denies is refused; one it allows is the same
+    assert main(["import", PAIR, "--out", str(tmp_path / "b"), "--ranks", "4"]) == 2
+    assert "--ranks 4: " in (err := said(capsys)) and "all_reduce factor at 2 ranks" in err
+    assert main(["import", PAIR, "--out", str(tmp_path / "c"), "--ranks", "2"]) == 0
+
+
+def test_a_table_whose_rows_print_no_bandwidth_needs_its_op_and_world_given(tmp_path, capsys):
+    """A 2 x 8 H20 table pasted from its column header, its rows of 4 to 32 B (busbw 0.00):
+    nothing in it tells its op or world, and each refusal names the flag that gives it."""
+    assert main(["import", H20, "--out", str(tmp_path)]) == 2
+    assert "line 2: the run names no collective" in said(capsys)  # the header's line, not 0
+    assert main(["import", H20, "--out", str(tmp_path), "--op", "all_reduce"]) == 2
+    assert "does not tell the world of a all_reduce: give --ranks" in said(capsys)
+    assert main(["import", H20, "--out", str(tmp_path), "--op", "all_reduce", "--ranks",
+                 "16"]) == 0
+    (rec,) = [json.loads(f.read_text()) for f in tmp_path.glob("*.json")]
+    assert rec["world_size"] == 16 and len(rec["rows"]) == 4
+    assert "no device lines; 16 ranks (--ranks)" in rec["launch"]
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
+@pytest.mark.parametrize("n", [2, 3, 8, 16, 64, 72, 128])
+def test_the_world_read_off_the_bus_factor_is_the_run_s_or_none(op, n):
+    """Rows as nccl-tests prints them (two decimals) of a run at n ranks: the world read back is
+    n where the rows print digits enough to tell n from its neighbours, else none, never
+    another."""
+    from commbench.results.busbw import factor
+    from commbench.results.nccl_tests import Row, Timing, world_of_ratio
+
+    f = factor(op, n)
+    for algbws in ([1.37], [0.5, 3.9, 47.21], [12.5, 118.43, 301.77]):
+        run = Run(op=op, rows=[Row(1 << 20, 1, "float", "sum", -1, Timing(
+            1.0, a, round(a * f, 2), 0, None), None, 0) for a in algbws])
+        got = world_of_ratio(run)
+        assert got in (n, 0), (algbws, got)
+        if max(algbws) > 300 and n <= 72:
+            assert got == n, algbws
+
+
+def test_a_world_taken_as_the_nearest_factor_is_caught():
+    """The broken rule: the world whose factor lies nearest the ratio, told apart or not. On a
+    slow row of a 72-rank all-reduce it names another world."""
+    from commbench.results.busbw import factor
+    from commbench.results.nccl_tests import Row, Timing, world_of_ratio
+
+    a = 1.37
+    b = round(a * factor("all_reduce", 72), 2)
+    run = Run(op="all_reduce", rows=[Row(1 << 20, 1, "float", "sum", -1, Timing(
+        1.0, a, b, 0, None), None, 0)])
+    nearest = min(range(2, 4097), key=lambda n: abs(factor("all_reduce", n) - b / a))
+    assert world_of_ratio(run) == 0 and nearest != 72
 
 
 def test_a_gpu_without_a_preset_says_so_and_topology_sets_one():

@@ -16,7 +16,7 @@ from commbench.names import canonical
 from commbench.ops import OPS
 from commbench.results import osu
 from commbench.results.files import FileRefused, read_text
-from commbench.results.nccl_tests import LogError, check_printed, record
+from commbench.results.nccl_tests import LogError, check_printed, record, world_of_ratio
 from commbench.results.nccl_tests_json import runs_of
 from commbench.results.records import write_atomic, write_json
 from commbench.traces.calls import MAX_WORLD
@@ -46,8 +46,9 @@ def add_parser(sub) -> None:
     c.add_argument("--op", help="the collective, for a log that names none (no 'Collective "
                    "test starting' line, no *_perf command, no op in its file name)")
     c.add_argument("--nccl-version", default="2.30.7", help="NCCL version of the model")
-    c.add_argument("--ranks", type=int, default=0, help="the world of an OSU log whose launch "
-                   "line (srun/mpirun -n, -N x --ntasks-per-node) is not in it")
+    c.add_argument("--ranks", type=int, default=0, help="the world of a log that does not say "
+                   "it: an OSU log without its launch line (srun/mpirun -n, -N x "
+                   "--ntasks-per-node), an nccl-tests table pasted without its device lines")
 
 
 def _unique(stem: str, taken: set[str]) -> str:
@@ -88,12 +89,16 @@ def command(a) -> int:
         for run in runs:
             if op and run.op_from in ("", "columns"):
                 run.op, run.op_from = op, "--op"
+                if not run.devices:  # a world read off the factor of another op: read again
+                    run.world, run.world_from = 0, ""
             if not run.op:
                 raise UsageError(f"{path}: line {run.first_line}: the run names no collective and "
                                  "its columns fit none alone; give --op")
-            if not run.ranks:
-                raise UsageError(f"{path}: line {run.first_line}: no '# Rank N ... device' lines: "
-                                 "the run's world is unknown")
+            if run.devices and a.ranks and a.ranks != run.ranks:
+                raise UsageError(f"--ranks {a.ranks}: {path} names {run.ranks} ranks in its "
+                                 "device lines")
+            if not run.devices:  # a table pasted without its header: the world given or read
+                _world(run, a.ranks, path)
         parsed.append((path, runs))
     taken: set[str] = set()
     wrong = _write_osu(osu, a.out, taken)
@@ -141,6 +146,23 @@ def command(a) -> int:
                       "the results file)", file=sys.stderr)
             wrong += bad
     return 1 if wrong else 0
+
+
+def _world(run, given: int, path: str) -> None:
+    """A run without device lines: its world from --ranks, else off its bus factor
+    (:func:`~commbench.results.nccl_tests.world_of_ratio`); a given world its rows deny, or
+    neither, is refused."""
+    read = run.world or world_of_ratio(run)  # read with its op from the columns, or now
+    if given and read and given != read:
+        raise UsageError(f"--ranks {given}: {path}'s busbw / algbw is nccl-tests' {run.op} "
+                         f"factor at {read} ranks")
+    if given:
+        run.world, run.world_from = given, "--ranks"
+    elif read:
+        run.world, run.world_from = read, f"read off busbw / algbw, the {run.op} factor"
+    else:
+        raise UsageError(f"{path}: line {run.first_line}: no '# Rank N ... device' lines, and "
+                         f"its busbw / algbw does not tell the world of a {run.op}: give --ranks")
 
 
 def _osu_runs(path: str, text: str, ranks: int, out: list) -> bool:
@@ -216,7 +238,8 @@ def _cells(rec: dict) -> tuple[list[str], list[list]]:
 def _table(rec: dict, run, path: str, why: str) -> str:
     m = rec["measurement"]
     where = f"on {m['nodes']} node(s) x {m['gpus_per_node']} {run.gpu}" if run.listed else \
-        f"({len(run.devices)} device line(s) only: nodes unknown) of {run.gpu}"
+        f"({len(run.devices)} device line(s) only: nodes unknown) of {run.gpu}" if run.devices \
+        else f"({run.world_from}; no device lines: GPU and nodes unknown)"
     head = (f"# {path}: {run.tool} {run.tests_version or '(version not printed)'} {run.op} "
             f"(op from the {m['op_from']}), {run.ranks} ranks {where}, "
             f"{'library ' + run.library if run.library else 'library version not printed'}")

@@ -45,7 +45,7 @@ from commbench.results.nccl_info import NcclSaid, clean_line, nccl_said
 from commbench.results.records import SCHEMA
 
 __all__ = ["DTYPES", "Device", "LogError", "Row", "Run", "Timing", "check_printed", "infer_op",
-           "parse", "perf_op", "record", "settle_op"]
+           "parse", "perf_op", "record", "settle_op", "world_of_ratio"]
 
 # nccl-tests' type names -> (commbench's name, bytes per element)
 DTYPES = {"int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4),
@@ -143,6 +143,8 @@ class Run:
     cut_rows: int = 0              # fragments that could not be joined into a row
     first_line: int = 0
     info: list[str] = field(default_factory=list)  # NCCL's own INFO lines inside the run
+    world: int = 0                 # where no device line names a rank: the world given (--ranks)
+    world_from: str = ""           # or read off the bus factor (world_of_ratio), and which
 
     @property
     def nccl(self) -> NcclSaid | None:
@@ -155,7 +157,7 @@ class Run:
         highest rank they name (an excerpt pasted from the middle of the device lines: ``Rank
         71`` alone is a run of 72 ranks)."""
         named = {d.rank for d in self.devices}
-        return max(len(named), max(named) + 1) if named else 0
+        return max(len(named), max(named) + 1) if named else self.world
 
     @property
     def listed(self) -> bool:
@@ -317,6 +319,7 @@ def parse(text: str, name: str = "log") -> list[Run]:
             if cols := _columns(line):
                 if run.rows:
                     start(lineno)
+                run.first_line = run.first_line or lineno  # a table pasted without its header
                 run.columns = cols
                 if pending_op and not run.op:
                     run.op, run.op_from = pending_op, pending_from
@@ -367,9 +370,24 @@ def parse(text: str, name: str = "log") -> list[Run]:
 
 def settle_op(run: Run, name: str) -> None:
     """A run that nothing in it names gets its op from the file's name (``X_perf``), else
-    from its columns and numbers (:func:`infer_op`)."""
+    from its columns and numbers (:func:`infer_op`); a table pasted without its device lines,
+    its op and its world together, where one op alone has a world its bus factor fits
+    (:func:`world_of_ratio`)."""
     if not run.op and (op := perf_op(name)):
         run.op, run.op_from = op, "file name"
+    if not run.op and not run.ranks:  # a table pasted alone: the op and world that fit together
+        fits = []
+        for name, op in OPS.items():
+            if op.perf and op.bus is not None:
+                run.op, run.world = name, 0
+                run.world = world_of_ratio(run)
+                if run.world and infer_op(run) == name:
+                    fits.append((name, run.world))
+        run.op, run.world = "", 0
+        if len(fits) == 1:
+            (run.op, run.world), run.op_from = fits[0], "columns"
+            run.world_from = f"read off busbw / algbw, the {run.op} factor"
+            return
     if not run.op:
         run.op, run.op_from = infer_op(run), "columns"
 
@@ -400,6 +418,25 @@ def infer_op(run: Run) -> str:
             continue
         fits.append(name)
     return fits[0] if len(fits) == 1 else ""
+
+
+def world_of_ratio(run: Run, most: int = 4096) -> int:
+    """The world a run's rows were measured on, read off nccl-tests' bus factor (busbw / algbw,
+    which nccl-tests works out from the world) where no device line names it: the one number of
+    ranks whose factor for the run's op lies within every row's printing precision (two
+    decimals) of its busbw / algbw, over the rows of algbw >= 1 GB/s; 0 where none or several
+    fit (a factor that does not change with the world: broadcast, reduce, send/recv; rows too
+    slow to print enough digits; worlds too big to tell apart)."""
+    record = OPS.get(run.op)
+    if record is None or record.bus is None:
+        return 0
+    rows = [r.out for r in run.rows if r.out.algbw >= 1.0 and r.out.busbw > 0]
+    if not rows:
+        return 0
+    fit = [n for n in range(2, most + 1)
+           if all(abs(record.bus(n) - t.busbw / t.algbw) <=
+                  t.busbw / t.algbw * (0.005 / t.algbw + 0.005 / t.busbw) + 1e-12 for t in rows)]
+    return fit[0] if len(fit) == 1 else 0
 
 
 # -- a run as a commbench results file ------------------------------------------------------------
@@ -458,7 +495,9 @@ def record(run: Run, source: str) -> dict:
     launch = (f"{run.tool}: {run.processes} process(es), {run.hosts and len(run.hosts)} node(s), "
               f"{run.gpus_per_node} GPU(s) per node") if run.listed else \
         (f"{run.tool}: the device lines of {len(run.devices)} of its {run.ranks} ranks only: "
-         "nodes and GPUs per node unknown")
+         "nodes and GPUs per node unknown") if run.devices else \
+        (f"{run.tool}: no device lines; {run.ranks} ranks ({run.world_from}): devices, nodes and "
+         "GPUs per node unknown")
     return {"schema": SCHEMA, "suite": "nccl-tests",
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": run.hosts[0] if run.hosts else "", "hardware": run.gpu or "unknown GPU",
