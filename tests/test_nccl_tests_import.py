@@ -153,16 +153,55 @@ def _damaged(text: str, how: str) -> str:
             else:
                 out.append(line)
         return "\n".join(out)
+    if how == "markdown":  # pasted outside a code block: each '# ' line lost its '#'
+        return "\n".join(re.sub(r"^(\s*)#\s?", r"\1", line) for line in lines)
     raise AssertionError(how)
 
 
-@pytest.mark.parametrize("how", ["srun", "openmpi", "spaces", "info", "cut"])
+@pytest.mark.parametrize("how", ["srun", "openmpi", "spaces", "info", "cut", "markdown"])
 def test_pasting_damage_reads_the_same(how):
     text = _text("cscs_gh200_2x4_all_reduce.log")
     clean, damaged = parse(text)[0], parse(_damaged(text, how))[0]
     key = [(r.size, r.count, r.out, r.inplace) for r in clean.rows]
     assert [(r.size, r.count, r.out, r.inplace) for r in damaged.rows] == key
     assert (damaged.op, damaged.ranks, damaged.hosts) == (clean.op, clean.ranks, clean.hosts)
+
+
+def test_a_header_that_lost_its_hashes_read_as_one_is_caught(monkeypatch):
+    """The broken rule: only lines that start with '#' are header lines. A log whose '#' the
+    paste took off is then no log at all."""
+    from commbench.results import nccl_tests
+
+    monkeypatch.setattr(nccl_tests, "_HASHLESS", re.compile(r"(?!)"))
+    with pytest.raises(LogError):
+        parse(_damaged(_text("cscs_gh200_2x4_all_reduce.log"), "markdown"))
+
+
+def test_a_header_without_its_table_is_left_out_and_alone_refused(tmp_path, capsys):
+    """nccl/issues/583 quotes a 2021 header whose '#' markdown ate, up to the column header and
+    no row: read as the 8-rank A100 all-reduce it is, it has nothing to import (it was written
+    as a results file without rows); beside a run with rows it is left out, and said so."""
+    name = "nccl_583_a100_g8_header_without_hashes.log"
+    (run,) = parse(_text(name), name)
+    assert (run.op, run.ranks, run.hosts, run.gpu, run.rows) == (
+        "all_reduce", 8, ["AI-A100-Beethoven01"], "NVIDIA A100-SXM4-40GB", [])
+    assert main(["import", os.path.join(DATA, name), "--out", str(tmp_path)]) == 2
+    assert "no run with rows: nothing to import" in said(capsys)
+    both = tmp_path / "both.log"
+    both.write_text(_text(name) + "\n" + _text("cscs_gh200_2x4_all_reduce.log"))
+    assert main(["import", str(both), "--out", str(tmp_path / "out")]) == 0
+    assert "line 2: the all_reduce run has no rows; left out" in capsys.readouterr().err
+    assert len(list((tmp_path / "out").glob("*.json"))) == 1
+
+
+def test_a_table_under_its_launch_line_takes_its_op_from_it(tmp_path, capsys):
+    """nccl-tests/issues/232: the mpirun line names all_reduce_perf, the table has no device
+    line: the op from the command, the world (2) from busbw / algbw."""
+    path = os.path.join(DATA, "nccl_tests_232_h100_2x1_table_all_reduce.log")
+    (run,) = parse(_text(os.path.basename(path)), "t232")
+    assert (run.op, run.op_from, run.ranks, len(run.rows)) == ("all_reduce", "command line", 0, 5)
+    assert main(["import", path, "--out", str(tmp_path)]) == 0
+    assert "2 ranks (read off busbw / algbw, the all_reduce factor" in capsys.readouterr().out
 
 
 def test_a_truncated_log_keeps_its_rows_and_says_so(tmp_path, capsys):

@@ -86,6 +86,14 @@ def command(a) -> int:
             runs = runs_of(text, os.path.basename(path))
         except LogError as exc:
             raise UsageError(str(exc)) from None
+        for run in runs:  # a header whose table was not pasted, or a test that failed at once
+            if not run.rows:
+                print(f"{path}: line {run.first_line}: the {run.op or 'unnamed'} run has no rows"
+                      + (f" ({run.failure})" if run.failure else "") + "; left out",
+                      file=sys.stderr)
+        runs = [run for run in runs if run.rows]
+        if not runs:
+            raise UsageError(f"{path}: no run with rows: nothing to import")
         for run in runs:
             if op and run.op_from in ("", "columns"):
                 run.op, run.op_from = op, "--op"

@@ -70,6 +70,12 @@ _NCCL_INFO = re.compile(r"\b(?:NCCL|RCCL) (?:INFO|WARN|TRACE)\b")
 _PARAM = re.compile(r"\b(nThread|nGpus|minBytes|maxBytes|validation|graph|unalign)\b:?\s+(-?\d+)")
 _ITERS = re.compile(r"\b(warmup iters|agg iters|iters):\s*(\d+)")
 _ELIDED = re.compile(r"^\s*(?:\.{3,}|…)\s*$")
+# a header line whose leading '#' was lost (a log pasted into an issue outside a code block:
+# markdown took each '# ' line for a heading): read as the header line it was
+_HASHLESS = re.compile(r"(?:nThread\s+\d|Using devices\b|Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s"
+                       r"|size\s+count\s+type\b|\(B\)\s+\(elements\)|Avg bus bandwidth\b"
+                       r"|Out of bounds values\b|out-of-place\s+in-place\b"
+                       r"|Collective test (?:starting|concluded)\b|(?:nccl|rccl)-tests version\b)")
 
 
 class LogError(ValueError):
@@ -276,6 +282,8 @@ def parse(text: str, name: str = "log") -> list[Run]:
         line = clean_line(raw)
         if not line:
             continue
+        if line[0] != "#" and _HASHLESS.match(line):
+            line = "# " + line
         if _NCCL_INFO.search(line):
             run.info.append(raw)  # NCCL's own lines, between anything: read by nccl_said
             continue
