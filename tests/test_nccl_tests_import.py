@@ -427,6 +427,26 @@ def test_what_nccl_printed_is_read_and_set_against_the_topology(tmp_path, capsys
     assert nccl_said(["no NCCL here"]) is None
 
 
+def test_nccl_s_connections_are_read_and_host_memory_set_against_gpu_links(capsys, tmp_path):
+    """Excerpts quote NCCL's lines without their host (nccl/issues/1161: "[1] NCCL INFO Channel
+    00/0 : 1[21000] -> 0[1000] via P2P/direct pointer"): read all the same, the transport of
+    each connection said. GPUs that NCCL connects through host memory (SHM) on a machine with
+    GPU links is said against the topology."""
+    from commbench.costmodel.calibrate import said_against
+    from commbench.costmodel.topology import load
+    from commbench.results.nccl_info import nccl_said
+
+    assert main(["import", PAIR, "--out", str(tmp_path)]) == 0
+    assert "# NCCL said: connections via P2P/direct" in capsys.readouterr().out
+    shm = nccl_said(["gpu7:12:34 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct",
+                     "gpu7:12:34 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via SHM/direct/direct",
+                     "gpu7:12:35 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/IPC"])
+    assert (shm.hosts, shm.transports) == (("gpu7",), ("SHM/direct", "P2P/IPC"))
+    (line,) = said_against(shm, load("dgx-h100").part(1, 2))
+    assert "NCCL connected GPUs through host memory (SHM/direct), not over nvswitch" in line
+    assert said_against(shm, load("pcie-8gpu").part(1, 2)) == []  # no GPU links assumed there
+
+
 # -- OSU Micro-Benchmarks ------------------------------------------------------------------------
 OSU_ALLTOALL = "osu_cscs_gh200_2x4_alltoall.log"
 OSU_BW = "osu_cscs_gh200_2x1_bw.log"

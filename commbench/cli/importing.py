@@ -132,7 +132,7 @@ def command(a) -> int:
             write_json(os.path.join(a.out, name + ".json"), rec)
             write_atomic(os.path.join(a.out, name + ".md"), _markdown(rec))
             print(_table(rec, run, path, why))
-            if said is not None:
+            if said is not None and said.facts():
                 print("# NCCL said: " + ", ".join(said.facts()))
                 for line in rec["measurement"]["nccl_contradicts"]:
                     print(f"# NCCL against the model's topology: {line}")

@@ -365,7 +365,8 @@ def beside(run: Run, topo, version: str = "2.30.7") -> list[Beside]:
 
 def said_against(said: NcclSaid, topo: Topology) -> list[str]:
     """Where what NCCL printed about the run contradicts the topology the model prices it on,
-    one line each: its channels, NVLS, the network it fell back to, intra-node P2P."""
+    one line each: its channels, NVLS, the network it fell back to, intra-node P2P, and
+    connections through host memory (SHM) where the topology has GPU links."""
     out = []
     if said.coll_channels is not None and said.coll_channels != topo.channels:
         out.append(f"NCCL built {said.coll_channels} collective channels; {topo.name} assumes "
@@ -380,6 +381,10 @@ def said_against(said: NcclSaid, topo: Topology) -> list[str]:
             and len(said.net_devices) != topo.nics_per_node:
         out.append(f"NCCL uses {len(said.net_devices)} network device(s); {topo.name} has "
                    f"{topo.nics_per_node} NICs per node")
+    shm = [t for t in said.transports if t.startswith("SHM")]
+    if shm and topo.intra != "pci" and topo.gpus_per_node > 1 and said.p2p_intra is not False:
+        out.append(f"NCCL connected GPUs through host memory ({', '.join(shm)}), not over "
+                   f"{topo.intra} as {topo.name} assumes: P2P between them was not possible")
     if said.p2p_intra is False and topo.intra != "pci" and topo.gpus_per_node > 1:
         out.append(f"NCCL found no intra-node P2P (intraNodeP2pSupport 0): inside a node data "
                    f"goes through host memory, not over {topo.intra} as {topo.name} assumes")

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 __all__ = ["NcclSaid", "clean_line", "nccl_said"]
 
 _PREFIX = re.compile(r"^(?:\s*\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
-_INFO_HOST = re.compile(r"^(\S+?):\d+:\d+ \[\d+\] (?:NCCL|RCCL) INFO (.*)$")
+# host:pid:tid [device] NCCL INFO ..., or as excerpts quote it, without the host or the device
+_INFO_HOST = re.compile(r"^(?:(\S+?):\d+:\d+ )?(?:\[\d+\] )?(?:NCCL|RCCL) INFO (.*)$")
+# a connection NCCL set up: "Channel 00/0 : 1[21000] -> 0[1000] via P2P/direct pointer",
+# "... via NET/IB/0/GDRDMA", "... [send] via SHM/direct/direct": its transport, two words
+_VIA = re.compile(r"^Channel \d+/\d+ : .*? via ([A-Za-z0-9_]+(?:/[A-Za-z0-9_]+)?)")
 _CHANNELS = re.compile(r"(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels, )?"
                        r"(\d+) p2p channels, (\d+) p2p channels per peer")
 _NET = re.compile(r"^NET/(\S+) : Using (.*?)(?:\s*;\s*OOB.*)?$")
@@ -35,6 +39,7 @@ class NcclSaid:
     hosts: tuple[str, ...] = ()
     rings: int = 0                 # "Channel k/N : 0 1 2 ..." lines: N, the rings NCCL built
     p2p_intra: bool | None = None  # "Check P2P Type intraNodeP2pSupport 1|0"
+    transports: tuple[str, ...] = ()  # what its connections went through: P2P/IPC, SHM/direct
 
     def facts(self) -> list[str]:
         out = []
@@ -53,19 +58,21 @@ class NcclSaid:
             out.append(f"{self.nvls_channels} NVLS channels")
         if self.p2p_intra is not None:
             out.append("intra-node P2P " + ("on" if self.p2p_intra else "off"))
+        if self.transports:
+            out.append("connections via " + ", ".join(self.transports))
         return out
 
 
 def nccl_said(lines) -> NcclSaid | None:
     """NCCL's own ``INFO`` lines among ``lines``, read (None when there are none)."""
-    said, hosts, seen = NcclSaid(), [], False
+    said, hosts, seen, via = NcclSaid(), [], False, []
     for raw in lines:
         m = _INFO_HOST.match(clean_line(raw))
         if not m:
             continue
         seen = True
         host, text = m.group(1), m.group(2).strip()
-        if host not in hosts:
+        if host is not None and host not in hosts:  # an excerpt's line may not name it
             hosts.append(host)
         if text.startswith("NCCL version "):
             said.version = text.split()[2]
@@ -82,9 +89,11 @@ def nccl_said(lines) -> NcclSaid | None:
             said.rings = max(said.rings, int(r.group(2)))
         elif text.startswith("Check P2P Type intraNodeP2pSupport"):
             said.p2p_intra = text.split()[4] == "1"
+        elif (v := _VIA.match(text)) and v.group(1) not in via:
+            via.append(v.group(1))
     if not seen:
         return None
-    said.hosts = tuple(hosts)
+    said.hosts, said.transports = tuple(hosts), tuple(via)
     return said
 
 
