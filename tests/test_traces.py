@@ -555,6 +555,9 @@ def test_a_custom_all_reduce_is_an_all_reduce_of_its_library(tmp_path, capsys):
     ("void vllm::cross_device_reduce_1stage<__hip_bfloat16>", ("vLLM", "cross_device_reduce_1stage")),
     ("void tensorrt_llm::kernels::twoShotAllReduceKernel<__nv_bfloat16, 8>(tensorrt_llm::kernels::"
      "AllReduceParams)", ("TensorRT-LLM", "twoShotAllReduceKernel")),
+    ("quickreduce::allreduce_prototype_twoshot<AllReduceTwoshot<__half, CodecQ4<__half,4>, true>, "
+     "__half>", ("QuickReduce", "allreduce_prototype_twoshot")),
+    ("aiter::cross_device_reduce_2stage", ("AITER", "cross_device_reduce_2stage")),
     # their computation kernels, and names that only mention them
     ("void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*)", None),
     ("void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(int const*)", None),

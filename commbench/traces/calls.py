@@ -199,6 +199,16 @@ LIBRARIES: dict[str, tuple[re.Pattern, str, dict[str, str]]] = {
                "its custom all-reduce over NVLink peer memory",
                {"cross_device_reduce_1stage": "all_reduce",
                 "cross_device_reduce_2stage": "all_reduce"}),
+    # AMD's: AITER's copy of the custom all-reduce, and QuickReduce (vLLM's and SGLang's on
+    # ROCm: a two-shot all-reduce that may quantise what it sends)
+    "AITER": (re.compile(r"(?:void )?aiter::(cross_device_reduce_[12]stage)\b"),
+              "its custom all-reduce over xGMI peer memory",
+              {"cross_device_reduce_1stage": "all_reduce",
+               "cross_device_reduce_2stage": "all_reduce"}),
+    "QuickReduce": (re.compile(r"(?:void )?quickreduce::(allreduce_prototype_\w+?)(?:<|\(|$)"),
+                    "its all-reduce over xGMI peer memory, quantised or not",
+                    {"allreduce_prototype_oneshot": "all_reduce",
+                     "allreduce_prototype_twoshot": "all_reduce"}),
     # TensorRT-LLM's custom all-reduce (cpp/tensorrt_llm/kernels/customAllReduceKernels.cu)
     "TensorRT-LLM": (re.compile(r"(?:void )?tensorrt_llm::kernels::"
                                 r"(oneShotAllReduceKernel|twoShotAllReduceKernel)\b"),
@@ -207,7 +217,7 @@ LIBRARIES: dict[str, tuple[re.Pattern, str, dict[str, str]]] = {
                       "twoShotAllReduceKernel": "all_reduce"}),
 }
 # a word each library's kernel names hold, to look no further in most kernels' names
-LIBRARY_MARKS = ("ep::", "cross_device_reduce", "ShotAllReduceKernel")
+LIBRARY_MARKS = ("ep::", "cross_device_reduce", "ShotAllReduceKernel", "quickreduce::")
 
 
 @lru_cache(maxsize=1024)

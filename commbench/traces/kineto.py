@@ -171,7 +171,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
             choice = kernel_choice(name) if name.startswith("nccl") else None
             lib = library_kernel(name) if choice is None and (
                 LIBRARY_MARKS[0] in name or LIBRARY_MARKS[1] in name or
-                LIBRARY_MARKS[2] in name) else None
+                LIBRARY_MARKS[2] in name or LIBRARY_MARKS[3] in name) else None
             if lib is not None:  # communication, though not NCCL's
                 others.append(_library(e, lib, path))
                 out.library[lib[0]] = out.library.get(lib[0], 0) + 1
