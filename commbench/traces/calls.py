@@ -24,8 +24,8 @@ from functools import lru_cache
 from commbench.ops import OPS
 
 __all__ = ["COLLECTIVE", "CPP_TYPES", "DTYPES", "MAX_WORLD", "P2P", "PROFILER", "UNSIZED", "Call",
-           "TraceError", "LIBRARIES", "LIBRARY_MARKS", "kernel_choice", "kernel_word", "library_kernel",
-           "op_of", "ranks_of", "ranks_text"]
+           "TraceError", "LIBRARIES", "kernel_choice", "kernel_word", "library_kernel",
+           "library_start", "op_of", "ranks_of", "ranks_text"]
 
 
 class TraceError(ValueError):
@@ -216,8 +216,9 @@ LIBRARIES: dict[str, tuple[re.Pattern, str, dict[str, str]]] = {
                      {"oneShotAllReduceKernel": "all_reduce",
                       "twoShotAllReduceKernel": "all_reduce"}),
 }
-# a word each library's kernel names hold, to look no further in most kernels' names
-LIBRARY_MARKS = ("ep::", "cross_device_reduce", "ShotAllReduceKernel", "quickreduce::")
+# any library's kernel, in one anchored match (most kernels' names fail it at their first
+# words): a computation kernel is told so without a look at each library
+library_start = re.compile("|".join(f"(?:{p.pattern})" for p, _, _ in LIBRARIES.values())).match
 
 
 @lru_cache(maxsize=1024)

@@ -39,7 +39,6 @@ from commbench.traces.calls import (
     CPP_TYPES,
     DTYPES,
     LIBRARIES,
-    LIBRARY_MARKS,
     MAX_WORLD,
     P2P,
     PROFILER,
@@ -49,6 +48,7 @@ from commbench.traces.calls import (
     kernel_choice,
     kernel_word,
     library_kernel,
+    library_start,
     op_of,
     ranks_of,
 )
@@ -169,9 +169,9 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
         name, cat = str(e.get("name", "")), str(e.get("cat", ""))
         if cat in KERNEL:
             choice = kernel_choice(name) if name.startswith("nccl") else None
-            lib = library_kernel(name) if choice is None and (
-                LIBRARY_MARKS[0] in name or LIBRARY_MARKS[1] in name or
-                LIBRARY_MARKS[2] in name or LIBRARY_MARKS[3] in name) else None
+            # a library's kernel is in its namespace: a name without one is computation at once
+            lib = library_kernel(name) if choice is None and "::" in name and \
+                library_start(name) else None
             if lib is not None:  # communication, though not NCCL's
                 others.append(_library(e, lib, path))
                 out.library[lib[0]] = out.library.get(lib[0], 0) + 1
