@@ -337,7 +337,7 @@ def test_a_table_whose_rows_print_no_bandwidth_needs_its_op_and_world_given(tmp_
     assert main(["import", H20, "--out", str(tmp_path)]) == 2
     assert "line 2: the run names no collective" in said(capsys)  # the header's line, not 0
     assert main(["import", H20, "--out", str(tmp_path), "--op", "all_reduce"]) == 2
-    assert "does not tell the world of a all_reduce: give --ranks" in said(capsys)
+    assert "does not tell the world of its all_reduce: give --ranks" in said(capsys)
     assert main(["import", H20, "--out", str(tmp_path), "--op", "all_reduce", "--ranks",
                  "16"]) == 0
     (rec,) = [json.loads(f.read_text()) for f in tmp_path.glob("*.json")]

@@ -170,7 +170,8 @@ def _world(run, given: int, path: str) -> None:
         run.world, run.world_from = read, f"read off busbw / algbw, the {run.op} factor"
     else:
         raise UsageError(f"{path}: line {run.first_line}: no '# Rank N ... device' lines, and "
-                         f"its busbw / algbw does not tell the world of a {run.op}: give --ranks")
+                         f"its busbw / algbw does not tell the world of its {run.op}: give "
+                         "--ranks")
 
 
 def _osu_runs(path: str, text: str, ranks: int, out: list) -> bool:

@@ -385,12 +385,12 @@ def settle_op(run: Run, name: str) -> None:
         run.op, run.op_from = op, "file name"
     if not run.op and not run.ranks:  # a table pasted alone: the op and world that fit together
         fits = []
-        for name, op in OPS.items():
-            if op.perf and op.bus is not None:
-                run.op, run.world = name, 0
+        for each, record in OPS.items():
+            if record.perf and record.bus is not None:
+                run.op, run.world = each, 0
                 run.world = world_of_ratio(run)
-                if run.world and infer_op(run) == name:
-                    fits.append((name, run.world))
+                if run.world and infer_op(run) == each:
+                    fits.append((each, run.world))
         run.op, run.world = "", 0
         if len(fits) == 1:
             (run.op, run.world), run.op_from = fits[0], "columns"

@@ -216,13 +216,13 @@ def _skippable(text: str) -> bool:
     """Whether the text between two separators (the items' braces split off) is the array's
     items and nothing else. A separator (``},`` and ``{`` around a line break) is a comma
     between two objects of an array. Take the first one met anywhere but between the array's
-    own items: it closes an object that is an item of an array inside an item, so that object
-    opens after ``[`` or ``,`` and white space; no separator lies between that opening and it
-    (it is the first), so both lie in one text, and every text before it is whole items. A
-    text in which no object opens as an array's item is therefore whole items. Most texts hold
-    objects only as keys' values (``"args": {``): counted so, such a text needs no search. A
-    string can add such an opening, never hide one: a text holding one in a string is decoded
-    too, and is read alike."""
+    own items: it closes an object that is an item of another array (inside an item, or past
+    the array's end), so that object opens after ``[`` or ``,`` and white space; no separator
+    lies between that opening and it (it is the first), so both lie in one text, and every text
+    before it is whole items. A text in which no object opens as an array's item is therefore
+    whole items. Most texts hold objects only as keys' values (``"args": {``): counted so,
+    such a text needs no search. A string can add such an opening, never hide one: a text
+    holding one in a string is decoded too, and is read alike."""
     return text.count("{") == text.count(": {") or _ITEM_OBJECT.search(text) is None
 
 
