@@ -449,6 +449,76 @@ def test_nccl_s_connections_are_read_and_host_memory_set_against_gpu_links(capsy
     assert said_against(shm, load("pcie-8gpu").part(1, 2)) == []  # no GPU links assumed there
 
 
+def _tuning_table(choices: dict, op: str = "AllReduce", host: str = "gpu7:1:2 [0]") -> list[str]:
+    """NCCL's tuning table in its newer layout, of ``choices`` ((algo, proto) -> (lat, bw), in
+    commbench's names) for one collective, every other cell printed disabled."""
+    names = {"tree": "Tree", "ring": "Ring", "nvls": "NVLS", "nvls_tree": "NVLSTree"}
+    protos = ("LL", "LL128", "Simple")
+    cells = [choices.get((a, p), (0.0, 0.0)) for a in names for p in protos]
+    return [f"{host} NCCL INFO   Algorithm   | " + " | ".join(f"{n:>40}" for n in names.values())
+            + " |",
+            f"{host} NCCL INFO   Protocol    | " + " | ".join(f"{p:>14}" for _ in names
+                                                         for p in protos) + " |",
+            f"{host} NCCL INFO  Max NThreads | " + " | ".join(f"{512:>14}" for _ in cells) + " |",
+            f"{host} NCCL INFO {op:>13} | " + " | ".join(f"{lat:6.1f}/{bw:7.1f}" for lat, bw in cells)
+            + " |"]
+
+
+def test_nccl_s_own_tuning_table_is_read_in_both_layouts():
+    """As issues quote it: the older layout whole but its last cell (nccl/issues/754), the
+    newer one's head and a row cut after two cells (nccl/issues/1154, H800)."""
+    from commbench.results.nccl_info import nccl_said
+
+    old = nccl_said(_text("nccl_754_tuning_table_old_format.log").splitlines())
+    enabled = {k: v for k, v in old.tuning.items() if v[1] > 0}
+    assert enabled == {("broadcast", "ring", "LL"): (6.3, 0.8),
+                       ("broadcast", "ring", "Simple"): (18.0, 3.0),
+                       ("reduce", "ring", "LL"): (6.3, 0.8), ("reduce", "ring", "Simple"): (18.0, 3.0),
+                       ("all_gather", "ring", "LL"): (33.3, 0.8),
+                       ("all_gather", "ring", "Simple"): (105.6, 3.2)}
+    assert old.tuning[("broadcast", "ring", "LL128")] == (14.0, 0.0)  # printed disabled: bw 0
+    assert ("all_gather", "collnet_direct", "Simple") not in old.tuning  # cut: not printed
+    new = nccl_said(_text("nccl_1154_h800_tuning_table_head.log").splitlines())
+    assert new.tuning == {("broadcast", "tree", "LL"): (0.0, 0.0),
+                          ("broadcast", "tree", "LL128"): (0.0, 0.0)}
+
+
+def test_nccl_s_tuning_table_is_set_against_the_model_and_a_departure_is_named(tmp_path, capsys):
+    """The model's own table for an 8-GPU node read back through NCCL's layout agrees with the
+    model; a bandwidth half NCCL's, a choice NCCL disables, and one only NCCL enables are each
+    named, in the import of a log that carries the table."""
+    from commbench.costmodel.calibrate import tuning_against
+    from commbench.costmodel.nccl import nccl_choices
+    from commbench.costmodel.topology import load
+    from commbench.results.nccl_info import nccl_said
+
+    topo = load("dgx-h100").part(1, 8)
+    model = nccl_choices("all_reduce", topo)
+    rounded = {k: (round(lat, 1), round(bw, 1)) for k, (lat, bw) in model.items()}
+    assert tuning_against(nccl_said(_tuning_table(rounded)), "all_reduce", topo) == []
+    off = dict(rounded)
+    off[("ring", "Simple")] = (off[("ring", "Simple")][0], off[("ring", "Simple")][1] * 2)
+    del off[("tree", "LL")]  # printed 0.0/0.0: NCCL disables it
+    off[("nvls", "LL")] = (5.0, 50.0)  # only NCCL enables it
+    lines = tuning_against(nccl_said(_tuning_table(off)), "all_reduce", topo)
+    assert len(lines) == 3, lines
+    assert any("all_reduce ring/Simple: NCCL's own algorithm bandwidth" in x and "(0.50x)" in x
+               for x in lines)
+    assert any(x.startswith("NCCL disables all_reduce tree/LL") for x in lines)
+    assert any(x.startswith("NCCL enables all_reduce nvls/LL (50 GB/s)") for x in lines)
+    # in a log: the run's own table beside its rows
+    text = _text("rccl_mi300x_g8_all_reduce.log").replace("AMD Instinct MI300X", "NVIDIA H100")
+    lines_ = text.splitlines()
+    k = next(i for i, line in enumerate(lines_) if re.search(r"#\s+size\s+count", line))
+    log = tmp_path / "tuned.log"
+    log.write_text("\n".join(lines_[:k] + _tuning_table(off) + lines_[k:]) + "\n")
+    assert main(["import", str(log), "--out", str(tmp_path / "out"), "--topology",
+                 "dgx-h100"]) == 0
+    out = capsys.readouterr().out
+    assert "its tuning table (" in out
+    assert "# NCCL against the model's topology: all_reduce ring/Simple: NCCL's own" in out
+
+
 # -- OSU Micro-Benchmarks ------------------------------------------------------------------------
 OSU_ALLTOALL = "osu_cscs_gh200_2x4_alltoall.log"
 OSU_BW = "osu_cscs_gh200_2x1_bw.log"

@@ -10,7 +10,7 @@ import sys
 from tabulate import tabulate
 
 from commbench.cli.common import UsageError
-from commbench.costmodel.calibrate import beside, said_against, topology_for
+from commbench.costmodel.calibrate import beside, said_against, topology_for, tuning_against
 from commbench.costmodel.nccl import versions
 from commbench.names import canonical
 from commbench.ops import OPS
@@ -128,7 +128,8 @@ def command(a) -> int:
             said = run.nccl
             if said is not None:
                 rec["measurement"]["nccl_said"] = said.facts()
-                rec["measurement"]["nccl_contradicts"] = said_against(said, topo) if topo else []
+                rec["measurement"]["nccl_contradicts"] = said_against(said, topo) + \
+                    tuning_against(said, run.op, topo, a.nccl_version) if topo else []
             write_json(os.path.join(a.out, name + ".json"), rec)
             write_atomic(os.path.join(a.out, name + ".md"), _markdown(rec))
             print(_table(rec, run, path, why))

@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass, replace
 
 from commbench.costmodel.nccl import OPS as MODELLED
-from commbench.costmodel.nccl import PROTOS, constants, nccl_predict, nccl_times
+from commbench.costmodel.nccl import PROTOS, constants, nccl_choices, nccl_predict, nccl_times
 from commbench.costmodel.p2p import P2P_OPS
 from commbench.costmodel.topology import Topology, gpu_presets, load
 from commbench.ops import OPS as RECORDS
@@ -44,7 +44,7 @@ from commbench.results.nccl_info import NcclSaid
 from commbench.results.nccl_tests import Run
 
 __all__ = ["Beside", "Fit", "Measured", "beside", "error", "fit", "held_out", "interpolated",
-           "off_calibration", "predict_us", "said_against", "topology_for"]
+           "off_calibration", "predict_us", "said_against", "topology_for", "tuning_against"]
 
 
 @dataclass(frozen=True)
@@ -360,6 +360,38 @@ def beside(run: Run, topo, version: str = "2.30.7") -> list[Beside]:
             continue
         out.append(Beside(r.size, r.size / r.out.time_us / 1e3 * f, r.size / c.time_us / 1e3 * f,
                           c.algo, c.proto))
+    return out
+
+
+TUNING_BAND = (0.8, 1.25)  # the model's algorithm bandwidth over NCCL's printed one: agreeing
+
+
+def tuning_against(said: NcclSaid, op: str, topo: Topology, version: str = "2.30.7"
+                   ) -> list[str]:
+    """Where NCCL's own tuning table (``NCCL_DEBUG_SUBSYS=TUNING``) for ``op`` disagrees with the
+    model of it on ``topo`` (the run's whole topology), one line each: a choice one enables and
+    the other not, or an algorithm bandwidth outside :data:`TUNING_BAND` of NCCL's. NCCL's
+    table holds the figures its tuner picks by, on the machine it found: the model's presets
+    stand for them."""
+    printed = {(a, p): v for (o, a, p), v in said.tuning.items() if o == op}
+    if not printed or op not in MODELLED or topo.ranks < 2:
+        return []
+    model = nccl_choices(op, topo, version)
+    out = []
+    for algo, proto in sorted(set(printed) | set(model)):
+        name, mine = f"{algo}/{proto}", printed.get((algo, proto))
+        theirs = model.get((algo, proto))
+        if mine is None:
+            continue  # not printed (an excerpt's row cut short): nothing to set against
+        if mine[1] > 0 and theirs is None:
+            out.append(f"NCCL enables {op} {name} ({mine[1]:g} GB/s); the model on {topo.name} "
+                       "does not")
+        elif mine[1] <= 0 and theirs is not None:
+            out.append(f"NCCL disables {op} {name}; the model on {topo.name} enables it "
+                       f"({theirs[1]:.1f} GB/s)")
+        elif theirs is not None and not TUNING_BAND[0] <= theirs[1] / mine[1] <= TUNING_BAND[1]:
+            out.append(f"{op} {name}: NCCL's own algorithm bandwidth {mine[1]:g} GB/s, the "
+                       f"model's on {topo.name} {theirs[1]:.1f} ({theirs[1] / mine[1]:.2f}x)")
     return out
 
 

@@ -27,8 +27,8 @@ from commbench import ops as op_records
 from commbench.costmodel.p2p import P2P_OPS, p2p_time
 from commbench.costmodel.topology import Graph, Topology, graphs
 
-__all__ = ["ALGOS", "PROTOS", "Choice", "constants", "hierarchical_all_reduce", "nccl_predict",
-           "nccl_table", "nccl_tables", "nccl_times", "versions"]
+__all__ = ["ALGOS", "PROTOS", "Choice", "constants", "hierarchical_all_reduce", "nccl_choices",
+           "nccl_predict", "nccl_table", "nccl_tables", "nccl_times", "versions"]
 
 ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 PROTOS = ("LL", "LL128", "Simple")
@@ -178,6 +178,19 @@ def nccl_tables(op: str, sizes: list[int], topo: Topology, version: str = "2.30.
     c = constants(version)
     unsized = _unsized(op, topo, c)
     return [_sized(op, s, topo, c, unsized) for s in sizes]
+
+
+def nccl_choices(op: str, topo: Topology, version: str = "2.30.7"
+                 ) -> dict[tuple[str, str], tuple[float, float]]:
+    """(algorithm, protocol) -> (latency in us, algorithm bandwidth in GB/s) of every choice the
+    model enables for ``op`` on all of ``topo``'s ranks, before the corrections that depend on
+    the size: what NCCL prints as its tuning table (``NCCL_DEBUG_SUBSYS=TUNING``)."""
+    if op not in OPS:
+        raise ValueError(f"op={op!r}: NCCL's tuning model covers {', '.join(OPS)}")
+    if topo.ranks < 2:
+        return {}
+    return {(algo, proto): (lat, alg)
+            for algo, _, proto, lat, alg, _ in _unsized(op, topo, constants(version))}
 
 
 def _unsized(op: str, topo: Topology, c: dict) -> list[tuple[str, int, str, float, float, int]]:

@@ -8,15 +8,29 @@ prefixes are taken off first (:func:`clean_line`). Pure: no torch.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["NcclSaid", "clean_line", "nccl_said"]
+__all__ = ["TUNED_ALGOS", "TUNED_OPS", "NcclSaid", "clean_line", "nccl_said"]
 
 _PREFIX = re.compile(r"^(?:\s*\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
 # host:pid:tid [device] NCCL INFO ..., or as excerpts quote it, without the host or the device
 _INFO_HOST = re.compile(r"^(?:(\S+?):\d+:\d+ )?(?:\[\d+\] )?(?:NCCL|RCCL) INFO (.*)$")
 # a connection NCCL set up: "Channel 00/0 : 1[21000] -> 0[1000] via P2P/direct pointer",
 # "... via NET/IB/0/GDRDMA", "... [send] via SHM/direct/direct": its transport, two words
+# its tuning table (NCCL_DEBUG_SUBSYS=TUNING): its own latency (us) and algorithm bandwidth
+# (GB/s) of each (collective, algorithm, protocol). Older NCCL heads it "Latency/AlgBw | Tree/
+# LL | ...", newer with an "Algorithm | Tree | Ring ..." and a "Protocol | LL | LL128 ..." line
+_TUNE_OLD = re.compile(r"^Latency/AlgBw\s*\|(.*)$")
+_TUNE_ALGOS = re.compile(r"^Algorithm\s*\|(.*)$")
+_TUNE_PROTOS = re.compile(r"^Protocol\s*\|(.*)$")
+_TUNE_ROW = re.compile(r"^(Broadcast|Reduce|AllGather|ReduceScatter|AllReduce)\s*\|(.*)$")
+_TUNE_CELL = re.compile(r"^\s*([-0-9.]+)\s*/\s*([-0-9.]+)\s*$")
+# NCCL's names -> commbench's (CollNet: NCCL's one collnet algorithm before it split in two)
+TUNED_OPS = {"Broadcast": "broadcast", "Reduce": "reduce", "AllGather": "all_gather",
+             "ReduceScatter": "reduce_scatter", "AllReduce": "all_reduce"}
+TUNED_ALGOS = {"Tree": "tree", "Ring": "ring", "CollNet": "collnet_direct",
+               "CollNetDirect": "collnet_direct", "CollNetChain": "collnet_chain", "NVLS": "nvls",
+               "NVLSTree": "nvls_tree", "PAT": "pat"}
 _VIA = re.compile(r"^Channel \d+/\d+ : .*? via ([A-Za-z0-9_]+(?:/[A-Za-z0-9_]+)?)")
 _CHANNELS = re.compile(r"(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels, )?"
                        r"(\d+) p2p channels, (\d+) p2p channels per peer")
@@ -40,6 +54,9 @@ class NcclSaid:
     rings: int = 0                 # "Channel k/N : 0 1 2 ..." lines: N, the rings NCCL built
     p2p_intra: bool | None = None  # "Check P2P Type intraNodeP2pSupport 1|0"
     transports: tuple[str, ...] = ()  # what its connections went through: P2P/IPC, SHM/direct
+    # its tuning table: (op, algorithm, protocol) -> (latency us, algorithm bandwidth GB/s), in
+    # commbench's names, every cell printed: a choice NCCL disabled prints (and keeps) 0.0 / 0.0
+    tuning: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
 
     def facts(self) -> list[str]:
         out = []
@@ -60,12 +77,17 @@ class NcclSaid:
             out.append("intra-node P2P " + ("on" if self.p2p_intra else "off"))
         if self.transports:
             out.append("connections via " + ", ".join(self.transports))
+        if self.tuning:
+            on = sum(1 for _, bw in self.tuning.values() if bw > 0)
+            out.append(f"its tuning table ({on} of {len(self.tuning)} choices printed enabled)")
         return out
 
 
 def nccl_said(lines) -> NcclSaid | None:
     """NCCL's own ``INFO`` lines among ``lines``, read (None when there are none)."""
     said, hosts, seen, via = NcclSaid(), [], False, []
+    columns: list[tuple[str, str]] = []  # the tuning table's (algorithm, protocol) columns
+    algos: list[str] = []
     for raw in lines:
         m = _INFO_HOST.match(clean_line(raw))
         if not m:
@@ -91,10 +113,35 @@ def nccl_said(lines) -> NcclSaid | None:
             said.p2p_intra = text.split()[4] == "1"
         elif (v := _VIA.match(text)) and v.group(1) not in via:
             via.append(v.group(1))
+        elif t := _TUNE_OLD.match(text):
+            columns = [tuple(x.strip() for x in cell.split("/", 1)) for cell in _cells(t.group(1))]
+        elif t := _TUNE_ALGOS.match(text):
+            algos = _cells(t.group(1))
+        elif (t := _TUNE_PROTOS.match(text)) and algos:
+            protos = _cells(t.group(1))
+            per = len(protos) // len(algos)
+            columns = [(algos[i // per], p) for i, p in enumerate(protos)] if per else []
+        elif (t := _TUNE_ROW.match(text)) and columns:
+            _tuned(said, TUNED_OPS[t.group(1)], columns, _cells(t.group(2)))
     if not seen:
         return None
     said.hosts, said.transports = tuple(hosts), tuple(via)
     return said
+
+
+def _cells(text: str) -> list[str]:
+    return [c.strip() for c in text.split("|") if c.strip()]
+
+
+def _tuned(said: NcclSaid, op: str, columns: list[tuple[str, str]], cells: list[str]) -> None:
+    """One row of the tuning table: each choice's (latency, bandwidth), the first printed kept
+    (every rank prints the table; a row cut short keeps the cells it has, whole)."""
+    for (algo, proto), cell in zip(columns, cells, strict=False):
+        m = _TUNE_CELL.match(cell)
+        if m is None or algo not in TUNED_ALGOS:
+            continue
+        said.tuning.setdefault((op, TUNED_ALGOS[algo], proto),
+                               (float(m.group(1)), float(m.group(2))))
 
 
 def clean_line(raw: str) -> str:
