@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from commbench.ops import OPS
+
 __all__ = ["TUNED_ALGOS", "TUNED_OPS", "NcclSaid", "clean_line", "nccl_said"]
 
 _PREFIX = re.compile(r"^(?:\s*\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
@@ -23,11 +25,12 @@ _INFO_HOST = re.compile(r"^(?:(\S+?):\d+:\d+ )?(?:\[\d+\] )?(?:NCCL|RCCL) INFO (
 _TUNE_OLD = re.compile(r"^Latency/AlgBw\s*\|(.*)$")
 _TUNE_ALGOS = re.compile(r"^Algorithm\s*\|(.*)$")
 _TUNE_PROTOS = re.compile(r"^Protocol\s*\|(.*)$")
-_TUNE_ROW = re.compile(r"^(Broadcast|Reduce|AllGather|ReduceScatter|AllReduce)\s*\|(.*)$")
 _TUNE_CELL = re.compile(r"^\s*([-0-9.]+)\s*/\s*([-0-9.]+)\s*$")
-# NCCL's names -> commbench's (CollNet: NCCL's one collnet algorithm before it split in two)
-TUNED_OPS = {"Broadcast": "broadcast", "Reduce": "reduce", "AllGather": "all_gather",
-             "ReduceScatter": "reduce_scatter", "AllReduce": "all_reduce"}
+# its rows are named as its kernels name the collective (the records' kernel word: AllReduce)
+TUNED_OPS = {o.names.kernel: o.name for o in OPS.values()
+             if o.nccl and o.names.kernel and o.names.kernel != "SendRecv"}
+_TUNE_ROW = re.compile(r"^(" + "|".join(map(re.escape, TUNED_OPS)) + r")\s*\|(.*)$")
+# NCCL's algorithm names -> commbench's (CollNet: its one collnet algorithm before it split)
 TUNED_ALGOS = {"Tree": "tree", "Ring": "ring", "CollNet": "collnet_direct",
                "CollNetDirect": "collnet_direct", "CollNetChain": "collnet_chain", "NVLS": "nvls",
                "NVLSTree": "nvls_tree", "PAT": "pat"}
