@@ -519,6 +519,49 @@ def test_nccl_s_tuning_table_is_set_against_the_model_and_a_departure_is_named(t
     assert "# NCCL against the model's topology: all_reduce ring/Simple: NCCL's own" in out
 
 
+def test_nccl_s_own_picks_sit_beside_the_model_s_and_a_block_of_one_algorithm_is_read(
+        tmp_path, capsys):
+    """Newer NCCL prints its table in blocks of algorithms, the last of one algorithm (PAT)
+    under a protocol line of nine cells, and its pick for each call ("AllReduce: 1048576 Bytes
+    -> Algo RING proto SIMPLE"), as a real NCCL 2.29.7 log does (read here, not in the corpus:
+    its repository states no licence). Each pick sits beside the model's for its row, and a
+    size where they differ is named."""
+    from commbench.costmodel.nccl import nccl_predict
+    from commbench.costmodel.topology import load
+    from commbench.results.nccl_info import nccl_said
+
+    host = "lab:1:1 [0]"
+    pat = [f"{host} NCCL INFO   Algorithm   |                             PAT                  |",
+           f"{host} NCCL INFO   Protocol    | " + " | ".join(["LL", "LL128", "Simple"] * 3) + " |",
+           f"{host} NCCL INFO     AllGather |     0.0/   0.0 |     0.0/   0.0 |    17.6/   3.6 |"]
+    said = nccl_said(pat)
+    assert said.tuning == {("all_gather", "pat", "LL"): (0.0, 0.0),
+                           ("all_gather", "pat", "LL128"): (0.0, 0.0),
+                           ("all_gather", "pat", "Simple"): (17.6, 3.6)}
+    topo = load("dgx-h100").part(1, 8)
+    big = 134217728
+    model, small = nccl_predict("all_reduce", big, topo), nccl_predict("all_reduce", 8, topo)
+    other = "tree/LL" if f"{small.algo}/{small.proto}" != "tree/LL" else "ring/LL"
+    picks = [f"{host} NCCL INFO AllReduce: 8 Bytes -> Algo {other.split('/')[0].upper()} proto "
+             f"{other.split('/')[1].upper()} channel{{Lo..Hi}}={{0..0}}",
+             f"{host} NCCL INFO AllReduce: {big} Bytes -> Algo {model.algo.upper()} proto "
+             f"{model.proto.upper()} channel{{Lo..Hi}}={{0..15}}"]
+    assert nccl_said(picks).picks[("all_reduce", big)] == (model.algo, model.proto)
+    text = _text("rccl_mi300x_g8_all_reduce.log").replace("AMD Instinct MI300X", "NVIDIA H100")
+    lines = text.splitlines()
+    log = tmp_path / "picked.log"
+    log.write_text("\n".join(lines + picks) + "\n")
+    assert main(["import", str(log), "--out", str(tmp_path / "out"), "--topology",
+                 "dgx-h100"]) == 0
+    out = capsys.readouterr().out
+    assert "NCCL's pick" in out and "its pick at 2 op and size(s)" in out
+    (rec,) = [json.loads(f.read_text()) for f in (tmp_path / "out").glob("*.json")]
+    assert {r["size"]: r.get("nccl_pick") for r in rec["rows"] if "nccl_pick" in r} == {
+        8: other, big: f"{model.algo}/{model.proto}"}
+    apart = [x for x in rec["measurement"]["nccl_contradicts"] if "NCCL's own tuner" in x]
+    assert len(apart) == 1 and "at 1 of 2 sizes (first: 8 B, NCCL " + other in apart[0], apart
+
+
 # -- OSU Micro-Benchmarks ------------------------------------------------------------------------
 OSU_ALLTOALL = "osu_cscs_gh200_2x4_alltoall.log"
 OSU_BW = "osu_cscs_gh200_2x1_bw.log"

@@ -119,17 +119,21 @@ def command(a) -> int:
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
             model = {b.size: b for b in beside(run, topo, a.nccl_version)} if topo else {}
+            said = run.nccl
+            picked = _picks(said, run.op)
             for row in rec["rows"]:
                 b = model.get(row["size"])
                 if b is not None:
                     row |= {"nccl_model_busbw": b.model, "meas_over_model": b.ratio,
                             "nccl_model_algo": f"{b.algo}/{b.proto}"}
+                if row["size"] in picked:  # what NCCL's own tuner ran at that size
+                    row["nccl_pick"] = picked[row["size"]]
             rec["measurement"]["model"] = why
-            said = run.nccl
             if said is not None:
                 rec["measurement"]["nccl_said"] = said.facts()
                 rec["measurement"]["nccl_contradicts"] = said_against(said, topo) + \
-                    tuning_against(said, run.op, topo, a.nccl_version) if topo else []
+                    tuning_against(said, run.op, topo, a.nccl_version) + \
+                    _picks_against(rec["rows"], topo.name) if topo else []
             write_json(os.path.join(a.out, name + ".json"), rec)
             write_atomic(os.path.join(a.out, name + ".md"), _markdown(rec))
             print(_table(rec, run, path, why))
@@ -155,6 +159,28 @@ def command(a) -> int:
                       "the results file)", file=sys.stderr)
             wrong += bad
     return 1 if wrong else 0
+
+
+def _picks(said, op: str) -> dict[int, str]:
+    """size -> "algo/proto" NCCL's tuner picked for the run's op, as its log says. Only for an
+    op whose size is its whole buffer (all-reduce, broadcast, reduce), which NCCL counts as
+    nccl-tests' size column does; an all-gather's and a reduce-scatter's NCCL has counted
+    otherwise across its versions, and their picks are a fact of the log only."""
+    if said is None or op not in OPS or OPS[op].input != "whole":
+        return {}
+    return {size: f"{algo}/{proto}" for (o, size), (algo, proto) in said.picks.items() if o == op}
+
+
+def _picks_against(rows: list[dict], topo: str) -> list[str]:
+    """One line where NCCL's own pick and the model's differ at some of the run's sizes."""
+    both = [r for r in rows if "nccl_pick" in r and "nccl_model_algo" in r]
+    apart = [r for r in both if r["nccl_pick"] != r["nccl_model_algo"]]
+    if not apart:
+        return []
+    r = apart[0]
+    return [f"the model on {topo} picks otherwise than NCCL's own tuner at {len(apart)} of "
+            f"{len(both)} sizes (first: {r['size']} B, NCCL {r['nccl_pick']}, model "
+            f"{r['nccl_model_algo']})"]
 
 
 def _world(run, given: int, path: str) -> None:
@@ -242,6 +268,10 @@ def _cells(rec: dict) -> tuple[list[str], list[list]]:
               f"{r['nccl_model_busbw']:.2f}" if "nccl_model_busbw" in r else "",
               f"{r['meas_over_model']:.2f}" if "meas_over_model" in r else "",
               r.get("nccl_model_algo", "")] for r in rec["rows"]]
+    if any("nccl_pick" in r for r in rec["rows"]):  # the log holds NCCL's own picks
+        headers.append("NCCL's pick")
+        for row, r in zip(cells, rec["rows"], strict=True):
+            row.append(r.get("nccl_pick", ""))
     return headers, cells
 
 

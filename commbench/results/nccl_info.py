@@ -34,6 +34,11 @@ _TUNE_ROW = re.compile(r"^(" + "|".join(map(re.escape, TUNED_OPS)) + r")\s*\|(.*
 TUNED_ALGOS = {"Tree": "tree", "Ring": "ring", "CollNet": "collnet_direct",
                "CollNetDirect": "collnet_direct", "CollNetChain": "collnet_chain", "NVLS": "nvls",
                "NVLSTree": "nvls_tree", "PAT": "pat"}
+# its pick for each call (NCCL_DEBUG_SUBSYS=TUNING, newer NCCL): "AllReduce: 1048576 Bytes ->
+# Algo RING proto SIMPLE channel{Lo..Hi}={0..3}"
+_PICK = re.compile(r"^(" + "|".join(map(re.escape, TUNED_OPS)) +
+                   r"): (\d+) Bytes -> Algo (\w+) proto (\w+)")
+_PROTO_NAMES = {"LL": "LL", "LL128": "LL128", "SIMPLE": "Simple"}
 _VIA = re.compile(r"^Channel \d+/\d+ : .*? via ([A-Za-z0-9_]+(?:/[A-Za-z0-9_]+)?)")
 _CHANNELS = re.compile(r"(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels, )?"
                        r"(\d+) p2p channels, (\d+) p2p channels per peer")
@@ -60,6 +65,8 @@ class NcclSaid:
     # its tuning table: (op, algorithm, protocol) -> (latency us, algorithm bandwidth GB/s), in
     # commbench's names, every cell printed: a choice NCCL disabled prints (and keeps) 0.0 / 0.0
     tuning: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
+    # what its tuner picked for each call: (op, bytes as it counts them) -> (algorithm, protocol)
+    picks: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
 
     def facts(self) -> list[str]:
         out = []
@@ -83,6 +90,8 @@ class NcclSaid:
         if self.tuning:
             on = sum(1 for _, bw in self.tuning.values() if bw > 0)
             out.append(f"its tuning table ({on} of {len(self.tuning)} choices printed enabled)")
+        if self.picks:
+            out.append(f"its pick at {len(self.picks)} op and size(s)")
         return out
 
 
@@ -121,9 +130,12 @@ def nccl_said(lines) -> NcclSaid | None:
         elif t := _TUNE_ALGOS.match(text):
             algos = _cells(t.group(1))
         elif (t := _TUNE_PROTOS.match(text)) and algos:
-            protos = _cells(t.group(1))
-            per = len(protos) // len(algos)
-            columns = [(algos[i // per], p) for i, p in enumerate(protos)] if per else []
+            protos = _cells(t.group(1))  # each algorithm's protocols, in turn; a block of
+            per = len(dict.fromkeys(protos))  # fewer algorithms may print them all the same
+            columns = [(algos[i // per], p) for i, p in enumerate(protos) if i // per < len(algos)]
+        elif k := _PICK.match(text):
+            said.picks.setdefault((TUNED_OPS[k.group(1)], int(k.group(2))),
+                                  (k.group(3).lower(), _PROTO_NAMES.get(k.group(4), k.group(4))))
         elif (t := _TUNE_ROW.match(text)) and columns:
             _tuned(said, TUNED_OPS[t.group(1)], columns, _cells(t.group(2)))
     if not seen:
