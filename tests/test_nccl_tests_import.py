@@ -554,7 +554,7 @@ def test_nccl_s_own_picks_sit_beside_the_model_s_and_a_block_of_one_algorithm_is
     assert main(["import", str(log), "--out", str(tmp_path / "out"), "--topology",
                  "dgx-h100"]) == 0
     out = capsys.readouterr().out
-    assert "NCCL's pick" in out and "its pick at 2 op and size(s)" in out
+    assert "NCCL's pick" in out and "its own pick for 2 call size(s)" in out
     (rec,) = [json.loads(f.read_text()) for f in (tmp_path / "out").glob("*.json")]
     assert {r["size"]: r.get("nccl_pick") for r in rec["rows"] if "nccl_pick" in r} == {
         8: other, big: f"{model.algo}/{model.proto}"}

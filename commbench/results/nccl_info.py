@@ -91,7 +91,7 @@ class NcclSaid:
             on = sum(1 for _, bw in self.tuning.values() if bw > 0)
             out.append(f"its tuning table ({on} of {len(self.tuning)} choices printed enabled)")
         if self.picks:
-            out.append(f"its pick at {len(self.picks)} op and size(s)")
+            out.append(f"its own pick for {len(self.picks)} call size(s)")
         return out
 
 
