@@ -277,9 +277,12 @@ def _cells(rec: dict) -> tuple[list[str], list[list]]:
 
 def _table(rec: dict, run, path: str, why: str) -> str:
     m = rec["measurement"]
-    where = f"on {m['nodes']} node(s) x {m['gpus_per_node']} {run.gpu}" if run.listed else \
-        f"({len(run.devices)} device line(s) only: nodes unknown) of {run.gpu}" if run.devices \
-        else f"({run.world_from}; no device lines: GPU and nodes unknown)"
+    if run.listed:
+        where = f"on {m['nodes']} node(s) x {m['gpus_per_node']} {run.gpu}"
+    elif run.devices:
+        where = f"({len(run.devices)} device line(s) only: nodes unknown) of {run.gpu}"
+    else:
+        where = f"({run.world_from}; no device lines: GPU and nodes unknown)"
     head = (f"# {path}: {run.tool} {run.tests_version or '(version not printed)'} {run.op} "
             f"(op from the {m['op_from']}), {run.ranks} ranks {where}, "
             f"{'library ' + run.library if run.library else 'library version not printed'}")

@@ -500,12 +500,15 @@ def record(run: Run, source: str) -> dict:
     versions = {run.tool: run.tests_version or "unknown"}
     if run.library:
         versions["rccl" if transport == "rccl" else "nccl"] = run.library
-    launch = (f"{run.tool}: {run.processes} process(es), {run.hosts and len(run.hosts)} node(s), "
-              f"{run.gpus_per_node} GPU(s) per node") if run.listed else \
-        (f"{run.tool}: the device lines of {len(run.devices)} of its {run.ranks} ranks only: "
-         "nodes and GPUs per node unknown") if run.devices else \
-        (f"{run.tool}: no device lines; {run.ranks} ranks ({run.world_from}): devices, nodes and "
-         "GPUs per node unknown")
+    if run.listed:
+        launch = (f"{run.tool}: {run.processes} process(es), {run.hosts and len(run.hosts)} "
+                  f"node(s), {run.gpus_per_node} GPU(s) per node")
+    elif run.devices:
+        launch = (f"{run.tool}: the device lines of {len(run.devices)} of its {run.ranks} ranks "
+                  "only: nodes and GPUs per node unknown")
+    else:
+        launch = (f"{run.tool}: no device lines; {run.ranks} ranks ({run.world_from}): devices, "
+                  "nodes and GPUs per node unknown")
     return {"schema": SCHEMA, "suite": "nccl-tests",
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": run.hosts[0] if run.hosts else "", "hardware": run.gpu or "unknown GPU",

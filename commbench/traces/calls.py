@@ -25,7 +25,7 @@ from commbench.ops import OPS
 
 __all__ = ["COLLECTIVE", "CPP_TYPES", "DTYPES", "MAX_WORLD", "P2P", "PROFILER", "UNSIZED", "Call",
            "TraceError", "LIBRARIES", "kernel_choice", "kernel_word", "library_kernel",
-           "library_start", "op_of", "ranks_of", "ranks_text"]
+           "library_op", "library_start", "op_of", "ranks_of", "ranks_text"]
 
 
 class TraceError(ValueError):
@@ -179,8 +179,9 @@ def kernel_choice(name: str) -> tuple[str, str] | None:
 
 # communication kernels of libraries other than NCCL, each told by its namespace at the start
 # of the kernel's name (a type among another kernel's template arguments does not count):
-# library -> (pattern, what its kernels do, the op of each kernel word; any other: unknown)
-LIBRARIES: dict[str, tuple[re.Pattern, str, dict[str, str]]] = {
+# library -> (pattern, what its kernels do, the op of each kernel word, any other's: unknown;
+# or one op for every kernel the pattern takes)
+LIBRARIES: dict[str, tuple[re.Pattern, str, dict[str, str] | str]] = {
     # deepseek-ai/DeepEP (namespace deep_ep; dpsk::ep in DeepSeek's own build, as its published
     # profiles name it): MoE dispatch and combine, an all-to-all of its own over NVLink and
     # RDMA, with their count exchanges and barriers (notify_dispatch, cached_notify*, barrier,
@@ -189,32 +190,21 @@ LIBRARIES: dict[str, tuple[re.Pattern, str, dict[str, str]]] = {
                           r"::(\w+)"),
                "its own all-to-all for MoE dispatch and combine, with its count exchanges",
                {"dispatch": "all_to_all", "combine": "all_to_all"}),
-    # vLLM's custom all-reduce (csrc/custom_all_reduce.cuh), and SGLang's copy of it: one-shot
-    # and two-shot all-reduce over NVLink peer memory, in place of NCCL's for small tensors
-    "vLLM": (re.compile(r"(?:void )?vllm::(cross_device_reduce_[12]stage)\b"),
-             "its custom all-reduce over NVLink peer memory",
-             {"cross_device_reduce_1stage": "all_reduce",
-              "cross_device_reduce_2stage": "all_reduce"}),
-    "SGLang": (re.compile(r"(?:void )?sglang::(cross_device_reduce_[12]stage)\b"),
-               "its custom all-reduce over NVLink peer memory",
-               {"cross_device_reduce_1stage": "all_reduce",
-                "cross_device_reduce_2stage": "all_reduce"}),
-    # AMD's: AITER's copy of the custom all-reduce, and QuickReduce (vLLM's and SGLang's on
-    # ROCm: a two-shot all-reduce that may quantise what it sends)
-    "AITER": (re.compile(r"(?:void )?aiter::(cross_device_reduce_[12]stage)\b"),
-              "its custom all-reduce over xGMI peer memory",
-              {"cross_device_reduce_1stage": "all_reduce",
-               "cross_device_reduce_2stage": "all_reduce"}),
+    # vLLM's custom all-reduce (csrc/custom_all_reduce.cuh), and the copies of it in SGLang and
+    # AMD's AITER: one-shot and two-shot all-reduce over peer memory, in place of NCCL's for
+    # small tensors
+    **{library: (re.compile(rf"(?:void )?{namespace}::(cross_device_reduce_[12]stage)\b"),
+                 f"its custom all-reduce over {link} peer memory", "all_reduce")
+       for library, namespace, link in (("vLLM", "vllm", "NVLink"), ("SGLang", "sglang", "NVLink"),
+                                        ("AITER", "aiter", "xGMI"))},
+    # QuickReduce (vLLM's and SGLang's on ROCm: a two-shot all-reduce that may quantise what it
+    # sends)
     "QuickReduce": (re.compile(r"(?:void )?quickreduce::(allreduce_prototype_\w+?)(?:<|\(|$)"),
-                    "its all-reduce over xGMI peer memory, quantised or not",
-                    {"allreduce_prototype_oneshot": "all_reduce",
-                     "allreduce_prototype_twoshot": "all_reduce"}),
+                    "its all-reduce over xGMI peer memory, quantised or not", "all_reduce"),
     # TensorRT-LLM's custom all-reduce (cpp/tensorrt_llm/kernels/customAllReduceKernels.cu)
     "TensorRT-LLM": (re.compile(r"(?:void )?tensorrt_llm::kernels::"
                                 r"(oneShotAllReduceKernel|twoShotAllReduceKernel)\b"),
-                     "its custom all-reduce over NVLink peer memory",
-                     {"oneShotAllReduceKernel": "all_reduce",
-                      "twoShotAllReduceKernel": "all_reduce"}),
+                     "its custom all-reduce over NVLink peer memory", "all_reduce"),
 }
 # any library's kernel, in one anchored match (most kernels' names fail it at their first
 # words): a computation kernel is told so without a look at each library
@@ -231,3 +221,10 @@ def library_kernel(name: str) -> tuple[str, str] | None:
         if m:
             return library, m.group(1)
     return None
+
+
+def library_op(library: str, word: str) -> str:
+    """The op of a kernel :func:`library_kernel` names: its library's for that word, ``unknown``
+    for one that exchanges counts or waits."""
+    ops = LIBRARIES[library][2]
+    return ops if isinstance(ops, str) else ops.get(word, "unknown")

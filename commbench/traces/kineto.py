@@ -38,7 +38,6 @@ from commbench.traces import stream
 from commbench.traces.calls import (
     CPP_TYPES,
     DTYPES,
-    LIBRARIES,
     MAX_WORLD,
     P2P,
     PROFILER,
@@ -48,6 +47,7 @@ from commbench.traces.calls import (
     kernel_choice,
     kernel_word,
     library_kernel,
+    library_op,
     library_start,
     op_of,
     ranks_of,
@@ -390,7 +390,7 @@ def _library(e: dict, lib: tuple[str, str], path: str) -> Call:
         ts, dur = float(e["ts"]), float(e.get("dur") or 0.0)
     except (KeyError, TypeError, ValueError):
         raise TraceError(f"{path}: kernel {str(e.get('name'))[:60]}: no time (ts, dur)") from None
-    op = LIBRARIES[lib[0]][2].get(lib[1], UNKNOWN)
+    op = library_op(*lib)
     return Call(-1, op, sys.intern(f"{lib[0]} {lib[1]}"), (), "",
                 f"{lib[0]}'s own (not NCCL): no sizes or group in the trace", UNSIZED, 0, 0, 0,
                 ts, dur, source=LIBRARY, stream=str(e.get("tid", "")))
