@@ -558,16 +558,42 @@ def test_a_custom_all_reduce_is_an_all_reduce_of_its_library(tmp_path, capsys):
     ("quickreduce::allreduce_prototype_twoshot<AllReduceTwoshot<__half, CodecQ4<__half,4>, true>, "
      "__half>", ("QuickReduce", "allreduce_prototype_twoshot")),
     ("aiter::cross_device_reduce_2stage", ("AITER", "cross_device_reduce_2stage")),
+    # torch's SymmetricMemory: as a B200 profile prints it (TraceLens' test data), as other
+    # demanglers print an anonymous namespace, and its two-shot kernel
+    ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, "
+     "unsigned long, unsigned int**, unsigned long, unsigned long)",
+     ("torch SymmetricMemory", "multimem_all_reduce_kernel")),
+    ("void <unnamed>::two_shot_all_reduce_kernel_inplace<float, 16, 8>(float**, unsigned long)",
+     ("torch SymmetricMemory", "two_shot_all_reduce_kernel_inplace")),
+    ("void (anonymous namespace)::two_shot_all_reduce_kernel<c10::BFloat16, 16, 8, true, false>"
+     "(c10::BFloat16**)", ("torch SymmetricMemory", "two_shot_all_reduce_kernel")),
     # their computation kernels, and names that only mention them
     ("void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*)", None),
     ("void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(int const*)", None),
     ("void vllm::rms_norm_kernel<c10::BFloat16>(c10::BFloat16*, c10::BFloat16 const*)", None),
     ("void cutlass::Kernel<deep_ep::internode::SourceMeta>(int)", None),
     ("void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*)", None),
+    ("void (anonymous namespace)::groupnorm_kernel_dispatch_up<__hip_bfloat16, 1024u>(int)", None),
+    ("void (anonymous namespace)::multimem_all_reduce_kernel_like<float>(float*)", None),
     ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", None),
 ])
 def test_other_libraries_communication_kernels_are_told_by_their_namespace(name, want):
     assert calls.library_kernel(name) == want
+
+
+@pytest.mark.parametrize("name, want", [
+    ("symm_mem::multimem_all_reduce_", "all_reduce"), ("symm_mem::two_shot_all_reduce_out",
+                                                       "all_reduce"),
+    ("symm_mem::one_shot_all_reduce_copy_out", "all_reduce"),
+    ("symm_mem::multimem_one_shot_reduce_out", "reduce"),
+    # their input is one rank's part or the whole: sized only with the group's size
+    ("symm_mem::multimem_all_gather_out", None), ("symm_mem::reduce_scatter_out", None),
+    ("symm_mem::stream_write_value32_", None)])
+def test_a_symmetric_memory_op_sizes_its_kernel_only_where_its_input_is_the_call(name, want):
+    assert calls.symm_mem_op(name) == want
+    assert (calls.library_op(calls.SYMM_MEM, "two_shot_all_reduce_kernel"),
+            calls.library_op(calls.SYMM_MEM, "multimem_one_shot_reduce_kernel")) == \
+        ("unknown", "unknown")  # either op, by its launch: not by name
 
 
 def test_a_reader_blind_to_deepep_s_kernels_is_caught(tmp_path, monkeypatch):

@@ -456,6 +456,65 @@ def test_a_replay_of_the_rocm_job_says_what_it_leaves_out():
                     "(ranks [0]), whose calls they do not hold"]
 
 
+B200 = os.path.join(os.path.dirname(__file__), "data", "traces", "tracelens",
+                    "b200_vllm_symm_mem_rank0.json.gz")
+
+
+def _b200_by_hand() -> tuple[list[dict], list[dict], list[tuple[str, int, float]]]:
+    """The trace's events, its multimem kernels, and (op, bytes, device time) of each: bytes
+    from the ``symm_mem::multimem_all_reduce_`` op of the kernel's External id (bf16)."""
+    _, ev = _events(B200)
+    ops = {e["args"]["External id"]: e["args"] for e in ev
+           if e["name"] == "symm_mem::multimem_all_reduce_"}
+    multimem = [e for e in ev if e.get("cat") == "kernel" and "multimem_all_reduce" in e["name"]]
+    return ev, multimem, sorted(
+        ("all_reduce", math.prod(ops[k["args"]["External id"]]["Input Dims"][0]) * 2,
+         float(k["dur"])) for k in multimem)
+
+
+def _symm_calls(t) -> list[tuple[str, int, float]]:
+    return sorted((c.op, c.size, c.dur) for c in t.calls if c.source == kineto.LIBRARY)
+
+
+def test_a_vllm_job_s_symmetric_memory_all_reduces_are_communication_sized_by_their_ops():
+    """Rank 0 of an 8-GPU B200 vLLM job (NCCL 2.27.5): its tensor-parallel all-reduces run as
+    torch SymmetricMemory's ``multimem_all_reduce_kernel`` (NVLink multicast), not NCCL's, and
+    were counted as computation: the trace read as one call, its one NCCL all-gather. Each
+    kernel is now an all-reduce, with its device time and fully counted exposed time, sized by
+    the ``symm_mem::multimem_all_reduce_`` op that launched it (same External id: its input's
+    dims and type); no group (the op's group name is not recorded), so no bandwidth.
+    Source: AMD-AGI/TraceLens, tests/traces/b200/eager_trace.json.gz (MIT)."""
+    ev, multimem, want = _b200_by_hand()
+    t = kineto.read(B200, progress=False)
+    assert (t.rank, t.world_size, t.nccl_version) == (0, 8, "2.27.5")
+    assert t.library == {"torch SymmetricMemory": 73} and len(want) == 73
+    assert _symm_calls(t) == want
+    assert {c.dtype for c in t.calls if c.source == kineto.LIBRARY} == {"bfloat16"}
+    assert [(c.op, c.size) for c in t.calls if c.source != kineto.LIBRARY] == [
+        ("all_gather", 201088 * 2)]
+    # no computation kernel overlaps them: every microsecond of theirs is exposed
+    compute = _merged([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in ev
+                       if e.get("cat") == "kernel" and e not in multimem and
+                       not e["name"].startswith("nccl")])
+    rows = {m.first.ts: m for m in match([t])}
+    for k in multimem:
+        span = (float(k["ts"]), float(k["ts"]) + float(k["dur"]))
+        m = rows[span[0]]
+        assert m.exposed_us == pytest.approx(float(k["dur"]) - _covered(span, compute))
+        assert (m.first.group, m.busbw) == ((), None)
+    assert sum(float(k["dur"]) for k in multimem) == pytest.approx(2119.5, abs=0.05)
+
+
+def test_a_reader_that_leaves_symmetric_memory_unsized_is_caught(monkeypatch):
+    """The same trace read with the launching ops ignored: the all-reduces keep their time but
+    lose their bytes, which the previous test's figures catch."""
+    want = _b200_by_hand()[2]
+    monkeypatch.setattr(kineto, "symm_mem_op", lambda name: None)
+    t = kineto.read(B200, progress=False)
+    assert _symm_calls(t) != want
+    assert sorted(d for _, _, d in _symm_calls(t)) == sorted(d for _, _, d in want)
+
+
 H200 = os.path.join(os.path.dirname(__file__), "data", "traces", "h200")
 ITEM = {"torch.float32": 4, "torch.bfloat16": 2, "torch.int64": 8}
 

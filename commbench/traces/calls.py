@@ -25,7 +25,8 @@ from commbench.ops import OPS
 
 __all__ = ["COLLECTIVE", "CPP_TYPES", "DTYPES", "MAX_WORLD", "P2P", "PROFILER", "UNSIZED", "Call",
            "TraceError", "LIBRARIES", "kernel_choice", "kernel_word", "library_kernel",
-           "library_op", "library_start", "op_of", "ranks_of", "ranks_text"]
+           "library_op", "library_start", "op_of", "ranks_of", "ranks_text", "SYMM_MEM",
+           "symm_mem_op"]
 
 
 class TraceError(ValueError):
@@ -205,7 +206,29 @@ LIBRARIES: dict[str, tuple[re.Pattern, str, dict[str, str] | str]] = {
     "TensorRT-LLM": (re.compile(r"(?:void )?tensorrt_llm::kernels::"
                                 r"(oneShotAllReduceKernel|twoShotAllReduceKernel)\b"),
                      "its custom all-reduce over NVLink peer memory", "all_reduce"),
+    # torch's SymmetricMemory (c10d/symm_mem/CUDASymmetricMemoryOps.cu, kernels in an anonymous
+    # namespace; vLLM's all-reduce calls symm_mem::multimem_all_reduce_ on multicast machines):
+    # one-shot, two-shot and multicast collectives over symmetric memory. Its two-shot kernel
+    # also runs its reduce-scatter, and its one-shot reduce kernel its multicast all-reduce (each
+    # rank its own root): their op is the launching op's (:func:`symm_mem_op`), not the name's
+    "torch SymmetricMemory": (
+        re.compile(r"(?:void )?(?:\(anonymous namespace\)|<unnamed>)::((?:multimem_all_reduce"
+                   r"|multimem_one_shot_reduce|multimem_all_gather|one_shot_all_reduce"
+                   r"|two_shot_all_reduce|tile_reduce_scatter|mark_tile_signals)_kernel"
+                   r"(?:_inplace)?)\b"),
+        "its collectives over NVLink peer and multicast memory",
+        {"multimem_all_reduce_kernel": "all_reduce", "one_shot_all_reduce_kernel": "all_reduce",
+         "two_shot_all_reduce_kernel_inplace": "all_reduce",
+         "multimem_all_gather_kernel": "all_gather",
+         "tile_reduce_scatter_kernel": "reduce_scatter"}),
 }
+SYMM_MEM = "torch SymmetricMemory"
+# its ops (symm_mem::<name>, out-of-place and copying variants alike) whose input is the
+# call's whole buffer, so that the op's Input Dims size the call without its group
+_SYMM_MEM_SIZED = {"multimem_all_reduce": "all_reduce", "one_shot_all_reduce": "all_reduce",
+                   "two_shot_all_reduce": "all_reduce",
+                   "multimem_one_shot_all_reduce": "all_reduce",
+                   "multimem_one_shot_reduce": "reduce"}
 # any library's kernel, in one anchored match (most kernels' names fail it at their first
 # words): a computation kernel is told so without a look at each library
 library_start = re.compile("|".join(f"(?:{p.pattern})" for p, _, _ in LIBRARIES.values())).match
@@ -228,3 +251,13 @@ def library_op(library: str, word: str) -> str:
     for one that exchanges counts or waits."""
     ops = LIBRARIES[library][2]
     return ops if isinstance(ops, str) else ops.get(word, "unknown")
+
+
+def symm_mem_op(name: str) -> str | None:
+    """The op of a torch SymmetricMemory op (``symm_mem::two_shot_all_reduce_``,
+    ``symm_mem::one_shot_all_reduce_copy_out``) whose input is its whole buffer, None for any
+    other (its all-gather and reduce-scatter need their group's size, which the trace lacks)."""
+    base = name.removeprefix("symm_mem::").rstrip("_")
+    for suffix in ("_out", "_copy"):
+        base = base.removesuffix(suffix)
+    return _SYMM_MEM_SIZED.get(base)

@@ -27,6 +27,7 @@ point-to-point with no algorithm (``""``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from array import array
@@ -41,6 +42,7 @@ from commbench.traces.calls import (
     MAX_WORLD,
     P2P,
     PROFILER,
+    SYMM_MEM,
     UNSIZED,
     Call,
     TraceError,
@@ -51,6 +53,7 @@ from commbench.traces.calls import (
     library_start,
     op_of,
     ranks_of,
+    symm_mem_op,
 )
 from commbench.traces.intervals import OnlineUnion
 
@@ -66,11 +69,13 @@ KERNEL = ("kernel", "Kernel")  # a GPU kernel's category, as Kineto writes it (o
 
 def _wanted(texts: list[str]) -> list[bool]:
     """Whether each event's text may be one :func:`read` needs: a kernel, a step, a collective's
-    op (``record_param_comms``, the process groups' own ``nccl:*`` and ``gloo:*``). Any other
-    event is skipped undecoded (:func:`commbench.traces.stream.events`). A name spelled with a
-    ``\\u`` escape is decoded, whatever it spells."""
+    op (``record_param_comms``, the process groups' own ``nccl:*`` and ``gloo:*``, torch
+    SymmetricMemory's ``symm_mem::*``). Any other event is skipped undecoded
+    (:func:`commbench.traces.stream.events`). A name spelled with a ``\\u`` escape is decoded,
+    whatever it spells."""
     return ['"kernel"' in t or '"Kernel"' in t or "record_param_comms" in t or
-            "ProfilerStep#" in t or "nccl:" in t or "gloo:" in t or "\\u" in t for t in texts]
+            "ProfilerStep#" in t or "nccl:" in t or "gloo:" in t or "symm_mem::" in t or
+            "\\u" in t for t in texts]
 
 
 @dataclass
@@ -161,6 +166,8 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
     bare_ops = 0  # record_param_comms without sizes: torch < 2.1
     compute = OnlineUnion()  # the computation kernels' intervals, merged as they come
     others: list[Call] = []  # communication kernels of other libraries (library_kernel)
+    symm: dict = {}  # External id -> a torch SymmetricMemory op's (name, args): its kernel's size
+    symm_kernels: list[tuple[int, object]] = []  # (index in others, External id) of its kernels
     say = stream.progress_line(path) if progress and os.path.getsize(path) > \
         stream.PROGRESS_BYTES else None
     for e in stream.events(path, top, say, limit=limit, wanted=_wanted):
@@ -173,6 +180,8 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
             lib = library_kernel(name) if choice is None and "::" in name and \
                 library_start(name) else None
             if lib is not None:  # communication, though not NCCL's
+                if lib[0] == SYMM_MEM and (e.get("args") or {}).get("External id") is not None:
+                    symm_kernels.append((len(others), e["args"]["External id"]))
                 others.append(_library(e, lib, path))
                 out.library[lib[0]] = out.library.get(lib[0], 0) + 1
             elif choice is None:
@@ -210,6 +219,10 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
                 cpu.append(c)
                 if args.get("External id") is not None:
                     by_id[args["External id"]] = c
+        elif name.startswith("symm_mem::") and symm_mem_op(name):
+            args = e.get("args") or {}
+            if args.get("External id") is not None:
+                symm[args["External id"]] = (name, args)
         elif name.startswith("ProfilerStep#") and cat in ("user_annotation", "cpu_op", ""):
             try:
                 out.steps.append((int(name.split("#", 1)[1]), float(e["ts"]),
@@ -257,6 +270,9 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
             out.unlinked += 1
     if kernels and inner is None and len(own) == own_args:
         kernels += _no_kernel(cpu, ran, out)
+    for k, ext in symm_kernels:
+        if ext in symm:
+            others[k] = _symm_sized(others[k], *symm[ext])
     out.calls = (kernels or cpu) + others
     _number(out)
     out.compute_ts, out.compute_end = compute.spans()
@@ -394,6 +410,24 @@ def _library(e: dict, lib: tuple[str, str], path: str) -> Call:
     return Call(-1, op, sys.intern(f"{lib[0]} {lib[1]}"), (), "",
                 f"{lib[0]}'s own (not NCCL): no sizes or group in the trace", UNSIZED, 0, 0, 0,
                 ts, dur, source=LIBRARY, stream=str(e.get("tid", "")))
+
+
+def _symm_sized(c: Call, name: str, args: dict) -> Call:
+    """A torch SymmetricMemory kernel sized by the op that launched it (``symm_mem::*``, the same
+    ``External id``): its op, and its input's dims and type (``Input Dims``, ``Input type``),
+    which are the call's whole buffer; still no group (the group's name is a string argument the
+    profiler leaves empty). A kernel whose op states no dims or type stays unsized."""
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not (isinstance(dims, list) and dims and isinstance(dims[0], list) and
+            all(isinstance(d, int) and d >= 0 for d in dims[0]) and isinstance(types, list) and
+            types and types[0] in CPP_TYPES):
+        return c
+    elems = math.prod(dims[0])
+    dtype = CPP_TYPES[types[0]]
+    return replace(c, op=symm_mem_op(name), dtype=dtype, itemsize=_ITEMSIZE[dtype],
+                   in_elems=elems, out_elems=elems,
+                   group_desc=f"{SYMM_MEM}'s own (not NCCL), sized by {name}: no group in the "
+                              "trace")
 
 
 @lru_cache(maxsize=1024)  # a job runs a few kernels many times

@@ -9,7 +9,7 @@ from tabulate import tabulate
 
 from commbench.results.records import Rows
 from commbench.traces.analysis import Cover, Matched, per_group, per_size, per_step
-from commbench.traces.calls import LIBRARIES, ranks_text
+from commbench.traces.calls import LIBRARIES, SYMM_MEM, ranks_text
 from commbench.traces.kineto import RankTrace
 from commbench.version import __version__
 
@@ -86,8 +86,11 @@ def markdown(rec: dict, top: int = 20) -> str:
                  "counted as communication (time, exposed time), their sizes and groups unknown")
     for lib, n in (rec.get("library") or {}).items():
         what = LIBRARIES[lib][1] if lib in LIBRARIES else "its own communication"
+        known = ("their sizes from the ops that launched them, where those hold them; their "
+                 "groups not in the trace") if lib == SYMM_MEM else \
+            "their sizes and groups not in the trace"
         head += (f"\n# {n} kernel(s) of {lib} ({what}; not NCCL's): counted as communication "
-                 "(time, exposed time), their sizes and groups not in the trace")
+                 f"(time, exposed time), {known}")
     if rec.get("no_kernel"):
         head += (f"\n# {rec['no_kernel']} call(s) made no NCCL kernel in the trace (a one-rank "
                  f"group's collective is a copy on the device or nothing; a kernel after the "
