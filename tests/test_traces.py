@@ -596,6 +596,28 @@ def test_a_symmetric_memory_op_sizes_its_kernel_only_where_its_input_is_the_call
         ("unknown", "unknown")  # either op, by its launch: not by name
 
 
+def test_profiler_ops_alone_are_on_no_group_where_the_trace_lists_smaller_groups(tmp_path):
+    """A trace whose calls are only its process groups' profiler ops (no record_param_comms):
+    where the trace lists a group of fewer ranks than the world, an op's group is unknown, not
+    the world; the call keeps its op and time, and its bytes only where they need no group's
+    size (an all-reduce's, not an all-gather's)."""
+    def doc(groups):
+        events = [{"ph": "X", "cat": "user_annotation", "name": name, "tid": 5, "ts": ts,
+                   "dur": 10, "args": {"Input Dims": [[1000]], "Input type": ["float"]}}
+                  for name, ts in (("gloo:all_reduce", 0), ("gloo:all_gather", 20))]
+        info = {"backend": "gloo", "rank": 0, "world_size": 4,
+                "pg_config": [{"pg_name": str(k), "ranks": g} for k, g in enumerate(groups)]}
+        return json.dumps({"distributedInfo": info, "traceEvents": events})
+
+    whole = kineto.read(_write(tmp_path / "a.json", doc([[0, 1, 2, 3]])), progress=False)
+    assert [(c.op, c.group, c.size) for c in whole.calls] == [
+        ("all_reduce", (0, 1, 2, 3), 4000), ("all_gather", (0, 1, 2, 3), 16000)]
+    part = kineto.read(_write(tmp_path / "b.json", doc([[0, 1, 2, 3], [0, 1]])), progress=False)
+    assert [(c.op, c.group, c.size, c.dur) for c in part.calls] == [
+        ("all_reduce", (), 4000, 10.0), ("all_gather", (), 0, 10.0)]
+    assert part.unsized == 0  # recorded with shapes: its group, not its shape, is unknown
+
+
 def test_a_reader_blind_to_deepep_s_kernels_is_caught(tmp_path, monkeypatch):
     path = _deepep_job(tmp_path / "rank0.json")
     want = _deepep_figures(path)

@@ -456,6 +456,33 @@ def test_a_replay_of_the_rocm_job_says_what_it_leaves_out():
                     "(ranks [0]), whose calls they do not hold"]
 
 
+GLOO = os.path.join(DATA, "gloo_cpu_only_rank34.json.gz")
+
+
+def test_a_gloo_job_whose_calls_are_only_its_profiler_ops_is_read_from_them():
+    """Rank 34 of a 300-rank CPU job on gloo: its ten all-reduces are recorded only as
+    ``gloo:all_reduce`` ops on gloo's worker threads (this torch's gloo writes no
+    ``record_param_comms``), with their input's dims and type. Read as no calls before; now ten
+    all-reduces on the world (each group the trace lists is the world), bytes from the ops'
+    inputs, time from the ops, and no bandwidth (CPU-timed).
+    Source: HolisticTraceAnalysis, tests/data/cpu_only/ (MIT)."""
+    doc, ev = _events(GLOO)
+    ops = [e for e in ev if e["name"] == "gloo:all_reduce"]
+    want = sorted(("all_reduce", math.prod(e["args"]["Input Dims"][0]) * 4, float(e["dur"]))
+                  for e in ops)
+    t = kineto.read(GLOO, progress=False)
+    assert (t.rank, t.world_size, t.backend) == (34, 300, "gloo") and len(want) == 10
+    assert sorted((c.op, c.size, c.dur) for c in t.calls) == want
+    assert {c.group for c in t.calls} == {tuple(range(300))}
+    assert all(g["ranks"] == list(range(300)) for g in doc["distributedInfo"]["pg_config"])
+    assert [m.busbw for m in match([t])] == [None] * 10
+
+
+def test_a_reader_blind_to_profiler_ops_without_record_param_comms_is_caught(monkeypatch):
+    monkeypatch.setattr(kineto, "PROFILER", {})
+    assert kineto.read(GLOO, progress=False).calls == []
+
+
 B200 = os.path.join(os.path.dirname(__file__), "data", "traces", "tracelens",
                     "b200_vllm_symm_mem_rank0.json.gz")
 

@@ -245,8 +245,8 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
             cpu.append(c)
             if args.get("External id") is not None:
                 by_id[args["External id"]] = c
-    if bare_ops and not cpu:  # torch < 2.1: the calls are the profiler ops
-        cpu, inner = _profiled(prof, out, path)
+    if not cpu and (bare_ops or (prof and not kernels)):  # the calls are the profiler ops
+        cpu, inner = _profiled(prof, out, path, bare_ops > 0)
         found = _launches(path, {e["args"].get("correlation") for e, _ in pending}, limit)
     else:
         inner, found = None, {}
@@ -464,14 +464,26 @@ def _op_input(e: dict, args: dict, path: str) -> tuple[str, int, int]:
     return dtype, itemsize, count
 
 
-def _profiled(prof: list[tuple[dict, dict]], out: RankTrace, path: str):
-    """torch < 2.1: a call per profiler op, on the world, and a function from a kernel's launch
-    (thread, ts) to the innermost op's call on that thread containing it (None: none)."""
+def _profiled(prof: list[tuple[dict, dict]], out: RankTrace, path: str, old: bool = True):
+    """A call per process group's profiler op (``nccl:*``, ``gloo:*``), and a function from a
+    kernel's launch (thread, ts) to the innermost op's call on that thread containing it (None:
+    none). ``old``: torch < 2.1, whose ``record_param_comms`` hold no sizes; else a trace with
+    no ``record_param_comms`` at all (gloo of torch releases that record none). The ops name no
+    group: a call is on the world where every group the trace lists is the world (torch < 2.1
+    lists none), else on no known group, sized only where its size needs no group's."""
+    what = ("a trace of torch < 2.1 (record_param_comms without sizes)" if old else
+            "a trace whose calls are only its process groups' profiler ops")
     if out.world_size < 1:
-        raise TraceError(f"{path}: a trace of torch < 2.1 (record_param_comms without sizes) "
-                         "records no group, and without distributedInfo.world_size no world "
-                         "to put its calls on: give the job's world size (--world N)")
+        raise TraceError(f"{path}: {what} records no group, and without "
+                         "distributedInfo.world_size no world to put its calls on: give the "
+                         "job's world size (--world N)")
     world = tuple(range(out.world_size))
+    if all(g == world for g in out.groups.values()):
+        group = world
+        desc = ("world (torch < 2.1 records no group)" if old else
+                "world (the trace records no group; each group it lists is the world)")
+    else:
+        group, desc = (), "unknown (the trace records no group, and lists groups of fewer ranks)"
     calls, by_thread = [], {}
     for e, args in prof:
         op = PROFILER[e["name"]]
@@ -480,10 +492,12 @@ def _profiled(prof: list[tuple[dict, dict]], out: RankTrace, path: str):
         except (TypeError, ValueError, KeyError):
             raise TraceError(f"{path}: {e['name']}: no time (ts, dur)") from None
         dtype, itemsize, count = _op_input(e, args, path)
-        n_in, n_out = OPS[op].call_elems(count, len(world)) if itemsize else (0, 0)
-        out.unsized += dtype == UNSIZED
-        c = Call(-1, op, sys.intern(e["name"]), world, "", "world (torch < 2.1 records no group)",
-                 dtype, itemsize, n_in, n_out, ts, dur, stream=sys.intern(str(e.get("tid", ""))))
+        out.unsized += dtype == UNSIZED  # recorded without shapes
+        if itemsize and not group and OPS[op].call_elems(1, 2) != (1, 1):  # needs its group's
+            dtype, itemsize = UNSIZED, 0
+        n_in, n_out = OPS[op].call_elems(count, len(group)) if itemsize else (0, 0)
+        c = Call(-1, op, sys.intern(e["name"]), group, "", desc, dtype, itemsize, n_in, n_out,
+                 ts, dur, stream=sys.intern(str(e.get("tid", ""))))
         calls.append(c)
         by_thread.setdefault(e.get("tid"), []).append(c)
 
