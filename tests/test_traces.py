@@ -605,16 +605,20 @@ def test_profiler_ops_alone_are_on_no_group_where_the_trace_lists_smaller_groups
         events = [{"ph": "X", "cat": "user_annotation", "name": name, "tid": 5, "ts": ts,
                    "dur": 10, "args": {"Input Dims": [[1000]], "Input type": ["float"]}}
                   for name, ts in (("gloo:all_reduce", 0), ("gloo:all_gather", 20))]
+        events.append({"ph": "X", "cat": "user_annotation", "name": "gloo:barrier", "tid": 5,
+                       "ts": 40, "dur": 3, "args": {}})  # no input: nothing to size, none missing
         info = {"backend": "gloo", "rank": 0, "world_size": 4,
                 "pg_config": [{"pg_name": str(k), "ranks": g} for k, g in enumerate(groups)]}
         return json.dumps({"distributedInfo": info, "traceEvents": events})
 
     whole = kineto.read(_write(tmp_path / "a.json", doc([[0, 1, 2, 3]])), progress=False)
     assert [(c.op, c.group, c.size) for c in whole.calls] == [
-        ("all_reduce", (0, 1, 2, 3), 4000), ("all_gather", (0, 1, 2, 3), 16000)]
+        ("all_reduce", (0, 1, 2, 3), 4000), ("all_gather", (0, 1, 2, 3), 16000),
+        ("barrier", (0, 1, 2, 3), 0)]
+    assert whole.unsized == 0
     part = kineto.read(_write(tmp_path / "b.json", doc([[0, 1, 2, 3], [0, 1]])), progress=False)
     assert [(c.op, c.group, c.size, c.dur) for c in part.calls] == [
-        ("all_reduce", (), 4000, 10.0), ("all_gather", (), 0, 10.0)]
+        ("all_reduce", (), 4000, 10.0), ("all_gather", (), 0, 10.0), ("barrier", (), 0, 3.0)]
     assert part.unsized == 0  # recorded with shapes: its group, not its shape, is unknown
 
 

@@ -491,7 +491,8 @@ def _profiled(prof: list[tuple[dict, dict]], out: RankTrace, path: str, old: boo
             ts, dur = float(e["ts"]), float(e.get("dur") or 0.0)
         except (TypeError, ValueError, KeyError):
             raise TraceError(f"{path}: {e['name']}: no time (ts, dur)") from None
-        dtype, itemsize, count = _op_input(e, args, path)
+        # a barrier has no input to size: no dtype, no elements, none missing
+        dtype, itemsize, count = ("", 0, 0) if bufferless(op) else _op_input(e, args, path)
         out.unsized += dtype == UNSIZED  # recorded without shapes
         if itemsize and not group and OPS[op].call_elems(1, 2) != (1, 1):  # needs its group's
             dtype, itemsize = UNSIZED, 0

@@ -100,7 +100,8 @@ def markdown(rec: dict, top: int = 20) -> str:
                  "shapes (torch < 2.1 keeps a call's sizes only with record_shapes=True): "
                  "their time, no bytes or bandwidth")
     if "cpu" in rec["source"]:
-        head += ("\n# CPU ops time the call's enqueue, not its transfer (no kernel in the trace): "
+        head += ("\n# CPU ops time the call on the host, not its transfer (no kernel in the "
+                 "trace; on NCCL the enqueue, on gloo the run, its wait for its peers included): "
                  "no bandwidth is given for them")
     if rec.get("topology"):
         head += f"\n# NCCL's model on {rec['topology']}"
