@@ -43,7 +43,8 @@ def _run(folder: str, a) -> None:
 
 def _tally(first: dict, second: dict) -> dict:
     """One ordered pair of tables: the gate's flags, its not-judged rows, and per algorithm how
-    many of its judged rows a 2x slowdown of it alone gets flagged (and how many other rows)."""
+    many of its judged rows a 2x slowdown of it alone gets flagged, listed as not judged, or
+    passed as no regression (and how many other rows it flags)."""
     from commbench.results.compare import compare
 
     rows, bad = compare(first, second)
@@ -52,10 +53,14 @@ def _tally(first: dict, second: dict) -> dict:
            "unjudged": sum(1 for r in judged if r["verdict"] in ("within spread", "isolated")),
            "ratios": [r["time_ratio"] for r in judged], "planted": {}}
     for algo in sorted({r["algo"] for r in judged}):
-        _, bad2 = compare(first, slowed(second, 2.0, algo))
+        rows2, bad2 = compare(first, slowed(second, 2.0, algo))
         target = sum(1 for r in judged if r["algo"] == algo)
         caught = sum(1 for r in bad2 if r["algo"] == algo)
-        out["planted"][algo] = (caught, target, sum(1 for r in bad2 if r["algo"] != algo))
+        mine = [r for r in rows2 if r["algo"] == algo and r["size"] >= 64 << 10]
+        unjudged = sum(1 for r in mine if r["verdict"] in ("within spread", "isolated"))
+        passed = sum(1 for r in mine if not r["verdict"])
+        out["planted"][algo] = (caught, target, sum(1 for r in bad2 if r["algo"] != algo),
+                                unjudged, passed)
     return out
 
 
@@ -94,13 +99,15 @@ def main() -> int:
             ratios = sorted(t["ratios"])
             lines.append((transport, i + 1, j + 1, t["judged"], t["flagged"], t["unjudged"],
                           ratios[len(ratios) // 2], ratios[0], ratios[-1]))
-            for algo, (c, n, o) in t["planted"].items():
-                k = planted.setdefault((transport, algo), [0, 0, 0, 0, 0])
+            for algo, (c, n, o, u, ok) in t["planted"].items():
+                k = planted.setdefault((transport, algo), [0, 0, 0, 0, 0, 0, 0])
                 k[0] += c == n  # every row of the algorithm caught
                 k[1] += 1
                 k[2] += c
                 k[3] += n
                 k[4] += o
+                k[5] += u
+                k[6] += ok
     hw = machine_class("")
     flagged = sum(x[4] for x in lines)
     judged = sum(x[3] for x in lines)
@@ -127,12 +134,18 @@ def main() -> int:
              for t, i, j, n, f, u, m, lo, hi in lines]
     text += ["", "Each algorithm slowed 2x alone in the second table of every pair (every time "
              "figure of its rows, rounds and quantiles, doubled): pairs in which every one of "
-             "its judged rows was flagged, its rows flagged in all, and other rows flagged "
-             "(target: every row, no other).", "",
-             "| transport | algorithm | every row caught | rows caught | other rows flagged |",
-             "|---|---|---:|---:|---:|"]
-    text += [f"| {t} | {algo} | {k[0]} of {k[1]} | {k[2]} of {k[3]} | {k[4]} |"
+             "its judged rows was flagged, its rows flagged in all, its rows the gate listed as "
+             "not judged (the runs' noise too wide to tell), its rows it passed as no regression "
+             "(the second run that much faster there), and other rows flagged (target: every "
+             "row flagged, no other).", "",
+             "| transport | algorithm | every row caught | rows caught | not judged | passed "
+             "| other rows flagged |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    text += [f"| {t} | {algo} | {k[0]} of {k[1]} | {k[2]} of {k[3]} | {k[5]} | {k[6]} | {k[4]} |"
              for (t, algo), k in sorted(planted.items())]
+    caught, unjudged, passed, rows = (sum(k[i] for k in planted.values()) for i in (2, 5, 6, 3))
+    text += ["", f"In all: of {rows} slowed rows, {caught} flagged, {unjudged} not judged, "
+             f"{passed} passed."]
     text += ["", "Targets: " + ("met" if not missed else "missed: " + "; ".join(missed))]
     out = os.path.join(os.path.dirname(HERE), "results", f"gate_check_{hw}-x{a.np}.md")
     with open(out, "w") as f:
