@@ -163,6 +163,34 @@ def test_a_row_is_judged_against_both_runs_own_spread():
     assert typical(flat["rows"][0]) == (100.0, 100.0)
 
 
+def test_a_run_slower_as_a_whole_is_said_to_be_so():
+    """Every series of the new run slower alike (a slow spell of a shared machine over the whole
+    run looks so): a line says the run moved as a whole and by how much, the verdicts unchanged;
+    one series slowed alone among unchanged ones moves the run's median too little to be said
+    so, and so does exactly the threshold's time growth."""
+    from commbench.results.compare import compare, shifted
+
+    sizes = [1 << 16 << k for k in range(3)]
+    algos = ("ring", "tree", "bruck")
+
+    def rec(slow: dict[str, float]):
+        return _rec([_row(s, 100.0 * slow.get(a, 1.0), algo=a) for a in algos for s in sizes])
+
+    old = rec({})
+    rows, bad = compare(old, rec(dict.fromkeys(algos, 1.4)), 0.10, 1 << 16)
+    assert shifted(rows, 0.10, 1 << 16).startswith(
+        "# the new run is slower as a whole: its median row takes 1.40x the old one's time, "
+        "over 9 judged rows of 3 series")
+    assert len(bad) == 9
+    rows, bad = compare(old, rec({"ring": 2.0}), 0.10, 1 << 16)
+    assert shifted(rows, 0.10, 1 << 16) == "" and len(bad) == 3
+    rows, _ = compare(old, rec(dict.fromkeys(algos, 1 / 0.9)), 0.10, 1 << 16)
+    assert shifted(rows, 0.10, 1 << 16) == ""
+    rows, _ = compare(rec({}), rec({"ring": 1.4}), 0.10, 1 << 16)
+    one = [r for r in rows if r["algo"] == "ring"]
+    assert shifted(one, 0.10, 1 << 16) == ""  # one series: its shift is its own
+
+
 def test_the_gate_at_exact_limits_and_windows():
     """threshold 0.5 makes the limit exactly 2: a time of exactly twice is not past it; a run of
     three slow sizes flags those three and not the fast sizes after them; series are kept apart

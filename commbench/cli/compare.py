@@ -6,7 +6,7 @@ import sys
 
 from commbench.cli.common import UsageError
 from commbench.names import parse_size
-from commbench.results.compare import CompareError, compare, load, report
+from commbench.results.compare import CompareError, compare, load, report, shifted
 
 __all__ = ["add_parser", "command"]
 
@@ -41,6 +41,9 @@ def command(a) -> int:
     if not rows:
         raise UsageError(f"{a.old} and {a.new} have no rows in common")
     print(report(rows, bad, a.threshold, min_size))
+    whole = shifted(rows, a.threshold, min_size)
+    if whole:
+        print(whole)
     if old.get("hardware") != new.get("hardware"):
         print(f"# the machine classes differ ({old.get('hardware')} against "
               f"{new.get('hardware')}): the ratios measure the machines as much as the code")

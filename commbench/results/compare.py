@@ -31,13 +31,14 @@ Exit status: 0 no regression, 1 regression, 2 unreadable, unsound or incomparabl
 from __future__ import annotations
 
 import math
+import statistics
 
 from tabulate import tabulate
 
 from commbench.results.files import RESULTS_LIMIT, FileRefused, read_json
 from commbench.results.records import SCHEMA
 
-__all__ = ["CompareError", "compare", "load"]
+__all__ = ["CompareError", "compare", "load", "report", "shifted"]
 
 KEY = ("op", "algo", "transport", "type", "redop", "root", "size")
 RUN = 3  # consecutive sizes of a series that must regress together
@@ -165,6 +166,24 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
 
 def _span(lo_hi: tuple[float, float]) -> str:
     return f"{lo_hi[0]:.1f}-{lo_hi[1]:.1f}"
+
+
+def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
+    """A line saying that the new run is slower as a whole ('' when it is not): the median
+    time ratio of the judged rows, where they are of two series or more, past the threshold's
+    time growth. It changes no verdict: a shift that every series shares is the machine's speed
+    during one run as often as the code's."""
+    judged = [r for r in rows if r["size"] >= min_size and r["old_busbw"] > 0]
+    series = {tuple(r[k] for k in KEY[:-1]) for r in judged}
+    if len(series) < 2:
+        return ""
+    median = statistics.median(r["time_ratio"] for r in judged)
+    if median <= 1 / (1 - threshold):
+        return ""
+    return (f"# the new run is slower as a whole: its median row takes {median:.2f}x the old "
+            f"one's time, over {len(judged)} judged rows of {len(series)} series; a shift that "
+            "every series shares is the machine's speed during one of the runs as often as the "
+            "code: rerun both, one after the other, before trusting the rows flagged")
 
 
 def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -> str:
