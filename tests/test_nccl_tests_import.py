@@ -196,6 +196,44 @@ def test_a_header_without_its_table_is_left_out_and_alone_refused(tmp_path, caps
     assert len(list((tmp_path / "out").glob("*.json"))) == 1
 
 
+def test_copies_of_a_one_rank_job_in_one_log_are_refused_naming_them(tmp_path, capsys):
+    """nccl-tests/issues/107: nccl-tests built without MPI and started by mpirun -np 2 runs two
+    copies of a one-rank job, each printing its header (both 'Rank 0', on two hosts) and its
+    table into one log. Read as one run, it was '1 ranks on 2 node(s)', its rows mixed; it is
+    refused in one line that names the two processes and the cause."""
+    name = "nccl_tests_107_v100_2x1_two_copies_header.log"
+    with pytest.raises(LogError, match=r"line 1: rank 0 is listed by 2 processes \(pid 1320 on "
+                       r"ip-172-31-20-228, pid 2066 on ip-172-31-22-230\): 2 copies of a job"):
+        parse(_text(name), name)
+    assert main(["import", os.path.join(DATA, name), "--out", str(tmp_path)]) == 2
+    assert ("rebuild it with MPI=1" in capsys.readouterr().err) != quiet_rank()
+
+
+def test_copies_read_as_one_run_are_caught(monkeypatch):
+    """The broken reader: without the check, the two copies are one run of one rank on two
+    hosts, which the previous test's refusal catches."""
+    from commbench.results import nccl_tests
+
+    monkeypatch.setattr(nccl_tests, "_one_job", lambda run, name: None)
+    (run,) = parse(_text("nccl_tests_107_v100_2x1_two_copies_header.log"), "t107")
+    assert (run.ranks, len(run.hosts)) == (1, 2)
+
+
+def test_nccl_tests_2_20_s_header_is_read():
+    """A DGX Spark pair (dgx-spark-playbooks#103): nccl-tests 2.20.0's version line with the
+    library's code, its 'Collective test starting' line naming the op, 'unalign' among the
+    parameters; an excerpt of four rows, so truncated."""
+    name = "dgx_spark_103_gb10_2x1_excerpt_all_reduce.log"
+    (run,) = parse(_text(name), name)
+    assert (run.tool, run.tests_version, run.library, run.op, run.op_from) == (
+        "nccl-tests", "2.20.0", "2.31.2", "all_reduce", "header")
+    assert (run.ranks, run.hosts, run.gpu, run.params["unalign"]) == (
+        2, ["spark-d708", "spark-dbf4"], "NVIDIA GB10", 0)
+    assert [(r.size, r.out.time_us, r.inplace.time_us) for r in run.rows] == [
+        (8192, 35.15, 30.33), (16384, 31.67, 30.75), (32768, 39.56, 37.44), (65536, 67.93, 64.71)]
+    assert run.truncated
+
+
 def test_a_table_under_its_launch_line_takes_its_op_from_it(tmp_path, capsys):
     """nccl-tests/issues/232: the mpirun line names all_reduce_perf, the table has no device
     line: the op from the command, the world (2) from busbw / algbw."""

@@ -372,8 +372,27 @@ def parse(text: str, name: str = "log") -> list[Run]:
         raise LogError(f"{name}: no nccl-tests or rccl-tests column header (# size count type ...) "
                        "found: not such a log")
     for r in runs:
+        _one_job(r, name)
         settle_op(r, name)
     return runs
+
+
+def _one_job(run: Run, name: str) -> None:
+    """Refuse a run whose device lines give one rank to two processes: copies of a job, each
+    printing its own header and table into one log, their rows mixed with no way to tell whose
+    is whose (nccl-tests built without MPI=1 and started by mpirun: every copy is rank 0 of
+    one), not one run of their ranks together."""
+    seen: dict[int, Device] = {}
+    for d in run.devices:
+        first = seen.setdefault(d.rank, d)
+        if (first.host, first.pid) != (d.host, d.pid):
+            copies = sum(1 for x in run.devices if x.rank == d.rank)
+            raise LogError(
+                f"{name}: line {run.first_line}: rank {d.rank} is listed by {copies} processes "
+                f"(pid {first.pid} on {first.host}, pid {d.pid} on {d.host}): {copies} copies of "
+                f"a job, each printing its own table into this log, not one run of their ranks "
+                "(nccl-tests built without MPI=1 and started by mpirun makes every copy rank 0 "
+                "of one; rebuild it with MPI=1)")
 
 
 def settle_op(run: Run, name: str) -> None:
