@@ -228,7 +228,7 @@ SYMM_MEM = "torch SymmetricMemory"
 _SYMM_MEM_SIZED = {"multimem_all_reduce": "all_reduce", "one_shot_all_reduce": "all_reduce",
                    "two_shot_all_reduce": "all_reduce",
                    "multimem_one_shot_all_reduce": "all_reduce",
-                   "multimem_one_shot_reduce": "reduce"}
+                   "multimem_one_shot_reduce": PROFILER["nccl:reduce"]}  # the op, from its record
 # any library's kernel, in one anchored match (most kernels' names fail it at their first
 # words): a computation kernel is told so without a look at each library
 library_start = re.compile("|".join(f"(?:{p.pattern})" for p, _, _ in LIBRARIES.values())).match
