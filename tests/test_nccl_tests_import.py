@@ -16,6 +16,7 @@ from commbench.costmodel.calibrate import topology_for
 from commbench.costmodel.nccl import nccl_predict
 from commbench.costmodel.topology import load as load_topology
 from commbench.results.nccl_tests import LogError, Run, check_printed, parse
+from commbench.results.osu import parse as osu_parse
 
 pytestmark = pytest.mark.nccltests
 
@@ -680,13 +681,34 @@ def test_osu_bandwidth_tests_are_left_out_and_said_so(tmp_path, capsys):
     assert not os.listdir(tmp_path)
 
 
+def test_osu_latency_s_world_is_its_launch_line_s_or_its_own_two(tmp_path, capsys):
+    """libfabric-cray#859: OMB 5.0's osu_latency, its srun line echoed as a '### Running:'
+    comment, which was not read as the launch line: the import asked for --ranks. It is read
+    now; and without any launch line osu_latency's world is its own two processes (OMB runs it
+    on exactly two), said so."""
+    name = "osu_libfabric_cray_859_latency.log"
+    (run,) = osu_parse(_text(name))
+    assert (run.api, run.test, run.version, run.ranks, len(run.rows)) == (
+        "MPI", "Latency", "5.0", 2, 24)
+    assert (run.rows[0][:2], run.rows[-1][:2]) == ((0, 1.84), (4194304, 497.37))
+    assert main(["import", os.path.join(DATA, name), "--out", str(tmp_path / "a")]) == 0
+    assert "pingpong, 2 ranks (launch line), 24 rows" in capsys.readouterr().out
+    bare = tmp_path / "bare.log"
+    bare.write_text("\n".join(line for line in _text(name).splitlines() if "srun" not in line))
+    assert main(["import", str(bare), "--out", str(tmp_path / "b")]) == 0
+    assert "2 ranks (osu_latency's two processes)" in capsys.readouterr().out
+    rec = json.loads((tmp_path / "b" / "osu_pingpong_mpi-x2.json").read_text())
+    assert rec["world_size"] == 2 and len(rec["rows"]) == 24
+
+
 @pytest.mark.parametrize("line, ranks", [
     ("$ srun -N2 --ntasks-per-node=4 --mpi=pmix ./collective/osu_alltoall --validation", 8),
     ("$ srun -u --mpi=pmix -n4 osu_iallreduce -d cuda", 4),
     ("mpirun -n 144 -N 36 -hostfile hosts osu_allreduce -x 10", 144),  # Open MPI's -N: per node
     ("mpirun --hostfile ./h --allow-run-as-root -N 2 -np 2 -map-by ppr:1:node osu_allreduce", 2),
     ("time flux run -N4 --tasks-per-node=96 -o cpu-affinity=per-task osu_allreduce", 384),
-    ("./collective/osu_allreduce", 0)])
+    ("./collective/osu_allreduce", 0),
+    ("### Running: srun -n2 -N2 -t00:8:00 --exclusive --cpu_bind=none -c2 osu_latency", 2)])
 def test_an_osu_run_s_world_is_read_off_its_launch_line(line, ranks):
     from commbench.results.osu import OsuRun
 

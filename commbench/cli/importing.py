@@ -219,7 +219,9 @@ def _osu_runs(path: str, text: str, ranks: int, out: list) -> bool:
             print(f"{path}: line {run.first_line}: OSU {run.test} test has no rows; left out",
                   file=sys.stderr)
             continue
-        n = run.ranks or ranks
+        n = run.ranks or ranks or (2 if run.two else 0)
+        known = "launch line" if run.ranks else "--ranks" if ranks else \
+            "osu_latency's two processes"
         if not n:
             raise UsageError(f"{path}: line {run.first_line}: the OSU {run.test} test's world is "
                              "unknown (no srun/mpirun line with -n or -N and --ntasks-per-node "
@@ -227,7 +229,7 @@ def _osu_runs(path: str, text: str, ranks: int, out: list) -> bool:
         if n < 2:
             raise UsageError(f"{path}: line {run.first_line}: {n} rank: OSU's tests need 2 or "
                              "more")
-        out.append((path, run, n, os.path.basename(path)))
+        out.append((path, run, n, os.path.basename(path), known))
         kept += 1
     if not kept:
         raise UsageError(f"{path}: OSU output with no test commbench reads (collective latency "
@@ -238,7 +240,7 @@ def _osu_runs(path: str, text: str, ranks: int, out: list) -> bool:
 def _write_osu(runs: list, folder: str, taken: set[str]) -> int:
     """Each OSU run as a results file; the rows with OSU's validation failed."""
     wrong = 0
-    for path, run, n, source in runs:
+    for path, run, n, source, known in runs:
         rec = osu.record(run, n, source)
         name = _unique(f"osu_{run.op}_{_slug(run.api)}-x{n}", taken)
         cells = [[r["osu_size"], r["size"], f"{r['time_us']:.2f}", f"{r['busbw']:.4f}",
@@ -246,7 +248,7 @@ def _write_osu(runs: list, folder: str, taken: set[str]) -> int:
         table = tabulate(cells, headers=["OSU size(B)", "size(B)", "time(us)", "busbw(GB/s)",
                                          ""], tablefmt="github", disable_numparse=True)
         head = (f"# {path}: OSU {run.api} {run.test} v{run.version}, {run.op}, {n} ranks "
-                f"({'launch line' if run.ranks else '--ranks'}), {len(rec['rows'])} rows")
+                f"({known}), {len(rec['rows'])} rows")
         write_json(os.path.join(folder, name + ".json"), rec)
         write_atomic(os.path.join(folder, name + ".md"), head.lstrip("# ") + "\n\n" + table
                      + "\n")

@@ -14,7 +14,9 @@ The title names the API (``MPI``, ``MPI-CUDA``, ``MPI-ROCM``, ``NCCL``, ...) and
 columns are ``Avg Latency(us)``, with ``-f`` also ``Min``, ``Max`` and ``Iterations``, with
 ``--validation`` a ``Pass``/``Fail`` column. OMB prints no world size: it is read from the
 launch line before the title (``-n``/``-np``/``--ntasks``, or ``-N`` nodes times
-``--ntasks-per-node``, flux's ``--tasks-per-node``), else given to ``commbench import --ranks``.
+``--ntasks-per-node``, flux's ``--tasks-per-node``; a script's echo of it, ``### Running: srun
+...``, too), else given to ``commbench import --ranks``; ``osu_latency`` runs on exactly two
+processes (OMB refuses any other count), so its world is two where nothing else says it.
 
 Sizes: OMB's ``Size`` is the message of one rank (its whole buffer for all-reduce, broadcast,
 reduce and reduce-scatter; its block to or from each peer for all-gather, all-to-all, gather and
@@ -94,6 +96,11 @@ class OsuRun:
         return 0
 
     @property
+    def two(self) -> bool:
+        """Whether this is ``osu_latency``, which OMB runs on exactly two processes."""
+        return self.test == "Latency"
+
+    @property
     def transport(self) -> str:
         api = self.api.upper()
         return "nccl" if "NCCL" in api else "rccl" if "RCCL" in api else "mpi"
@@ -116,8 +123,7 @@ def parse(text: str) -> list[OsuRun]:
             runs.append(run)
             command = ""
             continue
-        if "osu_" in line and not line.startswith("#") and (
-                _LAUNCH.search(line) or line.startswith(("$", "./"))):
+        if "osu_" in line and (_LAUNCH.search(line) or line.startswith(("$", "./"))):
             command, run = line, None  # the next block's launch
             continue
         if run is None:
