@@ -582,13 +582,14 @@ def test_other_libraries_communication_kernels_are_told_by_their_namespace(name,
 
 
 @pytest.mark.parametrize("name, want", [
-    ("symm_mem::multimem_all_reduce_", "all_reduce"), ("symm_mem::two_shot_all_reduce_out",
-                                                       "all_reduce"),
-    ("symm_mem::one_shot_all_reduce_copy_out", "all_reduce"),
-    ("symm_mem::multimem_one_shot_reduce_out", "reduce"),
+    ("symm_mem::multimem_all_reduce_", ("all_reduce", True)),
+    ("symm_mem::two_shot_all_reduce_out", ("all_reduce", True)),
+    ("symm_mem::one_shot_all_reduce_copy_out", ("all_reduce", True)),
+    ("symm_mem::multimem_one_shot_reduce_out", ("reduce", True)),
     # their input is one rank's part or the whole: sized only with the group's size
-    ("symm_mem::multimem_all_gather_out", None), ("symm_mem::reduce_scatter_out", None),
-    ("symm_mem::stream_write_value32_", None)])
+    ("symm_mem::multimem_all_gather_out", ("all_gather", False)),
+    ("symm_mem::reduce_scatter_out", ("reduce_scatter", False)),
+    ("symm_mem::stream_write_value32_", None)])  # no collective
 def test_a_symmetric_memory_op_sizes_its_kernel_only_where_its_input_is_the_call(name, want):
     assert calls.symm_mem_op(name) == want
     assert (calls.library_op(calls.SYMM_MEM, "two_shot_all_reduce_kernel"),
@@ -620,6 +621,29 @@ def test_profiler_ops_alone_are_on_no_group_where_the_trace_lists_smaller_groups
     assert [(c.op, c.group, c.size, c.dur) for c in part.calls] == [
         ("all_reduce", (), 4000, 10.0), ("all_gather", (), 0, 10.0), ("barrier", (), 0, 3.0)]
     assert part.unsized == 0  # recorded with shapes: its group, not its shape, is unknown
+
+
+def test_a_symmetric_memory_kernel_takes_the_op_of_its_launch(tmp_path):
+    """torch SymmetricMemory's two-shot kernel runs its all-reduce and its reduce-scatter alike:
+    by name it is unknown; launched by symm_mem::reduce_scatter_out it is a reduce-scatter,
+    unsized (its input's size is the group's times the output's, and the group is not in the
+    trace); launched by symm_mem::two_shot_all_reduce_ an all-reduce of its input's size."""
+    kernel = ("void (anonymous namespace)::two_shot_all_reduce_kernel<c10::BFloat16, 16, 8, "
+              "{}>(c10::BFloat16**)")
+    events = []
+    for k, (op, flags) in enumerate((("symm_mem::reduce_scatter_out", "true, false"),
+                                     ("symm_mem::two_shot_all_reduce_", "false, false"))):
+        events += [{"ph": "X", "cat": "cpu_op", "name": op, "ts": 100 * k, "dur": 5,
+                    "args": {"External id": k + 1, "Input Dims": [[4096], [], []],
+                             "Input type": ["c10::BFloat16", "", ""]}},
+                   {"ph": "X", "cat": "kernel", "name": kernel.format(flags), "ts": 100 * k + 10,
+                    "dur": 20, "tid": 7, "args": {"External id": k + 1}}]
+    path = _write(tmp_path / "rank0.json", json.dumps(
+        {"distributedInfo": {"rank": 0, "world_size": 8}, "traceEvents": events}))
+    t = kineto.read(path, progress=False)
+    assert [(c.op, c.size, c.dur) for c in t.calls] == [("reduce_scatter", 0, 20.0),
+                                                       ("all_reduce", 8192, 20.0)]
+    assert [c.sized for c in t.calls] == [False, True]
 
 
 def test_a_reader_blind_to_deepep_s_kernels_is_caught(tmp_path, monkeypatch):

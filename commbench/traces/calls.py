@@ -223,12 +223,17 @@ LIBRARIES: dict[str, tuple[re.Pattern, str, dict[str, str] | str]] = {
          "tile_reduce_scatter_kernel": "reduce_scatter"}),
 }
 SYMM_MEM = "torch SymmetricMemory"
-# its ops (symm_mem::<name>, out-of-place and copying variants alike) whose input is the
-# call's whole buffer, so that the op's Input Dims size the call without its group
-_SYMM_MEM_SIZED = {"multimem_all_reduce": "all_reduce", "one_shot_all_reduce": "all_reduce",
-                   "two_shot_all_reduce": "all_reduce",
-                   "multimem_one_shot_all_reduce": "all_reduce",
-                   "multimem_one_shot_reduce": PROFILER["nccl:reduce"]}  # the op, from its record
+# its ops (symm_mem::<name>, out-of-place and copying variants alike) -> (the call's op, whether
+# the op's input is the call's whole buffer, so that its Input Dims size the call without its
+# group: not an all-gather's block nor a reduce-scatter's input of the group's size)
+_SYMM_MEM_OPS = {"multimem_all_reduce": ("all_reduce", True),
+                 "one_shot_all_reduce": ("all_reduce", True),
+                 "two_shot_all_reduce": ("all_reduce", True),
+                 "multimem_one_shot_all_reduce": ("all_reduce", True),
+                 "multimem_one_shot_reduce": (PROFILER["nccl:reduce"], True),  # from its record
+                 "multimem_all_gather": ("all_gather", False),
+                 "reduce_scatter": ("reduce_scatter", False),
+                 "tile_reduce_scatter": ("reduce_scatter", False)}
 # any library's kernel, in one anchored match (most kernels' names fail it at their first
 # words): a computation kernel is told so without a look at each library
 library_start = re.compile("|".join(f"(?:{p.pattern})" for p, _, _ in LIBRARIES.values())).match
@@ -253,11 +258,13 @@ def library_op(library: str, word: str) -> str:
     return ops if isinstance(ops, str) else ops.get(word, "unknown")
 
 
-def symm_mem_op(name: str) -> str | None:
-    """The op of a torch SymmetricMemory op (``symm_mem::two_shot_all_reduce_``,
-    ``symm_mem::one_shot_all_reduce_copy_out``) whose input is its whole buffer, None for any
-    other (its all-gather and reduce-scatter need their group's size, which the trace lacks)."""
+def symm_mem_op(name: str) -> tuple[str, bool] | None:
+    """(the call's op, whether the op's input is its whole buffer) of a torch SymmetricMemory op
+    (``symm_mem::two_shot_all_reduce_``, ``symm_mem::one_shot_all_reduce_copy_out``,
+    ``symm_mem::reduce_scatter_out``); None for one that is no collective (its signal and
+    memset ops). An all-gather's or reduce-scatter's input sizes it only with its group's size,
+    which the trace lacks."""
     base = name.removeprefix("symm_mem::").rstrip("_")
     for suffix in ("_out", "_copy"):
         base = base.removesuffix(suffix)
-    return _SYMM_MEM_SIZED.get(base)
+    return _SYMM_MEM_OPS.get(base)

@@ -413,21 +413,22 @@ def _library(e: dict, lib: tuple[str, str], path: str) -> Call:
 
 
 def _symm_sized(c: Call, name: str, args: dict) -> Call:
-    """A torch SymmetricMemory kernel sized by the op that launched it (``symm_mem::*``, the same
-    ``External id``): its op, and its input's dims and type (``Input Dims``, ``Input type``),
-    which are the call's whole buffer; still no group (the group's name is a string argument the
-    profiler leaves empty). A kernel whose op states no dims or type stays unsized."""
+    """A torch SymmetricMemory kernel told by the op that launched it (``symm_mem::*``, the same
+    ``External id``): that op's collective (its two-shot kernel is also its reduce-scatter),
+    and, where the op's input is the call's whole buffer, its input's dims and type (``Input
+    Dims``, ``Input type``) as the call's size; still no group (the group's name is a string
+    argument the profiler leaves empty). A kernel whose op states no dims or type is unsized."""
+    op, whole = symm_mem_op(name)
+    c = replace(c, op=op, group_desc=f"{SYMM_MEM}'s own (not NCCL), launched by {name}: no group "
+                                     "in the trace")
     dims, types = args.get("Input Dims"), args.get("Input type")
-    if not (isinstance(dims, list) and dims and isinstance(dims[0], list) and
+    if not (whole and isinstance(dims, list) and dims and isinstance(dims[0], list) and
             all(isinstance(d, int) and d >= 0 for d in dims[0]) and isinstance(types, list) and
             types and types[0] in CPP_TYPES):
         return c
     elems = math.prod(dims[0])
     dtype = CPP_TYPES[types[0]]
-    return replace(c, op=symm_mem_op(name), dtype=dtype, itemsize=_ITEMSIZE[dtype],
-                   in_elems=elems, out_elems=elems,
-                   group_desc=f"{SYMM_MEM}'s own (not NCCL), sized by {name}: no group in the "
-                              "trace")
+    return replace(c, dtype=dtype, itemsize=_ITEMSIZE[dtype], in_elems=elems, out_elems=elems)
 
 
 @lru_cache(maxsize=1024)  # a job runs a few kernels many times
