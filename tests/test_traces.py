@@ -469,6 +469,60 @@ def test_an_nccl_kernel_launched_before_the_trace_counts_as_communication(tmp_pa
                                                                  ("kernel", 16)]
 
 
+def _graphed_job(path) -> str:
+    """A step of a job that replays a CUDA graph: the graph's launch (cudaGraphLaunch,
+    correlation 42) in ProfilerStep#5, and the kernels the replay runs, the GPU behind: a GEMM and
+    an NCCL all-reduce under it, each with the launch's correlation and no op's External id (as
+    a ROCm vLLM trace in TraceLens' test data lays out hipGraphLaunch's 421 kernels); a kernel
+    launched before the window beside them."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#5", "ts": 0,
+               "dur": 100},
+              {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#6", "ts": 100,
+               "dur": 100},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 40, "dur": 5,
+               "args": {"correlation": 42}},
+              {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16_bf16f32", "ts": 150,
+               "dur": 30, "tid": 7, "args": {"correlation": 42}},
+              {"ph": "X", "cat": "kernel", "ts": 160, "dur": 40, "tid": 9,
+               "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+               "args": {"correlation": 42}},
+              {"ph": "X", "cat": "kernel", "ts": 5, "dur": 10, "tid": 9,
+               "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+               "args": {"correlation": 3}}]
+    return _write(path, json.dumps({"distributedInfo": {"rank": 0, "world_size": 8},
+                                    "traceEvents": events}))
+
+
+def test_nccl_kernels_replayed_from_a_cuda_graph_are_said_so_in_their_launch_s_step(tmp_path,
+                                                                                     capsys):
+    """A CUDA graph's replay runs kernels whose ops ran at its capture: an NCCL kernel in it has
+    no op of its own in the trace, as one launched before the window, and was said to be one,
+    in no step. It carries its graph launch's correlation: it is said replayed from a graph,
+    counted as communication in the step of the launch (the GPU behind), 20 us of its 40
+    exposed; the kernel launched before the window stays so."""
+    from commbench.cli.main import main
+    from commbench.traces.recorded import from_traces
+
+    path = _graphed_job(tmp_path / "rank0.json")
+    t = kineto.read(path, progress=False)
+    assert (t.graphed, t.unlinked) == (1, 1)
+    assert sorted((c.source, c.op, c.dur, c.step) for c in t.calls) == [
+        ("kernel-graph", "all_reduce", 40.0, 5), ("kernel-unlinked", "all_reduce", 10.0, 0)]
+    assert sum(s["exposed_us"] for s in per_step([t]) if s["step"] == 5) == 20.0
+    assert main(["analyze", path]) == 0
+    assert "# 1 NCCL kernel(s) replayed from a CUDA graph (their calls ran at its capture" in \
+        capsys.readouterr().out
+    said: list[str] = []
+    from_traces([path], said=said)
+    assert "not replayed: 1 NCCL kernel(s) replayed from a CUDA graph (ranks [0])" in said[1]
+
+
+def test_a_reader_blind_to_graph_launches_is_caught(tmp_path, monkeypatch):
+    monkeypatch.setattr(kineto, "_GRAPH_LAUNCH", ("no such launch",))
+    t = kineto.read(_graphed_job(tmp_path / "rank0.json"), progress=False)
+    assert (t.graphed, t.unlinked) == (0, 2)  # the previous test's figures fail
+
+
 def _deepep_job(path) -> str:
     """One step of a DeepEP job's rank: a GEMM, then DeepEP's dispatch under it, its count
     exchange alone, its layout kernel (computation), and a combine of DeepSeek's own build of it

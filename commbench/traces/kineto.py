@@ -60,8 +60,12 @@ from commbench.traces.intervals import OnlineUnion
 UNKNOWN = "unknown"  # the op of an unlinked kernel whose name states none
 NO_KERNEL = "no-kernel"  # the source of a call whose CPU op no NCCL kernel in the trace ran
 LIBRARY = "library-kernel"  # the source of another library's communication kernel (DeepEP's)
+GRAPHED = "kernel-graph"  # the source of an NCCL kernel replayed from a CUDA or HIP graph
+# the runtime's and driver's graph launches, as CUPTI and roctracer name them: every kernel a
+# replay runs carries the launch's correlation and no op's External id
+_GRAPH_LAUNCH = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
 
-__all__ = ["LIBRARY", "NO_KERNEL", "RankTrace", "read"]
+__all__ = ["GRAPHED", "LIBRARY", "NO_KERNEL", "RankTrace", "read"]
 
 _ITEMSIZE = dict(DTYPES.values())  # commbench's dtype -> bytes
 KERNEL = ("kernel", "Kernel")  # a GPU kernel's category, as Kineto writes it (old and new)
@@ -70,12 +74,12 @@ KERNEL = ("kernel", "Kernel")  # a GPU kernel's category, as Kineto writes it (o
 def _wanted(texts: list[str]) -> list[bool]:
     """Whether each event's text may be one :func:`read` needs: a kernel, a step, a collective's
     op (``record_param_comms``, the process groups' own ``nccl:*`` and ``gloo:*``, torch
-    SymmetricMemory's ``symm_mem::*``). Any other event is skipped undecoded
+    SymmetricMemory's ``symm_mem::*``), a graph's launch. Any other event is skipped undecoded
     (:func:`commbench.traces.stream.events`). A name spelled with a ``\\u`` escape is decoded,
     whatever it spells."""
     return ['"kernel"' in t or '"Kernel"' in t or "record_param_comms" in t or
             "ProfilerStep#" in t or "nccl:" in t or "gloo:" in t or "symm_mem::" in t or
-            "\\u" in t for t in texts]
+            "GraphLaunch" in t or "\\u" in t for t in texts]
 
 
 @dataclass
@@ -94,6 +98,7 @@ class RankTrace:
     compute_end: array = field(default_factory=lambda: array("d"))
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, start, end)
     unlinked: int = 0  # NCCL kernels whose launch the trace does not hold
+    graphed: int = 0  # NCCL kernels replayed from a CUDA graph: their calls ran at its capture
     library: dict[str, int] = field(default_factory=dict)  # other libraries' kernels: how many
     no_kernel: int = 0  # calls whose collective made no NCCL kernel in the trace (NO_KERNEL)
     unsized: int = 0  # calls whose sizes the trace does not hold (Call.sized false)
@@ -168,6 +173,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
     others: list[Call] = []  # communication kernels of other libraries (library_kernel)
     symm: dict = {}  # External id -> a torch SymmetricMemory op's (name, args): its kernel's size
     symm_kernels: list[tuple[int, object]] = []  # (index in others, External id) of its kernels
+    graph_at: dict = {}  # a graph launch's correlation -> its start: the step of its replay
     say = stream.progress_line(path) if progress and os.path.getsize(path) > \
         stream.PROGRESS_BYTES else None
     for e in stream.events(path, top, say, limit=limit, wanted=_wanted):
@@ -223,6 +229,10 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
             args = e.get("args") or {}
             if args.get("External id") is not None:
                 symm[args["External id"]] = (name, args)
+        elif name.startswith(_GRAPH_LAUNCH):
+            corr = (e.get("args") or {}).get("correlation")
+            if type(corr) is int and isinstance(e.get("ts"), int | float):
+                graph_at[corr] = float(e["ts"])
         elif name.startswith("ProfilerStep#") and cat in ("user_annotation", "cpu_op", ""):
             try:
                 out.steps.append((int(name.split("#", 1)[1]), float(e["ts"]),
@@ -265,6 +275,12 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
             kernels.append(replace(base, ts=float(e["ts"]), dur=float(e.get("dur") or 0.0),
                                    stream=str(e.get("tid", "")), source="kernel", algo=algo,
                                    proto=proto, host_ts=base.ts))
+        elif type(corr := e["args"].get("correlation")) is int and corr in graph_at:
+            # replayed from a graph: its op ran at capture, the replay in the launch's step
+            kernels.append(replace(_unlinked(e, choice), source=GRAPHED,
+                                   group_desc="replayed from a CUDA graph (its op ran at capture)",
+                                   host_ts=graph_at[corr]))
+            out.graphed += 1
         else:  # launched before the profiler's window opened: still communication
             kernels.append(_unlinked(e, choice))
             out.unlinked += 1

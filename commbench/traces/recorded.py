@@ -65,6 +65,11 @@ def from_traces(names: list[str], limit: int | None = None,
     if unlinked and said is not None:
         said.append(f"not replayed: {sum(unlinked.values())} NCCL kernel(s) launched before the "
                     f"traces' window (ranks {sorted(unlinked)}), whose calls they do not hold")
+    graphed = {t.rank: t.graphed for t in traces if t.graphed}
+    if graphed and said is not None:
+        said.append(f"not replayed: {sum(graphed.values())} NCCL kernel(s) replayed from a CUDA "
+                    f"graph (ranks {sorted(graphed)}), whose calls ran at its capture, before the "
+                    "traces")
     library = {t.rank: sum(t.library.values()) for t in traces if t.library}
     if library and said is not None:
         libs = sorted({lib for t in traces for lib in t.library})

@@ -45,6 +45,7 @@ def record(traces: list[RankTrace], rows: list[Matched], extra: dict,
             "source": sorted({c.source for t in traces for c in t.calls}),
             "calls": calls, "groups": per_group(rows), "sizes": per_size(rows),
             "steps": per_step(traces, cover), "unlinked": sum(t.unlinked for t in traces),
+            "graphed": sum(t.graphed for t in traces),
             "library": _library(traces),
             "no_kernel": sum(t.no_kernel for t in traces),
             "unsized": sum(t.unsized for t in traces), **extra}
@@ -84,6 +85,10 @@ def markdown(rec: dict, top: int = 20) -> str:
     if rec.get("unlinked"):
         head += (f"\n# {rec['unlinked']} NCCL kernel(s) launched before the trace's window: "
                  "counted as communication (time, exposed time), their sizes and groups unknown")
+    if rec.get("graphed"):
+        head += (f"\n# {rec['graphed']} NCCL kernel(s) replayed from a CUDA graph (their calls "
+                 "ran at its capture, before the trace): counted as communication (time, "
+                 "exposed time) in the step of the graph's launch, their sizes and groups unknown")
     for lib, n in (rec.get("library") or {}).items():
         what = LIBRARIES[lib][1] if lib in LIBRARIES else "its own communication"
         known = ("their sizes from the ops that launched them, where those hold them; their "
