@@ -655,13 +655,17 @@ def test_profiler_ops_alone_are_on_no_group_where_the_trace_lists_smaller_groups
     """A trace whose calls are only its process groups' profiler ops (no record_param_comms):
     where the trace lists a group of fewer ranks than the world, an op's group is unknown, not
     the world; the call keeps its op and time, and its bytes only where they need no group's
-    size (an all-reduce's, not an all-gather's)."""
+    size (an all-reduce's, not an all-gather's). The GPU's span of such an op (Kineto's
+    gpu_user_annotation of the same name) is no second call."""
     def doc(groups):
         events = [{"ph": "X", "cat": "user_annotation", "name": name, "tid": 5, "ts": ts,
                    "dur": 10, "args": {"Input Dims": [[1000]], "Input type": ["float"]}}
                   for name, ts in (("gloo:all_reduce", 0), ("gloo:all_gather", 20))]
         events.append({"ph": "X", "cat": "user_annotation", "name": "gloo:barrier", "tid": 5,
                        "ts": 40, "dur": 3, "args": {}})  # no input: nothing to size, none missing
+        # the GPU's span of an op of the same name (Kineto's gpu_user_annotation): no call
+        events.append({"ph": "X", "cat": "gpu_user_annotation", "name": "gloo:all_reduce",
+                       "pid": 0, "tid": 7, "ts": 2, "dur": 6, "args": {"External id": 9}})
         info = {"backend": "gloo", "rank": 0, "world_size": 4,
                 "pg_config": [{"pg_name": str(k), "ranks": g} for k, g in enumerate(groups)]}
         return json.dumps({"distributedInfo": info, "traceEvents": events})

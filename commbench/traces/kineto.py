@@ -207,7 +207,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
                         own.append((c, e["args"]["External id"]))
             else:
                 pending.append((_slim(e), choice))
-        elif name in PROFILER:
+        elif name in PROFILER and cat != "gpu_user_annotation":  # the host's op, not its GPU span
             args = e.get("args") or {}
             prof.append(({k: e.get(k) for k in ("name", "ts", "dur", "tid")},
                           {k: args.get(k) for k in ("Input Dims", "Input type")}))
