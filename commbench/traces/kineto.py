@@ -225,7 +225,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
                 cpu.append(c)
                 if args.get("External id") is not None:
                     by_id[args["External id"]] = c
-        elif name.startswith("symm_mem::") and symm_mem_op(name):
+        elif name.startswith("symm_mem::") and cat != "gpu_user_annotation" and symm_mem_op(name):
             args = e.get("args") or {}
             if args.get("External id") is not None:
                 symm[args["External id"]] = (name, args)
