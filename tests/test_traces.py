@@ -695,7 +695,10 @@ def test_a_symmetric_memory_kernel_takes_the_op_of_its_launch(tmp_path):
                     "args": {"External id": k + 1, "Input Dims": [[4096], [], []],
                              "Input type": ["c10::BFloat16", "", ""]}},
                    {"ph": "X", "cat": "kernel", "name": kernel.format(flags), "ts": 100 * k + 10,
-                    "dur": 20, "tid": 7, "args": {"External id": k + 1}}]
+                    "dur": 20, "tid": 7, "args": {"External id": k + 1}},
+                   # the GPU's span of the op, its External id and no dims: not the op
+                   {"ph": "X", "cat": "gpu_user_annotation", "name": op, "ts": 100 * k + 10,
+                    "dur": 20, "pid": 0, "tid": 7, "args": {"External id": k + 1}}]
     path = _write(tmp_path / "rank0.json", json.dumps(
         {"distributedInfo": {"rank": 0, "world_size": 8}, "traceEvents": events}))
     t = kineto.read(path, progress=False)
