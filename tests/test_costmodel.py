@@ -73,6 +73,37 @@ def test_tree_correction_factor_and_ring_plateau_are_applied():
     assert big.lat_us == pytest.approx(lat)
 
 
+@pytest.mark.parametrize("version", ["2.18.1", "2.30.7"])
+def test_the_tree_correction_covers_the_sizes_nccl_s_source_gives_it(version):
+    """NCCL corrects the tree's bandwidth at logSize = log2(bytes >> 6) < 23 (64 B to 256 MiB;
+    src/graph/tuning.cc, ncclTopoGetAlgoTime, in both versions): at 256 MiB the Simple factor
+    0.9, at 512 MiB none, though 2.30's table has a 24th entry (0.9) there, which only
+    NVLS_TREE reads. 2.18.1's table has 23 entries, as its source does."""
+    from commbench.costmodel.nccl import constants, nccl_choices
+
+    h = load("dgx-h100")
+    lat, alg = nccl_choices("all_reduce", h, version)[("tree", "Simple")]
+    for size, factor in ((256 << 20, 0.9), (512 << 20, 1.0)):
+        t = nccl_predict("all_reduce", size, h, version, algo="tree", proto="Simple")
+        assert t.time_us == pytest.approx(lat + size / (1000 * alg * factor))
+    assert [len(r) for r in constants("2.18.1")["tree_correction"]] == [23, 23, 23]
+
+
+def test_nvls_tree_is_corrected_on_blackwell_only():
+    """2.30 corrects NVLS_TREE's bandwidth like the tree's, up to logSize 23 (1 GiB excluded),
+    where the GPUs are Blackwell (minCompCap >= 100) and the host x86: at 1 MiB (logSize 14)
+    the Simple factor 0.5, at 1 GiB none; on Hopper never."""
+    from commbench.costmodel.nccl import nccl_choices
+
+    for preset, corrected in (("dgx-b200", True), ("dgx-h100", False)):
+        topo = load(preset, 2)
+        lat, alg = nccl_choices("all_reduce", topo)[("nvls_tree", "Simple")]
+        for size, factor in ((1 << 20, 0.5), (1 << 30, 1.0)):
+            t = nccl_predict("all_reduce", size, topo, algo="nvls_tree", proto="Simple")
+            f = factor if corrected else 1.0
+            assert t.time_us == pytest.approx(lat + size / (1000 * alg * f))
+
+
 def test_one_rank_costs_nothing_and_unknown_requests_are_refused():
     one = load("dgx-h100").__class__(**{**load("dgx-h100").__dict__, "gpus_per_node": 1})
     assert nccl_predict("all_reduce", 1 << 20, one).time_us == 0.0

@@ -230,10 +230,15 @@ def _timed(op: str, nbytes: int, topo: Topology, c: dict, unsized
     the size-free part with the corrections that depend on the size."""
     n = topo.ranks
     out = []
+    windows = c["tree_correction_sizes"]
     for algo, p, proto, lat, alg, channels in unsized:
-        if algo == "tree" and op == "all_reduce" and nbytes >> 6 > 0:
+        # NCCL's static correction of trees at medium sizes, over the sizes its source applies
+        # it to (the tree: 64 B << 22; NVLS_TREE, from 2.30 on Blackwell with an x86 host, which
+        # every topology here has: 64 B << 23)
+        if op == "all_reduce" and nbytes >> 6 > 0 and (
+                algo == "tree" or (algo == "nvls_tree" and topo.arch == "blackwell")):
             k = int(math.log2(nbytes >> 6))
-            if k < len(c["tree_correction"][p]):
+            if k < windows.get(algo, 0):
                 alg *= c["tree_correction"][p][k]
         if algo == "ring" and p == 2 and op == "all_reduce" and topo.nodes > 1 \
                 and nbytes / (channels * n) >= 64:
