@@ -707,6 +707,54 @@ def test_a_symmetric_memory_kernel_takes_the_op_of_its_launch(tmp_path):
     assert [c.sized for c in t.calls] == [False, True]
 
 
+def _symm_recorded(path, with_nccl: bool) -> str:
+    """A rank of a torch whose SymmetricMemory ops record their call (RECORD_PARAM_COMMS in
+    CUDASymmetricMemoryOps.cu: Collective name symm_mem::two_shot_all_reduce, the input's and
+    output's elements, the group), the kernel under it with its External id; beside it, or not,
+    an NCCL all-reduce of its own."""
+    ranks = "[0, 1, 2, 3, 4, 5, 6, 7]"
+    events = [{"ph": "X", "cat": "cpu_op", "name": "symm_mem::two_shot_all_reduce_", "ts": 10,
+               "dur": 30, "args": {"External id": 4, "Input Dims": [[4096], [], []],
+                                   "Input type": ["c10::BFloat16", "", ""]}},
+              {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 12, "dur": 20,
+               "args": {"External id": 5, "Collective name": "symm_mem::two_shot_all_reduce",
+                        "In msg nelems": 4096, "Out msg nelems": 4096, "dtype": "BFloat16",
+                        "Group size": 8, "Process Group Name": "3",
+                        "Process Group Ranks": ranks}},
+              {"ph": "X", "cat": "kernel", "ts": 50, "dur": 16, "tid": 7, "args": {"External id": 5},
+               "name": "void (anonymous namespace)::two_shot_all_reduce_kernel_inplace"
+                       "<c10::BFloat16, 16, 8>(c10::BFloat16**, unsigned long)"}]
+    if with_nccl:
+        events += [{"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 100,
+                    "dur": 5, "args": {**GOOD, "Process Group Ranks": ranks, "External id": 9}},
+                   {"ph": "X", "cat": "kernel", "ts": 120, "dur": 10, "tid": 7,
+                    "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)",
+                    "args": {"External id": 9}}]
+    return _write(path, json.dumps({"distributedInfo": {"rank": 0, "world_size": 8},
+                                    "traceEvents": events}))
+
+
+@pytest.mark.parametrize("with_nccl", [False, True])
+def test_a_symmetric_memory_call_torch_recorded_is_one_call_with_its_group(tmp_path, with_nccl):
+    """Newer torch records each SymmetricMemory collective with record_param_comms, under which
+    its kernel runs: the kernel is that call, with its op, bytes and group, so it has a
+    bandwidth; the record is no second call (a call without a kernel, or a CPU-timed one)."""
+    t = kineto.read(_symm_recorded(tmp_path / "rank0.json", with_nccl), progress=False)
+    mine = [(c.op, c.group, c.size, c.dur, c.source) for c in t.calls if c.ts == 50]
+    assert mine == [("all_reduce", tuple(range(8)), 8192, 16.0, "library-kernel")]
+    assert len(t.calls) == (2 if with_nccl else 1) and t.no_kernel == 0
+    (m,) = [m for m in match([t]) if m.first.ts == 50]
+    assert m.busbw == pytest.approx(8192 / 16.0 / 1e3 * 2 * 7 / 8)
+
+
+def test_a_recorded_symmetric_memory_call_read_twice_is_caught(tmp_path, monkeypatch):
+    """The broken reader: the kernel not linked to the record that holds its call (the record
+    then a call without a kernel, the kernel an unsized call of no group) fails the figures."""
+    monkeypatch.setattr(kineto, "SYMM_MEM", "no such library")
+    t = kineto.read(_symm_recorded(tmp_path / "rank0.json", True), progress=False)
+    assert t.no_kernel == 1 and len(t.calls) == 3
+
+
 def test_a_reader_blind_to_deepep_s_kernels_is_caught(tmp_path, monkeypatch):
     path = _deepep_job(tmp_path / "rank0.json")
     want = _deepep_figures(path)

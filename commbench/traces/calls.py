@@ -117,8 +117,14 @@ class Call:
 
 
 def op_of(name: str) -> str:
-    """commbench's op for the trace's ``Collective name`` (itself when unknown)."""
-    return COLLECTIVE.get(name.strip().lower(), name.strip().lower())
+    """commbench's op for the trace's ``Collective name`` (itself when unknown): torch's names,
+    and torch SymmetricMemory's (``symm_mem::two_shot_all_reduce``, which its ops record with
+    ``record_param_comms`` in newer torch)."""
+    key = name.strip().lower()
+    if key.startswith("symm_mem::"):
+        known = symm_mem_op(key)
+        return known[0] if known else key
+    return COLLECTIVE.get(key, key)
 
 
 def ranks_of(text, where: str) -> tuple[int, ...]:

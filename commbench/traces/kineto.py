@@ -284,12 +284,20 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
         else:  # launched before the profiler's window opened: still communication
             kernels.append(_unlinked(e, choice))
             out.unlinked += 1
+    claimed: set[int] = set()  # CPU calls that a SymmetricMemory kernel ran
+    for k, ext in symm_kernels:
+        base = by_id.get(ext)
+        if base is not None:  # newer torch records its call: op, sizes and group, as NCCL's
+            lib = others[k]
+            others[k] = replace(base, ts=lib.ts, dur=lib.dur, stream=lib.stream, source=LIBRARY,
+                                host_ts=base.ts)
+            ran.add(id(base))
+            claimed.add(id(base))
+        elif ext in symm:  # else the op that launched it: op, and sizes where it holds them
+            others[k] = _symm_sized(others[k], *symm[ext])
     if kernels and inner is None and len(own) == own_args:
         kernels += _no_kernel(cpu, ran, out)
-    for k, ext in symm_kernels:
-        if ext in symm:
-            others[k] = _symm_sized(others[k], *symm[ext])
-    out.calls = (kernels or cpu) + others
+    out.calls = (kernels or [c for c in cpu if id(c) not in claimed]) + others
     _number(out)
     out.compute_ts, out.compute_end = compute.spans()
     return out

@@ -91,9 +91,9 @@ def markdown(rec: dict, top: int = 20) -> str:
                  "exposed time) in the step of the graph's launch, their sizes and groups unknown")
     for lib, n in (rec.get("library") or {}).items():
         what = LIBRARIES[lib][1] if lib in LIBRARIES else "its own communication"
-        known = ("their sizes from the ops that launched them, where those hold them; their "
-                 "groups not in the trace") if lib == SYMM_MEM else \
-            "their sizes and groups not in the trace"
+        known = ("their sizes and groups from the calls torch recorded for them "
+                 "(record_param_comms), else their sizes from the ops that launched them where "
+                 "those hold them") if lib == SYMM_MEM else "their sizes and groups not in the trace"
         head += (f"\n# {n} kernel(s) of {lib} ({what}; not NCCL's): counted as communication "
                  f"(time, exposed time), {known}")
     if rec.get("no_kernel"):
