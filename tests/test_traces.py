@@ -745,6 +745,13 @@ def test_a_symmetric_memory_call_torch_recorded_is_one_call_with_its_group(tmp_p
     assert len(t.calls) == (2 if with_nccl else 1) and t.no_kernel == 0
     (m,) = [m for m in match([t]) if m.first.ts == 50]
     assert m.busbw == pytest.approx(8192 / 16.0 / 1e3 * 2 * 7 / 8)
+    # a replay re-issues it as the all-reduce of its group it is, and says nothing left out
+    from commbench.traces.recorded import from_traces
+
+    said: list[str] = []
+    _, plan = from_traces([str(tmp_path / "rank0.json")], said=said)
+    assert [(r.op, r.count) for r in plan[0]][0] == ("all_reduce", 4096)
+    assert not any("SymmetricMemory" in line for line in said)
 
 
 def test_a_recorded_symmetric_memory_call_read_twice_is_caught(tmp_path, monkeypatch):

@@ -21,6 +21,7 @@ from commbench.names import DTYPE_NAMES
 from commbench.ops import OPS, bufferless
 from commbench.traces.calls import P2P, TraceError
 from commbench.traces.job import load as load_job
+from commbench.traces.kineto import LIBRARY
 from commbench.traces.stream import LIMIT
 
 __all__ = ["Rec", "check", "complete", "from_audit", "from_traces", "scale", "unsplit"]
@@ -70,9 +71,12 @@ def from_traces(names: list[str], limit: int | None = None,
         said.append(f"not replayed: {sum(graphed.values())} NCCL kernel(s) replayed from a CUDA "
                     f"graph (ranks {sorted(graphed)}), whose calls ran at its capture, before the "
                     "traces")
-    library = {t.rank: sum(t.library.values()) for t in traces if t.library}
+    # another library's kernels, but for those whose call torch recorded (op, sizes, group)
+    left = {t.rank: [c for c in t.calls if c.source == LIBRARY and not (c.group and c.sized)]
+            for t in traces if t.library}
+    library = {rank: len(cs) for rank, cs in left.items() if cs}
     if library and said is not None:
-        libs = sorted({lib for t in traces for lib in t.library})
+        libs = sorted({lib for t in traces if library.get(t.rank) for lib in t.library})
         said.append(f"not replayed: {sum(library.values())} kernel(s) of {', '.join(libs)} "
                     f"(ranks {sorted(library)}): communication of its own, whose sizes and "
                     "groups the traces do not hold")
