@@ -379,19 +379,20 @@ def tuning_against(said: NcclSaid, op: str, topo: Topology, version: str = "2.30
     model = nccl_choices(op, topo, version)
     out = []
     for algo, proto in sorted(set(printed) | set(model)):
-        name, mine = f"{algo}/{proto}", printed.get((algo, proto))
-        theirs = model.get((algo, proto))
-        if mine is None:
+        name, ncclbw = f"{algo}/{proto}", printed.get((algo, proto))
+        if ncclbw is None:
             continue  # not printed (an excerpt's row cut short): nothing to set against
-        if mine[1] > 0 and theirs is None:
-            out.append(f"NCCL enables {op} {name} ({mine[1]:g} GB/s); the model on {topo.name} "
+        ncclbw = ncclbw[1]
+        ours = model[(algo, proto)][1] if (algo, proto) in model else None
+        if ncclbw > 0 and ours is None:
+            out.append(f"NCCL enables {op} {name} ({ncclbw:g} GB/s); the model on {topo.name} "
                        "does not")
-        elif mine[1] <= 0 and theirs is not None:
+        elif ncclbw <= 0 and ours is not None:
             out.append(f"NCCL disables {op} {name}; the model on {topo.name} enables it "
-                       f"({theirs[1]:.1f} GB/s)")
-        elif theirs is not None and not TUNING_BAND[0] <= theirs[1] / mine[1] <= TUNING_BAND[1]:
-            out.append(f"{op} {name}: NCCL's own algorithm bandwidth {mine[1]:g} GB/s, the "
-                       f"model's on {topo.name} {theirs[1]:.1f} ({theirs[1] / mine[1]:.2f}x)")
+                       f"({ours:.1f} GB/s)")
+        elif ours is not None and not TUNING_BAND[0] <= ours / ncclbw <= TUNING_BAND[1]:
+            out.append(f"{op} {name}: NCCL's own algorithm bandwidth {ncclbw:g} GB/s, the "
+                       f"model's on {topo.name} {ours:.1f} ({ours / ncclbw:.2f}x)")
     return out
 
 

@@ -17,8 +17,6 @@ __all__ = ["TUNED_ALGOS", "TUNED_OPS", "NcclSaid", "clean_line", "nccl_said"]
 _PREFIX = re.compile(r"^(?:\s*\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
 # host:pid:tid [device] NCCL INFO ..., or as excerpts quote it, without the host or the device
 _INFO_HOST = re.compile(r"^(?:(\S+?):\d+:\d+ )?(?:\[\d+\] )?(?:NCCL|RCCL) INFO (.*)$")
-# a connection NCCL set up: "Channel 00/0 : 1[21000] -> 0[1000] via P2P/direct pointer",
-# "... via NET/IB/0/GDRDMA", "... [send] via SHM/direct/direct": its transport, two words
 # its tuning table (NCCL_DEBUG_SUBSYS=TUNING): its own latency (us) and algorithm bandwidth
 # (GB/s) of each (collective, algorithm, protocol). Older NCCL heads it "Latency/AlgBw | Tree/
 # LL | ...", newer with an "Algorithm | Tree | Ring ..." and a "Protocol | LL | LL128 ..." line
@@ -39,6 +37,8 @@ TUNED_ALGOS = {"Tree": "tree", "Ring": "ring", "CollNet": "collnet_direct",
 _PICK = re.compile(r"^(" + "|".join(map(re.escape, TUNED_OPS)) +
                    r"): (\d+) Bytes -> Algo (\w+) proto (\w+)")
 _PROTO_NAMES = {"LL": "LL", "LL128": "LL128", "SIMPLE": "Simple"}
+# a connection NCCL set up: "Channel 00/0 : 1[21000] -> 0[1000] via P2P/direct pointer",
+# "... via NET/IB/0/GDRDMA", "... [send] via SHM/direct/direct": its transport, two words
 _VIA = re.compile(r"^Channel \d+/\d+ : .*? via ([A-Za-z0-9_]+(?:/[A-Za-z0-9_]+)?)")
 _CHANNELS = re.compile(r"(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels, )?"
                        r"(\d+) p2p channels, (\d+) p2p channels per peer")

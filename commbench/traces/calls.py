@@ -184,6 +184,7 @@ def kernel_choice(name: str) -> tuple[str, str] | None:
     return algo.lower(), {"LL128": "LL128", "LL": "LL", "SIMPLE": "Simple"}.get(proto, "")
 
 
+SYMM_MEM = "torch SymmetricMemory"
 # communication kernels of libraries other than NCCL, each told by its namespace at the start
 # of the kernel's name (a type among another kernel's template arguments does not count):
 # library -> (pattern, what its kernels do, the op of each kernel word, any other's: unknown;
@@ -217,7 +218,7 @@ LIBRARIES: dict[str, tuple[re.Pattern, str, dict[str, str] | str]] = {
     # one-shot, two-shot and multicast collectives over symmetric memory. Its two-shot kernel
     # also runs its reduce-scatter, and its one-shot reduce kernel its multicast all-reduce (each
     # rank its own root): their op is the launching op's (:func:`symm_mem_op`), not the name's
-    "torch SymmetricMemory": (
+    SYMM_MEM: (
         re.compile(r"(?:void )?(?:\(anonymous namespace\)|<unnamed>)::((?:multimem_all_reduce"
                    r"|multimem_one_shot_reduce|multimem_all_gather|one_shot_all_reduce"
                    r"|two_shot_all_reduce|tile_reduce_scatter|mark_tile_signals)_kernel"
@@ -228,7 +229,6 @@ LIBRARIES: dict[str, tuple[re.Pattern, str, dict[str, str] | str]] = {
          "multimem_all_gather_kernel": "all_gather",
          "tile_reduce_scatter_kernel": "reduce_scatter"}),
 }
-SYMM_MEM = "torch SymmetricMemory"
 # its ops (symm_mem::<name>, out-of-place and copying variants alike) -> (the call's op, whether
 # the op's input is the call's whole buffer, so that its Input Dims size the call without its
 # group: not an all-gather's block nor a reduce-scatter's input of the group's size)

@@ -18,6 +18,12 @@ recorded; the world of ``distributedInfo``). A kernel reaches its op through its
 ``correlation``: the runtime call that launched it (``cudaLaunchKernel``, ``hipLaunchKernel``)
 on some thread, and the innermost profiler op on that thread that contains the launch.
 
+A trace with no ``record_param_comms`` at all has its calls in those profiler ops too (gloo of
+releases that record none). Kernels of other libraries (DeepEP, custom all-reduces, torch's
+SymmetricMemory: :data:`~commbench.traces.calls.LIBRARIES`) are communication, not computation.
+An NCCL kernel with no op of its own is one launched before the window, or one replayed from a
+CUDA graph (its graph launch's correlation), counted in the step of that launch.
+
 Algorithm and protocol are taken from a kernel's name only where the name is that collective's
 own kernel (:attr:`commbench.ops.Names.kernel`): several NCCL versions run every collective as
 ``ncclKernel_SendRecv_RING_SIMPLE``, whose words then say nothing (``unknown``); NCCL runs
@@ -424,8 +430,9 @@ def _library(e: dict, lib: tuple[str, str], path: str) -> Call:
     """A communication kernel of another library (:func:`~commbench.traces.calls.
     library_kernel`): DeepEP's dispatch and combine are all-to-alls of the expert-parallel group,
     its other kernels exchange counts or wait (``unknown``). Its device time; its sizes and its
-    group are not in the trace. It counts in the rank's communication and exposed time; nothing
-    is matched to it."""
+    group are not in the trace (torch SymmetricMemory's kernels take them afterwards from the
+    call torch recorded, or the op that launched them: :func:`read`). It counts in the rank's
+    communication and exposed time."""
     try:
         ts, dur = float(e["ts"]), float(e.get("dur") or 0.0)
     except (KeyError, TypeError, ValueError):

@@ -72,11 +72,10 @@ def from_traces(names: list[str], limit: int | None = None,
                     f"graph (ranks {sorted(graphed)}), whose calls ran at its capture, before the "
                     "traces")
     # another library's kernels, but for those whose call torch recorded (op, sizes, group)
-    left = {t.rank: [c for c in t.calls if c.source == LIBRARY and not (c.group and c.sized)]
-            for t in traces if t.library}
-    library = {rank: len(cs) for rank, cs in left.items() if cs}
+    library = {t.rank: n for t in traces if t.library and (n := sum(
+        1 for c in t.calls if c.source == LIBRARY and not (c.group and c.sized)))}
     if library and said is not None:
-        libs = sorted({lib for t in traces if library.get(t.rank) for lib in t.library})
+        libs = sorted({lib for t in traces if t.rank in library for lib in t.library})
         said.append(f"not replayed: {sum(library.values())} kernel(s) of {', '.join(libs)} "
                     f"(ranks {sorted(library)}): communication of its own, whose sizes and "
                     "groups the traces do not hold")

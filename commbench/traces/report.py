@@ -4,6 +4,7 @@ per op and size bucket, per step, and the layout's comparison where one was aske
 from __future__ import annotations
 
 import datetime
+from collections import Counter
 
 from tabulate import tabulate
 
@@ -53,11 +54,7 @@ def record(traces: list[RankTrace], rows: list[Matched], extra: dict,
 
 def _library(traces: list[RankTrace]) -> dict[str, int]:
     """Other libraries' communication kernels in the job's traces: how many of each library's."""
-    out: dict[str, int] = {}
-    for t in traces:
-        for lib, n in t.library.items():
-            out[lib] = out.get(lib, 0) + n
-    return out
+    return dict(sum((Counter(t.library) for t in traces), Counter()))
 
 
 def _holds(calls, key: str) -> bool:
