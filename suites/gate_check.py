@@ -15,7 +15,8 @@ pair of them, per transport. The targets, checked (exit 1 when one is missed):
 
 At 2 ranks (one per core): at 4 ranks on 2 cores a row's run-to-run spread is wider than any
 useful threshold (suites/verdict_bench.py measured it). Writes
-``results/gate_check_<machine class>-x<np>.md``.
+``results/gate_check_<machine class>-x<np>.md``. ``--keep DIR`` keeps the runs' tables;
+``--tables DIR`` judges kept tables again without running (to try a rule on the same runs).
 """
 
 from __future__ import annotations
@@ -77,18 +78,27 @@ def main() -> int:
     p.add_argument("-b", default="64K")
     p.add_argument("-e", default="4M")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--keep", metavar="DIR", help="keep the runs' tables in DIR (run1/, run2/, ...)")
+    p.add_argument("--tables", metavar="DIR", help="judge the tables a --keep left in DIR instead "
+                   "of running (the table written names their commit)")
     p.add_argument("ops", nargs="*", default=["all_reduce", "all_gather", "reduce_scatter",
                                               "all_to_all", "broadcast"])
     a = p.parse_args()
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory() as top:
-        folders = [os.path.join(top, str(k)) for k in range(a.runs)]
-        for folder in folders:
+    with tempfile.TemporaryDirectory() as scratch:
+        top = a.tables or a.keep or scratch
+        folders = [os.path.join(top, f"run{k + 1}") for k in range(a.runs)]
+        for folder in folders if not a.tables else []:
             _run(folder, a)
-            print(f"# run {folder[-1]} done", flush=True)
+            print(f"# {os.path.basename(folder)} done", flush=True)
         names = sorted(f for f in os.listdir(folders[0]) if f.endswith(".json"))
         tables = {f: [load(os.path.join(d, f)) for d in folders] for f in names}
         commit = tables[names[0]][0].get("commit", "")
+    if a.tables:  # what the kept runs were, not the flags' defaults
+        kept = tables[names[0]][0]
+        st = kept.get("settings", {})
+        a.np, a.repeat, a.ops = kept["world_size"], st.get("repeat", 1), st.get("ops", a.ops)
+        a.b, a.e = (str(f(st["sizes"])) for f in (min, max)) if st.get("sizes") else (a.b, a.e)
     minutes = (time.monotonic() - t0) / 60
     text, missed = [], []
     lines, planted = [], {}
@@ -120,7 +130,8 @@ def main() -> int:
     text = [f"# The regression gate on this machine's noise: {hw}, {a.np} ranks, --repeat "
             f"{a.repeat}", "",
             f"`.venv/bin/python suites/gate_check.py --runs {a.runs} --np {a.np} -b {a.b} -e "
-            f"{a.e} --repeat {a.repeat} {' '.join(a.ops)}` ({minutes:.0f} min), commit "
+            f"{a.e} --repeat {a.repeat} {' '.join(a.ops)}` "
+            f"({'judged from kept tables' if a.tables else f'{minutes:.0f} min'}), commit "
             f"`{commit}`. `commbench run {' '.join(a.ops)} --np {a.np} -b {a.b} -e {a.e} "
             f"--repeat {a.repeat}` {a.runs} times back to back, each into its own folder; "
             "`commbench compare` of every ordered pair (threshold 10% busbw, rows >= 64 KiB "

@@ -386,6 +386,90 @@ def test_a_table_whose_rows_print_no_bandwidth_needs_its_op_and_world_given(tmp_
     assert "no device lines; 16 ranks (--ranks)" in rec["launch"]
 
 
+ALLTOALL_78 = os.path.join(DATA, "nccl_tests_78_v100_8x8_alltoall_blank_redop.log")
+
+
+def test_an_old_build_s_blank_redop_is_read_and_its_world_off_the_count_column(tmp_path, capsys):
+    """nccl-tests#78's 2021 all-to-all table: its header names a redop column that the rows
+    leave blank, so each row is a word short. All-gather and all-to-all fit it alike (the same
+    bus factor, one rank's block in ``count``), so the op is asked for; given, the world is the
+    one its count column allows, and the in-place max error of 1 that the build did not count
+    (it checked no in-place all-to-all) flags nothing."""
+    text = _text(os.path.basename(ALLTOALL_78))
+    rows = [line.split() for line in text.splitlines() if line.strip()[:1].isdigit()]
+    world = int(rows[0][0]) // 4 // int(rows[0][1])  # float: size / 4 B / one peer's elements
+    assert world == 64 and all(len(r) == 11 for r in rows)
+    assert main(["import", ALLTOALL_78, "--out", str(tmp_path / "a")]) == 2
+    assert "names no collective and its columns fit none alone; give --op" in said(capsys)
+    assert main(["import", ALLTOALL_78, "--out", str(tmp_path / "b"), "--op", "all_to_all"]) == 0
+    (rec,) = [json.loads(f.read_text()) for f in (tmp_path / "b").glob("*.json")]
+    assert rec["world_size"] == world and "read off the count column" in rec["launch"]
+    assert [(r["size"], r["time_us"], r["inplace_us"], r["wrong"], r["redop"]) for r in rec["rows"]] \
+        == [(int(r[0]), float(r[3]), float(r[7]), 0, "none") for r in rows]
+    assert main(["import", ALLTOALL_78, "--out", str(tmp_path / "c"), "--op", "all_to_all",
+                 "--ranks", "8"]) == 2
+    assert "--ranks 8: " in (err := said(capsys)) and "all_to_all at 64 ranks" in err
+
+
+def test_a_reader_that_takes_the_short_rows_as_they_are_reads_none(monkeypatch):
+    """The broken reader: rows split on white space and matched to the header word for word,
+    the blank redop not given back. No row of the table fits."""
+    import commbench.results.nccl_tests as nt
+
+    monkeypatch.setattr(nt, "_filled", lambda cols, toks: toks)
+    (run,) = parse(_text(os.path.basename(ALLTOALL_78)), "log")
+    assert run.rows == []
+
+
+def test_an_old_build_s_max_error_beyond_its_bound_is_flagged_as_that_build_counted_it(
+        tmp_path, capsys):
+    """Older builds print a max error, not a count, and counted a check out of bounds past the
+    type's bound times (ranks - 1) (1e-5 for float). The GTX 1080 log at 2 ranks with one
+    all-reduce row's in-place error raised: past the bound the row is flagged and the import
+    exits 1; at the bound it is not. An all-to-all's in-place error was never counted."""
+    from commbench.results.nccl_tests import out_of_bounds
+
+    text = _text("nccl_osx_gtx1080_g2_five_ops.log")
+    row = next(line for line in text.splitlines() if line.split()[:1] == ["67108864"])
+    assert row.split()[3] == "sum" and row.endswith("0e+00")  # the all-reduce run's, checked
+    for error, flagged in (("3e-01", True), ("1e-05", False), ("2e-05", True)):
+        (tmp_path / error).mkdir()
+        log = tmp_path / error / "log.log"
+        log.write_text(text.replace(row, row[:-5] + error, 1))
+        assert main(["import", str(log), "--out", str(tmp_path / error)]) == (1 if flagged else 0)
+        rec = json.loads(next((tmp_path / error).glob("*all_reduce*.json")).read_text())
+        bad = [r for r in rec["rows"] if r["wrong"]]
+        assert [r["size"] for r in bad] == ([67108864] if flagged else [])
+        if flagged:
+            assert f"in-place max error {float(error):g} > 1e-05" in bad[0]["flag"]
+            assert "max error beyond nccl-tests' bound" in said(capsys)
+    (run,) = parse(_text(os.path.basename(ALLTOALL_78)), "log")
+    run.op, run.world = "all_to_all", 64
+    assert [out_of_bounds(run, r) for r in run.rows] == [[], []]
+    run.op = "all_gather"  # the same errors on an op whose in-place half was checked
+    assert [len(out_of_bounds(run, r)) for r in run.rows] == [1, 1]
+
+
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "all_to_all", "all_reduce"])
+@pytest.mark.parametrize("n", [2, 3, 8, 24, 64, 1000])
+def test_the_world_read_off_the_count_column_is_the_run_s_or_none(op, n):
+    """Counts as nccl-tests prints them (its ``paramcount``: the size's elements over the ranks,
+    rounded down to whole 16 B, for an op that moves blocks; the whole buffer else): the world
+    read back is n or none (rows of 1000 elements a rank fit n = 997..1000 alike), never
+    another, and n wherever a row is big enough to tell it from its neighbours."""
+    from commbench.results.nccl_tests import Row, Timing, world_of_count
+
+    item = 4
+    block = op != "all_reduce"
+    for sizes in ([1 << 30], [8 << 20, 1 << 30], [n * 1000 * item]):
+        rows = [Row(s, (s // item // n) & ~(16 // item - 1) if block else s // item, "float32",
+                    "sum", -1, Timing(1.0, 1.0, 1.0, 0, None), None, 0) for s in sizes]
+        got = world_of_count(Run(op=op, rows=rows))
+        assert got in (n, 0) and (got == 0 or block)
+        if block and 1 << 30 in sizes:  # 2**28 elements: n - 1 and n + 1 round to other counts
+            assert got == n
+
+
 @pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
 @pytest.mark.parametrize("n", [2, 3, 8, 16, 64, 72, 128])
 def test_the_world_read_off_the_bus_factor_is_the_run_s_or_none(op, n):

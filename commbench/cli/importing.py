@@ -16,7 +16,13 @@ from commbench.names import canonical
 from commbench.ops import OPS
 from commbench.results import osu
 from commbench.results.files import FileRefused, read_text
-from commbench.results.nccl_tests import LogError, check_printed, record, world_of_ratio
+from commbench.results.nccl_tests import (
+    LogError,
+    check_printed,
+    record,
+    world_of_count,
+    world_of_ratio,
+)
 from commbench.results.nccl_tests_json import runs_of
 from commbench.results.records import write_atomic, write_json
 from commbench.traces.calls import MAX_WORLD
@@ -34,8 +40,9 @@ def add_parser(sub) -> None:
         "writes one results file per run, so that compare, plots and the regression gate work on "
         "it as on commbench's own runs. Each row is printed beside NCCL's modelled busbw on the "
         "topology the header's GPU and hosts describe (or --topology). Exit 0: read; 1: a row "
-        "with #wrong > 0 (written and flagged); 2: a file that is no such log. A truncated log "
-        "keeps its complete rows and says so on stderr. OSU Micro-Benchmarks' collective latency "
+        "with #wrong > 0, or an older build's max error past its bound (written and flagged); "
+        "2: a file that is no such log. A truncated log keeps its complete rows and says so on "
+        "stderr. OSU Micro-Benchmarks' collective latency "
         "tests and osu_latency are read too (docs/nccl-tests.md). Example: commbench import "
         "all_reduce_perf.log --out results/cluster")
     c.add_argument("logs", nargs="+", metavar="LOG",
@@ -153,9 +160,11 @@ def command(a) -> int:
             if run.cut_rows:
                 print(f"{path}: {run.cut_rows} row fragment(s) could not be joined and were left "
                       "out", file=sys.stderr)
-            bad = sum(1 for r in run.rows if r.wrong)
+            bad = sum(1 for r in rec["rows"] if r["wrong"])
             if bad:
-                print(f"{path}: {bad} row(s) of the {run.op} run report #wrong > 0 (flagged in "
+                what = "#wrong > 0" if any(r.wrong for r in run.rows) else \
+                    "a max error beyond nccl-tests' bound"
+                print(f"{path}: {bad} row(s) of the {run.op} run report {what} (flagged in "
                       "the results file)", file=sys.stderr)
             wrong += bad
     return 1 if wrong else 0
@@ -188,13 +197,20 @@ def _world(run, given: int, path: str) -> None:
     (:func:`~commbench.results.nccl_tests.world_of_ratio`); a given world its rows deny, or
     neither, is refused."""
     read = run.world or world_of_ratio(run)  # read with its op from the columns, or now
+    counted = world_of_count(run)  # one rank's block in the count column: exact where it fits
     if given and read and given != read:
         raise UsageError(f"--ranks {given}: {path}'s busbw / algbw is nccl-tests' {run.op} "
                          f"factor at {read} ranks")
+    if given and counted and given != counted:
+        raise UsageError(f"--ranks {given}: {path}'s count column is one rank's block of its "
+                         f"{run.op} at {counted} ranks")
     if given:
         run.world, run.world_from = given, "--ranks"
     elif read:
         run.world, run.world_from = read, f"read off busbw / algbw, the {run.op} factor"
+    elif counted:
+        run.world, run.world_from = counted, f"read off the count column, one rank's block of " \
+            f"its {run.op}"
     else:
         raise UsageError(f"{path}: line {run.first_line}: no '# Rank N ... device' lines, and "
                          f"its busbw / algbw does not tell the world of its {run.op}: give "

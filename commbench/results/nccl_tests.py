@@ -45,7 +45,8 @@ from commbench.results.nccl_info import NcclSaid, clean_line, nccl_said
 from commbench.results.records import SCHEMA
 
 __all__ = ["DTYPES", "Device", "LogError", "Row", "Run", "Timing", "check_printed", "infer_op",
-           "parse", "perf_op", "record", "settle_op", "world_of_ratio"]
+           "out_of_bounds", "parse", "perf_op", "record", "settle_op", "world_of_count",
+           "world_of_ratio"]
 
 # nccl-tests' type names -> (commbench's name, bytes per element)
 DTYPES = {"int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4),
@@ -242,6 +243,19 @@ def _fits(cols: tuple[str, ...], toks: list[str]) -> bool:
     return all(_number(t) is not None or t == "N/A" for t in toks[first:])
 
 
+def _filled(cols: tuple[str, ...], toks: list[str]) -> list[str]:
+    """``toks`` with the redop column nccl-tests' older builds print blank for an op that
+    reduces nothing (all-gather, all-to-all, broadcast: newer ones print ``none``) given back as
+    ``none``: a row one word short of its header, a number where the redop would be."""
+    if "redop" not in cols or "time" not in cols:
+        return toks
+    at, first = cols.index("redop"), cols.index("time")
+    half = first + (len(cols) - first) // 2
+    if len(toks) + 1 in (len(cols), half) and len(toks) > at and _number(toks[at]) is not None:
+        return [*toks[:at], "none", *toks[at:]]
+    return toks
+
+
 def _add(run: Run, toks: list[str], line: int) -> None:
     try:
         run.rows.append(_row(run.columns, toks, line))
@@ -343,8 +357,9 @@ def parse(text: str, name: str = "log") -> list[Run]:
             continue
         toks = line.split()
         if run.columns and toks and _number(toks[0]) is not None:
+            toks = _filled(run.columns, toks)
             if fragment:  # the rest of a row an interleaved line cut in two?
-                joined = fragment + toks
+                joined = _filled(run.columns, fragment + toks)
                 fragment = []
                 if _fits(run.columns, joined):
                     _add(run, joined, fragment_line)
@@ -439,7 +454,9 @@ def infer_op(run: Run) -> str:
             continue
         if op.rooted != rooted or op.reduces != reduces:
             continue
-        if item and per_rank != (op.input in ("block",) or (op.input == "blocks" and not op.split)):
+        # nccl-tests prints its ``paramcount``: one rank's block for every op that moves blocks
+        # (all-to-all's too: one peer's share, src/alltoall.cu), the whole buffer for the rest
+        if item and per_rank != (op.input in ("block", "blocks")):
             continue
         if ratio is not None and abs(op.bus(n) - ratio) > 0.02 * ratio:
             continue
@@ -466,6 +483,29 @@ def world_of_ratio(run: Run, most: int = 4096) -> int:
     return fit[0] if len(fit) == 1 else 0
 
 
+def world_of_count(run: Run, most: int = 1 << 20) -> int:
+    """The world read off the ``count`` column where the run's op prints one rank's block in it
+    (all-gather, reduce-scatter, all-to-all, gather, scatter: nccl-tests' ``paramcount``, the
+    size's elements over the ranks, rounded down to whole 16 B), whatever its busbw prints: the
+    one number of ranks that gives every row's count; 0 where the op prints its whole buffer,
+    the type's size is unknown, or the rows allow none or several."""
+    record = OPS.get(run.op)
+    item = _ITEMSIZE.get(run.rows[0].dtype, 0) if run.rows else 0
+    if record is None or record.input not in ("block", "blocks") or not 0 < item <= 16:
+        return 0
+    rows = [r for r in run.rows if r.count > 0 and r.size >= r.count * item]
+    if not rows:
+        return 0
+    big = max(rows, key=lambda r: r.count)
+    align = ~(16 // item - 1)
+    # the largest row's block bounds the world within one rounding step either side
+    low = max(2, big.size // item // (big.count + 16 // item))
+    high = min(most, big.size // item // big.count)
+    fit = [n for n in range(low, high + 1)
+           if all((r.size // item // n) & align == r.count for r in rows)]
+    return fit[0] if len(fit) == 1 else 0
+
+
 # -- a run as a commbench results file ------------------------------------------------------------
 def _mismatches(run: Run) -> list[tuple[Row, str]]:
     """Each row whose printed busbw disagrees with size / time x the bus factor of the run's op at
@@ -484,6 +524,27 @@ def _mismatches(run: Run) -> list[tuple[Row, str]]:
         if abs(alg * f - r.out.busbw) > slack:
             out.append((r, f"line {r.line}: busbw {r.out.busbw} printed, {alg * f:.2f} from size "
                            f"/ time x {f:.4g} ({run.op} at {run.ranks} ranks)"))
+    return out
+
+
+# older builds' bound on a half's max error, per element type, before it counts as out of
+# bounds: this times (ranks - 1) (src/common.cu's DeltaMaxValue); integers: any error at all
+_DELTA = {"float16": 1e-2, "bfloat16": 1e-2, "float32": 1e-5, "float64": 1e-12}
+
+
+def out_of_bounds(run: Run, row: Row) -> list[str]:
+    """The halves of ``row`` an older build (max ``error`` column, no ``#wrong``) counted out of
+    bounds, as it did: a max error above the type's bound times (ranks - 1). Its all-to-all
+    reported no in-place error (in-place was not checked: src/alltoall.cu), so neither does
+    this. A newer build's count is in ``#wrong`` (:attr:`Row.wrong`)."""
+    out = []
+    bound = _DELTA.get(row.dtype, 1e-200) * max(run.ranks - 1, 1)
+    for name, t in (("out-of-place", row.out), ("in-place", row.inplace)):
+        if t is None or t.error is None or t.wrong is not None or t.error <= bound:
+            continue
+        if name == "in-place" and run.op == "all_to_all":
+            continue
+        out.append(f"{name} max error {t.error:g} > {bound:g}")
     return out
 
 
@@ -509,10 +570,14 @@ def record(run: Run, source: str) -> dict:
                "n_samples": None, "algbw": alg, "busbw": alg * f, "wrong": r.wrong,
                "log_busbw": r.out.busbw, "inplace_us": r.inplace.time_us if r.inplace else None,
                "line": r.line}
+        bounds = out_of_bounds(run, r)
         if not r.checked:  # N/A: 0 wrong elements because none were counted
             row["checked"] = False
         if r.wrong:
             row["flag"] = f"#wrong {r.wrong}"
+        elif bounds:  # an older build: how many checks failed, as its closing line counts them
+            row["wrong"] = len(bounds)
+            row["flag"] = "; ".join(bounds) + f" (nccl-tests' bound for {r.dtype} at {run.ranks} ranks)"
         elif r.line in bad_lines:
             row["flag"] = "printed busbw disagrees with size/time at these ranks"
         rows.append(row)
