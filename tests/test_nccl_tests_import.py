@@ -552,6 +552,38 @@ def test_what_nccl_printed_is_read_and_set_against_the_topology(tmp_path, capsys
     assert nccl_said(["no NCCL here"]) is None
 
 
+def test_nccl_s_own_count_of_nodes_is_read_and_set_against_the_topology():
+    """NCCL >= 2.19 prints each rank's ``nRanks N nNodes M localRanks L`` once its topology is
+    settled: nccl/issues/1519's 2 x 8 H100 excerpt (rank 7's lines), and nccl-tests#213's, whose
+    ranks all counted one node of 8 on a run meant to span nodes. The counts are the line's
+    own; set against a topology of other nodes or GPUs a node, each is said; a reader blind to
+    the line says nothing."""
+    from commbench.costmodel.calibrate import said_against
+    from commbench.costmodel.topology import load
+    from commbench.results.nccl_info import nccl_said
+
+    lines = _text("nccl_1519_h100_2x8_init_info_excerpt.log").splitlines()
+    (line,) = [x for x in lines if "nNodes" in x]
+    words = line.split()
+    expect = tuple(int(words[words.index(k) + 1]) for k in ("nRanks", "nNodes", "localRanks"))
+    said = nccl_said(lines)
+    assert (said.nranks, said.nodes, said.local_ranks) == expect == (16, 2, 8)
+    assert "16 ranks on 2 node(s), 8 a node" in said.facts()
+    h100 = load("dgx-h100")
+    assert not [x for x in said_against(said, h100.with_nodes(2)) if "node" in x]
+    assert any("NCCL counted 2 node(s); dgx-h100 is priced as 4" in x
+               for x in said_against(said, h100.with_nodes(4)))
+    assert any("NCCL put 8 rank(s) on a node; dgx-h100 has 4 GPUs per node" in x
+               for x in said_against(said, h100.part(2, 4)))
+    alone = nccl_said(_text("nccl_tests_213_init_info_excerpt.log").splitlines())
+    assert (alone.nranks, alone.nodes, alone.local_ranks, alone.hosts) == (8, 1, 8, ("hw14",))
+    assert any("NCCL counted 1 node(s); dgx-h100 is priced as 2" in x
+               for x in said_against(alone, h100.with_nodes(2)))
+    blind = nccl_said([x for x in lines if "nNodes" not in x])
+    assert blind.nodes is None and not [x for x in said_against(blind, h100.with_nodes(4))
+                                         if "node" in x]
+
+
 def test_nccl_s_connections_are_read_and_host_memory_set_against_gpu_links(capsys, tmp_path):
     """Excerpts quote NCCL's lines without their host (nccl/issues/1161: "[1] NCCL INFO Channel
     00/0 : 1[21000] -> 0[1000] via P2P/direct pointer"): read all the same, the transport of

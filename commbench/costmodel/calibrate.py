@@ -398,9 +398,15 @@ def tuning_against(said: NcclSaid, op: str, topo: Topology, version: str = "2.30
 
 def said_against(said: NcclSaid, topo: Topology) -> list[str]:
     """Where what NCCL printed about the run contradicts the topology the model prices it on,
-    one line each: its channels, NVLS, the network it fell back to, intra-node P2P, and
-    connections through host memory (SHM) where the topology has GPU links."""
+    one line each: its nodes (or ranks a node), its channels, NVLS, the network it fell back
+    to, intra-node P2P, and connections through host memory (SHM) where the topology has GPU
+    links."""
     out = []
+    if said.nodes is not None and said.nodes != topo.nodes:
+        out.append(f"NCCL counted {said.nodes} node(s); {topo.name} is priced as {topo.nodes}")
+    elif said.local_ranks is not None and said.local_ranks != topo.gpus_per_node:
+        out.append(f"NCCL put {said.local_ranks} rank(s) on a node; {topo.name} has "
+                   f"{topo.gpus_per_node} GPUs per node")
     if said.coll_channels is not None and said.coll_channels != topo.channels:
         out.append(f"NCCL built {said.coll_channels} collective channels; {topo.name} assumes "
                    f"{topo.channels} (give the file a \"channels\" of {said.coll_channels})")

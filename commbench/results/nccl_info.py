@@ -44,6 +44,9 @@ _CHANNELS = re.compile(r"(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\
                        r"(\d+) p2p channels, (\d+) p2p channels per peer")
 _NET = re.compile(r"^NET/(\S+) : Using (.*?)(?:\s*;\s*OOB.*)?$")
 _INIT = re.compile(r"\brank (\d+) nranks (\d+) cudaDev (\d+).*Init COMPLETE")
+# NCCL >= 2.19, each rank once its topology is settled: "comm 0x... rank 7 nRanks 16 nNodes 2
+# localRanks 8 localRank 7 MNNVL 0": its own count of the nodes and of the ranks on its node
+_NODES = re.compile(r"\brank (\d+) nRanks (\d+) nNodes (\d+) localRanks (\d+)")
 _RING = re.compile(r"^Channel (\d+)/(\d+) :((?:\s+\d+)+)\s*$")
 
 
@@ -58,6 +61,8 @@ class NcclSaid:
     nvls_channels: int | None = None
     p2p_channels: int | None = None
     nranks: int | None = None
+    nodes: int | None = None       # NCCL's own count (nNodes), where it printed one
+    local_ranks: int | None = None  # the ranks on one node (localRanks), where it printed them
     hosts: tuple[str, ...] = ()
     rings: int = 0                 # "Channel k/N : 0 1 2 ..." lines: N, the rings NCCL built
     p2p_intra: bool | None = None  # "Check P2P Type intraNodeP2pSupport 1|0"
@@ -72,7 +77,10 @@ class NcclSaid:
         out = []
         if self.version:
             out.append(f"NCCL {self.version}")
-        if self.nranks:
+        if self.nranks and self.nodes:
+            out.append(f"{self.nranks} ranks on {self.nodes} node(s)"
+                       + (f", {self.local_ranks} a node" if self.local_ranks else ""))
+        elif self.nranks:
             out.append(f"{self.nranks} ranks" + (f" on {len(self.hosts)} host(s)" if self.hosts
                                                  else ""))
         if self.network:
@@ -119,6 +127,8 @@ def nccl_said(lines) -> NcclSaid | None:
             said.p2p_channels = int(c.group(4))
         elif i := _INIT.search(text):
             said.nranks = int(i.group(2))
+        elif i := _NODES.search(text):
+            said.nranks, said.nodes, said.local_ranks = (int(i.group(k)) for k in (2, 3, 4))
         elif r := _RING.match(text):
             said.rings = max(said.rings, int(r.group(2)))
         elif text.startswith("Check P2P Type intraNodeP2pSupport"):
