@@ -584,6 +584,30 @@ def test_nccl_s_own_count_of_nodes_is_read_and_set_against_the_topology():
                                          if "node" in x]
 
 
+def test_a_network_plugin_s_lines_and_nccl_s_older_ring_lines_are_read():
+    """AWS's OFI plugin names its network and its NICs its own way (nccl/issues/1597, two
+    8 x H200 hosts: "Using network Libfabric", "NET/OFI Selected Provider is efa (found 16
+    nics)"); NCCL before 2.7 printed its connections as "Ring 00 : 26[2] -> 30[6] via P2P/IPC"
+    and a plugin's as "via NET/AWS Libfabric/0" (aws-ofi-nccl#24, under Open MPI's prefixes).
+    Each read; 16 NICs set against a preset of 8 a node is said."""
+    from commbench.costmodel.calibrate import said_against
+    from commbench.costmodel.topology import load
+    from commbench.results.nccl_info import nccl_said
+
+    efa = nccl_said(_text("nccl_1597_h200_efa_ofi_info_excerpt.log").splitlines())
+    assert (efa.network, efa.provider, efa.nics, efa.hosts) == \
+        ("Libfabric", "efa", 16, ("8h200-2", "8h200-3"))
+    assert "network NET/Libfabric (efa) over 16 device(s)" in efa.facts()
+    topo = load("dgx-h100").with_nodes(2)
+    assert any(f"NCCL uses 16 network device(s); dgx-h100 has {topo.nics_per_node} NICs" in x
+               for x in said_against(efa, topo))
+    old = _text("aws_ofi_nccl_24_old_ring_lines_excerpt.log").splitlines()
+    vias = {line.split(" via ")[1].split("/")[0] for line in old if " via " in line}
+    said = nccl_said(old)
+    assert said.transports == ("P2P/IPC", "NET/AWS Libfabric") and vias == {"P2P", "NET"}
+    assert len(said.hosts) == 4 and said.network == ""  # no line names the network itself
+
+
 def test_nccl_s_connections_are_read_and_host_memory_set_against_gpu_links(capsys, tmp_path):
     """Excerpts quote NCCL's lines without their host (nccl/issues/1161: "[1] NCCL INFO Channel
     00/0 : 1[21000] -> 0[1000] via P2P/direct pointer"): read all the same, the transport of

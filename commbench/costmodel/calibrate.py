@@ -416,9 +416,8 @@ def said_against(said: NcclSaid, topo: Topology) -> list[str]:
     if said.network == "Socket" and topo.nodes > 1:
         out.append(f"NCCL fell back to sockets (NET/Socket); {topo.name}'s NICs "
                    f"({topo.nic_GBps:g} GB/s) are RDMA ones: expect far less across nodes")
-    elif said.network and said.net_devices and topo.nodes > 1 \
-            and len(said.net_devices) != topo.nics_per_node:
-        out.append(f"NCCL uses {len(said.net_devices)} network device(s); {topo.name} has "
+    elif said.network and said.nics and topo.nodes > 1 and said.nics != topo.nics_per_node:
+        out.append(f"NCCL uses {said.nics} network device(s); {topo.name} has "
                    f"{topo.nics_per_node} NICs per node")
     shm = [t for t in said.transports if t.startswith("SHM")]
     if shm and topo.intra != "pci" and topo.gpus_per_node > 1 and said.p2p_intra is not False:

@@ -39,10 +39,16 @@ _PICK = re.compile(r"^(" + "|".join(map(re.escape, TUNED_OPS)) +
 _PROTO_NAMES = {"LL": "LL", "LL128": "LL128", "SIMPLE": "Simple"}
 # a connection NCCL set up: "Channel 00/0 : 1[21000] -> 0[1000] via P2P/direct pointer",
 # "... via NET/IB/0/GDRDMA", "... [send] via SHM/direct/direct": its transport, two words
-_VIA = re.compile(r"^Channel \d+/\d+ : .*? via ([A-Za-z0-9_]+(?:/[A-Za-z0-9_]+)?)")
+# (NCCL before 2.7 printed them as "Ring 00 : 26[2] -> 30[6] via P2P/IPC", and a network
+# plugin's as "... [send] via NET/AWS Libfabric/0")
+_VIA = re.compile(r"^(?:Channel \d+/\d+|Ring \d+) : .*? via (\S.*?)\s*$")
 _CHANNELS = re.compile(r"(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels, )?"
                        r"(\d+) p2p channels, (\d+) p2p channels per peer")
 _NET = re.compile(r"^NET/(\S+) : Using (.*?)(?:\s*;\s*OOB.*)?$")
+# the network NCCL chose, by name ("Using network IB", "Socket", a plugin's "Libfabric"), and
+# AWS's plugin's count of its NICs: "NET/OFI Selected Provider is efa (found 16 nics)"
+_USING = re.compile(r"^Using network (\S.*?)\s*$")
+_OFI = re.compile(r"^NET/OFI Selected Provider is ([\w-]+).*\(found (\d+) nics\)")
 _INIT = re.compile(r"\brank (\d+) nranks (\d+) cudaDev (\d+).*Init COMPLETE")
 # NCCL >= 2.19, each rank once its topology is settled: "comm 0x... rank 7 nRanks 16 nNodes 2
 # localRanks 8 localRank 7 MNNVL 0": its own count of the nodes and of the ranks on its node
@@ -57,6 +63,8 @@ class NcclSaid:
     version: str = ""
     network: str = ""              # "IB", "Socket", "OFI", ...: the transport of NET/<name>
     net_devices: tuple[str, ...] = ()  # what it says it uses: "mlx5_0:1/IB", "eth0:10.0.0.1<0>"
+    found_nics: int = 0            # NICs a network plugin says it found (AWS's OFI: "found 16")
+    provider: str = ""             # the OFI plugin's libfabric provider ("efa")
     coll_channels: int | None = None
     nvls_channels: int | None = None
     p2p_channels: int | None = None
@@ -73,6 +81,11 @@ class NcclSaid:
     # what its tuner picked for each call: (op, bytes as it counts them) -> (algorithm, protocol)
     picks: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
 
+    @property
+    def nics(self) -> int:
+        """The network devices NCCL says it uses (0: it did not say)."""
+        return len(self.net_devices) or self.found_nics
+
     def facts(self) -> list[str]:
         out = []
         if self.version:
@@ -84,7 +97,9 @@ class NcclSaid:
             out.append(f"{self.nranks} ranks" + (f" on {len(self.hosts)} host(s)" if self.hosts
                                                  else ""))
         if self.network:
-            out.append(f"network NET/{self.network} over {len(self.net_devices)} device(s)")
+            out.append(f"network NET/{self.network}"
+                       + (f" ({self.provider})" if self.provider else "")
+                       + (f" over {self.nics} device(s)" if self.nics else ""))
         if self.coll_channels is not None:
             out.append(f"{self.coll_channels} collective channels")
         if self.rings:
@@ -121,6 +136,11 @@ def nccl_said(lines) -> NcclSaid | None:
         elif n := _NET.match(text):
             said.network = n.group(1)
             said.net_devices = tuple(d for d in re.findall(r"\[\d+\](\S+)", n.group(2)))
+        elif n := _OFI.match(text):
+            said.network = said.network or "OFI"
+            said.provider, said.found_nics = n.group(1), int(n.group(2))
+        elif n := _USING.match(text):
+            said.network = said.network or n.group(1)
         elif c := _CHANNELS.search(text):
             said.coll_channels = int(c.group(1))
             said.nvls_channels = int(c.group(3)) if c.group(3) is not None else said.nvls_channels
@@ -133,8 +153,8 @@ def nccl_said(lines) -> NcclSaid | None:
             said.rings = max(said.rings, int(r.group(2)))
         elif text.startswith("Check P2P Type intraNodeP2pSupport"):
             said.p2p_intra = text.split()[4] == "1"
-        elif (v := _VIA.match(text)) and v.group(1) not in via:
-            via.append(v.group(1))
+        elif (v := _VIA.match(text)) and (t := _transport(v.group(1))) not in via:
+            via.append(t)
         elif t := _TUNE_OLD.match(text):
             columns = [tuple(x.strip() for x in cell.split("/", 1)) for cell in _cells(t.group(1))]
         elif t := _TUNE_ALGOS.match(text):
@@ -152,6 +172,16 @@ def nccl_said(lines) -> NcclSaid | None:
         return None
     said.hosts, said.transports = tuple(hosts), tuple(via)
     return said
+
+
+def _transport(via: str) -> str:
+    """A connection's transport, its first two words: ``P2P/direct pointer`` -> ``P2P/direct``,
+    ``NET/IB/0/GDRDMA`` -> ``NET/IB``, a plugin's ``NET/AWS Libfabric/0`` -> ``NET/AWS
+    Libfabric`` (a name between two slashes is whole, spaces and all)."""
+    parts = via.split("/")
+    if len(parts) == 1:
+        return parts[0].split()[0]
+    return f"{parts[0]}/{parts[1] if len(parts) > 2 else parts[1].split()[0]}"
 
 
 def _cells(text: str) -> list[str]:
