@@ -411,6 +411,20 @@ def test_an_old_build_s_blank_redop_is_read_and_its_world_off_the_count_column(t
     assert "--ranks 8: " in (err := said(capsys)) and "all_to_all at 64 ranks" in err
 
 
+def test_rccl_tests_own_version_line_names_rccl_s_version():
+    """rccl-tests prints ``rccl-library=22803`` where nccl-tests prints ``nccl-library=``: the
+    header line as ROCm/rocm-systems#3415 quotes it (its table was not quoted: a column header
+    line follows it here), read to RCCL 2.28.3."""
+    head = ("# rccl-tests version 2.17.9-users/speriaswamy-amd/gfx1151-rccl-tests-enablement:"
+            "f220897c9b rccl-headers=22803 rccl-library=22803\n"
+            "# Collective test starting: all_reduce_perf\n"
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong"
+            "     time   algbw   busbw  #wrong\n")
+    (run,) = parse(head, "log")
+    assert (run.tool, run.library, run.op) == ("rccl-tests", "2.28.3", "all_reduce")
+    assert run.tests_version.startswith("2.17.9-")
+
+
 def test_a_reader_that_takes_the_short_rows_as_they_are_reads_none(monkeypatch):
     """The broken reader: rows split on white space and matched to the header word for word,
     the blank redop not given back. No row of the table fits."""

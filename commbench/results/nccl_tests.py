@@ -59,7 +59,7 @@ DTYPES = {"int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1), "int3
 
 _DEVICE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+"
                      r"device\s+(\d+)\s+\[([^\]]*)\]\s+(.*?)\s*$")
-_TOOL = re.compile(r"#\s*(nccl|rccl)-tests version\s+(\S+)(?:.*nccl-library=(\d+))?")
+_TOOL = re.compile(r"#\s*(nccl|rccl)-tests version\s+(\S+)(?:.*[nr]ccl-library=(\d+))?")
 _RCCL_TESTS = re.compile(r"^rccl-tests:\s*Version\s*(.*?)\s*$")
 _NCCL_VERSION = re.compile(r"^NCCL version\s+(\S+)")
 _RCCL_VERSION = re.compile(r"^RCCL version\s*:\s*(\S+)")
