@@ -949,3 +949,143 @@ def test_a_json_file_that_is_not_nccl_tests_output_is_one_line_and_exit_2(text, 
     err = said(capsys).strip().splitlines()
     assert len(err) == 1 and says in err[0], err
     assert not list(tmp_path.glob("*.md"))
+
+
+# -- the newer builds' output modes: -S 1 (timestamps), -I 1 (each iteration timed), -C 1 ------
+def _float_str(value: float, width: int) -> str:
+    """nccl-tests' getFloatStr (src/util.cu): two decimals, else one, else none, else e-form,
+    whichever first fits the width."""
+    for fmt in (f"%{width}.2f", f"%{width}.1f", f"%{width}.0f"):
+        if len(text := fmt % value) <= width:
+            return text
+    return (f"%{width}.1e" if width >= 7 else f"%{width}.0e") % value
+
+
+def _newer_log(rows, cputime=False, stamps=False, per_iter=False) -> str:
+    """A 2-rank all-reduce table laid out as nccl-tests 2.19.6 prints it (src/util.cu's
+    writeResultHeader, writeBenchmarkLinePreamble, writeBenchmarkLineBody, writePerIterReport,
+    writeTimestamp): ``rows`` of (size, time us, cpu time us, (i_min, i_max, i_p99, i_cv%))."""
+    t = "cputime" if cputime else "time"
+    stamp = "timestamp" if stamps else ""
+    lines = ["# nccl-tests version 2.19.6 nccl-headers=22809 nccl-library=22809",
+             "# Collective test starting: all_reduce_perf",
+             "# nThread 1 nGpus 1 minBytes 1048576 maxBytes 67108864 step: 2(factor) warmup iters:"
+             " 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
+             "#", "# Using devices",
+             "#  Rank  0 Group  0 Pid  40001 on      gpu01 device  0 [0000:1b:00] NVIDIA H100 80GB HBM3",
+             "#  Rank  1 Group  0 Pid  40002 on      gpu01 device  1 [0000:29:00] NVIDIA H100 80GB HBM3",
+             "#"]
+    # the header's widths, as printed: "# %10s  %12s  %8s  %6s  %6s" then each half's columns
+    lead = ("size", 10), ("count", 12), ("type", 8), ("redop", 6), ("root", 6)
+    half = [(t, 7), ("algbw", 6), ("busbw", 6), ("#wrong", 6)]
+    if per_iter:
+        half += [("i_min", 7), ("i_max", 7), ("i_p99", 7), ("i_cv%", 7)]
+    cols = [*lead, *half, *half]
+    lines.append("# " + "  ".join(f"{w:>{n}}" for w, n in cols) + f" {stamp:>{19 if stamps else 0}}")
+    for size, us, cpu, spread in rows:
+        alg = size / us / 1e3
+        body = f"  {_float_str(cpu if cputime else us, 7):>7}  {_float_str(alg, 6):>6}  " \
+               f"{_float_str(alg, 6):>6}  {0:6g}"
+        extra = "".join(f"  {_float_str(x, 7):>7}" for x in spread) if per_iter else ""
+        line = f"{size:12d}  {size // 4:12d}  {'float':>8}  {'sum':>6}  {-1:6d}"
+        line += body + extra + body + extra + (f"{'2026-11-30 09:15:42':>21}" if stamps else "")
+        lines.append(line)
+    lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 1.0 ", "#"]
+    return "\n".join(lines) + "\n"
+
+
+NEWER = [(1 << 20, 95.5, 12.1, (90.2, 130.4, 128.0, 7.5)),
+         (4 << 20, 160.25, 12.3, (150.1, 190.7, 188.2, 5.1)),
+         (16 << 20, 410.0, 12.2, (398.3, 455.0, 450.9, 3.2)),
+         (64 << 20, 1402.7, 12.4, (1380.5, 1466.1, 1460.0, 1.9))]
+
+
+def test_a_newer_build_s_timestamped_rows_are_read_as_the_plain_ones():
+    """-S 1 (nccl-tests >= 2.18.5) ends each row with the date and time it was printed, two
+    more fields, and its header with ``timestamp``: the rows are read as without them. The
+    broken reader that keeps the stamp reads none of them."""
+    import commbench.results.nccl_tests as nt
+
+    plain = parse(_newer_log(NEWER), "log")[0]
+    stamped = parse(_newer_log(NEWER, stamps=True), "log")[0]
+    assert [r.out for r in stamped.rows] == [r.out for r in plain.rows] and len(plain.rows) == 4
+    assert [r.out.time_us for r in plain.rows] == [95.5, 160.25, 410.0, 1402.7]
+    keep = re.compile(r"(?!)")  # matches nothing: the stamp stays on the row
+    old, nt._STAMP = nt._STAMP, keep
+    try:
+        assert parse(_newer_log(NEWER, stamps=True), "log")[0].rows == []
+    finally:
+        nt._STAMP = old
+
+
+def test_a_newer_build_s_per_iteration_spread_is_the_rows_spread_and_the_gate_judges_by_it(
+        tmp_path, capsys):
+    """-I 1 (nccl-tests >= 2.19.2) times each iteration by CUDA events and prints their fastest,
+    slowest, 99th percentile and variation beside each half: the imported row keeps them as its
+    spread (min_us, max_us, p99_us; ``spread`` true). A new log whose means are 12% slower
+    than the old one's but whose fastest iterations are not above the old means is judged
+    within spread, where the same means without a spread are a regression."""
+    (run,) = parse(_newer_log(NEWER, per_iter=True), "log")
+    assert [(r.out.min_us, r.out.max_us, r.out.p99_us) for r in run.rows] == \
+        [spread[:3] for _, _, _, spread in NEWER]
+    for name, per_iter, factor in (("old", True, 1.0), ("new", True, 1.12),
+                                   ("old_flat", False, 1.0), ("new_flat", False, 1.12)):
+        rows = [(s, us * factor, cpu, sp) for s, us, cpu, sp in NEWER]
+        (tmp_path / f"{name}.log").write_text(_newer_log(rows, per_iter=per_iter))
+        assert main(["import", str(tmp_path / f"{name}.log"), "--out", str(tmp_path / name)]) == 0
+    capsys.readouterr()
+    old, new, old_flat, new_flat = (next((tmp_path / n).glob("*.json")) for n in
+                                    ("old", "new", "old_flat", "new_flat"))
+    rec = json.loads(old.read_text())
+    assert all(r["spread"] is True for r in rec["rows"])
+    assert [(r["min_us"], r["max_us"], r["p99_us"]) for r in rec["rows"]] == \
+        [spread[:3] for _, _, _, spread in NEWER]
+    assert "each iteration timed too (-I 1)" in rec["measurement"]["statistic"]
+    assert main(["compare", str(old), str(new)]) == 0
+    assert "not judged" in capsys.readouterr().out
+    assert main(["compare", str(old_flat), str(new_flat)]) == 1
+
+
+def test_a_newer_build_s_cpu_time_column_is_not_taken_for_the_op_s_time(tmp_path, capsys):
+    """-C 1 prints the host's time to launch the op (``cputime``) where the op's time was, while
+    algbw and busbw are still the op's: rows are timed by size / algbw, the printed time kept
+    as cputime_us, no row flagged for a busbw that disagrees with its time; a row whose algbw
+    prints too few digits to time it is left out, and said so."""
+    rows = [*NEWER, (1024, 25.0, 11.9, (24.1, 30.0, 29.8, 4.0))]  # 0.04 GB/s: too coarse
+    log = tmp_path / "cpu.log"
+    log.write_text(_newer_log(rows, cputime=True))
+    (run,) = parse(log.read_text(), "log")
+    assert run.cputime and run.untimed == 1 and len(run.rows) == 4
+    assert check_printed(run) == []
+    assert main(["import", str(log), "--out", str(tmp_path / "o")]) == 0
+    assert "time column is the host's launch time (-C 1)" in said(capsys)
+    rec = json.loads(next((tmp_path / "o").glob("*.json")).read_text())
+    for r, (size, us, cpu, _) in zip(rec["rows"], NEWER, strict=True):
+        algbw = float(_float_str(size / us / 1e3, 6))  # as printed: the time read back from it
+        assert r["time_us"] == pytest.approx(size / algbw / 1e3) and r["cputime_us"] == cpu
+        assert abs(r["time_us"] / us - 1) < 0.005
+    assert rec["measurement"]["rows_untimed"] == 1
+
+
+def test_the_json_output_s_per_iteration_times_and_cpu_time_are_read():
+    """The same modes in -J's JSON: ``cpu_time`` for ``time``; ``out_of_place_per_iter`` with
+    every iteration's time, the first ``skipped_iterations`` left out of the spread, as
+    nccl-tests' own summary leaves them out (-K)."""
+    from commbench.results.nccl_tests import record
+    from commbench.results.nccl_tests_json import parse_json
+
+    times = [500.0, 100.0, 101.0, 102.0, 103.0, 104.0, 105.0, 106.0, 107.0, 108.0, 150.0]
+    res = {"size": 1 << 20, "count": 1 << 18, "type": "float", "redop": "sum", "root": "    -1",
+           "out_of_place": {"cpu_time": 9.5, "alg_bw": 9.7, "bus_bw": 9.7, "nwrong": 0},
+           "out_of_place_per_iter": {"skipped_iterations": 1, "min_us": 100.0, "max_us": 150.0,
+                                     "p99_us": 150.0, "times_us": times}}
+    doc = {"args": ["all_reduce_perf"], "nccl_version": 22809, "results": [res],
+           "config": {"iterations": 11, "devices": [
+               {"rank": k, "pid": 1, "hostname": "h", "device": k} for k in range(2)]}}
+    (run,) = parse_json(json.dumps(doc), "x.json")
+    assert run.cputime and run.rows[0].out.cpu_us == 9.5
+    assert run.rows[0].out.time_us == pytest.approx((1 << 20) / 9.7e3)
+    assert run.rows[0].out.samples == tuple(times[1:])
+    (row,) = record(run, "x.json")["rows"]
+    assert (row["min_us"], row["max_us"], row["p10_us"], row["n_samples"]) == \
+        (100.0, 150.0, 101.0, 10)

@@ -17,6 +17,7 @@ from commbench.ops import OPS
 from commbench.results import osu
 from commbench.results.files import FileRefused, read_text
 from commbench.results.nccl_tests import (
+    CPU_ALGBW,
     LogError,
     check_printed,
     record,
@@ -151,6 +152,11 @@ def command(a) -> int:
             print(f"# wrote {os.path.join(a.out, name)}.json and .md")
             for line in check_printed(run):
                 print(f"# {path}: {line}", file=sys.stderr)
+            if rec["measurement"]["rows_untimed"]:
+                print(f"{path}: the {run.op} run's time column is the host's launch time (-C 1): "
+                      f"rows timed by size / algbw; {rec['measurement']['rows_untimed']} row(s) "
+                      f"of algbw under {CPU_ALGBW:g} GB/s print too few digits for it and are "
+                      "left out", file=sys.stderr)
             if run.truncated:
                 print(f"{path}: the {run.op} run from line {run.first_line} is truncated: "
                       f"{len(run.rows)} complete rows kept", file=sys.stderr)

@@ -17,11 +17,14 @@ What a log holds (facts: ``docs/nccl-tests.md``):
 What pasting does to it, undone here: srun's ``  0: `` and Open MPI's ``[1,0]<stdout>:`` line
 prefixes, a markdown indent, runs of spaces, ``NCCL INFO`` and MPI lines between rows, one row cut
 in two by them, rows left out (``.......``), a run that ends early (a failure, or no closing
-lines: truncated). Fields are split on whitespace, never read at fixed columns.
+lines: truncated). Fields are split on whitespace, never read at fixed columns. Newer builds'
+modes: ``-S 1`` ends each row with a date and time (taken off), ``-C 1`` prints the host's launch
+time as ``cputime`` where the op's time was (rows timed by size / algbw instead: :func:`by_algbw`).
 
 A run becomes commbench's results file (:func:`record`): ``time_us`` the log's out-of-place time
-(nccl-tests' average over its iterations; it prints no spread, so ``min_us`` is the same figure
-and ``spread`` is false: the regression gate says when it judges such rows), algbw and busbw
+(nccl-tests' average over its iterations; by default it prints no spread, so ``min_us`` is the
+same figure and ``spread`` is false: the regression gate says when it judges such rows; with
+``-I 1`` its iterations' fastest, slowest and 99th percentile are the row's spread), algbw and busbw
 recomputed from size and time (the log prints two decimals, 0.00 below 5 MB/s), ``transport``
 ``nccl`` or ``rccl``, ``algo`` ``native``, ``wrong`` the wrong elements of both halves (and
 ``checked`` false where the log printed ``N/A``: results not checked, ``-c 0``),
@@ -37,16 +40,16 @@ from __future__ import annotations
 
 import datetime
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from commbench.names import canonical
 from commbench.ops import OPS
 from commbench.results.nccl_info import NcclSaid, clean_line, nccl_said
-from commbench.results.records import SCHEMA
+from commbench.results.records import SCHEMA, percentile
 
 __all__ = ["DTYPES", "Device", "LogError", "Row", "Run", "Timing", "check_printed", "infer_op",
-           "out_of_bounds", "parse", "perf_op", "record", "settle_op", "world_of_count",
-           "world_of_ratio"]
+           "by_algbw", "out_of_bounds", "parse", "perf_op", "record", "settle_op",
+           "world_of_count", "world_of_ratio"]
 
 # nccl-tests' type names -> (commbench's name, bytes per element)
 DTYPES = {"int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4),
@@ -97,13 +100,20 @@ class Device:
 class Timing:
     """One half of a row: time (us, the average over the iterations), algbw and busbw (GB/s),
     and either ``wrong`` (elements, newer builds) or ``error`` (max error, older ones); None
-    where the log printed ``N/A``."""
+    where the log printed ``N/A``. With ``-I 1`` (nccl-tests >= 2.19.2) each half also has its
+    iterations' spread, timed by CUDA events (us): fastest, slowest and 99th percentile, and in
+    the JSON output every iteration's time (``samples``, the skipped ones left out)."""
 
     time_us: float
     algbw: float
     busbw: float
     wrong: int | None = None
     error: float | None = None
+    min_us: float | None = None
+    max_us: float | None = None
+    p99_us: float | None = None
+    samples: tuple[float, ...] = ()
+    cpu_us: float | None = None  # -C 1: the host's launch time the log printed (time_us: size/algbw)
 
 
 @dataclass(frozen=True)
@@ -152,6 +162,9 @@ class Run:
     info: list[str] = field(default_factory=list)  # NCCL's own INFO lines inside the run
     world: int = 0                 # where no device line names a rank: the world given (--ranks)
     world_from: str = ""           # or read off the bus factor (world_of_ratio), and which
+    cputime: bool = False          # -C 1: the time column is the host's launch time, not the op's
+    timestamps: bool = False       # -S 1: each row ends with the date and time it was printed
+    untimed: int = 0               # -C 1: rows left out, their algbw too coarse to time them
 
     @property
     def nccl(self) -> NcclSaid | None:
@@ -197,11 +210,25 @@ class Run:
 
 
 def _columns(line: str) -> tuple[str, ...] | None:
-    """The column words of a header line (``# size count type redop root time ...``)."""
+    """The column words of a header line (``# size count type redop root time ...``; ``-C 1``
+    prints ``cputime`` for ``time``, ``-S 1`` a last ``timestamp``: :func:`_modes`)."""
     words = line.lstrip("#").split()
-    if len(words) >= 6 and words[0] == "size" and words[1] == "count" and "time" in words:
+    if len(words) >= 6 and words[0] == "size" and words[1] == "count" and \
+            ("time" in words or "cputime" in words):
         return tuple(words)
     return None
+
+
+def _modes(run: Run, cols: tuple[str, ...]) -> tuple[str, ...]:
+    """The columns a row's fields are read by, the run's modes noted: ``cputime`` read as the
+    time column it stands in for (the run's ``cputime``), a last ``timestamp`` (two fields,
+    ``%Y-%m-%d %H:%M:%S``, taken off each row: :data:`_STAMP`) dropped."""
+    run.cputime = "cputime" in cols
+    run.timestamps = cols[-1] == "timestamp"
+    return tuple("time" if w == "cputime" else w for w in cols if w != "timestamp")
+
+
+_STAMP = re.compile(r"\s+\d{4}-\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}\s*$")
 
 
 def _number(tok: str) -> float | None:
@@ -215,9 +242,10 @@ def _timing(words: list[str], values: list[str]) -> Timing:
     got = dict(zip(words, values, strict=True))
     wrong = got.get("#wrong")
     error = got.get("error")
+    spread = [float(got[k]) if k in got else None for k in ("i_min", "i_max", "i_p99")]
     return Timing(float(got["time"]), float(got["algbw"]), float(got["busbw"]),
                   None if wrong in (None, "N/A") else int(float(wrong)),
-                  None if error in (None, "N/A") else float(error))
+                  None if error in (None, "N/A") else float(error), *spread)
 
 
 def _row(cols: tuple[str, ...], toks: list[str], line: int) -> Row:
@@ -342,7 +370,7 @@ def parse(text: str, name: str = "log") -> list[Run]:
                 if run.rows:
                     start(lineno)
                 run.first_line = run.first_line or lineno  # a table pasted without its header
-                run.columns = cols
+                run.columns = _modes(run, cols)
                 if pending_op and not run.op:
                     run.op, run.op_from = pending_op, pending_from
             elif m := _AVG.match(line):
@@ -355,6 +383,8 @@ def parse(text: str, name: str = "log") -> list[Run]:
         if _ELIDED.match(line):
             run.elided += 1
             continue
+        if run.timestamps:
+            line = _STAMP.sub("", line)
         toks = line.split()
         if run.columns and toks and _number(toks[0]) is not None:
             toks = _filled(run.columns, toks)
@@ -388,6 +418,7 @@ def parse(text: str, name: str = "log") -> list[Run]:
                        "found: not such a log")
     for r in runs:
         _one_job(r, name)
+        by_algbw(r)
         settle_op(r, name)
     return runs
 
@@ -507,6 +538,28 @@ def world_of_count(run: Run, most: int = 1 << 20) -> int:
 
 
 # -- a run as a commbench results file ------------------------------------------------------------
+CPU_ALGBW = 1.0  # GB/s: under -C 1, the least printed algbw a row is timed from (0.5% at most)
+
+
+def by_algbw(run: Run) -> None:
+    """Under ``-C 1`` (``cputime``) a row's time column is the host's time to launch the op, not
+    the op's: each half is timed instead by size / algbw, the figure nccl-tests works its
+    bandwidths out from, the printed time kept as ``cpu_us``. A row whose algbw prints too few
+    digits for it (below :data:`CPU_ALGBW`) is left out and counted (``untimed``)."""
+    if not run.cputime:
+        return
+    kept = []
+    for r in run.rows:
+        if r.out.algbw < CPU_ALGBW:
+            run.untimed += 1
+            continue
+        halves = [None if t is None or t.algbw <= 0 else
+                  replace(t, time_us=r.size / (t.algbw * 1e3), cpu_us=t.time_us)
+                  for t in (r.out, r.inplace)]
+        kept.append(replace(r, out=halves[0], inplace=halves[1]))
+    run.rows = kept
+
+
 def _mismatches(run: Run) -> list[tuple[Row, str]]:
     """Each row whose printed busbw disagrees with size / time x the bus factor of the run's op at
     its ranks beyond the log's rounding, and what it says."""
@@ -548,6 +601,19 @@ def out_of_bounds(run: Run, row: Row) -> list[str]:
     return out
 
 
+def _spread(t: Timing) -> dict:
+    """A half's iterations' spread as a results row's fields (``-I 1``): fastest, slowest and
+    99th percentile, and from every iteration's time (the JSON output) their lower decile and
+    count; nothing where the log printed none (the row keeps ``spread`` false)."""
+    if t.min_us is None or t.min_us <= 0:
+        return {}
+    out = {"spread": True, "min_us": t.min_us, "max_us": t.max_us, "p99_us": t.p99_us}
+    if t.samples:  # the lower decile as commbench's own rows take it
+        out["p10_us"] = percentile(list(t.samples), 10)
+        out["n_samples"] = len(t.samples)
+    return out
+
+
 def check_printed(run: Run) -> list[str]:
     """Rows whose printed busbw disagrees with size / time x the bus factor of the run's op at
     its ranks beyond the log's rounding: a sign that the op or the world is not what the header
@@ -570,6 +636,9 @@ def record(run: Run, source: str) -> dict:
                "n_samples": None, "algbw": alg, "busbw": alg * f, "wrong": r.wrong,
                "log_busbw": r.out.busbw, "inplace_us": r.inplace.time_us if r.inplace else None,
                "line": r.line}
+        row.update(_spread(r.out))
+        if r.out.cpu_us is not None:
+            row["cputime_us"] = r.out.cpu_us  # what the time column printed: the host's
         bounds = out_of_bounds(run, r)
         if not r.checked:  # N/A: 0 wrong elements because none were counted
             row["checked"] = False
@@ -597,12 +666,21 @@ def record(run: Run, source: str) -> dict:
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": run.hosts[0] if run.hosts else "", "hardware": run.gpu or "unknown GPU",
             "world_size": run.ranks, "launch": launch, "versions": versions, "commit": None,
-            "measurement": {"statistic": f"mean over {run.params.get('iters', '?')} iterations "
-                            "(the log's; no spread printed)",
+            "measurement": {"statistic": _statistic(run),
                             "warmup": run.params.get("warmup_iters"), "source": source,
                             "op_from": run.op_from,
                             "nodes": len(run.hosts) if run.listed else None,
                             "gpus_per_node": run.gpus_per_node if run.listed else None,
                             "truncated": run.truncated, "failure": run.failure,
-                            "rows_left_out": run.elided},
+                            "rows_left_out": run.elided, "rows_untimed": run.untimed},
             "rows": rows}
+
+
+def _statistic(run: Run) -> str:
+    """What a run's time figure is, as the results file's ``measurement`` says it."""
+    iters = run.params.get("iters", "?")
+    what = (f"size / algbw (the log's time column is the host's launch time, -C 1), over {iters} "
+            "iterations" if run.cputime else f"mean over {iters} iterations (the log's)")
+    spread = any(r.out.min_us is not None for r in run.rows)
+    return what + ("; each iteration timed too (-I 1): fastest, slowest, 99th percentile"
+                   if spread else "; no spread printed")

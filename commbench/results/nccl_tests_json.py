@@ -8,10 +8,13 @@ What the file holds (``"version": 3`` as nccl-tests 2.19.6 writes it; facts:
 ``maximum_bytes``, ``warmup_iters``, ``iterations``, ``validation``, ``graph``, and ``devices``:
 one per rank with ``rank``, ``pid``, ``hostname``, ``device``, ``device_hex``, ``device_info``),
 ``results`` (one per size: ``size``, ``count``, ``type``, ``redop``, ``root``, and
-``out_of_place`` / ``in_place``, each ``time`` in us, ``alg_bw``, ``bus_bw`` and ``nwrong``, null
-where nothing was checked), ``average_bus_bandwidth``, ``errors`` and ``end_time`` (written when
-the test ended). The file carries no nccl-tests version. A row's ``line`` is its place among
-the results (1 for the first).
+``out_of_place`` / ``in_place``, each ``time`` in us (``cpu_time`` under ``-C 1``), ``alg_bw``,
+``bus_bw`` and ``nwrong``, null where nothing was checked; under ``-I 1`` also
+``out_of_place_per_iter`` / ``in_place_per_iter``: ``min_us``, ``max_us``, ``p99_us`` and every
+iteration's ``times_us``, the first ``skipped_iterations`` left out of the summary),
+``average_bus_bandwidth``, ``errors`` and ``end_time`` (written when the test ended). The file
+carries no nccl-tests version. A row's ``line`` is its place among the results (1 for the
+first).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from commbench.results.nccl_tests import (
     Row,
     Run,
     Timing,
+    by_algbw,
     parse,
     perf_op,
     settle_op,
@@ -46,17 +50,31 @@ def is_json(text: str) -> bool:
     return text.lstrip()[:1] == "{"
 
 
-def _timing(half: dict | None, where: str) -> Timing | None:
+def _timing(half: dict | None, per_iter, where: str) -> Timing | None:
+    """One half (``time``, or ``cpu_time`` under ``-C 1``), with its iterations' spread where
+    ``-I 1`` wrote one (``per_iter``: ``min_us``, ``max_us``, ``p99_us``, and ``times_us``, the
+    first ``skipped_iterations`` of which its summary leaves out, as this does)."""
     if half is None:
         return None
     if not isinstance(half, dict):
         raise LogError(f"{where}: not an object of time, alg_bw, bus_bw, nwrong")
     try:
         wrong = half.get("nwrong")
-        return Timing(float(half["time"]), float(half["alg_bw"]), float(half["bus_bw"]),
-                      None if wrong is None or isinstance(wrong, str) else int(wrong))
+        t = half["cpu_time"] if "cpu_time" in half and "time" not in half else half["time"]
+        spread = _per_iter(per_iter) if isinstance(per_iter, dict) else {}
+        return Timing(float(t), float(half["alg_bw"]), float(half["bus_bw"]),
+                      None if wrong is None or isinstance(wrong, str) else int(wrong), **spread)
     except (KeyError, TypeError, ValueError):
         raise LogError(f"{where}: time, alg_bw or bus_bw missing or not a number") from None
+
+
+def _per_iter(d: dict) -> dict:
+    skip = d.get("skipped_iterations", 0)
+    times = d.get("times_us")
+    samples = tuple(float(x) for x in times[skip if isinstance(skip, int) else 0:]) \
+        if isinstance(times, list) else ()
+    return {"min_us": float(d["min_us"]), "max_us": float(d["max_us"]),
+            "p99_us": float(d["p99_us"]), "samples": samples}
 
 
 def _row(res: dict, k: int, name: str) -> Row:
@@ -69,11 +87,13 @@ def _row(res: dict, k: int, name: str) -> Row:
     except (KeyError, TypeError, ValueError):
         raise LogError(f"{where}: size, count or root missing or not a whole number") from None
     dtype = str(res.get("type", ""))
-    out = _timing(res.get("out_of_place"), f"{where}.out_of_place")
+    out = _timing(res.get("out_of_place"), res.get("out_of_place_per_iter"),
+                  f"{where}.out_of_place")
     if out is None:
         raise LogError(f"{where}: no out_of_place timing")
     return Row(size, count, DTYPES.get(dtype, (dtype, 0))[0], str(res.get("redop", "none")),
-               root, out, _timing(res.get("in_place"), f"{where}.in_place"), k + 1)
+               root, out, _timing(res.get("in_place"), res.get("in_place_per_iter"),
+                                  f"{where}.in_place"), k + 1)
 
 
 def parse_json(text: str, name: str = "log") -> list[Run]:
@@ -106,11 +126,14 @@ def parse_json(text: str, name: str = "log") -> list[Run]:
         except (KeyError, TypeError, ValueError):
             raise LogError(f"{name}: config.devices[{k}]: rank or hostname missing") from None
     run.rows = [_row(res, k, name) for k, res in enumerate(doc["results"])]
+    run.cputime = any(isinstance(res, dict) and isinstance(res.get("out_of_place"), dict)
+                      and "cpu_time" in res["out_of_place"] for res in doc["results"])
     avg = doc.get("average_bus_bandwidth")
     if isinstance(avg, dict) and isinstance(avg.get("bandwidth"), int | float):
         run.avg_busbw = float(avg["bandwidth"])
     errors = [str(e) for e in doc.get("errors") or [] if e]
     run.failure = "; ".join(errors)
+    by_algbw(run)
     settle_op(run, name)
     return [run]
 
