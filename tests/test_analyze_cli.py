@@ -226,3 +226,42 @@ def test_a_calibrated_topology_priced_at_other_node_counts_is_said_to_be(tmp_pat
         assert (f"was calibrated on runs of 2 node(s) and is priced here at {nodes}" in note) \
             is warned, note
         assert (f"priced here at {nodes}" in capsys.readouterr().out) is warned
+
+
+def test_a_job_of_512_ranks_prints_what_a_reader_can_scan(tmp_path, capsys):
+    """512 ranks, tensor-parallel groups of 8 and data-parallel ones of every 8th rank, three
+    steps; rank 300 a straggler (its tensor-parallel calls start 40 us late). The ranks are one
+    range, a strided group ``a-b:8``; the per-rank-step table, 1536 pairs, is summed up per step
+    (median and worst rank) with the worst pairs after it, rank 300's first, while the JSON keeps
+    every pair."""
+    from commbench.traces.calls import ranks_text
+
+    w = 512
+    tp = [tuple(range(i, i + 8)) for i in range(0, w, 8)]
+    dp = [tuple(range(j, w, 8)) for j in range(8)]
+    plan = []
+    for step in (1, 2, 3):
+        for g in tp:
+            skew = tuple(40.0 if r == 300 else 0.0 for r in g)
+            plan.append(Planned("allreduce", g, 1 << 20, step=step, skew_us=skew))
+        plan += [Planned("_reduce_scatter_base", g, 1 << 22, step=step) for g in dp]
+    generate(w, plan, str(tmp_path / "job"))
+    assert main(["analyze", str(tmp_path / "job"), "--json", str(tmp_path / "a.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# commbench analyze: 512 trace(s), ranks 0-511 of 512,")
+    assert "| 0-504:8 " in out and "| 296-303 " in out
+    assert "1536 (rank, step) pairs (every one in the JSON): per step across its ranks" in out
+    summary = out.split("per step across its ranks")[1].split("and the 20 pairs")[0]
+    assert summary.count("(rank ") == 9  # three steps, three worst-rank columns each
+    # rank 300 starts last: its seven peers wait for it, their kernels 40 us longer
+    waiting = {296, 297, 298, 299, 301, 302, 303}
+    table = out.split("and the 20 pairs of most exposed time:")[1].splitlines()[4:24]
+    assert {int(line.split("|")[1]) for line in table} <= waiting and len(table) == 20
+    most = [int(x.split(")")[0]) for x in summary.split("(rank ")[1:]]
+    assert set(most[1::3]) <= waiting  # each step's most exposed rank
+    rec = json.loads((tmp_path / "a.json").read_text())
+    assert len(rec["steps"]) == 1536
+    assert {s["rank"] for s in rec["steps"] if s["exposed_us"] > min(
+        x["exposed_us"] for x in rec["steps"])} == waiting
+    assert ranks_text([0, 2, 4]) == "0,2,4" and ranks_text(range(3, 64, 4)) == "3-63:4"
+    assert ranks_text([0, 1, 2, 3, 8, 9, 10, 11]) == "0-3,8-11"

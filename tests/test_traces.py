@@ -989,7 +989,7 @@ def test_a_rank_s_trace_without_a_world_size_is_read_as_part_of_a_world_at_least
     (t,) = load([_write(tmp_path / "rank1.json", json.dumps(doc))], progress=False)
     assert (t.rank, t.world_size, t.world_stated) == (1, 3, False)
     text = markdown(record([t], match([t]), {}))
-    assert "ranks [1] of at least 3 (no world_size in the traces)" in text
+    assert "ranks 1 of at least 3 (no world_size in the traces)" in text
     doc["distributedInfo"]["world_size"] = 1  # a world that is stated is held to
     with pytest.raises(TraceError, match=r"ranks \[1\]: outside world_size 1"):
         load([_write(tmp_path / "stated_rank1.json", json.dumps(doc))], progress=False)

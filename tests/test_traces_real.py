@@ -192,7 +192,7 @@ def test_analyze_world_from_the_command_line(tmp_path, capsys):
     out = tmp_path / "a.json"
     assert main(["analyze", NO_INFO, "--world", "8", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "ranks [0] of 8 (--world; no world_size in the traces)" in text
+    assert "ranks 0 of 8 (--world; no world_size in the traces)" in text
     rec = json.loads(out.read_text())
     assert rec["world_given"] and rec["world_size"] == 8 and len(rec["calls"]) == 6
     for bad, why in ((["--world", "-1"], "--world -1: must be 1 to 1048576"),

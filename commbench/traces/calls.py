@@ -144,9 +144,14 @@ def ranks_of(text, where: str) -> tuple[int, ...]:
 
 def ranks_text(ranks) -> str:
     """Ranks as a reader scans them: runs of consecutive ranks as ``a-b`` (``0-127``,
-    ``0,2,4``, ``0-3,8-11``)."""
+    ``0,2,4``, ``0-3,8-11``), and the ranks left, where four or more of them step evenly
+    (a data-parallel group of a tensor-parallel job: every 8th rank), as ``a-b:step``
+    (Slurm's notation: ``0-504:8``)."""
+    rs = sorted(set(ranks))
+    if len(rs) >= 4 and len({b - a for a, b in zip(rs, rs[1:])}) == 1 and rs[1] - rs[0] > 1:
+        return f"{rs[0]}-{rs[-1]}:{rs[1] - rs[0]}"
     out, run = [], []
-    for r in sorted(ranks):
+    for r in rs:
         if run and r != run[-1] + 1:
             out.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)))
             run = []

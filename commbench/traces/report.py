@@ -4,6 +4,7 @@ per op and size bucket, per step, and the layout's comparison where one was aske
 from __future__ import annotations
 
 import datetime
+import statistics
 from collections import Counter
 
 from tabulate import tabulate
@@ -69,6 +70,50 @@ def _f(x, fmt: str = ".1f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+STEP_ROWS = 64  # a per-rank-step table longer than this is summed up per step in the markdown
+
+
+def _step_name(s: dict):
+    return s["step"] or ("outside" if s.get("outside") else "whole")
+
+
+def _steps(steps: list[dict], top: int) -> str:
+    """The per-rank-step table, whole where it is short; else (a job of many ranks) one line per
+    step across its ranks (the median and the worst rank's communication and exposed time, the
+    least overlap) and the ``top`` (rank, step) pairs of most exposed time. The JSON keeps every
+    pair."""
+    heads = ["rank", "step", "calls", "comm(us)", "exposed(us)", "overlap"]
+
+    def row(s: dict) -> list:
+        return [s["rank"], _step_name(s), s["calls"], _f(s["comm_us"]), _f(s["exposed_us"]),
+                _f(s["overlap"], ".2f")]
+
+    if len(steps) <= STEP_ROWS:
+        return f":\n\n{tabulate([row(s) for s in steps], headers=heads, tablefmt='github')}\n"
+    by: dict = {}
+    for s in steps:
+        by.setdefault(str(_step_name(s)), []).append(s)
+    lines = []
+    for name, ss in by.items():
+        comm = max(ss, key=lambda s: s["comm_us"])
+        bare = max(ss, key=lambda s: s["exposed_us"])
+        laps = [s for s in ss if s["overlap"] is not None]
+        low = min(laps, key=lambda s: s["overlap"]) if laps else None
+        lines.append([name, ranks_text(s["rank"] for s in ss), sum(s["calls"] for s in ss),
+                      _f(statistics.median(s["comm_us"] for s in ss)),
+                      f"{_f(comm['comm_us'])} (rank {comm['rank']})",
+                      _f(statistics.median(s["exposed_us"] for s in ss)),
+                      f"{_f(bare['exposed_us'])} (rank {bare['rank']})",
+                      f"{low['overlap']:.2f} (rank {low['rank']})" if low else "-"])
+    worst = sorted(steps, key=lambda s: -s["exposed_us"])[:top]
+    summary = tabulate(lines, headers=["step", "ranks", "calls", "median comm(us)",
+                                       "most comm(us)", "median exposed(us)",
+                                       "most exposed(us)", "least overlap"], tablefmt="github")
+    return (f", {len(steps)} (rank, step) pairs (every one in the JSON): per step across its "
+            f"ranks\n\n{summary}\n\nand the {len(worst)} pairs of most exposed time:\n\n"
+            f"{tabulate([row(s) for s in worst], headers=heads, tablefmt='github')}\n")
+
+
 def markdown(rec: dict, top: int = 20) -> str:
     model, base = _holds(rec["calls"], "model_us"), _holds(rec["calls"], "baseline_busbw")
     world = rec["world_size"]
@@ -76,7 +121,7 @@ def markdown(rec: dict, top: int = 20) -> str:
         world = f"{world} (--world; no world_size in the traces)"
     elif not rec.get("world_stated", True):
         world = f"at least {world} (no world_size in the traces)"
-    head = (f"# commbench analyze: {len(rec['files'])} trace(s), ranks {rec['ranks']} of "
+    head = (f"# commbench analyze: {len(rec['files'])} trace(s), ranks {ranks_text(rec['ranks'])} of "
             f"{world}, backend {rec['backend'] or '?'}, NCCL "
             f"{rec['nccl_version'] or '?'}; times from {', '.join(rec['source']) or 'no calls'}")
     if rec.get("unlinked"):
@@ -145,15 +190,10 @@ def markdown(rec: dict, top: int = 20) -> str:
                      headers=["op", "ranks", "size >=", "calls", "median time(us)",
                               "median busbw"] + (["model busbw"] if model else [])
                      + (["baseline busbw"] if base else []), tablefmt="github")
-    steps = tabulate([[s["rank"], s["step"] or ("outside" if s.get("outside") else "whole"),
-                       s["calls"], _f(s["comm_us"]),
-                       _f(s["exposed_us"]), _f(s["overlap"], ".2f")] for s in rec["steps"]],
-                     headers=["rank", "step", "calls", "comm(us)", "exposed(us)", "overlap"],
-                     tablefmt="github")
     text += (f"\nPer group:\n\n{groups}\n\nPer op and size:\n\n{sizes}\n\nPer rank and step "
              f"(ProfilerStep#N, the one that holds the call's CPU op; outside: calls whose op is in "
              f"none, launched before the window among them; comm: the union of its calls; "
-             f"exposed: the part no computation kernel covers):\n\n{steps}\n")
+             f"exposed: the part no computation kernel covers)" + _steps(rec["steps"], top))
     lay = rec.get("layout")
     if lay:
         # lazy: imports commbench.patterns.registry
