@@ -110,6 +110,32 @@ def test_describe_hang_names_the_rank_behind_in_a_timing_loop():
     assert "ranks [0, 1] arrived, ranks [2] did not" in text
 
 
+def test_a_hang_of_512_ranks_is_told_in_ranges_not_in_512_numbers():
+    """At 512 ranks, half of them still in a stall: the group, who arrived and who did not are
+    ranges with their counts; the ranks not arrived are told together where they all are, and
+    the pids given are the first sixteen of theirs, not 512. A raise on 41 ranks, 40 of them
+    alike, prints two tracebacks, not 41."""
+    from commbench.runtime.errors import RemoteError, SPMDError
+
+    w = 512
+    group = "[" + ", ".join(map(str, range(w))) + "]"
+    statuses = {r: ("in op", 1, f"all_reduce (call #1) on group {group}") for r in range(256)}
+    statuses |= {r: ("running", 0, "running _stall, no call yet") for r in range(256, w)}
+    text = describe_hang(statuses, {r: str(1000 + r) for r in range(w)})
+    head, pids = text.splitlines()
+    assert head == ("all_reduce (call #1) on group [0-511] (512 ranks): ranks [0-255] (256 "
+                    "ranks) arrived, ranks [256-511] (256 ranks) did not (ranks 256-511: running "
+                    "_stall, no call yet)")
+    assert pids.count(" pid ") == 16 and pids.startswith("processes: rank 256 pid 1256,")
+    assert "(the first 16 of the ranks that did not arrive; 512 processes)" in pids
+    fails = [RemoteError(r, "ValueError", "bad x", "Traceback\nValueError: bad x\n")
+             for r in range(40)] + [RemoteError(40, "KeyError", "k", "Traceback\nKeyError: k\n")]
+    message = str(SPMDError("run", fails))
+    assert message.startswith("run: 41 rank(s) [0-40] (41 ranks) raised; first: rank 0 raised")
+    assert message.count("Traceback") == 2 and "--- ranks 0-39 ---" in message \
+        and "--- rank 40 ---" in message
+
+
 @pytest.mark.local
 def test_resume_refuses_another_configuration_in_one_short_line(tmp_path, capsys):
     """The resume key: a results file measured with other iterations is refused in one line;

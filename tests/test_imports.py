@@ -25,9 +25,9 @@ pytestmark = pytest.mark.foundation
 ROOT = os.path.join(os.path.dirname(__file__), "..", "commbench")
 NAMED = re.compile(r"^([a-z_][a-z0-9_.]*):\w*$")  # a pattern's part: "seq.ulysses_comms:s2h"
 NAMING = ("commbench.patterns", "commbench.collectives")  # the packages whose records name parts
-FLOORS = {"names": 0, "ops": 0, "version": 0, "verdict": 0, "runtime": 1, "wire": 2, "world": 3, "timing": 3,
-          "results": 3, "collectives": 4, "patterns": 5, "costmodel": 6, "studies": 7, "traces": 7,
-          "cli": 8, "pytest_plugin": 8, "__main__": 8, "": 8}
+FLOORS = {"names": 0, "ops": 0, "rankset": 0, "version": 0, "verdict": 0, "runtime": 1,
+          "wire": 2, "world": 3, "timing": 3, "results": 3, "collectives": 4, "patterns": 5,
+          "costmodel": 6, "studies": 7, "traces": 7, "cli": 8, "pytest_plugin": 8, "__main__": 8, "": 8}
 
 
 def modules(root: str = ROOT) -> dict[str, str]:

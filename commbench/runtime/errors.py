@@ -8,6 +8,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from commbench.rankset import LISTED, rank_list, ranks_text
+
 __all__ = ["CallTimeout", "Outcome", "RankDied", "RemoteError", "SPMDError", "describe_hang",
            "remote_error", "WorldError"]
 
@@ -63,9 +65,12 @@ class SPMDError(WorldError):
     def __init__(self, task: str, failures: list[RemoteError], note: str = "") -> None:
         self.task, self.failures = task, failures
         first = failures[0]
-        ranks = [f.rank for f in failures]
-        head = f"{task}: {len(failures)} rank(s) {ranks} raised; first: {first}"
-        body = "\n".join(f"--- rank {f.rank} ---\n{f.traceback.rstrip()}" for f in failures)
+        head = (f"{task}: {len(failures)} rank(s) {rank_list(f.rank for f in failures)} raised; "
+                f"first: {first}")
+        # ranks that raised alike (a big job's usually do) share one traceback
+        alike = _alike(failures, lambda f: f.traceback.rstrip())
+        body = "\n".join(f"--- {_who([f.rank for f in fs])} ---\n{text}"
+                         for text, fs in alike.items())
         super().__init__(f"{head}{(chr(10) + note) if note else ''}\n{body}")
 
 
@@ -99,23 +104,50 @@ def describe_hang(statuses: dict[int, tuple[str, int, str]], processes: dict[int
             key = (m.group("op"), m.group("seq"))
             waiting.setdefault(key, {})[rank] = int(m.group("sample") or 0)
             groups[key] = [int(r) for r in m.group("ranks").split(",") if r.strip()]
-    lines = []
+    lines, behind = [], []
     for (op, seq), samples in waiting.items():
         furthest = max(samples.values())
         arrived = [r for r, k in samples.items() if k == furthest]
         missing = [r for r in groups[(op, seq)] if r not in arrived]
-        where = "; ".join(f"rank {r}: {_where(statuses.get(r), processes.get(r))}"
-                          for r in missing)
+        behind += missing
+        where = _wheres(missing, statuses, processes)
         at = f", sample {furthest}" if furthest else ""
-        head = f"{op} (call #{seq}{at}) on group {groups[(op, seq)]}: "
-        lines.append(head + (f"ranks {arrived} arrived, ranks {missing} did not ({where})"
-                             if missing else "every rank of the group reached it"))
+        head = f"{op} (call #{seq}{at}) on group {rank_list(groups[(op, seq)])}: "
+        lines.append(head + (f"ranks {rank_list(arrived)} arrived, ranks {rank_list(missing)} did "
+                             f"not ({where})" if missing else "every rank of the group reached it"))
     if not lines:
-        lines = [f"rank {r}: {_where(st, None)}" for r, st in sorted(statuses.items())]
+        lines = [f"{_who(rs)}: {text}" for text, rs in
+                 _alike(sorted(statuses), lambda r: _where(statuses[r], None)).items()]
     if processes:
-        lines.append("processes: " + ", ".join(f"rank {r} pid {p}" for r, p in
-                                               sorted(processes.items())))
+        # a big job's: those of the first ranks the others wait for, enough to attach to
+        named = sorted(processes) if len(processes) <= LISTED else \
+            [r for r in sorted(set(behind)) if r in processes][:LISTED]
+        lines.append("processes: " + ", ".join(f"rank {r} pid {processes[r]}" for r in named)
+                     + ("" if len(named) == len(processes) else
+                        f" (the first {len(named)} of the ranks that did not arrive; "
+                        f"{len(processes)} processes)"))
     return "\n".join(lines)
+
+
+def _alike(items, text) -> dict[str, list]:
+    """The items (ranks, failures) by what ``text`` says of each, in order of first mention."""
+    out: dict[str, list] = {}
+    for x in items:
+        out.setdefault(text(x), []).append(x)
+    return out
+
+
+def _who(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks_text(ranks)}"
+
+
+def _wheres(missing: list[int], statuses, processes) -> str:
+    """Where each missing rank is; at a big job's scale the ranks in the same place together
+    (``ranks 256-511: running _stall, no call yet``), each with its own pid where known."""
+    if len(missing) <= LISTED:
+        return "; ".join(f"rank {r}: {_where(statuses.get(r), processes.get(r))}" for r in missing)
+    alike = _alike(missing, lambda r: _where(statuses.get(r), None))
+    return "; ".join(f"{_who(rs)}: {text}" for text, rs in alike.items())
 
 
 def _where(status: tuple[str, int, str] | None, process: str | None) -> str:

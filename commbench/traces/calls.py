@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from commbench.ops import OPS
+from commbench.rankset import ranks_text
 
 __all__ = ["COLLECTIVE", "CPP_TYPES", "DTYPES", "MAX_WORLD", "P2P", "PROFILER", "UNSIZED", "Call",
            "TraceError", "LIBRARIES", "kernel_choice", "kernel_word", "library_kernel",
@@ -140,25 +141,6 @@ def ranks_of(text, where: str) -> tuple[int, ...]:
     if not isinstance(raw, list) or not all(isinstance(r, int) and r >= 0 for r in raw):
         raise TraceError(f"{where}: Process Group Ranks {text!r} is not a list of ranks")
     return tuple(raw)
-
-
-def ranks_text(ranks) -> str:
-    """Ranks as a reader scans them: runs of consecutive ranks as ``a-b`` (``0-127``,
-    ``0,2,4``, ``0-3,8-11``), and the ranks left, where four or more of them step evenly
-    (a data-parallel group of a tensor-parallel job: every 8th rank), as ``a-b:step``
-    (Slurm's notation: ``0-504:8``)."""
-    rs = sorted(set(ranks))
-    if len(rs) >= 4 and len({b - a for a, b in zip(rs, rs[1:])}) == 1 and rs[1] - rs[0] > 1:
-        return f"{rs[0]}-{rs[-1]}:{rs[1] - rs[0]}"
-    out, run = [], []
-    for r in rs:
-        if run and r != run[-1] + 1:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)))
-            run = []
-        run.append(r)
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)))
-    return ",".join(out)
 
 
 def kernel_word(name: str) -> str:

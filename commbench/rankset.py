@@ -1,0 +1,36 @@
+"""Sets of ranks written for a reader of a job of any size (pure): ``0-511`` rather than 512
+numbers, the ranks of a data-parallel group of a tensor-parallel job as ``0-504:8``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["LISTED", "rank_list", "ranks_text"]
+
+LISTED = 16  # a set of at most this many ranks is written out whole, as a list
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """Ranks as a reader scans them: runs of consecutive ranks as ``a-b`` (``0-127``,
+    ``0,2,4``, ``0-3,8-11``), and the ranks, where four or more of them step evenly
+    (a data-parallel group of a tensor-parallel job: every 8th rank), as ``a-b:step``
+    (Slurm's notation: ``0-504:8``)."""
+    rs = sorted(set(ranks))
+    if len(rs) >= 4 and len({b - a for a, b in zip(rs, rs[1:])}) == 1 and rs[1] - rs[0] > 1:
+        return f"{rs[0]}-{rs[-1]}:{rs[1] - rs[0]}"
+    out, run = [], []
+    for r in rs:
+        if run and r != run[-1] + 1:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)))
+            run = []
+        run.append(r)
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)))
+    return ",".join(out)
+
+
+def rank_list(ranks: Iterable[int]) -> str:
+    """A set of ranks in a message: a list as Python writes it where it is short (``[0, 2]``),
+    else its ranges and its size (``[0-510] (511 ranks)``)."""
+    rs = sorted(set(ranks))
+    return str(rs) if len(rs) <= LISTED else f"[{ranks_text(rs)}] ({len(rs)} ranks)"
