@@ -629,3 +629,18 @@ def test_a_replay_of_a_trace_without_sizes_is_refused_saying_why(capsys):
     assert main(["replay", path, "--no-write", "--np", "2"]) == 2
     err = said(capsys).strip().splitlines()
     assert len(err) == 1 and "no call to re-issue (not replayed: 49 call(s) whose sizes" in err[0]
+
+
+def test_one_rank_s_trace_replayed_on_512_ranks_names_the_others_as_a_range(tmp_path):
+    """A 512-rank job of which rank 0's trace alone is kept: the replay's plan says the 511
+    ranks without a recording as one range and their count, not as 511 numbers."""
+    from trace_generator import Planned, generate
+
+    from commbench.traces.recorded import complete, from_traces
+
+    generate(512, [Planned("allreduce", tuple(range(512)), 1 << 10)], str(tmp_path / "one"),
+             ranks=[0])
+    world, plan = from_traces([str(tmp_path / "one")])
+    said = complete(world, plan)
+    assert world == 512 and len(plan) == 512
+    assert said[0].startswith("ranks [1-511] (511 ranks) have no recording: each replays rank 0's")

@@ -35,6 +35,7 @@ import sys
 import traceback
 
 from commbench.cli.common import Parser, UsageError
+from commbench.rankset import rank_list
 from commbench.runtime import crashlog, supervise
 from commbench.runtime.errors import CallTimeout, RankDied, SPMDError, WorldError
 from commbench.runtime.launch import LaunchError, detect
@@ -149,7 +150,7 @@ def _refuse(line: str) -> None:
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, SPMDError):
         first = exc.failures[0]
-        ranks = [f.rank for f in exc.failures]
+        ranks = rank_list(f.rank for f in exc.failures)
         return (f"{exc.task}: rank(s) {ranks} raised; first: rank {first.rank} "
                 f"{first.type_name}: {first.message.splitlines()[0] if first.message else ''}")
     lines = [s.strip() for s in str(exc).splitlines() if s.strip()]

@@ -17,6 +17,7 @@ import pickle
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+from commbench.rankset import rank_list
 from commbench.results.files import kind_of
 from commbench.results.machine import cores
 from commbench.traces.calls import MAX_WORLD, TraceError
@@ -133,7 +134,7 @@ def load(names: list[str], progress: bool = True, limit: int = LIMIT, world: int
         raise TraceError(f"world_size {world}: a job of at most {MAX_WORLD} ranks is read")
     bad = sorted(r for r in by_rank if not 0 <= r < world)
     if bad:
-        raise TraceError(f"ranks {bad}: outside world_size {world} ({by_rank[bad[0]].path})")
+        raise TraceError(f"ranks {rank_list(bad)}: outside world_size {world} ({by_rank[bad[0]].path})")
     if not stated:  # a world given or inferred: the groups the traces name lie inside it
         top = max((r for t in traces for c in t.calls for r in c.group), default=-1)
         if top >= world:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from commbench.names import DTYPE_NAMES
 from commbench.ops import OPS, bufferless
+from commbench.rankset import rank_list
 from commbench.traces.calls import P2P, TraceError
 from commbench.traces.job import load as load_job
 from commbench.traces.kineto import LIBRARY
@@ -65,11 +66,11 @@ def from_traces(names: list[str], limit: int | None = None,
     unlinked = {t.rank: t.unlinked for t in traces if t.unlinked}
     if unlinked and said is not None:
         said.append(f"not replayed: {sum(unlinked.values())} NCCL kernel(s) launched before the "
-                    f"traces' window (ranks {sorted(unlinked)}), whose calls they do not hold")
+                    f"traces' window (ranks {rank_list(unlinked)}), whose calls they do not hold")
     graphed = {t.rank: t.graphed for t in traces if t.graphed}
     if graphed and said is not None:
         said.append(f"not replayed: {sum(graphed.values())} NCCL kernel(s) replayed from a CUDA "
-                    f"graph (ranks {sorted(graphed)}), whose calls ran at its capture, before the "
+                    f"graph (ranks {rank_list(graphed)}), whose calls ran at its capture, before the "
                     "traces")
     # another library's kernels, but for those whose call torch recorded (op, sizes, group)
     library = {t.rank: n for t in traces if t.library and (n := sum(
@@ -77,12 +78,12 @@ def from_traces(names: list[str], limit: int | None = None,
     if library and said is not None:
         libs = sorted({lib for t in traces if t.rank in library for lib in t.library})
         said.append(f"not replayed: {sum(library.values())} kernel(s) of {', '.join(libs)} "
-                    f"(ranks {sorted(library)}): communication of its own, whose sizes and "
+                    f"(ranks {rank_list(library)}): communication of its own, whose sizes and "
                     "groups the traces do not hold")
     unsized = {t.rank: t.unsized for t in traces if t.unsized}
     if unsized and said is not None:
         said.append(f"not replayed: {sum(unsized.values())} call(s) whose sizes the traces do "
-                    f"not hold, recorded without shapes (ranks {sorted(unsized)})")
+                    f"not hold, recorded without shapes (ranks {rank_list(unsized)})")
     plan = {t.rank: [Rec(c.op, c.group, c.dtype, c.in_elems, c.in_splits, c.out_splits,
                          c.peer, step=c.step) for c in sorted(t.calls, key=lambda c: c.ts)
                      # a kernel launched before the trace, or a call without its sizes:
@@ -146,7 +147,7 @@ def complete(world: int, plan: dict[int, list[Rec]]) -> list[str]:
     if not missing or not plan:
         return []
     ref = min(plan)
-    said = [f"ranks {missing} have no recording: each replays rank {ref}'s calls on the groups "
+    said = [f"ranks {rank_list(missing)} have no recording: each replays rank {ref}'s calls on the groups "
             f"it shares with it (every member issues a collective alike)"]
     uneven = 0
     for m in missing:
@@ -173,7 +174,7 @@ def check(world: int, plan: dict[int, list[Rec]]) -> None:
     """TraceError unless ``plan`` can run on ``world`` ranks without a hang."""
     missing = sorted(set(range(world)) - set(plan))
     if missing:
-        raise TraceError(f"ranks {missing} have no recorded calls: a replay needs every rank's")
+        raise TraceError(f"ranks {rank_list(missing)} have no recorded calls: a replay needs every rank's")
     per_group: dict[tuple, dict[int, list[tuple]]] = {}
     sends: dict[tuple[int, int], list[int]] = {}
     recvs: dict[tuple[int, int], list[int]] = {}

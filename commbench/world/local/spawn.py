@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 
+from commbench.rankset import rank_list
 from commbench.runtime.errors import WorldError
 
 __all__ = ["accept_ranks", "drain_fatal", "find_mpiexec", "launcher", "log_tail", "mpi_usable",
@@ -123,7 +124,7 @@ def accept_ranks(listener, procs: list, size: int, timeout_s: float, folder: str
     deadline = time.monotonic() + timeout_s
     while len(joining.ready) < size:
         if time.monotonic() > deadline:
-            raise WorldError(f"local world of {size}: only ranks {sorted(joining.ready)} were "
+            raise WorldError(f"local world of {size}: only ranks {rank_list(joining.ready)} were "
                              f"ready after {timeout_s:.0f} s ({len(joining.conns)} said hello, "
                              f"{len(joining.silent)} connected silent){log_tail(folder)}")
         joining.check_processes()
