@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["LISTED", "rank_list", "ranks_text"]
+__all__ = ["LISTED", "rank_list", "ranks_text", "who"]
 
 LISTED = 16  # a set of at most this many ranks is written out whole, as a list
 
@@ -34,3 +34,10 @@ def rank_list(ranks: Iterable[int]) -> str:
     else its ranges and its size (``[0-510] (511 ranks)``)."""
     rs = sorted(set(ranks))
     return str(rs) if len(rs) <= LISTED else f"[{ranks_text(rs)}] ({len(rs)} ranks)"
+
+
+def who(ranks: Iterable[int]) -> str:
+    """The subject of a sentence about ranks: ``rank 2``, ``ranks [0, 1, 3]``, ``ranks [0-510]
+    (511 ranks)``."""
+    rs = sorted(set(ranks))
+    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {rank_list(rs)}"

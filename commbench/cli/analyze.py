@@ -1,14 +1,20 @@
 """``commbench analyze TRACE...``: a job's own profiler traces, every call against the bytes it
-must move, NCCL's model and the committed sweep (commbench/traces/)."""
+must move, NCCL's model and the committed sweep (commbench/traces/); or its flight recorder
+dumps, what a hung job's ranks last issued (commbench/traces/flight.py)."""
 
 from __future__ import annotations
 
 import gc
+import os
+import sys
+
+from tabulate import tabulate
 
 from commbench.cli.checks import check_file, max_chars
 from commbench.cli.common import UsageError
+from commbench.rankset import rank_list, ranks_text
 from commbench.results.records import write_atomic, write_json
-from commbench.traces import wire
+from commbench.traces import flight, wire
 from commbench.traces.analysis import covers, match_job
 from commbench.traces.calls import MAX_WORLD, TraceError
 from commbench.traces.job import load
@@ -80,6 +86,9 @@ def _command(a) -> int:
         raise UsageError(f"--step {a.step} --steps {a.steps}: must be >= 0 and >= 1")
     if a.step is not None and not a.layout:
         raise UsageError(f"--step {a.step}: selects the steps --layout compares; give --layout")
+    dumps = flight.files_of(a.traces)
+    if dumps is not None:  # torch's flight recorder dumps, not profiler traces
+        return _flight(a, dumps)
     try:
         traces = load(a.traces, limit=max_chars(a.max_size), world=a.world)
         cover = covers(traces)
@@ -116,6 +125,51 @@ def _command(a) -> int:
     if flags:
         print(f"# {len(flags)} difference(s) from the layout:", *flags, sep="\n#   ")
     return 1 if flags else 0
+
+
+def _flight(a, paths: list[str]) -> int:
+    """A job's flight recorder dumps: per process group the last collective each member
+    enqueued, the ranks the others wait for and any desync; exit 1 when there is one."""
+    for flag, given in (("--layout", a.layout), ("--baseline", a.baseline),
+                        ("--topology", a.topology)):
+        if given:
+            raise UsageError(f"{flag}: flight recorder dumps hold the calls' order, not their "
+                             f"timing on a topology; {flag} applies to profiler traces")
+    try:
+        dumps = [flight.read(p) for p in paths]
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    seen: dict[int, str] = {}
+    for d in dumps:
+        if d.rank in seen:
+            raise UsageError(f"{d.path}: rank {d.rank} again (also {seen[d.rank]}): one dump a "
+                             "rank")
+        seen[d.rank] = d.path
+    rows, said = flight.findings(dumps)
+    ranks = sorted(seen)
+    versions = sorted({d.version for d in dumps})
+    print(f"# commbench analyze: flight recorder dumps of {len(dumps)} rank(s), ranks "
+          f"{ranks_text(ranks)} (torch's format {', '.join(versions) or '?'}); "
+          f"{sum(len(d.entries) for d in dumps)} calls in their buffers, the last each rank "
+          "recorded")
+    table = [[r["group"], r["desc"] or "-", ranks_text(r["members"]), ranks_text(r["dumps"]),
+              r["last_min"] if r["last_min"] == r["last_max"] else
+              f"{r['last_min']}-{r['last_max']}", rank_list(r["behind"]) if r["behind"] else "-"]
+             for r in rows]
+    print("\n" + tabulate(table, headers=["group", "desc", "members", "dumps", "last issued",
+                                          "behind"], tablefmt="github"))
+    print("\n" + ("\n".join(f"# {line}" for line in said) if said else
+                  "# every member of every group issued the same collectives, the same number"))
+    if a.json:
+        write_json(a.json, {"schema": "commbench.flight/1", "files": [os.path.basename(p) for p in
+                                                                     paths],
+                            "ranks": ranks, "versions": versions, "groups": rows,
+                            "findings": said})
+        print(f"# wrote {a.json}")
+    if said:
+        print(f"commbench analyze: {len(said)} finding(s) in the flight recorder dumps: "
+              f"{said[0]}", file=sys.stderr)
+    return 1 if said else 0
 
 
 def _layout(a, traces) -> dict:

@@ -13,7 +13,8 @@ import json
 import os
 import stat
 
-__all__ = ["RESULTS_LIMIT", "TOPOLOGY_LIMIT", "FileRefused", "kind", "kind_of", "read_json", "read_text"]
+__all__ = ["RESULTS_LIMIT", "TOPOLOGY_LIMIT", "FileRefused", "kind", "kind_of", "read_bytes",
+           "read_json", "read_text"]
 
 TOPOLOGY_LIMIT = 16 << 20  # bytes: an NCCL topology dump of a large node is a few hundred KB
 RESULTS_LIMIT = 64 << 20  # bytes: a sweep of 8 B .. 8 GiB over every algorithm is a few MB
@@ -42,6 +43,16 @@ def kind_of(path: str) -> str:
 def read_text(path: str, what: str, limit: int) -> str:
     """The text of ``path``, a ``what`` (e.g. "topology"), refused unless it is a regular file
     of at most ``limit`` bytes."""
+    data = read_bytes(path, what, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileRefused(f"{path}: not UTF-8 text (byte {exc.start}); not a {what} file") from None
+
+
+def read_bytes(path: str, what: str, limit: int) -> bytes:
+    """The bytes of ``path``, a ``what``, refused unless it is a regular file of at most
+    ``limit`` bytes (a FIFO is not waited on)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -62,10 +73,7 @@ def read_text(path: str, what: str, limit: int) -> str:
         os.close(fd)
     if len(data) > limit:
         raise FileRefused(f"{path}: grew past the {limit} B a {what} file may have while being read")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FileRefused(f"{path}: not UTF-8 text (byte {exc.start}); not a {what} file") from None
+    return data
 
 
 def read_json(path: str, what: str, limit: int):
