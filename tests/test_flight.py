@@ -132,3 +132,30 @@ def test_the_installed_torch_s_own_dumps_read_to_the_same_findings(tmp_path):
         fresh, kept = (json.loads((tmp_path / f).read_text()) for f in (f"{name}.json",
                                                                        f"{name}0.json"))
         assert got == [1, 1] and fresh["findings"] == kept["findings"]
+
+
+def test_a_call_every_member_issued_and_not_all_completed_is_noted_with_its_states(
+        tmp_path, capsys):
+    """NCCL's dumps say more than gloo's: a call's state (scheduled, started, completed, with
+    CUDA events) and its duration. The desync dumps made NCCL-like: both ranks' second call the
+    same all-reduce, rank 0's started and not completed, rank 1's completed in 2.5 ms. No rank is
+    behind and nothing differs: no finding, exit 0, and a note that rank 0 had not completed
+    it, with the states; the groups' median duration is a column."""
+    for r in (0, 1):
+        doc = json.loads(open(os.path.join(DESYNC, f"nccl_trace_rank_{r}.json")).read())
+        first, second = doc["entries"]
+        second.update(profiling_name=first["profiling_name"], input_sizes=first["input_sizes"],
+                      input_dtypes=first["input_dtypes"], state="started" if r == 0 else "completed")
+        first.update(state="completed", duration_ms=1.5)
+        if r == 1:
+            second["duration_ms"] = 2.5
+            doc["pg_status"]["0"]["last_completed_collective"] = "2"
+        (tmp_path / f"nccl_trace_rank_{r}.json").write_text(json.dumps(doc))
+    assert main(["analyze", str(tmp_path), "--json", str(tmp_path / "a.json")]) == 0
+    out = capsys.readouterr().out
+    assert ("# group 0: every member issued all_reduce #2 [[1024]] Float; rank 0 had not "
+            "completed it when the dumps were taken (started on rank 0; completed on rank 1)") in out
+    rec = json.loads((tmp_path / "a.json").read_text())
+    (row,) = rec["groups"]
+    assert (row["done_min"], row["done_max"], row["median_ms"]) == (1, 2, 1.5)
+    assert rec["findings"] == [] and len(rec["notes"]) == 1 and "median ms" in out

@@ -145,26 +145,36 @@ def _flight(a, paths: list[str]) -> int:
             raise UsageError(f"{d.path}: rank {d.rank} again (also {seen[d.rank]}): one dump a "
                              "rank")
         seen[d.rank] = d.path
-    rows, said = flight.findings(dumps)
+    notes: list[str] = []
+    rows, said = flight.findings(dumps, notes)
     ranks = sorted(seen)
     versions = sorted({d.version for d in dumps})
     print(f"# commbench analyze: flight recorder dumps of {len(dumps)} rank(s), ranks "
           f"{ranks_text(ranks)} (torch's format {', '.join(versions) or '?'}); "
           f"{sum(len(d.entries) for d in dumps)} calls in their buffers, the last each rank "
           "recorded")
+    timed = any(r["median_ms"] is not None for r in rows)
+
+    def span(lo: int, hi: int):
+        return lo if lo == hi else f"{lo}-{hi}"
+
     table = [[r["group"], r["desc"] or "-", ranks_text(r["members"]), ranks_text(r["dumps"]),
-              r["last_min"] if r["last_min"] == r["last_max"] else
-              f"{r['last_min']}-{r['last_max']}", rank_list(r["behind"]) if r["behind"] else "-"]
+              span(r["last_min"], r["last_max"]), span(r["done_min"], r["done_max"]),
+              rank_list(r["behind"]) if r["behind"] else "-"]
+             + ([r["median_ms"] if r["median_ms"] is not None else "-"] if timed else [])
              for r in rows]
     print("\n" + tabulate(table, headers=["group", "desc", "members", "dumps", "last issued",
-                                          "behind"], tablefmt="github"))
+                                          "last completed", "behind"]
+                          + (["median ms"] if timed else []), tablefmt="github"))
     print("\n" + ("\n".join(f"# {line}" for line in said) if said else
                   "# every member of every group issued the same collectives, the same number"))
+    for line in notes:
+        print(f"# {line}")
     if a.json:
         write_json(a.json, {"schema": "commbench.flight/1", "files": [os.path.basename(p) for p in
                                                                      paths],
                             "ranks": ranks, "versions": versions, "groups": rows,
-                            "findings": said})
+                            "findings": said, "notes": notes})
         print(f"# wrote {a.json}")
     if said:
         print(f"commbench analyze: {len(said)} finding(s) in the flight recorder dumps: "

@@ -176,11 +176,36 @@ def _last(d: Dump, group: str) -> int:
     return max(said + [e.seq for e in mine], default=0)
 
 
-def findings(dumps: list[Dump]) -> tuple[list[dict], list[str]]:
+def _done(d: Dump, group: str) -> int:
+    """The last collective ``d``'s rank completed on ``group`` (its status, else its buffer's
+    last call completed or retired); 0 where it says none."""
+    mine = [e for e in d.entries if e.group == group and not e.p2p]
+    ids = {e.pg_id for e in mine}
+    said = [d.status[i][2] for i in ids if i in d.status and d.status[i][2] >= 0]
+    return max(said + [e.seq for e in mine if e.state == "completed" or e.retired], default=0)
+
+
+def _states(calls: dict[int, dict[int, Entry]], ranks: list[int], seq: int) -> str:
+    """Where the ranks' call ``seq`` stands, where their backend says more than that it was
+    scheduled (NCCL with CUDA events: started, completed): '' else."""
+    by: dict[str, list[int]] = {}
+    for r in ranks:
+        if seq in calls[r]:
+            by.setdefault(calls[r][seq].state or "?", []).append(r)
+    if set(by) <= {"scheduled"}:
+        return ""
+    return " (" + "; ".join(f"{state} on {who(rs)}" for state, rs in by.items()) + ")"
+
+
+def findings(dumps: list[Dump], notes: list[str] | None = None
+             ) -> tuple[list[dict], list[str]]:
     """(a row per process group, the findings): per group its members (the dump's config,
     else the ranks whose dumps name it), the last collective each enqueued, and, where they
     differ, the ranks the others wait for; and every place where members' buffers hold
-    different collectives at the same sequence number (a desync)."""
+    different collectives at the same sequence number (a desync). ``notes`` gets what is no
+    finding: a call every member issued and not every member completed (in flight when the
+    dumps were taken)."""
+    notes = [] if notes is None else notes
     by_rank = {d.rank: d for d in dumps}
     names = sorted({e.group for d in dumps for e in d.entries if not e.p2p},
                    key=lambda g: (len(g), g))
@@ -197,9 +222,23 @@ def findings(dumps: list[Dump]) -> tuple[list[dict], list[str]]:
         top = max(last.values(), default=0)
         ahead = [r for r, k in last.items() if k == top]
         behind = [r for r, k in last.items() if k < top]
+        done = {r: _done(by_rank[r], g) for r in last}
+        ms = sorted(e.duration_ms for c in calls.values() for e in c.values()
+                    if e.duration_ms is not None)
         rows.append({"group": g, "desc": desc, "members": list(members),
                      "dumps": sorted(last), "last_min": min(last.values(), default=0),
-                     "last_max": top, "behind": behind, "absent": absent})
+                     "last_max": top, "done_min": min(done.values(), default=0),
+                     "done_max": max(done.values(), default=0), "behind": behind,
+                     "absent": absent, "median_ms": ms[len(ms) // 2] if ms else None})
+        desync = _desync(g, calls)
+        if desync:
+            said.append(desync)
+        elif not behind and top and any(k < top for k in done.values()):
+            open_ = sorted(r for r, k in done.items() if k < top)
+            call = next((calls[r][top] for r in last if top in calls[r]), None)
+            notes.append(f"group {g}: every member issued {call.what() if call else f'#{top}'}; "
+                         f"{who(open_)} had not completed it when the dumps were taken"
+                         + _states(calls, sorted(last), top))
         if behind:
             first = next((calls[r][top] for r in ahead if top in calls[r]), None)
             lows = {}
@@ -209,21 +248,27 @@ def findings(dumps: list[Dump]) -> tuple[list[dict], list[str]]:
             where = next(iter(lows)) if len(lows) == 1 else \
                 "; ".join(f"{who(rs)}: {w}" for w, rs in lows.items())
             said.append(f"group {g} ({desc or 'no description'}): {who(ahead)} issued "
-                        f"{first.what() if first else f'#{top}'} and wait in it; {who(behind)} "
-                        f"never issued it (last issued: {where})")
-        for seq in sorted(set().union(*(c.keys() for c in calls.values())) if calls else ()):
-            seen: dict[tuple, list[int]] = {}
-            for r, c in calls.items():
-                if seq in c:
-                    e = c[seq]
-                    seen.setdefault((e.op or e.name, e.sizes, e.dtypes), []).append(r)
-            if len(seen) > 1:
-                parts = "; ".join(f"{who(rs)}: {calls[rs[0]][seq].what()}"
-                                  for rs in seen.values())
-                said.append(f"group {g} call #{seq}: the ranks issued different collectives at "
-                            f"the same place (a desync): {parts}")
-                break  # after the first, the rest of the group's calls are out of step too
+                        f"{first.what() if first else f'#{top}'} and wait in it"
+                        f"{_states(calls, ahead, top)}; {who(behind)} never issued it (last "
+                        f"issued: {where})")
         if absent:
             said.append(f"group {g}: no dump of {who(absent)} (members by the group's "
                         "config): what they issued is not known")
     return rows, said
+
+
+def _desync(g: str, calls: dict[int, dict[int, Entry]]) -> str:
+    """The first place where the members' buffers hold different collectives at one sequence
+    number ('' where there is none): after it, the rest of the group's calls are out of step
+    too."""
+    for seq in sorted(set().union(*(c.keys() for c in calls.values())) if calls else ()):
+        seen: dict[tuple, list[int]] = {}
+        for r, c in calls.items():
+            if seq in c:
+                e = c[seq]
+                seen.setdefault((e.op or e.name, e.sizes, e.dtypes), []).append(r)
+        if len(seen) > 1:
+            parts = "; ".join(f"{who(rs)}: {calls[rs[0]][seq].what()}" for rs in seen.values())
+            return (f"group {g} call #{seq}: the ranks issued different collectives at the same "
+                    f"place (a desync): {parts}")
+    return ""
