@@ -30,9 +30,13 @@ def add_parser(sub) -> None:
                        description="Reads one Kineto trace per rank (a folder is one job; "
                        ".json or .json.gz), matches each collective across ranks by group and "
                        "sequence number, and prints the worst calls first, then per group, per "
-                       "op and size, and per step. Example: commbench analyze traces/ "
-                       "--topology dgx-h100 --nodes 2 --baseline results/collectives_X-nccl-x8.json")
-    a.add_argument("traces", nargs="+", help="trace files, or a folder of one trace per rank")
+                       "op and size, and per step. Given torch's flight recorder dumps of a "
+                       "hung job (nccl_trace_rank_N), names per process group the ranks the "
+                       "others wait for and any desync (exit 1 on one). Example: commbench "
+                       "analyze traces/ --topology dgx-h100 --nodes 2 --baseline "
+                       "results/collectives_X-nccl-x8.json")
+    a.add_argument("traces", nargs="+", help="trace files, or a folder of one trace per rank "
+                   "(or of flight recorder dumps)")
     a.add_argument("--topology", default="", metavar="PRESET|FILE",
                    help="NCCL's model beside each call (default: the preset the traces' device "
                         "names point to, if any)")
