@@ -1,5 +1,5 @@
 """Write this folder's flight recorder dumps with the installed torch: real dumps of a gloo job
-(torch >= 2.7 records gloo's collectives too), without stack traces (they hold the machine's
+(torch 2.13 records gloo's collectives too), without stack traces (they hold the machine's
 paths). Run from the repository root: ``.venv/bin/python tests/data/flight/make_dumps.py``.
 
 * ``hang/``: 4 ranks; three all-reduces on the world, an all-gather on each half ([0, 1],
