@@ -456,7 +456,7 @@ def test_an_old_build_s_max_error_beyond_its_bound_is_flagged_as_that_build_coun
         assert [r["size"] for r in bad] == ([67108864] if flagged else [])
         if flagged:
             assert f"in-place max error {float(error):g} > 1e-05" in bad[0]["flag"]
-            assert "max error beyond nccl-tests' bound" in said(capsys)
+            assert "max error beyond nccl-tests' bound" in capsys.readouterr().err
     (run,) = parse(_text(os.path.basename(ALLTOALL_78)), "log")
     run.op, run.world = "all_to_all", 64
     assert [out_of_bounds(run, r) for r in run.rows] == [[], []]
@@ -1058,7 +1058,7 @@ def test_a_newer_build_s_cpu_time_column_is_not_taken_for_the_op_s_time(tmp_path
     assert run.cputime and run.untimed == 1 and len(run.rows) == 4
     assert check_printed(run) == []
     assert main(["import", str(log), "--out", str(tmp_path / "o")]) == 0
-    assert "time column is the host's launch time (-C 1)" in said(capsys)
+    assert "time column is the host's launch time (-C 1)" in capsys.readouterr().err
     rec = json.loads(next((tmp_path / "o").glob("*.json")).read_text())
     for r, (size, us, cpu, _) in zip(rec["rows"], NEWER, strict=True):
         algbw = float(_float_str(size / us / 1e3, 6))  # as printed: the time read back from it
