@@ -167,20 +167,17 @@ def read(path: str) -> Dump:
     return out
 
 
-def _last(d: Dump, group: str) -> int:
-    """The last collective ``d``'s rank enqueued on ``group``: its status where the dump has
-    one for the group's id, else its buffer's last."""
-    mine = [e for e in d.entries if e.group == group and not e.p2p]
-    ids = {e.pg_id for e in mine}
+def _last(d: Dump, mine: list[Entry], ids: set[int]) -> int:
+    """The last collective ``d``'s rank enqueued on a group (its calls there ``mine``, the
+    group's id on that rank ``ids``): its status where the dump has one, else its buffer's
+    last."""
     said = [d.status[i][0] for i in ids if i in d.status and d.status[i][0] >= 0]
     return max(said + [e.seq for e in mine], default=0)
 
 
-def _done(d: Dump, group: str) -> int:
-    """The last collective ``d``'s rank completed on ``group`` (its status, else its buffer's
-    last call completed or retired); 0 where it says none."""
-    mine = [e for e in d.entries if e.group == group and not e.p2p]
-    ids = {e.pg_id for e in mine}
+def _done(d: Dump, mine: list[Entry], ids: set[int]) -> int:
+    """The last collective ``d``'s rank completed on a group (as :func:`_last`; its buffer's
+    last call completed or retired where its status says none); 0 where nothing says."""
     said = [d.status[i][2] for i in ids if i in d.status and d.status[i][2] >= 0]
     return max(said + [e.seq for e in mine if e.state == "completed" or e.retired], default=0)
 
@@ -207,22 +204,29 @@ def findings(dumps: list[Dump], notes: list[str] | None = None
     dumps were taken)."""
     notes = [] if notes is None else notes
     by_rank = {d.rank: d for d in dumps}
-    names = sorted({e.group for d in dumps for e in d.entries if not e.p2p},
-                   key=lambda g: (len(g), g))
+    index: dict[str, dict[int, list[Entry]]] = {}  # group -> rank -> its collectives there
+    for d in dumps:
+        for e in d.entries:
+            if not e.p2p:
+                index.setdefault(e.group, {}).setdefault(d.rank, []).append(e)
+    config = {g: ranks for d in dumps for g, ranks in d.groups.items()}
     rows, said = [], []
-    for g in names:
-        desc = next(e.desc for d in dumps for e in d.entries if e.group == g)
-        members = next((d.groups[g] for d in dumps if g in d.groups),
-                       tuple(sorted(r for r, d in by_rank.items()
-                                    if any(e.group == g for e in d.entries))))
-        last = {r: _last(by_rank[r], g) for r in members if r in by_rank}
+    for g in sorted(index, key=lambda g: (len(g), g)):
+        mine = index[g]
+        desc = next(iter(mine.values()))[0].desc
+        members = config.get(g, tuple(sorted(mine)))
+        # a group's id is each rank's own (the ranks number the groups they are in): a rank
+        # whose buffer holds none of its calls takes the one its peers agree on, if they do
+        agreed = {e.pg_id for es in mine.values() for e in es if e.pg_id >= 0}
+        ids = {r: {e.pg_id for e in mine.get(r, [])} or (agreed if len(agreed) == 1 else set())
+               for r in members}
+        last = {r: _last(by_rank[r], mine.get(r, []), ids[r]) for r in members if r in by_rank}
         absent = [r for r in members if r not in by_rank]
-        calls = {r: {e.seq: e for e in by_rank[r].entries if e.group == g and not e.p2p}
-                 for r in last}
+        calls = {r: {e.seq: e for e in mine.get(r, [])} for r in last}
         top = max(last.values(), default=0)
         ahead = [r for r, k in last.items() if k == top]
         behind = [r for r, k in last.items() if k < top]
-        done = {r: _done(by_rank[r], g) for r in last}
+        done = {r: _done(by_rank[r], mine.get(r, []), ids[r]) for r in last}
         ms = sorted(e.duration_ms for c in calls.values() for e in c.values()
                     if e.duration_ms is not None)
         rows.append({"group": g, "desc": desc, "members": list(members),
