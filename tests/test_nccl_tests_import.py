@@ -598,6 +598,22 @@ def test_nccl_s_own_count_of_nodes_is_read_and_set_against_the_topology():
                                          if "node" in x]
 
 
+def test_nccl_s_trees_are_read_channel_by_channel():
+    """NCCL prints each rank's place in every channel's tree ("Trees [0] 3/-1/-1->2->1 ...":
+    three children, the rank, its parent). nccl-tests#213's two whole lines: 16 channels, each
+    rank one child at most (a chain inside one node). A binary tree across nodes has two."""
+    from commbench.results.nccl_info import nccl_said
+
+    lines = [x for x in _text("nccl_tests_213_init_info_excerpt.log").splitlines()
+             if " Trees " in x]
+    channels = {len(re.findall(r"\[\d+\]", x.split(" Trees ")[1])) for x in lines}
+    said = nccl_said(lines)
+    assert channels == {16} and (said.tree_channels, said.tree_fanout) == (16, 1)
+    assert "16 tree channels (chains)" in said.facts()
+    two = nccl_said(["n0:1:2 [0] NCCL INFO Trees [0] 1/8/-1->0->-1 [1] 1/-1/-1->0->8"])
+    assert (two.tree_channels, two.tree_fanout) == (2, 2)
+
+
 def test_a_network_plugin_s_lines_and_nccl_s_older_ring_lines_are_read():
     """AWS's OFI plugin names its network and its NICs its own way (nccl/issues/1597, two
     8 x H200 hosts: "Using network Libfabric", "NET/OFI Selected Provider is efa (found 16
@@ -632,7 +648,8 @@ def test_nccl_s_connections_are_read_and_host_memory_set_against_gpu_links(capsy
     from commbench.results.nccl_info import nccl_said
 
     assert main(["import", PAIR, "--out", str(tmp_path)]) == 0
-    assert "# NCCL said: connections via P2P/direct" in capsys.readouterr().out
+    assert "# NCCL said: 4 tree channels (chains), connections via P2P/direct" in \
+        capsys.readouterr().out
     shm = nccl_said(["gpu7:12:34 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct",
                      "gpu7:12:34 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via SHM/direct/direct",
                      "gpu7:12:35 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/IPC"])

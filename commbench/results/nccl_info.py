@@ -54,6 +54,9 @@ _INIT = re.compile(r"\brank (\d+) nranks (\d+) cudaDev (\d+).*Init COMPLETE")
 # localRanks 8 localRank 7 MNNVL 0": its own count of the nodes and of the ranks on its node
 _NODES = re.compile(r"\brank (\d+) nRanks (\d+) nNodes (\d+) localRanks (\d+)")
 _RING = re.compile(r"^Channel (\d+)/(\d+) :((?:\s+\d+)+)\s*$")
+# each rank's place in each channel's tree: "Trees [0] 3/-1/-1->2->1 [1] ...", the channel, its
+# three children (-1: none), the rank, its parent (-1: the root)
+_TREE = re.compile(r"\[(\d+)\]\s+(-?\d+)/(-?\d+)/(-?\d+)->(-?\d+)->(-?\d+)")
 
 
 @dataclass
@@ -73,6 +76,8 @@ class NcclSaid:
     local_ranks: int | None = None  # the ranks on one node (localRanks), where it printed them
     hosts: tuple[str, ...] = ()
     rings: int = 0                 # "Channel k/N : 0 1 2 ..." lines: N, the rings NCCL built
+    tree_channels: int = 0         # "Trees [0] ... [k] ..." lines: the channels of NCCL's trees
+    tree_fanout: int = 0           # the most children a rank has in a tree (1: a chain)
     p2p_intra: bool | None = None  # "Check P2P Type intraNodeP2pSupport 1|0"
     transports: tuple[str, ...] = ()  # what its connections went through: P2P/IPC, SHM/direct
     # its tuning table: (op, algorithm, protocol) -> (latency us, algorithm bandwidth GB/s), in
@@ -104,6 +109,10 @@ class NcclSaid:
             out.append(f"{self.coll_channels} collective channels")
         if self.rings:
             out.append(f"{self.rings} rings")
+        if self.tree_channels:
+            shape = "chains" if self.tree_fanout <= 1 else \
+                f"trees of up to {self.tree_fanout} children a rank"
+            out.append(f"{self.tree_channels} tree channels ({shape})")
         if self.nvls_channels is not None:
             out.append(f"{self.nvls_channels} NVLS channels")
         if self.p2p_intra is not None:
@@ -151,6 +160,10 @@ def nccl_said(lines) -> NcclSaid | None:
             said.nranks, said.nodes, said.local_ranks = (int(i.group(k)) for k in (2, 3, 4))
         elif r := _RING.match(text):
             said.rings = max(said.rings, int(r.group(2)))
+        elif text.startswith("Trees") and (trees := _TREE.findall(text)):
+            said.tree_channels = max(said.tree_channels, len({t[0] for t in trees}))
+            said.tree_fanout = max(said.tree_fanout, *(sum(int(c) >= 0 for c in t[1:4])
+                                                       for t in trees))
         elif text.startswith("Check P2P Type intraNodeP2pSupport"):
             said.p2p_intra = text.split()[4] == "1"
         elif (v := _VIA.match(text)) and (t := _transport(v.group(1))) not in via:
