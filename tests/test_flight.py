@@ -160,3 +160,20 @@ def test_a_call_every_member_issued_and_not_all_completed_is_noted_with_its_stat
     (row,) = rec["groups"]
     assert (row["done_min"], row["done_max"], row["median_ms"]) == (1, 2, 1.5)
     assert rec["findings"] == [] and len(rec["notes"]) == 1 and "median ms" in out
+
+
+def test_a_member_the_group_config_names_without_a_dump_is_said(tmp_path, capsys):
+    """NCCL's dumps name each group's ranks (``pg_config``, its ranks a string ``"[0, 1,
+    2]"``). The desync dumps given a config of three ranks: rank 2 has no dump, and what it
+    issued is not known; the two dumps present are still set against each other."""
+    for r in (0, 1):
+        doc = json.loads(open(os.path.join(DESYNC, f"nccl_trace_rank_{r}.json")).read())
+        doc["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}}
+        (tmp_path / f"nccl_trace_rank_{r}.json").write_text(json.dumps(doc))
+    assert main(["analyze", str(tmp_path), "--json", str(tmp_path / "a.json")]) == 1
+    rec = json.loads((tmp_path / "a.json").read_text())
+    (row,) = rec["groups"]
+    assert row["members"] == [0, 1, 2] and row["absent"] == [2] and row["dumps"] == [0, 1]
+    assert any("no dump of rank 2" in f for f in rec["findings"])
+    assert any("a desync" in f for f in rec["findings"])
+    capsys.readouterr()
