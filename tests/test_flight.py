@@ -177,3 +177,21 @@ def test_a_member_the_group_config_names_without_a_dump_is_said(tmp_path, capsys
     assert any("no dump of rank 2" in f for f in rec["findings"])
     assert any("a desync" in f for f in rec["findings"])
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("field, value", [
+    ("entries", {"a": 1}), ("entries", [1, "x"]), ("pg_status", [1]), ("pg_config", "x"),
+    ("pg_config", {"0": {"ranks": "[0, oops"}}), ("pg_config", {"0": {"ranks": 7}}),
+    ("process_group", "abc"), ("input_sizes", "big"), ("input_sizes", [[1, [2]]]),
+    ("collective_seq_id", None), ("duration_ms", "slow"), ("input_dtypes", 3)])
+def test_a_dump_with_a_field_of_the_wrong_kind_is_read_or_refused_in_one_line(
+        tmp_path, capsys, field, value):
+    """Bad input gets a line, never a traceback: each field of the desync dumps given a value of
+    another kind (the dump's own, or its first entry's) reads, or is refused with exit 2."""
+    for r in (0, 1):
+        doc = json.loads(open(os.path.join(DESYNC, f"nccl_trace_rank_{r}.json")).read())
+        target = doc if field in doc and field not in doc["entries"][0] else doc["entries"][0]
+        target[field] = value
+        (tmp_path / f"nccl_trace_rank_{r}.json").write_text(json.dumps(doc))
+    assert main(["analyze", str(tmp_path)]) in (0, 1, 2)
+    capsys.readouterr()

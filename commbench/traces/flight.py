@@ -109,6 +109,14 @@ def files_of(names: list[str]) -> list[str] | None:
     return paths or None
 
 
+def _list(v) -> list:
+    return list(v) if isinstance(v, list | tuple) else []
+
+
+def _dict(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
 def _int(v, default: int = -1) -> int:
     try:
         return int(v)
@@ -140,24 +148,25 @@ def read(path: str) -> Dump:
     for k, e in enumerate(doc["entries"]):
         if not isinstance(e, dict):
             raise TraceError(f"{path}: entries[{k}] is not an object")
-        pg = e.get("process_group") or ("", "")
+        pg = e.get("process_group")
+        pg = pg if isinstance(pg, list | tuple) else ("", "")
         p2p = bool(e.get("is_p2p"))
         name = str(e.get("profiling_name", ""))
         out.entries.append(Entry(
             str(pg[0]) if len(pg) > 0 else "", str(pg[1]) if len(pg) > 1 else "",
             _int(e.get("pg_id")), _int(e.get("p2p_seq_id" if p2p else "collective_seq_id")),
             p2p, PROFILER.get(name, ""), name,
-            tuple(tuple(_int(x) for x in s) for s in e.get("input_sizes") or [] if
+            tuple(tuple(_int(x) for x in s) for s in _list(e.get("input_sizes")) if
                   isinstance(s, list | tuple)),
-            tuple(str(d) for d in e.get("input_dtypes") or []), str(e.get("state", "")),
+            tuple(str(d) for d in _list(e.get("input_dtypes"))), str(e.get("state", "")),
             bool(e.get("retired")),
             float(e["duration_ms"]) if isinstance(e.get("duration_ms"), int | float) else None))
-    for pg_id, st in (doc.get("pg_status") or {}).items():
+    for pg_id, st in _dict(doc.get("pg_status")).items():
         if isinstance(st, dict):
             out.status[_int(pg_id)] = tuple(_int(st.get(k)) for k in (
                 "last_enqueued_collective", "last_started_collective",
                 "last_completed_collective"))
-    for name, cfg in (doc.get("pg_config") or {}).items():
+    for name, cfg in _dict(doc.get("pg_config")).items():
         try:
             ranks = json.loads(cfg["ranks"]) if isinstance(cfg["ranks"], str) else cfg["ranks"]
             if name and ranks:
