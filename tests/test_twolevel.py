@@ -131,6 +131,9 @@ def test_node_layout_from_host_names():
     robin = NodeLayout(("a", "b", "a", "b"))  # a launcher placing ranks round-robin
     assert robin.per_node == 2 and not robin.contiguous and robin.node_size() is None
     assert robin.describe() == "2 x 2 (a: 0,2; b: 1,3)"
+    # 512 ranks placed round-robin on 64 hosts: each host's ranks a stride, not 8 numbers
+    wide = NodeLayout(tuple(f"h{r % 64}" for r in range(512)))
+    assert wide.describe().startswith("64 x 8 (h0: 0-448:64; h1: 1-449:64; ")
     odd = NodeLayout(("a", "a", "a", "b"))
     assert odd.per_node is None and odd.describe().startswith("2 of unequal size")
     with pytest.raises(ValueError, match="unequal size"):

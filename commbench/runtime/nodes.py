@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from commbench.rankset import ranks_text
+
 __all__ = ["NodeLayout"]
 
 
@@ -57,7 +59,7 @@ class NodeLayout:
     def describe(self) -> str:
         def span(r: tuple[int, ...]) -> str:
             adjacent = r == tuple(range(r[0], r[0] + len(r)))
-            return f"{r[0]}-{r[-1]}" if adjacent and len(r) > 1 else ",".join(map(str, r))
+            return f"{r[0]}-{r[-1]}" if adjacent and len(r) > 1 else ranks_text(r)
 
         shape = (f"{len(self.nodes)} x {self.per_node}" if self.per_node
                  else f"{len(self.nodes)} of unequal size")
