@@ -813,3 +813,12 @@ def test_deepspeed_s_cpu_op_is_neither_built_nor_used_while_a_script_runs(tmp_pa
     finally:  # the stand-in leaves: later tests ask whether DeepSpeed is installed
         for name in deepspeed_modules():
             del sys.modules[name]
+
+
+def test_a_big_job_s_group_is_printed_as_ranges():
+    """An audit under srun of 512 ranks: its world group is one range with its size, a small
+    group's ranks and a send's peer as before."""
+    from commbench.studies.audit import _group_cell
+
+    assert _group_cell({"group": list(range(512)), "op": "all_reduce"}) == "[0-511] (512 ranks)"
+    assert _group_cell({"group": [0, 1], "op": "send", "peer": 1, "pg": "2"}) == "[0, 1] pg 2 to 1"

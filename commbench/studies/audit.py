@@ -22,6 +22,7 @@ from unittest import mock
 
 from tabulate import tabulate
 
+from commbench.rankset import rank_list
 from commbench.results.records import markdown
 from commbench.runtime.launch import detect
 from commbench.studies.audit_layout import layout_tables
@@ -346,9 +347,10 @@ def _group_cell(row: dict) -> str:
     """The group; a point-to-point call's also names its peer (``[0, 1] to 1``); where several
     process groups have those ranks, the group's own name too (``[0, 1] pg 2``)."""
     peer, named = row.get("peer", -1), f" pg {row['pg']}" if row.get("pg") else ""
+    group = rank_list(row["group"])  # a big job's group as ranges (``[0-511] (512 ranks)``)
     if peer is None or peer < 0:
-        return f"{row['group']}{named}"
-    return f"{row['group']}{named} {'to' if row['op'] in ('send', 'isend') else 'from'} {peer}"
+        return f"{group}{named}"
+    return f"{group}{named} {'to' if row['op'] in ('send', 'isend') else 'from'} {peer}"
 
 
 def _op_cell(row: dict) -> str:
