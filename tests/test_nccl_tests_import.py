@@ -567,7 +567,7 @@ def test_what_nccl_printed_is_read_and_set_against_the_topology(tmp_path, capsys
 
 
 def test_nccl_s_own_count_of_nodes_is_read_and_set_against_the_topology():
-    """NCCL >= 2.19 prints each rank's ``nRanks N nNodes M localRanks L`` once its topology is
+    """NCCL >= 2.20.3 prints each rank's ``nRanks N nNodes M localRanks L`` once its topology is
     settled: nccl/issues/1519's 2 x 8 H100 excerpt (rank 7's lines), and nccl-tests#213's, whose
     ranks all counted one node of 8 on a run meant to span nodes. The counts are the line's
     own; set against a topology of other nodes or GPUs a node, each is said; a reader blind to

@@ -50,8 +50,9 @@ _NET = re.compile(r"^NET/(\S+) : Using (.*?)(?:\s*;\s*OOB.*)?$")
 _USING = re.compile(r"^Using network (\S.*?)\s*$")
 _OFI = re.compile(r"^NET/OFI Selected Provider is ([\w-]+).*\(found (\d+) nics\)")
 _INIT = re.compile(r"\brank (\d+) nranks (\d+) cudaDev (\d+).*Init COMPLETE")
-# NCCL >= 2.19, each rank once its topology is settled: "comm 0x... rank 7 nRanks 16 nNodes 2
-# localRanks 8 localRank 7 MNNVL 0": its own count of the nodes and of the ranks on its node
+# NCCL >= 2.20.3 (src/init.cc), each rank once its topology is settled: "comm 0x... rank 7
+# nRanks 16 nNodes 2 localRanks 8 localRank 7 MNNVL 0": its own count of the nodes and of the
+# ranks on its node
 _NODES = re.compile(r"\brank (\d+) nRanks (\d+) nNodes (\d+) localRanks (\d+)")
 _RING = re.compile(r"^Channel (\d+)/(\d+) :((?:\s+\d+)+)\s*$")
 # each rank's place in each channel's tree: "Trees [0] 3/-1/-1->2->1 [1] ...", the channel, its
