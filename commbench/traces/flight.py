@@ -36,7 +36,7 @@ from commbench.traces.calls import PROFILER, TraceError
 
 __all__ = ["DUMP_LIMIT", "Dump", "Entry", "files_of", "findings", "is_dump", "read"]
 
-DUMP_LIMIT = 1 << 30  # bytes: a ring buffer of 20000 calls with their stacks is some 100 MB
+DUMP_LIMIT = 1 << 30  # bytes read of one dump at most: its rank's last N calls (TORCH_FR_BUFFER_SIZE)
 _RANK = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle))?$")
 _SNIFF = 1 << 16
 
