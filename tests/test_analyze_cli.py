@@ -265,3 +265,29 @@ def test_a_job_of_512_ranks_prints_what_a_reader_can_scan(tmp_path, capsys):
         x["exposed_us"] for x in rec["steps"])} == waiting
     assert ranks_text([0, 2, 4]) == "0,2,4" and ranks_text(range(3, 64, 4)) == "3-63:4"
     assert ranks_text([0, 1, 2, 3, 8, 9, 10, 11]) == "0-3,8-11"
+
+
+@pytest.mark.parametrize("command, path, reader", [
+    ("analyze", "nccl_tests/cscs_gh200_2x1_all_reduce.log", "commbench import reads it"),
+    ("import", "flight/hang/nccl_trace_rank_0", "flight recorder dump: commbench analyze"),
+    ("import", "flight/desync/nccl_trace_rank_0.json", "flight recorder dump: commbench analyze"),
+    ("import", "traces/hta/gloo_cpu_only_rank34.json.gz", "profiler (Kineto) trace: commbench "
+     "analyze"),
+    ("import", "traces/param/resnet_2gpu_et_1.1.0.json.gz", "execution trace: commbench replay")])
+def test_a_file_given_to_the_wrong_command_is_refused_with_the_one_that_reads_it(
+        tmp_path, capsys, command, path, reader):
+    """Real files of each kind given to a command that does not read them: refused in one line
+    (exit 2) that names the command that does."""
+    data = os.path.join(os.path.dirname(__file__), "data", path)
+    args = [command, data] + (["--out", str(tmp_path)] if command == "import" else [])
+    assert main(args) == 2
+    assert reader in said(capsys)
+
+
+def test_a_file_of_no_kind_commbench_reads_gets_no_hint(tmp_path):
+    from commbench.cli.sniff import hint, reader_of
+
+    readme = os.path.join(os.path.dirname(__file__), "..", "README.md")
+    assert reader_of(readme) == ("", "") and hint([readme], "commbench import") == ""
+    (tmp_path / "x.json").write_text('{"rows": []}')
+    assert reader_of(str(tmp_path / "x.json")) == ("", "")

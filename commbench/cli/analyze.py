@@ -12,6 +12,7 @@ from tabulate import tabulate
 
 from commbench.cli.checks import check_file, max_chars
 from commbench.cli.common import UsageError
+from commbench.cli.sniff import hint
 from commbench.rankset import rank_list, ranks_text
 from commbench.results.records import write_atomic, write_json
 from commbench.traces import flight, wire
@@ -112,7 +113,7 @@ def _command(a) -> int:
         if a.baseline:
             extra["baseline"] = wire.add_baseline(rows, a.baseline)
     except (TraceError, ValueError) as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(str(exc) + hint(a.traces, "commbench analyze", str(exc))) from None
     if a.layout:
         extra["layout"] = _layout(a, traces)
     rec = record(traces, rows, extra, cover)

@@ -10,6 +10,7 @@ import sys
 from tabulate import tabulate
 
 from commbench.cli.common import UsageError
+from commbench.cli.sniff import hint
 from commbench.costmodel.calibrate import beside, said_against, topology_for, tuning_against
 from commbench.costmodel.nccl import versions
 from commbench.names import canonical
@@ -87,13 +88,13 @@ def command(a) -> int:
         try:
             text = read_text(path, "log", LOG_LIMIT)
         except FileRefused as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(str(exc) + hint([path], "commbench import", str(exc))) from None
         if _osu_runs(path, text, a.ranks, osu):
             continue
         try:
             runs = runs_of(text, os.path.basename(path))
         except LogError as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(str(exc) + hint([path], "commbench import", str(exc))) from None
         for run in runs:  # a header whose table was not pasted, or a test that failed at once
             if not run.rows:
                 print(f"{path}: line {run.first_line}: the {run.op or 'unnamed'} run has no rows"
