@@ -36,8 +36,11 @@ def rank_list(ranks: Iterable[int]) -> str:
     return str(rs) if len(rs) <= LISTED else f"[{ranks_text(rs)}] ({len(rs)} ranks)"
 
 
-def who(ranks: Iterable[int]) -> str:
+def who(ranks: Iterable[int], listed: bool = True) -> str:
     """The subject of a sentence about ranks: ``rank 2``, ``ranks [0, 1, 3]``, ``ranks [0-510]
-    (511 ranks)``."""
+    (511 ranks)``; without the list's brackets and count where ``listed`` is false
+    (``ranks 256-511``)."""
     rs = sorted(set(ranks))
-    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {rank_list(rs)}"
+    if len(rs) == 1:
+        return f"rank {rs[0]}"
+    return f"ranks {rank_list(rs)}" if listed else f"ranks {ranks_text(rs)}"

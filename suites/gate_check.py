@@ -34,9 +34,11 @@ sys.path.insert(0, os.path.dirname(HERE))
 from plant_regression import slowed  # noqa: E402  (suites/, the script's own folder)
 
 
-def _run(folder: str, a) -> None:
+def _run(folder: str, a, repeat: int | None = None) -> None:
+    """``commbench run`` of ``a``'s settings into ``folder`` (``repeat``: its rounds, else
+    ``a.repeat``)."""
     out = subprocess.run([sys.executable, "-m", "commbench", "run", *a.ops, "--np", str(a.np),
-                          "-b", a.b, "-e", a.e, "--repeat", str(a.repeat), "--out", folder,
+                          "-b", a.b, "-e", a.e, "--repeat", str(repeat or a.repeat), "--out", folder,
                           "--label", "gate"], capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise SystemExit(f"commbench run failed ({out.returncode}): {out.stderr[-800:]}")

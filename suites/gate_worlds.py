@@ -29,37 +29,24 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from plant_regression import slowed  # noqa: E402  (suites/, the script's own folder)
-
-
-def _run(folder: str, a, repeat: int) -> None:
-    import subprocess
-
-    out = subprocess.run([sys.executable, "-m", "commbench", "run", *a.ops, "--np", str(a.np),
-                          "-b", a.b, "-e", a.e, "--repeat", str(repeat), "--out", folder,
-                          "--label", "gate"], capture_output=True, text=True, timeout=3600)
-    if out.returncode != 0:
-        raise SystemExit(f"commbench run failed ({out.returncode}): {out.stderr[-800:]}")
+from gate_check import _run  # noqa: E402  (suites/, the script's own folder)
+from gate_check import _tally as tally  # noqa: E402
 
 
 def _tally(pairs) -> dict:
     """Over (first, second) tables of one commit: rows flagged, and each algorithm's rows,
-    slowed 2x in the second, flagged / not judged / passed."""
-    from commbench.results.compare import compare
-
+    slowed 2x in the second, flagged / not judged / passed (gate_check's tally of each pair,
+    summed)."""
     out = {"judged": 0, "flagged": 0, "caught": 0, "unjudged": 0, "passed": 0, "slowed": 0}
     for first, second in pairs:
-        rows, bad = compare(first, second)
-        out["judged"] += sum(1 for r in rows if r["size"] >= 64 << 10)
-        out["flagged"] += len(bad)
-        for algo in sorted({r["algo"] for r in rows}):
-            rows2, _ = compare(first, slowed(second, 2.0, algo))
-            mine = [r for r in rows2 if r["algo"] == algo and r["size"] >= 64 << 10]
-            out["slowed"] += len(mine)
-            out["caught"] += sum(1 for r in mine if r["regressed"])
-            out["unjudged"] += sum(1 for r in mine if r["verdict"] in ("within spread",
-                                                                       "isolated"))
-            out["passed"] += sum(1 for r in mine if not r["verdict"])
+        t = tally(first, second)
+        out["judged"] += t["judged"]
+        out["flagged"] += t["flagged"]
+        for caught, target, _, unjudged, passed in t["planted"].values():
+            out["caught"] += caught
+            out["slowed"] += target
+            out["unjudged"] += unjudged
+            out["passed"] += passed
     return out
 
 

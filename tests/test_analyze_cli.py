@@ -234,7 +234,7 @@ def test_a_job_of_512_ranks_prints_what_a_reader_can_scan(tmp_path, capsys):
     range, a strided group ``a-b:8``; the per-rank-step table, 1536 pairs, is summed up per step
     (median and worst rank) with the worst pairs after it, rank 300's first, while the JSON keeps
     every pair."""
-    from commbench.traces.calls import ranks_text
+    from commbench.rankset import ranks_text
 
     w = 512
     tp = [tuple(range(i, i + 8)) for i in range(0, w, 8)]

@@ -9,6 +9,8 @@ import os
 import re
 import zlib
 
+from commbench.traces.flight import is_dump
+
 __all__ = ["hint", "reader_of"]
 
 HEAD = 1 << 16  # bytes looked at
@@ -34,15 +36,12 @@ def _head(path: str) -> bytes:
 def reader_of(path: str) -> tuple[str, str]:
     """(what the file is, the command that reads it), or ('', '') where its first bytes say
     neither."""
-    head = _head(path)
-    if head[:1] == b"\x80":
-        return "a pickled flight recorder dump", "commbench analyze"
-    text = head.lstrip()
+    if is_dump(path):
+        return "a flight recorder dump", "commbench analyze"
+    text = _head(path).lstrip()
     if text[:1] == b"{":
         if b'"traceEvents"' in text:
             return "a profiler (Kineto) trace", "commbench analyze"
-        if b'"entries"' in text:
-            return "a flight recorder dump", "commbench analyze"
         if b'"nodes"' in text and b'"schema"' in text:
             return "an execution trace", "commbench replay"
         if b'"commbench.results' in text:

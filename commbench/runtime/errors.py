@@ -8,7 +8,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from commbench.rankset import LISTED, rank_list, ranks_text
+from commbench.rankset import LISTED, rank_list, who
 
 __all__ = ["CallTimeout", "Outcome", "RankDied", "RemoteError", "SPMDError", "describe_hang",
            "remote_error", "WorldError"]
@@ -69,7 +69,7 @@ class SPMDError(WorldError):
                 f"first: {first}")
         # ranks that raised alike (a big job's usually do) share one traceback
         alike = _alike(failures, lambda f: f.traceback.rstrip())
-        body = "\n".join(f"--- {_who([f.rank for f in fs])} ---\n{text}"
+        body = "\n".join(f"--- {who([f.rank for f in fs], listed=False)} ---\n{text}"
                          for text, fs in alike.items())
         super().__init__(f"{head}{(chr(10) + note) if note else ''}\n{body}")
 
@@ -116,7 +116,7 @@ def describe_hang(statuses: dict[int, tuple[str, int, str]], processes: dict[int
         lines.append(head + (f"ranks {rank_list(arrived)} arrived, ranks {rank_list(missing)} did "
                              f"not ({where})" if missing else "every rank of the group reached it"))
     if not lines:
-        lines = [f"{_who(rs)}: {text}" for text, rs in
+        lines = [f"{who(rs, listed=False)}: {text}" for text, rs in
                  _alike(sorted(statuses), lambda r: _where(statuses[r], None)).items()]
     if processes:
         # a big job's: those of the first ranks the others wait for, enough to attach to
@@ -137,17 +137,13 @@ def _alike(items, text) -> dict[str, list]:
     return out
 
 
-def _who(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks_text(ranks)}"
-
-
 def _wheres(missing: list[int], statuses, processes) -> str:
     """Where each missing rank is; at a big job's scale the ranks in the same place together
     (``ranks 256-511: running _stall, no call yet``), each with its own pid where known."""
     if len(missing) <= LISTED:
         return "; ".join(f"rank {r}: {_where(statuses.get(r), processes.get(r))}" for r in missing)
     alike = _alike(missing, lambda r: _where(statuses.get(r), None))
-    return "; ".join(f"{_who(rs)}: {text}" for text, rs in alike.items())
+    return "; ".join(f"{who(rs, listed=False)}: {text}" for text, rs in alike.items())
 
 
 def _where(status: tuple[str, int, str] | None, process: str | None) -> str:

@@ -26,8 +26,9 @@ import bisect
 import statistics
 from dataclasses import dataclass, field
 
+from commbench.rankset import ranks_text
 from commbench.results.busbw import factor
-from commbench.traces.calls import P2P, Call, ranks_text
+from commbench.traces.calls import P2P, Call
 from commbench.traces.intervals import union
 from commbench.traces.kineto import NO_KERNEL, RankTrace
 

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from commbench.ops import OPS
-from commbench.rankset import ranks_text
 
 __all__ = ["COLLECTIVE", "CPP_TYPES", "DTYPES", "MAX_WORLD", "P2P", "PROFILER", "UNSIZED", "Call",
            "TraceError", "LIBRARIES", "kernel_choice", "kernel_word", "library_kernel",
-           "library_op", "library_start", "op_of", "ranks_of", "ranks_text", "SYMM_MEM",
+           "library_op", "library_start", "op_of", "ranks_of", "SYMM_MEM",
            "symm_mem_op"]
 
 

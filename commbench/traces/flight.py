@@ -3,8 +3,9 @@ the rank the others wait for, and ranks that issued different collectives at the
 
 With ``TORCH_FR_BUFFER_SIZE`` (``TORCH_NCCL_TRACE_BUFFER_SIZE`` in older torch) set, every
 process group of a rank records its last collectives in a ring buffer, and torch writes it to
-``<prefix><rank>`` (``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, default ``/tmp/nccl_trace_rank_``) when
-its watchdog times a collective out, or when asked (``_dump_fr_trace``, ``_dump_fr_trace_json``).
+``<prefix><rank>`` (``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``; by default ``nccl_trace_rank_<rank>``
+in the system's temporary folder) when its watchdog times a collective out, or when asked
+(``_dump_fr_trace``, ``_dump_fr_trace_json``).
 A dump (format ``version`` 2.x; facts: ``docs/traces.md``) holds ``entries``, one per call:
 ``process_group`` (name, description), ``pg_id``, ``collective_seq_id`` (the call's place among
 its group's collectives; ``p2p_seq_id`` for sends and receives, ``is_p2p``), ``profiling_name``

@@ -9,9 +9,10 @@ from collections import Counter
 
 from tabulate import tabulate
 
+from commbench.rankset import ranks_text
 from commbench.results.records import Rows
 from commbench.traces.analysis import Cover, Matched, per_group, per_size, per_step
-from commbench.traces.calls import LIBRARIES, SYMM_MEM, ranks_text
+from commbench.traces.calls import LIBRARIES, SYMM_MEM
 from commbench.traces.kineto import RankTrace
 from commbench.version import __version__
 
