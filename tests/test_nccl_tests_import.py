@@ -15,7 +15,8 @@ from commbench.cli.main import main
 from commbench.costmodel.calibrate import topology_for
 from commbench.costmodel.nccl import nccl_predict
 from commbench.costmodel.topology import load as load_topology
-from commbench.results.nccl_tests import LogError, Run, check_printed, parse
+from commbench.results.nccl_tests import LogError, Run, parse
+from commbench.results.nccl_tests_record import check_printed
 from commbench.results.osu import parse as osu_parse
 
 pytestmark = pytest.mark.nccltests
@@ -441,7 +442,7 @@ def test_an_old_build_s_max_error_beyond_its_bound_is_flagged_as_that_build_coun
     type's bound times (ranks - 1) (1e-5 for float). The GTX 1080 log at 2 ranks with one
     all-reduce row's in-place error raised: past the bound the row is flagged and the import
     exits 1; at the bound it is not. An all-to-all's in-place error was never counted."""
-    from commbench.results.nccl_tests import out_of_bounds
+    from commbench.results.nccl_tests_record import out_of_bounds
 
     text = _text("nccl_osx_gtx1080_g2_five_ops.log")
     row = next(line for line in text.splitlines() if line.split()[:1] == ["67108864"])
@@ -1088,8 +1089,8 @@ def test_the_json_output_s_per_iteration_times_and_cpu_time_are_read():
     """The same modes in -J's JSON: ``cpu_time`` for ``time``; ``out_of_place_per_iter`` with
     every iteration's time, the first ``skipped_iterations`` left out of the spread, as
     nccl-tests' own summary leaves them out (-K)."""
-    from commbench.results.nccl_tests import record
     from commbench.results.nccl_tests_json import parse_json
+    from commbench.results.nccl_tests_record import record
 
     times = [500.0, 100.0, 101.0, 102.0, 103.0, 104.0, 105.0, 106.0, 107.0, 108.0, 150.0]
     res = {"size": 1 << 20, "count": 1 << 18, "type": "float", "redop": "sum", "root": "    -1",

@@ -17,15 +17,9 @@ from commbench.names import canonical
 from commbench.ops import OPS
 from commbench.results import osu
 from commbench.results.files import FileRefused, read_text
-from commbench.results.nccl_tests import (
-    CPU_ALGBW,
-    LogError,
-    check_printed,
-    record,
-    world_of_count,
-    world_of_ratio,
-)
+from commbench.results.nccl_tests import CPU_ALGBW, LogError, world_of_count, world_of_ratio
 from commbench.results.nccl_tests_json import runs_of
+from commbench.results.nccl_tests_record import check_printed, record
 from commbench.results.records import write_atomic, write_json
 from commbench.traces.calls import MAX_WORLD
 
