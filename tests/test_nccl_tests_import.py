@@ -541,7 +541,7 @@ def test_the_gate_judges_imported_logs_and_says_they_have_no_spread(tmp_path, ca
 
 
 def test_what_nccl_printed_is_read_and_set_against_the_topology(tmp_path, capsys):
-    from commbench.costmodel.calibrate import said_against
+    from commbench.costmodel.nccl_said import said_against
     from commbench.costmodel.topology import load
     from commbench.results.nccl_info import nccl_said
 
@@ -573,7 +573,7 @@ def test_nccl_s_own_count_of_nodes_is_read_and_set_against_the_topology():
     ranks all counted one node of 8 on a run meant to span nodes. The counts are the line's
     own; set against a topology of other nodes or GPUs a node, each is said; a reader blind to
     the line says nothing."""
-    from commbench.costmodel.calibrate import said_against
+    from commbench.costmodel.nccl_said import said_against
     from commbench.costmodel.topology import load
     from commbench.results.nccl_info import nccl_said
 
@@ -621,7 +621,7 @@ def test_a_network_plugin_s_lines_and_nccl_s_older_ring_lines_are_read():
     nics)"); NCCL before 2.7 printed its connections as "Ring 00 : 26[2] -> 30[6] via P2P/IPC"
     and a plugin's as "via NET/AWS Libfabric/0" (aws-ofi-nccl#24, under Open MPI's prefixes).
     Each read; 16 NICs set against a preset of 8 a node is said."""
-    from commbench.costmodel.calibrate import said_against
+    from commbench.costmodel.nccl_said import said_against
     from commbench.costmodel.topology import load
     from commbench.results.nccl_info import nccl_said
 
@@ -644,7 +644,7 @@ def test_nccl_s_connections_are_read_and_host_memory_set_against_gpu_links(capsy
     00/0 : 1[21000] -> 0[1000] via P2P/direct pointer"): read all the same, the transport of
     each connection said. GPUs that NCCL connects through host memory (SHM) on a machine with
     GPU links is said against the topology."""
-    from commbench.costmodel.calibrate import said_against
+    from commbench.costmodel.nccl_said import said_against
     from commbench.costmodel.topology import load
     from commbench.results.nccl_info import nccl_said
 
@@ -698,8 +698,8 @@ def test_nccl_s_tuning_table_is_set_against_the_model_and_a_departure_is_named(t
     """The model's own table for an 8-GPU node read back through NCCL's layout agrees with the
     model; a bandwidth half NCCL's, a choice NCCL disables, and one only NCCL enables are each
     named, in the import of a log that carries the table."""
-    from commbench.costmodel.calibrate import tuning_against
     from commbench.costmodel.nccl import nccl_choices
+    from commbench.costmodel.nccl_said import tuning_against
     from commbench.costmodel.topology import load
     from commbench.results.nccl_info import nccl_said
 

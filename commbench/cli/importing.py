@@ -11,8 +11,9 @@ from tabulate import tabulate
 
 from commbench.cli.common import UsageError
 from commbench.cli.sniff import hint
-from commbench.costmodel.calibrate import beside, said_against, topology_for, tuning_against
+from commbench.costmodel.calibrate import beside, topology_for
 from commbench.costmodel.nccl import versions
+from commbench.costmodel.nccl_said import said_against, tuning_against
 from commbench.names import canonical
 from commbench.ops import OPS
 from commbench.results import osu
