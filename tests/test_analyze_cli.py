@@ -273,13 +273,18 @@ def test_a_job_of_512_ranks_prints_what_a_reader_can_scan(tmp_path, capsys):
     ("import", "flight/desync/nccl_trace_rank_0.json", "flight recorder dump: commbench analyze"),
     ("import", "traces/hta/gloo_cpu_only_rank34.json.gz", "profiler (Kineto) trace: commbench "
      "analyze"),
-    ("import", "traces/param/resnet_2gpu_et_1.1.0.json.gz", "execution trace: commbench replay")])
+    ("import", "traces/param/resnet_2gpu_et_1.1.0.json.gz", "execution trace: commbench replay"),
+    ("import", "joblogs/nccl_1405_ib_completion_warn_excerpt.log", "job's log (torch's NCCL "
+     "watchdog, NCCL's warnings): commbench analyze"),
+    ("calibrate", "joblogs/ofa_271_v100_old_format_excerpt.log", "commbench analyze reads it")])
 def test_a_file_given_to_the_wrong_command_is_refused_with_the_one_that_reads_it(
         tmp_path, capsys, command, path, reader):
     """Real files of each kind given to a command that does not read them: refused in one line
     (exit 2) that names the command that does."""
     data = os.path.join(os.path.dirname(__file__), "data", path)
-    args = [command, data] + (["--out", str(tmp_path)] if command == "import" else [])
+    args = [command, data] + (["--out", str(tmp_path)] if command == "import" else []) + \
+        (["--topology", "dgx-h100", "--json", str(tmp_path / "c.json")]
+         if command == "calibrate" else [])
     assert main(args) == 2
     assert reader in said(capsys)
 

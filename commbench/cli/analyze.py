@@ -1,6 +1,7 @@
 """``commbench analyze TRACE...``: a job's own profiler traces, every call against the bytes it
 must move, NCCL's model and the committed sweep (commbench/traces/); or its flight recorder
-dumps, what a hung job's ranks last issued (commbench/traces/flight.py)."""
+dumps, what a hung job's ranks last issued (commbench/traces/flight.py); or its own log, what
+torch's NCCL watchdog and NCCL said when it failed (commbench/traces/joblog.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from tabulate import tabulate
 
 from commbench.cli.checks import check_file, max_chars
 from commbench.cli.common import UsageError
-from commbench.cli.sniff import hint
+from commbench.cli.sniff import hint, reader_of
 from commbench.rankset import rank_list, ranks_text
 from commbench.results.records import write_atomic, write_json
-from commbench.traces import flight, wire
+from commbench.traces import flight, joblog, wire
 from commbench.traces.analysis import covers, match_job
 from commbench.traces.calls import MAX_WORLD, TraceError
 from commbench.traces.job import load
@@ -33,11 +34,14 @@ def add_parser(sub) -> None:
                        "sequence number, and prints the worst calls first, then per group, per "
                        "op and size, and per step. Given torch's flight recorder dumps of a "
                        "hung job (nccl_trace_rank_N), names per process group the ranks the "
-                       "others wait for and any desync (exit 1 on one). Example: commbench "
+                       "others wait for and any desync (exit 1 on one). Given the job's own "
+                       "log (its stderr, one file or one a rank), reads torch's NCCL watchdog "
+                       "lines (which call of which group timed out where, which ranks never "
+                       "issued it), NCCL's warnings and errors (exit 1 on any). Example: commbench "
                        "analyze traces/ --topology dgx-h100 --nodes 2 --baseline "
                        "results/collectives_X-nccl-x8.json")
     a.add_argument("traces", nargs="+", help="trace files, or a folder of one trace per rank "
-                   "(or of flight recorder dumps)")
+                   "(or of flight recorder dumps, or the job's logs)")
     a.add_argument("--topology", default="", metavar="PRESET|FILE",
                    help="NCCL's model beside each call (default: the preset the traces' device "
                         "names point to, if any)")
@@ -46,7 +50,8 @@ def add_parser(sub) -> None:
     a.add_argument("--world", type=int, default=0, metavar="N",
                    help="the job's world size, where its traces state none (no distributedInfo."
                         "world_size: a torch < 2.1 trace's calls are on the world; default: as "
-                        "the traces state it, else the least world their ranks and groups fit)")
+                        "the traces state it, else the least world their ranks and groups fit); "
+                        "of a job's log: the default group's size, to name its silent ranks")
     a.add_argument("--baseline", default="", metavar="FILE",
                    help="a committed sweep (results/collectives_*.json): its busbw beside each call")
     a.add_argument("--layout", default="", metavar="SPEC",
@@ -94,6 +99,9 @@ def _command(a) -> int:
     dumps = flight.files_of(a.traces)
     if dumps is not None:  # torch's flight recorder dumps, not profiler traces
         return _flight(a, dumps)
+    logs = joblog.files_of(a.traces)
+    if logs is not None and all(reader_of(p)[1] in ("", "commbench analyze") for p in logs):
+        return _joblog(a, logs)  # the job's own text log, not a trace nor a benchmark's log
     try:
         traces = load(a.traces, limit=max_chars(a.max_size), world=a.world)
         cover = covers(traces)
@@ -184,6 +192,64 @@ def _flight(a, paths: list[str]) -> int:
     if said:
         print(f"commbench analyze: {len(said)} finding(s) in the flight recorder dumps: "
               f"{said[0]}", file=sys.stderr)
+    return 1 if said else 0
+
+
+def _joblog(a, paths: list[str]) -> int:
+    """A job's own log: per failed call of a process group the ranks it failed on, how far
+    they had issued and completed the group's calls, and the findings; exit 1 on one."""
+    for flag, given in (("--layout", a.layout), ("--baseline", a.baseline),
+                        ("--topology", a.topology)):
+        if given:
+            raise UsageError(f"{flag}: a job's log holds what failed, not the calls' timing; "
+                             f"{flag} applies to profiler traces")
+    try:
+        log = joblog.read(paths, max_chars(a.max_size))
+    except TraceError as exc:
+        raise UsageError(str(exc) + hint(paths, "commbench analyze", str(exc))) from None
+    notes: list[str] = []
+    rows, said = joblog.findings(log, notes, a.world)
+    names = ", ".join(os.path.basename(p) for p in paths[:4]) + \
+        (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+    print(f"# commbench analyze: the job's log ({names}; {log.lines} lines): "
+          f"{len(log.timeouts)} watchdog timeout line(s), {len(log.progress)} progress line(s), "
+          f"{len(log.warns)} kind(s) of NCCL warning, "
+          f"{sum(log.errors.values())} NCCL error line(s)")
+    facts = log.nccl.facts() if log.nccl else []
+    if facts:
+        print("# NCCL said: " + "; ".join(facts))
+
+    def span(pair):
+        return "-" if not pair else pair[0] if pair[0] == pair[1] else f"{pair[0]}-{pair[1]}"
+
+    if rows:
+        table = [[r["group"], r["desc"] or "-", r["seq"], r["op"],
+                  "/".join(map(str, r["numel_in"])) or "-",
+                  "/".join(map(str, r["numel_out"])) or "-",
+                  ("" if r["job_ranks"] else "group ") + ranks_text(r["ranks"]),
+                  f"{r['timeout_s']:g}" if r["timeout_s"] else "-", span(r["enqueued"]),
+                  span(r["completed"])] for r in rows]
+        print("\n" + tabulate(table, headers=["group", "desc", "call", "op", "NumelIn",
+                                              "NumelOut", "ranks", "timeout(s)",
+                                              "last enqueued", "last completed"],
+                              tablefmt="github"))
+    for message, hosts in log.warns.items():
+        print(f"# NCCL WARN ({', '.join(sorted(hosts))}): {message}")
+    print("\n" + ("\n".join(f"# {line}" for line in said) if said else
+                  "# no watchdog timeout, stuck watchdog, NCCL warning or error in the log"))
+    for line in notes:
+        print(f"# {line}")
+    if a.json:
+        write_json(a.json, {"schema": "commbench.joblog/1",
+                            "files": [os.path.basename(p) for p in paths], "lines": log.lines,
+                            "calls": rows, "findings": said, "notes": notes,
+                            "nccl_warnings": {m: sorted(h) for m, h in log.warns.items()},
+                            "nccl_errors": dict(log.errors), "root_cause": log.root,
+                            "nccl_said": facts})
+        print(f"# wrote {a.json}")
+    if said:
+        print(f"commbench analyze: {len(said)} finding(s) in the job's log: {said[0]}",
+              file=sys.stderr)
     return 1 if said else 0
 
 

@@ -15,6 +15,7 @@ from tabulate import tabulate
 from commbench.cli.checks import check_file
 from commbench.cli.common import UsageError
 from commbench.cli.importing import LOG_LIMIT
+from commbench.cli.sniff import hint
 from commbench.costmodel.calibrate import MODELLED, Measured, error, fit, held_out, interpolated
 from commbench.costmodel.nccl import versions
 from commbench.costmodel.topology import load
@@ -76,7 +77,7 @@ def command(a) -> int:
         try:
             runs = runs_of(read_text(path, "log", LOG_LIMIT), os.path.basename(path))
         except (FileRefused, LogError) as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(str(exc) + hint([path], "commbench calibrate", str(exc))) from None
         for run in runs:
             nodes, per = max(1, len(run.hosts)), run.gpus_per_node
             if run.op not in MODELLED or not run.ranks:

@@ -17,6 +17,9 @@ HEAD = 1 << 16  # bytes looked at
 # a line as nccl-tests, rccl-tests or OSU print it (markdown may have taken the '#')
 _LOG = re.compile(rb"^\s*#?\s*(?:size\s+count\s+type\b|(?:nccl|rccl)-tests version\b|"
                   rb"nThread \d+ nGpus \d|OSU MPI)", re.M)
+# a line of a job's own log that commbench analyze reads (commbench/traces/joblog.py)
+_JOB = re.compile(rb"Watchdog caught collective operation timeout| NCCL WARN |"
+                  rb"detected by watchdog at work|Timeout at NCCL work|watchdog got stuck")
 
 
 def _head(path: str) -> bytes:
@@ -51,6 +54,8 @@ def reader_of(path: str) -> tuple[str, str]:
         return "", ""
     if _LOG.search(text):
         return "an nccl-tests, rccl-tests or OSU log", "commbench import"
+    if _JOB.search(text):
+        return "a job's log (torch's NCCL watchdog, NCCL's warnings)", "commbench analyze"
     return "", ""
 
 

@@ -1,0 +1,266 @@
+"""A failed job's own log (commbench/traces/joblog.py): real excerpts of torch's NCCL watchdog
+lines, NCCL's warnings and torchrun's failure report as public issues quote them
+(tests/data/joblogs/README.md), each call checked against the lines read here apart, by plain
+string splitting; and logs written here for what no public excerpt shows (a rank behind, a
+desync, an NCCL error, one log a rank)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+
+import pytest
+from said import said
+
+from commbench.cli.main import main
+from commbench.traces import joblog
+
+pytestmark = pytest.mark.traces
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "joblogs")
+LOGS = sorted(f for f in os.listdir(DATA) if f.endswith(".log"))
+
+
+def _path(name: str) -> str:
+    return os.path.join(DATA, name)
+
+
+def _apart(path: str) -> dict[tuple, dict]:
+    """Every distinct timeout of the log, read by splitting strings: (job rank or None, group
+    rank, SeqNum, OpType) -> its fields."""
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if "Watchdog caught collective operation timeout" not in line:
+                continue
+            head, _, work = line.partition("WorkNCCL(")
+            fields = dict(kv.split("=", 1) for kv in work.split(") ran for")[0].split(", "))
+            job = int(head.split("[rank")[1].split("]")[0]) if "[rank" in head else None
+            group_rank = int(head.rsplit("[Rank ", 1)[1].split("]")[0])
+            out[(job, group_rank, int(fields["SeqNum"]), fields["OpType"])] = fields
+    return out
+
+
+def _record(path: str, tmp_path, capsys, *extra: str) -> tuple[int, dict, str]:
+    out = tmp_path / "log.json"
+    code = main(["analyze", path, "--json", str(out), *extra])
+    return code, json.loads(out.read_text()), capsys.readouterr().out
+
+
+def _check(name: str, tmp_path, capsys) -> dict:
+    """The log's record against its lines read apart: every timeout is in one call row, with
+    its place, collective, sizes and timeout, under the job's rank where the line says it."""
+    code, rec, _ = _record(_path(name), tmp_path, capsys)
+    apart = _apart(_path(name))
+    assert code == (1 if apart or rec["findings"] else 0)
+    got = {}
+    for row in rec["calls"]:
+        for r in row["timed_out"]:
+            got.setdefault((r, row["seq"]), row)
+    for (job, group_rank, seq, op), fields in apart.items():
+        row = got[(job if job is not None else group_rank, seq)]
+        assert row["job_ranks"] == (job is not None)
+        assert op in row["op"].split("/")
+        assert row["timeout_s"] == int(fields["Timeout(ms)"]) / 1000
+        if "NumelIn" in fields:
+            assert int(fields["NumelIn"]) in row["numel_in"]
+            assert int(fields["NumelOut"]) in row["numel_out"]
+    assert sum(len(r["timed_out"]) for r in rec["calls"]) == len(apart)
+    return rec
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_every_public_excerpt_reads_with_each_timeout_as_its_line_says(name, tmp_path, capsys):
+    _check(name, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("broken", ["_RANK", "_TIMEOUT"])
+def test_the_check_catches_a_reader_that_loses_the_rank_or_the_timeout(broken, tmp_path, capsys,
+                                                                       monkeypatch):
+    """The check above, against a reader that reads no job rank, or no timeout line: caught."""
+    monkeypatch.setattr(joblog, broken, re.compile(r"(?!x)x"))
+    with pytest.raises((AssertionError, KeyError)):
+        _check("llamafactory_6269_reduce_scatter_timeout_excerpt.log", tmp_path, capsys)
+
+
+def test_a_call_every_reporter_issued_names_the_members_that_said_nothing(tmp_path, capsys):
+    """LlamaFactory#6269: ranks 0, 2, 3, 4 and 6 of group 1 report _REDUCE_SCATTER_BASE #7753,
+    issued (last enqueued 7755) and not completed (7752). The group's 8 members are its input
+    over its output (544997376 / 68124672); ranks 1, 5 and 7 said nothing in the excerpt."""
+    code, rec, out = _record(_path("llamafactory_6269_reduce_scatter_timeout_excerpt.log"),
+                             tmp_path, capsys)
+    assert code == 1
+    (row,) = rec["calls"]
+    assert (row["group"], row["seq"], row["op"], row["group_size"]) == \
+        ("1", 7753, "_REDUCE_SCATTER_BASE", 544997376 // 68124672)
+    assert row["ranks"] == [0, 2, 3, 4, 6] and row["job_ranks"]
+    assert (row["enqueued"], row["completed"]) == ([7755, 7755], [7752, 7752])
+    assert rec["findings"] == ["group 1: _REDUCE_SCATTER_BASE #7753 timed out after 600 s on "
+                               "ranks [0, 2, 3, 4, 6]"]
+    assert any("of its 8 members, group rank(s) 1,5,7 said nothing here" in n
+               for n in rec["notes"])
+    assert "1 timeout line(s) of ranks that printed no line naming their group" in out  # rank 3
+
+
+def test_two_groups_of_one_id_are_told_apart_by_their_guid(tmp_path, capsys):
+    """NVIDIA/nccl#1610: ranks 13 and 15 both say PG ID 11, of groups GUID 119 and 112. Rank
+    15's timeout line says group rank 1 and its progress line group rank 0: not joined."""
+    code, rec, _ = _record(_path("nccl_1610_alltoall_two_groups_excerpt.log"), tmp_path, capsys)
+    rows = {(r["group"], r["seq"]): r for r in rec["calls"]}
+    assert set(rows) == {("119", 216), ("112", 57), ("?", 57)}
+    assert rows[("119", 216)]["op"] == "ALLTOALL_BASE" and rows[("119", 216)]["ranks"] == [13]
+    assert rows[("112", 57)]["op"] == "?" and rows[("112", 57)]["timed_out"] == []
+    assert rows[("?", 57)]["op"] == "ALLREDUCE" and rows[("?", 57)]["ranks"] == [15]
+    assert code == 1
+
+
+def test_sizes_that_differ_in_a_coalesced_call_are_a_note(tmp_path, capsys):
+    """modelscope/DiffSynth-Studio#458: COALESCED #610 with NumelIn 56320 on rank 4 and 76800
+    on rank 6 (a coalesced batch may differ by rank): a note, not a desync."""
+    _, rec, _ = _record(_path("diffsynth_458_coalesced_excerpt.log"), tmp_path, capsys)
+    (row,) = rec["calls"]
+    assert row["numel_in"] == [56320, 76800] and row["group"] == "9"
+    assert not any("different sizes" in f for f in rec["findings"])
+    assert any("sizes differ by rank" in n and "COALESCED" in n for n in rec["notes"])
+
+
+def test_old_lines_name_no_group_and_their_calls_are_not_set_against_each_other(tmp_path,
+                                                                                  capsys):
+    """pytorch/pytorch#118369 (an older torch): rank 0 times out at three places, one line
+    twice, rank 7 at a fourth; no line names a group."""
+    _, rec, _ = _record(_path("pytorch_118369_old_format_groups_excerpt.log"), tmp_path, capsys)
+    assert sorted((r["seq"], tuple(r["ranks"])) for r in rec["calls"]) == \
+        [(64088, (7,)), (96117, (0,)), (96120, (0,)), (96125, (0,))]
+    assert all(r["group"] == "?" and not r["job_ranks"] for r in rec["calls"])
+    assert not any("different numbers" in f for f in rec["findings"])
+    assert any("may be different groups' calls" in n for n in rec["notes"])
+
+
+def test_a_stuck_watchdog_nccl_warnings_and_torchrun_s_root_cause(tmp_path, capsys):
+    """snowflakedb/ArcticTraining#219: rank 7's watchdog stuck 480 s; NVIDIA/nccl#1405: three
+    IB completion errors on one host; NVIDIA/nccl#1439: torchrun's root cause, rank 1 SIGABRT
+    (no finding: the first rank to exit is not the one to blame)."""
+    _, rec, _ = _record(_path("arctictraining_219_watchdog_stuck_excerpt.log"), tmp_path, capsys)
+    assert any(f.startswith("group 0: the watchdog of rank 7 got stuck for 480 s")
+               for f in rec["findings"])
+    code, rec, _ = _record(_path("nccl_1405_ib_completion_warn_excerpt.log"), tmp_path, capsys)
+    assert code == 1 and len(rec["nccl_warnings"]) == 3
+    assert all(h == ["kp-ddp-worker-0"] and "status=12" in m
+               for m, h in rec["nccl_warnings"].items())
+    code, rec, _ = _record(_path("nccl_1439_torchrun_root_cause_excerpt.log"), tmp_path, capsys)
+    assert code == 0 and rec["findings"] == []
+    assert rec["root_cause"]["rank"] == "1 (local_rank: 1)"
+    assert rec["root_cause"]["exitcode"] == "-6 (pid: 886322)"
+
+
+def _line(rank: int, seq: int, op: str = "ALLREDUCE", n: int = 1024, group: str = "0",
+          enq: int | None = None, done: int | None = None, out: int | None = None) -> str:
+    """A timeout and its progress line as torch 2.6 prints them (ProcessGroupNCCL.cpp)."""
+    enq, done, out = seq if enq is None else enq, seq - 1 if done is None else done, \
+        n if out is None else out
+    stamp = f"[rank{rank}]:[E1205 07:20:28.123456789 ProcessGroupNCCL.cpp:632]"
+    return (f"{stamp} [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL("
+            f"SeqNum={seq}, OpType={op}, NumelIn={n}, NumelOut={out}, Timeout(ms)=600000) ran for "
+            f"600012 milliseconds before timing out.\n"
+            f"{stamp} [PG ID 0 PG GUID {group}(default_pg) Rank {rank}] Exception (either an error"
+            f" or timeout) detected by watchdog at work: {seq}, last enqueued NCCL work: {enq}, "
+            f"last completed NCCL work: {done}.\n")
+
+
+def _write(tmp_path, text: str, name: str = "job.log") -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_a_rank_whose_last_enqueued_is_before_the_call_never_issued_it(tmp_path, capsys):
+    """Ranks 0, 1 and 3 wait in #12; rank 2 timed out in #11 and had enqueued nothing after."""
+    log = _write(tmp_path, "".join(_line(r, 12) for r in (0, 1, 3)) + _line(2, 11))
+    code, rec, _ = _record(log, tmp_path, capsys)
+    assert code == 1
+    assert "group 0 (default_pg): rank 2 last issued #11; ranks [0, 1, 3] failed in #12: never " \
+        "issued it" in rec["findings"]
+
+
+def test_different_collectives_or_sizes_at_one_place_of_a_named_group_are_a_desync(tmp_path,
+                                                                                   capsys):
+    log = _write(tmp_path, _line(0, 5) + _line(1, 5, op="BROADCAST"))
+    _, rec, _ = _record(log, tmp_path, capsys)
+    assert any("the ranks issued different collectives at the same place (a desync): rank 0: "
+               "ALLREDUCE; rank 1: BROADCAST" in f for f in rec["findings"])
+    log = _write(tmp_path, _line(0, 5) + _line(1, 5, n=2048), "sizes.log")
+    _, rec, _ = _record(log, tmp_path, capsys)
+    assert any("the ranks give ALLREDUCE different sizes: rank 0: NumelIn=1024 NumelOut=1024; "
+               "rank 1: NumelIn=2048 NumelOut=2048" in f for f in rec["findings"])
+
+
+def test_one_log_a_rank_gzipped_or_not_and_the_world_names_the_silent_ranks(tmp_path, capsys):
+    """srun --output=%t: a folder of one log a rank; ranks 0-2 of 8 report; --world 8 names
+    ranks 3-7 of the default group as silent."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for r in range(3):
+        data = _line(r, 40, enq=41).encode()
+        if r == 1:
+            (folder / f"{r}.log.gz").write_bytes(gzip.compress(data))
+        else:
+            (folder / f"{r}.log").write_bytes(data)
+    code, rec, _ = _record(str(folder), tmp_path, capsys, "--world", "8")
+    assert code == 1 and rec["calls"][0]["ranks"] == [0, 1, 2]
+    assert any("of its 8 members, group rank(s) 3-7 said nothing here" in n for n in rec["notes"])
+
+
+def test_an_nccl_error_and_a_blocking_wait_line_are_read(tmp_path, capsys):
+    log = _write(tmp_path, (
+        "[rank1]:[E1205 07:20:28.1 ProcessGroupNCCL.cpp:756] [Rank 1] Work WorkNCCL(SeqNum=3, "
+        "OpType=ALLGATHER, NumelIn=8, NumelOut=16, Timeout(ms)=60000) timed out in blocking "
+        "wait.\n"
+        "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+        "NCCLUtils.hpp:317, remote process exited or there was a network error, NCCL version "
+        "2.21.5\n"))
+    code, rec, _ = _record(log, tmp_path, capsys)
+    assert code == 1
+    assert rec["calls"][0]["seq"] == 3 and rec["calls"][0]["group_size"] == 2
+    assert "NCCL error (1 line(s)): remote process exited or there was a network error" in \
+        rec["findings"]
+
+
+def test_a_text_with_no_such_line_and_flags_of_traces_are_refused(tmp_path, capsys):
+    text = _write(tmp_path, "epoch 1 loss 2.3\nepoch 2 loss 2.1\n")
+    assert main(["analyze", text]) == 2
+    assert "no line of torch's NCCL watchdog" in said(capsys)
+    log = _write(tmp_path, _line(0, 1), "ok.log")
+    assert main(["analyze", log, "--layout", "dp=2"]) == 2
+    assert "--layout: a job's log holds what failed" in said(capsys)
+
+
+def test_a_json_array_and_a_benchmark_s_log_are_not_taken_for_a_job_s_log(tmp_path):
+    assert not joblog.is_job_log(_write(tmp_path, '[{"a": 1}]', "a.json"))
+    assert joblog.is_job_log(_write(tmp_path, _line(0, 1), "b.log"))
+    bench = os.path.join(os.path.dirname(__file__), "data", "nccl_tests",
+                         "cscs_gh200_2x4_all_reduce.log")
+    assert joblog.is_job_log(bench)  # text; analyze leaves it to import (sniff.reader_of)
+
+
+def test_every_optype_the_installed_torch_names_is_on_a_collective_s_record():
+    """The records' ``work`` names against torch's own OpType enum: all but the ones no single
+    collective is (a coalesced batch of any, a sparse all-reduce, unknown)."""
+    OpType = pytest.importorskip("torch._C._distributed_c10d").OpType
+    names = {n for n in OpType.__members__}
+    assert set(joblog.WORK) == names - {"COALESCED", "_ALLREDUCE_SPARSE", "UNKNOWN"}
+    assert "ALLTOALL_BASE" not in joblog.SAME_SIZE and "GATHER" not in joblog.SAME_SIZE
+
+
+def test_a_repeat_without_the_job_s_rank_counts_once(tmp_path, capsys):
+    """The watchdog's exception, printed again by ``terminate ... what():`` without the job's
+    rank (as sgl-project/sglang#1693 quotes it), is the prefixed line's event, not a second."""
+    line = _line(5, 9141, op="_ALLGATHER_BASE", n=19008, out=152064, group="3")
+    what = ("  what():  [PG 3 Rank 5] Process group watchdog thread terminated with exception: "
+            + line.split("] ", 1)[1].split("\n")[0] + "\n")
+    code, rec, out = _record(_write(tmp_path, line + what), tmp_path, capsys)
+    assert "2 watchdog timeout line(s)" in out
+    (row,) = rec["calls"]
+    assert row["timed_out"] == [5] and row["job_ranks"] and row["group_size"] == 8
+    assert code == 1 and not any("inferred" in n or "put in" in n for n in rec["notes"])
