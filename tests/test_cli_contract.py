@@ -278,3 +278,42 @@ def test_every_study_target_runs_a_study_and_gets_its_settings_not_the_namespace
     assert isinstance(s, StudySettings)
     assert (s.lo, s.hi, s.iters, s.write, s.transports) == (4096, None, 3, False, ("mpi",))
     assert s.stem("model", "mpi", 4).endswith(f"model_{s.machine}-mpi-x4")
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "srun", "srun --mpi=pmi2", "mpirun (Open MPI)"])
+def test_a_command_of_files_runs_on_rank_0_alone_under_any_launcher(launcher, monkeypatch):
+    """analyze, import, calibrate, predict, compare and list start no ranks: under a launcher
+    of 512 ranks each would read (and write) the same files 512 times. Rank 0 runs it; every
+    other rank exits at once (0: the job's exit is rank 0's)."""
+    from launcher_envs import SIZE, env_of
+
+    from commbench.cli.main import OFFLINE, _elsewhere
+
+    monkeypatch.delenv("COMMBENCH_WORKER", raising=False)
+    assert _elsewhere(env_of(launcher, 0)) == SIZE
+    assert all(_elsewhere(env_of(launcher, r)) == -1 for r in range(1, SIZE))
+    assert _elsewhere({}) == 0
+    assert {"analyze", "import", "calibrate", "predict", "compare"} <= set(OFFLINE)
+    assert not {"run", "audit", "replay", "claims", "info", "gpu-check"} & set(OFFLINE)
+
+
+def test_the_command_line_of_a_command_of_files_under_a_launcher(tmp_path):
+    """The installed command under torchrun's variables: rank 1 says nothing, writes nothing and
+    exits 0; rank 0 says on stderr that it alone runs, and does."""
+    log = os.path.join(os.path.dirname(__file__), "data", "joblogs",
+                       "basicsr_737_default_pg_excerpt.log")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMMBENCH_", "SLURM_",
+                                                                      "PMI", "OMPI_"))}
+    codes = {}
+    for rank in (1, 0):
+        env |= {"RANK": str(rank), "WORLD_SIZE": "512", "LOCAL_RANK": str(rank),
+                "LOCAL_WORLD_SIZE": "8", "MASTER_ADDR": "localhost", "MASTER_PORT": "1",
+                "TORCHELASTIC_RUN_ID": "job"}
+        out = tmp_path / f"r{rank}.json"
+        p = subprocess.run([sys.executable, "-m", "commbench", "analyze", log, "--json", str(out)],
+                           capture_output=True, text=True, env=env, timeout=120)
+        codes[rank] = (p.returncode, p.stdout, p.stderr, out.exists())
+    assert codes[1] == (0, "", "", False)
+    code, stdout, stderr, wrote = codes[0]
+    assert code == 1 and wrote and stdout.count("# commbench analyze:") == 1
+    assert stderr.startswith("# analyze starts no ranks: rank 0 of the launcher's 512 runs it")

@@ -52,6 +52,10 @@ COMMANDS = {"info": "info", "list": "listing", "run": "run", "compare": "compare
             "gpu-check": "gpu_check"}
 
 
+# commands that read files and start no ranks: under a launcher rank 0 alone runs them
+OFFLINE = ("list", "compare", "predict", "analyze", "import", "calibrate")
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM: ends a run like Ctrl-C (the world closes, rows stay saved), exit code 143."""
 
@@ -83,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and supervise.wanted(sys.argv[1:]):
         # the command line under a launcher: the work in a child, so a dead rank says so
         return supervise.supervise(sys.argv[1:])
+    cli = argv is None  # the command line, not main() called from Python (a test)
     argv = list(sys.argv[1:] if argv is None else argv)
     script_args: list[str] = []
     if argv[:1] == ["audit"] and "--" in argv:  # the audited script's own arguments
@@ -95,6 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     if script_args:
         args.args = [*args.args, *script_args]
     _warm_ranks(args)
+    if cli and args.cmd in OFFLINE:
+        size = _elsewhere()
+        if size < 0:
+            return 0  # rank 0 does the work; 511 more copies would read and write it all again
+        if size > 1:
+            print(f"# {args.cmd} starts no ranks: rank 0 of the launcher's {size} runs it, the "
+                  "others exit at once", file=sys.stderr)
 
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         signal.signal(signal.SIGTERM, _terminate)
@@ -133,6 +145,18 @@ def _warm_ranks(args) -> None:
     env = spawn.worker_env(b"")
     if zygote.supported() and not zygote.compatible(os.environ.get(zygote.ENV), env):
         zygote.own(env)
+
+
+def _elsewhere(env=None) -> int:
+    """Under a launcher, the launcher's world size on rank 0 and -1 on any other rank (which
+    leaves a command of files to rank 0); 0 with no launcher."""
+    try:
+        info = detect(env)
+    except LaunchError:
+        return 0  # the command reads files: a launcher's bad variables are not its business
+    if not info.launched or os.environ.get("COMMBENCH_WORKER"):
+        return 0
+    return info.size if info.rank == 0 else -1
 
 
 def _refuse(line: str) -> None:
