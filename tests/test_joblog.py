@@ -264,3 +264,18 @@ def test_a_repeat_without_the_job_s_rank_counts_once(tmp_path, capsys):
     (row,) = rec["calls"]
     assert row["timed_out"] == [5] and row["job_ranks"] and row["group_size"] == 8
     assert code == 1 and not any("inferred" in n or "put in" in n for n in rec["notes"])
+
+
+def test_a_send_and_its_receive_at_one_place_are_no_desync_and_not_set_against_collectives(
+        tmp_path, capsys):
+    """A pipeline's hang: rank 0 in SEND, rank 1 in RECV of one group; torch numbers
+    point-to-point calls apart from collectives, so rank 2's ALLREDUCE #40 of the same group is
+    not read as the others being behind."""
+    log = _write(tmp_path, _line(0, 7, op="SEND", enq=7) + _line(1, 7, op="RECV", enq=7)
+                 + _line(2, 40, enq=40))
+    _, rec, _ = _record(log, tmp_path, capsys)
+    assert not any("desync" in f or "never issued" in f or "different calls" in f
+                   for f in rec["findings"])
+    assert any("point-to-point calls (a send meets its receive), not a desync" in n
+               for n in rec["notes"])
+    assert any("point-to-point calls (#7) are numbered apart" in n for n in rec["notes"])

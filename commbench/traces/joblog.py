@@ -325,10 +325,14 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
             f"call #{seq} failed on {subject} (the line saying which call is not in the log)"))
         if len(ops) > 1:
             parts = "; ".join(f"{who(_ranks(c, op=o))}: {o}" for o in ops)
-            (said if group != "?" else notes).append(
-                f"{named} call #{seq}: the ranks issued different collectives at the same place"
-                f" (a desync): {parts}" if group != "?" else
-                f"{named}, #{seq}: {parts} (may be different groups' calls)")
+            if group == "?":
+                notes.append(f"{named}, #{seq}: {parts} (may be different groups' calls)")
+            elif not _collective(c):
+                notes.append(f"{named} call #{seq}: {parts}: point-to-point calls (a send meets "
+                             "its receive), not a desync")
+            else:
+                said.append(f"{named} call #{seq}: the ranks issued different collectives at the "
+                            f"same place (a desync): {parts}")
         elif len(sizes) > 1:
             parts = "; ".join(f"{who(_ranks(c, size=s))}: NumelIn={s[0]} NumelOut={s[1]}"
                               for s in sizes)
@@ -377,7 +381,15 @@ def _groups(log: JobLog, calls: dict, rows: list[dict], said: list[str], notes: 
     seqs: dict[str, list[int]] = {}
     for group, seq in calls:
         seqs.setdefault(group, []).append(seq)
-    for group, at in seqs.items():
+    for group, every in seqs.items():
+        at = [s for s in every if _collective(calls[(group, s)])]
+        if len(at) < len(every) and group != "?":
+            notes.append(f"group {group}: point-to-point calls ("
+                         + ", ".join(f"#{s}" for s in sorted(set(every) - set(at)))
+                         + ") are numbered apart from its collectives (torch counts each kind "
+                           "on its own): their places are not set against the collectives'")
+        if not at:
+            continue
         top = max(at)
         parts = "; ".join(f"#{s}: {who(_ranks(calls[(group, s)]))}" for s in sorted(at))
         if group == "?":
@@ -389,7 +401,7 @@ def _groups(log: JobLog, calls: dict, rows: list[dict], said: list[str], notes: 
         latest: dict[tuple, Progress] = {}
         for p in log.progress:
             k = (p.rank, p.group_rank)
-            if p.group == group and (k not in latest or p.at > latest[k].at):
+            if p.group == group and p.at in at and (k not in latest or p.at > latest[k].at):
                 latest[k] = p
         row = next(r for r in rows if r["group"] == group and r["seq"] == top)
         named = _named(row)
@@ -412,6 +424,13 @@ def _groups(log: JobLog, calls: dict, rows: list[dict], said: list[str], notes: 
                          "in NCCL or the network, or on a member that did not report"
                          + (f"; of its {size} members, group rank(s) {ranks_text(silent)} said "
                             "nothing here" if silent else ""))
+
+
+def _collective(c: _Call) -> bool:
+    """Whether the call is a collective every member issues alike (by its records: not a send,
+    a receive or a coalesced batch, whose places torch numbers apart); a call known only by its
+    progress line is taken as one."""
+    return all(t.op in WORK and WORK[t.op].agreed for t in c.timeouts)
 
 
 def _ranks(c: _Call, op: str | None = None, size: tuple | None = None) -> list[int]:
