@@ -14,10 +14,14 @@ def ranks_text(ranks: Iterable[int]) -> str:
     """Ranks as a reader scans them: runs of consecutive ranks as ``a-b`` (``0-127``,
     ``0,2,4``, ``0-3,8-11``), and the ranks, where four or more of them step evenly
     (a data-parallel group of a tensor-parallel job: every 8th rank), as ``a-b:step``
-    (Slurm's notation: ``0-504:8``)."""
+    (Slurm's notation: ``0-504:8``), less one or two where it lacks them (``5-509:8 less
+    301``)."""
     rs = sorted(set(ranks))
     if len(rs) >= 4 and len({b - a for a, b in zip(rs, rs[1:])}) == 1 and rs[1] - rs[0] > 1:
         return f"{rs[0]}-{rs[-1]}:{rs[1] - rs[0]}"
+    gaps = _stride_gaps(rs)
+    if gaps:  # a strided group less a rank or two (the one a hung group waits for)
+        return f"{rs[0]}-{rs[-1]}:{gaps[0]} less {','.join(map(str, gaps[1]))}"
     out, run = [], []
     for r in rs:
         if run and r != run[-1] + 1:
@@ -27,6 +31,18 @@ def ranks_text(ranks: Iterable[int]) -> str:
     if run:
         out.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)))
     return ",".join(out)
+
+
+def _stride_gaps(rs: list[int]) -> tuple[int, list[int]] | None:
+    """(step, the ranks missing) where ``rs`` (sorted) is every step-th rank from its first to
+    its last (step >= 2, 8 ranks or more) less one or two of them; else None."""
+    if len(rs) < 8:
+        return None
+    step = min(b - a for a, b in zip(rs, rs[1:]))
+    if step < 2 or any((r - rs[0]) % step for r in rs):
+        return None
+    missing = sorted(set(range(rs[0], rs[-1] + 1, step)) - set(rs))
+    return (step, missing) if 0 < len(missing) <= 2 else None
 
 
 def rank_list(ranks: Iterable[int]) -> str:

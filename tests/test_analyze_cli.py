@@ -265,6 +265,8 @@ def test_a_job_of_512_ranks_prints_what_a_reader_can_scan(tmp_path, capsys):
         x["exposed_us"] for x in rec["steps"])} == waiting
     assert ranks_text([0, 2, 4]) == "0,2,4" and ranks_text(range(3, 64, 4)) == "3-63:4"
     assert ranks_text([0, 1, 2, 3, 8, 9, 10, 11]) == "0-3,8-11"
+    assert ranks_text([r for r in range(5, 512, 8) if r != 301]) == "5-509:8 less 301"
+    assert ranks_text([r for r in range(0, 64, 8) if r not in (8, 16, 24)]) == "0,32,40,48,56"
 
 
 @pytest.mark.parametrize("command, path, reader", [

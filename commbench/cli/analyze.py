@@ -226,15 +226,18 @@ def _joblog(a, paths: list[str]) -> int:
         table = [[r["group"], r["desc"] or "-", r["seq"], r["op"],
                   "/".join(map(str, r["numel_in"])) or "-",
                   "/".join(map(str, r["numel_out"])) or "-",
-                  ("" if r["job_ranks"] else "group ") + ranks_text(r["ranks"]),
+                  ("" if r["job_ranks"] else "group ") + _short(r["ranks"]),
                   f"{r['timeout_s']:g}" if r["timeout_s"] else "-", span(r["enqueued"]),
                   span(r["completed"])] for r in rows]
         print("\n" + tabulate(table, headers=["group", "desc", "call", "op", "NumelIn",
                                               "NumelOut", "ranks", "timeout(s)",
                                               "last enqueued", "last completed"],
                               tablefmt="github"))
-    for message, hosts in log.warns.items():
-        print(f"# NCCL WARN ({', '.join(sorted(hosts))}): {message}")
+    for message, hosts in list(log.warns.items())[:SHOWN]:
+        print(f"# NCCL WARN ({_some(sorted(hosts))}): {message}")
+    if len(log.warns) > SHOWN:
+        print(f"# ... and {len(log.warns) - SHOWN} more kind(s) of NCCL warning"
+              + (f" (all in {a.json})" if a.json else " (--json FILE keeps them all)"))
     print("\n" + ("\n".join(f"# {line}" for line in said) if said else
                   "# no watchdog timeout, stuck watchdog, NCCL warning or error in the log"))
     for line in notes:
@@ -251,6 +254,21 @@ def _joblog(a, paths: list[str]) -> int:
         print(f"commbench analyze: {len(said)} finding(s) in the job's log: {said[0]}",
               file=sys.stderr)
     return 1 if said else 0
+
+
+SHOWN = 8  # kinds of NCCL warning, and hosts of one, printed (the JSON keeps them all)
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:SHOWN]) + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN
+                                       else "")
+
+
+def _short(ranks: list[int]) -> str:
+    """A table cell of ranks: their ranges, or where those run long (a strided group less one
+    rank), how many of which span."""
+    text = ranks_text(ranks)
+    return text if len(text) <= 32 else f"{len(ranks)} of {ranks[0]}-{ranks[-1]}"
 
 
 def _layout(a, traces) -> dict:

@@ -57,7 +57,9 @@ _ERROR = re.compile(r"NCCL error in: \S+?:\d+, (.*?)(?:, NCCL version \S+)?$")
 _NCCL_CODE = re.compile(r"\b(ncclRemoteError|ncclSystemError|ncclInternalError|"
                         r"ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)\b:?\s*(.*)")
 _ROOT = re.compile(r"^\s*(rank|host|exitcode|traceback)\s*:\s*(.*?)\s*$")
-_VARIES = re.compile(r"0x[0-9a-fA-F]+|<\d+>")  # pointers, ports: one warning's variants
+# what one warning varies by from rank to rank: pointers, addresses and ports, IB GIDs
+_VARIES = re.compile(r"0x[0-9a-fA-F]+|\b\d{1,3}(?:\.\d{1,3}){3}\b(?:<\d+>)?|<\d+>|"
+                     r"(?<![0-9a-fA-F:])[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{0,4}){2,7}\b")
 # torch's OpType -> the collective's record: the names are the records' (ops.py)
 WORK = {w: o for o in OPS.values() for w in o.names.work}
 # collectives whose every member gives a tensor of one size: ranks that disagree on it at one
@@ -352,7 +354,8 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
     if log.warns:
         hosts = sorted(set().union(*log.warns.values()) - {"?"})
         said.append(f"NCCL warned in {len(log.warns)} way(s)"
-                    + (f" on {', '.join(hosts)}" if hosts else "") + ": "
+                    + (f" on {len(hosts)} host(s) ({', '.join(hosts[:4])}"
+                       + (", ..." if len(hosts) > 4 else "") + ")" if hosts else "") + ": "
                     + next(iter(log.warns)))
     for err, n in log.errors.most_common():
         said.append(f"NCCL error ({n} line(s)): {err}")
