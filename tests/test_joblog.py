@@ -302,3 +302,19 @@ def test_a_512_rank_job_s_log_reads_in_lines_a_reader_can_scan(tmp_path, capsys)
     assert len(rec["nccl_warnings"]) == 1 and len(next(iter(rec["nccl_warnings"].values()))) == 64
     assert any(n.startswith("group dp5 ") and "of its 64 members, group rank(s) 37 said nothing"
                in n for n in rec["notes"])
+
+
+@pytest.mark.parametrize("name, code, result", [
+    ("nccl_1405_ib_completion_warn_excerpt.log", 6, "ncclRemoteError"),
+    ("nccl_1610_alltoall_two_groups_excerpt.log", 3, "ncclInternalError")])
+def test_nccl_s_error_path_is_named_by_its_code(name, code, result, tmp_path, capsys):
+    """NCCL prints 'file:line -> code' in each function an error passes through (its
+    ncclResult_t: 6 a remote error, 3 an internal one); counted here by string splitting."""
+    with open(_path(name), encoding="utf-8") as f:
+        lines = [x for x in f if " NCCL INFO " in x and " -> " in x
+                 and x.split(" -> ")[1].split()[0] == str(code)]  # "[Progress Thread]" may follow
+    first = lines[0].split(" NCCL INFO ")[1].split(" -> ")[0]
+    _, rec, _ = _record(_path(name), tmp_path, capsys)
+    (path,) = rec["nccl_error_path"]
+    assert (path["code"], path["lines"], path["first"]) == (code, len(lines), first)
+    assert any(f"{result} ({code}) on {path['host']} from {first}" in n for n in rec["notes"])

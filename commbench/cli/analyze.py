@@ -248,6 +248,8 @@ def _joblog(a, paths: list[str]) -> int:
                             "calls": rows, "findings": said, "notes": notes,
                             "nccl_warnings": {m: sorted(h) for m, h in log.warns.items()},
                             "nccl_errors": dict(log.errors), "root_cause": log.root,
+                            "nccl_error_path": [{"host": h, "code": c, "lines": n, "first": f}
+                                                for (h, c), (n, f) in log.chains.items()],
                             "nccl_said": facts})
         print(f"# wrote {a.json}")
     if said:

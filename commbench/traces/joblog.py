@@ -56,6 +56,12 @@ _WARN = re.compile(r"(?:(\S+?):\d+:\d+ )?\[\d+\] (?:\S+:\d+ )?NCCL WARN (.*\S)")
 _ERROR = re.compile(r"NCCL error in: \S+?:\d+, (.*?)(?:, NCCL version \S+)?$")
 _NCCL_CODE = re.compile(r"\b(ncclRemoteError|ncclSystemError|ncclInternalError|"
                         r"ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)\b:?\s*(.*)")
+# NCCL's error path under NCCL_DEBUG=INFO: each function an error passes through prints its
+# file, line and the code (src/include/checks.h: "-> %d"), the first printed nearest the cause
+_CHAIN = re.compile(r"(?:(\S+?):\d+:\d+ )?\[\d+\] NCCL INFO (\S+?:\d+) -> (\d+)")
+NCCL_RESULTS = ("ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
+                "ncclInvalidArgument", "ncclInvalidUsage", "ncclRemoteError", "ncclInProgress",
+                "ncclTimeout")  # ncclResult_t, src/nccl.h.in
 _ROOT = re.compile(r"^\s*(rank|host|exitcode|traceback)\s*:\s*(.*?)\s*$")
 # what one warning varies by from rank to rank: pointers, addresses and ports, IB GIDs
 _VARIES = re.compile(r"0x[0-9a-fA-F]+|\b\d{1,3}(?:\.\d{1,3}){3}\b(?:<\d+>)?|<\d+>|"
@@ -108,6 +114,8 @@ class JobLog:
     warns: dict[str, set[str]] = field(default_factory=dict)  # message -> hosts
     errors: Counter = field(default_factory=Counter)
     root: dict[str, str] = field(default_factory=dict)  # torchrun's first observed failure
+    # NCCL's error path: (host, code) -> [lines, the first location printed]
+    chains: dict[tuple[str, int], list] = field(default_factory=dict)
     nccl: NcclSaid | None = None
 
 
@@ -170,6 +178,10 @@ def read(paths: list[str], limit: int) -> JobLog:
                     line = clean_line(raw)
                     if "NCCL INFO" in line or "RCCL INFO" in line:
                         nccl_lines.append(line)
+                        if " -> " in line and (m := _CHAIN.search(line)):
+                            seen = log.chains.setdefault((m.group(1) or "?", int(m.group(3))),
+                                                         [0, m.group(2)])
+                            seen[0] += 1
                         continue
                     if "Root Cause (first observed failure)" in line:
                         root_block = True
@@ -186,7 +198,7 @@ def read(paths: list[str], limit: int) -> JobLog:
             raise TraceError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
     log.nccl = nccl_said(nccl_lines)
     if not (log.timeouts or log.progress or log.stuck or log.warns or log.errors or log.root
-            or log.nccl):
+            or log.nccl or log.chains):
         raise TraceError(f"{', '.join(paths)}: no line of torch's NCCL watchdog, of NCCL "
                          "(INFO, WARN, an error) or of torchrun's failure report: not a job's log "
                          "analyze reads")
@@ -359,12 +371,20 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
                     + next(iter(log.warns)))
     for err, n in log.errors.most_common():
         said.append(f"NCCL error ({n} line(s)): {err}")
+    if log.chains:
+        notes.append("NCCL's error path (its INFO lines 'file:line -> code'): " + "; ".join(
+            f"{_result(code)} on {host} from {first} ({n} line(s))"
+            for (host, code), (n, first) in log.chains.items()))
     if log.root:
         notes.append("torchrun's root cause (the first rank to exit): "
                      + ", ".join(f"{k} {v}" for k, v in log.root.items())
                      + "; after a timeout every rank aborts by itself (SIGABRT, exit -6), so the "
                        "first to exit is not the rank to blame")
     return rows, said
+
+
+def _result(code: int) -> str:
+    return f"{NCCL_RESULTS[code]} ({code})" if 0 <= code < len(NCCL_RESULTS) else f"code {code}"
 
 
 def _named(row: dict) -> str:
