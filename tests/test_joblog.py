@@ -318,3 +318,68 @@ def test_nccl_s_error_path_is_named_by_its_code(name, code, result, tmp_path, ca
     (path,) = rec["nccl_error_path"]
     assert (path["code"], path["lines"], path["first"]) == (code, len(lines), first)
     assert any(f"{result} ({code}) on {path['host']} from {first}" in n for n in rec["notes"])
+
+
+def _signals_apart(path: str) -> set[tuple]:
+    """(job rank, source or None, enqueued, completed) of each dump-signal line, by splitting."""
+    out = set()
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if "Received a dump signal" not in line:
+                continue
+            rank = int(line.split("[rank")[1].split("]")[0])
+            src = line.split(" from ", 1)[1].split(" and we ")[0].strip()
+            enq = int(line.split("Last enqueued NCCL work: ")[1].split(",")[0])
+            done = int(line.split("last completed NCCL work: ")[1].split(".")[0])
+            out.add((rank, None if src == "this local rank" else int(src.split()[1]), enq, done))
+    return out
+
+
+@pytest.mark.parametrize("name", ["simple_grpo_46_dump_signal_excerpt.log",
+                                  "openrlhf_1126_dump_signal_excerpt.log",
+                                  "ms_swift_6301_dump_signal_local_excerpt.log",
+                                  "vllm_omni_2928_dump_signal_other_group_excerpt.log"])
+def test_the_ranks_told_of_a_timeout_read_as_their_lines_say(name, tmp_path, capsys):
+    code, rec, _ = _record(_path(name), tmp_path, capsys)
+    apart = _signals_apart(_path(name))
+    assert {(s["rank"], s["source"], s["enqueued"], s["completed"])
+            for s in rec["signals"]} == apart
+    assert code == 1
+    timed = {r for row in rec["calls"] for r in row["timed_out"]}
+    for detector in {rank if src is None else src for rank, src, _, _ in apart} - timed:
+        assert any(f.startswith(f"a collective timed out on rank {detector} (torch's dump signal")
+                   for f in rec["findings"])
+
+
+def test_what_the_told_ranks_had_in_flight_places_the_timeout(tmp_path, capsys):
+    """simple_GRPO#46: rank 5, told by rank 2, had completed all it issued (#136);
+    vllm-omni#2928: rank 1 detected a timeout with nothing of group 0 in flight, so the call
+    was another group's; OpenRLHF#1126: newer torch's progress line ('failure detected by
+    watchdog at work sequence id'), and rank 2 in the same call; ms-swift#6301: 13 calls in
+    flight on the detecting rank."""
+    _, rec, _ = _record(_path("simple_grpo_46_dump_signal_excerpt.log"), tmp_path, capsys)
+    assert any("rank 5 had no call of this group in flight (last #136 completed) when rank 2 "
+               "signalled its timeout" in n for n in rec["notes"])
+    _, rec, _ = _record(_path("vllm_omni_2928_dump_signal_other_group_excerpt.log"), tmp_path,
+                        capsys)
+    assert any("rank 1 detected a timeout itself" in n and "another group's" in n
+               for n in rec["notes"])
+    assert any("rank 0 had no call of this group in flight either" in n for n in rec["notes"])
+    _, rec, _ = _record(_path("openrlhf_1126_dump_signal_excerpt.log"), tmp_path, capsys)
+    (row,) = rec["calls"]
+    assert (row["seq"], row["enqueued"], row["completed"]) == (460631, [460631] * 2, [460630] * 2)
+    assert any("rank 2 had #460631 in flight when rank 6 signalled" in n for n in rec["notes"])
+    _, rec, _ = _record(_path("ms_swift_6301_dump_signal_local_excerpt.log"), tmp_path, capsys)
+    assert any("rank 2 had #79197-#79209 in flight when it detected the timeout" in n
+               for n in rec["notes"])
+
+
+def test_a_told_rank_with_nothing_in_flight_before_the_failed_call_never_issued_it(tmp_path,
+                                                                                  capsys):
+    signal = ("[rank5]:[E723 01:58:45.6 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) "
+              "Rank 5] Received a dump signal due to a collective timeout from  rank 2 and we will "
+              "try our best to dump the debug info. Last enqueued NCCL work: 136, last completed "
+              "NCCL work: 136.\n")
+    _, rec, _ = _record(_write(tmp_path, _line(2, 137) + signal), tmp_path, capsys)
+    assert "group 0 (default_pg): rank 5 last issued #136 and completed it; rank 2 failed in " \
+        "#137: rank 5 never issued it" in rec["findings"]

@@ -213,6 +213,7 @@ def _joblog(a, paths: list[str]) -> int:
         (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
     print(f"# commbench analyze: the job's log ({names}; {log.lines} lines): "
           f"{len(log.timeouts)} watchdog timeout line(s), {len(log.progress)} progress line(s), "
+          f"{len(log.signals)} timeout signal(s), "
           f"{len(log.warns)} kind(s) of NCCL warning, "
           f"{sum(log.errors.values())} NCCL error line(s)")
     facts = log.nccl.facts() if log.nccl else []
@@ -248,6 +249,7 @@ def _joblog(a, paths: list[str]) -> int:
                             "calls": rows, "findings": said, "notes": notes,
                             "nccl_warnings": {m: sorted(h) for m, h in log.warns.items()},
                             "nccl_errors": dict(log.errors), "root_cause": log.root,
+                            "signals": [vars(x) for x in log.signals],
                             "nccl_error_path": [{"host": h, "code": c, "lines": n, "first": f}
                                                 for (h, c), (n, f) in log.chains.items()],
                             "nccl_said": facts})

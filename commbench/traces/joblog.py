@@ -51,6 +51,14 @@ _PG = r"\[PG (?:ID (\d+) PG GUID )?(\S+?) ?(?:\(([^)]*)\))? Rank (\d+)\]"
 _PROGRESS = re.compile(_PG + r" (?:Exception \(either an error or timeout\) detected by watchdog "
                        r"at work|Timeout at NCCL work): (\d+), last enqueued NCCL work: (-?\d+), "
                        r"last completed NCCL work: (-?\d+)")
+# newer torch's wording of the progress line
+_FAILURE = re.compile(_PG + r"\s+failure detected by watchdog at work sequence id: (\d+) PG status: "
+                      r"last enqueued work: (-?\d+), last completed work: (-?\d+)")
+# a rank told of a timeout (by the store, from the rank that detected it, or by its own
+# watchdog) before it dumps: its state on the group whose monitor prints it
+_SIGNAL = re.compile(_PG + r" Received a (?:dump|timeout) signal (?:due to a collective timeout )?"
+                     r"from\s+(this local rank|rank (\d+)).*?Last enqueued NCCL work: (-?\d+), "
+                     r"last completed NCCL work: (-?\d+)")
 _STUCK = re.compile(_PG + r" ProcessGroupNCCL's watchdog got stuck for (\d+) seconds")
 _WARN = re.compile(r"(?:(\S+?):\d+:\d+ )?\[\d+\] (?:\S+:\d+ )?NCCL WARN (.*\S)")
 _ERROR = re.compile(r"NCCL error in: \S+?:\d+, (.*?)(?:, NCCL version \S+)?$")
@@ -104,6 +112,19 @@ class Progress:
     completed: int
 
 
+@dataclass(frozen=True)
+class Signal:
+    """A rank told of a timeout before it dumps, and its state on the group then."""
+
+    rank: int | None
+    group_rank: int
+    group: str
+    desc: str
+    source: int | None    # the rank that detected the timeout (None: this rank itself)
+    enqueued: int
+    completed: int
+
+
 @dataclass
 class JobLog:
     paths: list[str]
@@ -111,6 +132,7 @@ class JobLog:
     timeouts: list[Timeout] = field(default_factory=list)
     progress: list[Progress] = field(default_factory=list)
     stuck: list[tuple[int | None, int, str, int]] = field(default_factory=list)
+    signals: list[Signal] = field(default_factory=list)
     warns: dict[str, set[str]] = field(default_factory=dict)  # message -> hosts
     errors: Counter = field(default_factory=Counter)
     root: dict[str, str] = field(default_factory=dict)  # torchrun's first observed failure
@@ -198,7 +220,7 @@ def read(paths: list[str], limit: int) -> JobLog:
             raise TraceError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
     log.nccl = nccl_said(nccl_lines)
     if not (log.timeouts or log.progress or log.stuck or log.warns or log.errors or log.root
-            or log.nccl or log.chains):
+            or log.nccl or log.chains or log.signals):
         raise TraceError(f"{', '.join(paths)}: no line of torch's NCCL watchdog, of NCCL "
                          "(INFO, WARN, an error) or of torchrun's failure report: not a job's log "
                          "analyze reads")
@@ -216,7 +238,15 @@ def _line(log: JobLog, line: str, where: str) -> None:
                                         int(g[4]) if g[4] is not None else None, int(g[5]),
                                         int(g[6]) if m.re is _TIMEOUT else int(g[5]), where))
             return
-    if "NCCL work:" in line and (m := _PROGRESS.search(line)):
+    if "signal" in line and (m := _SIGNAL.search(line)):
+        r = _RANK.search(line[:m.start()])
+        g = m.groups()
+        signal = Signal(int(r.group(1)) if r else None, int(g[3]), g[1], g[2] or "",
+                        int(g[5]) if g[5] is not None else None, int(g[6]), int(g[7]))
+        if signal not in log.signals:  # printed twice
+            log.signals.append(signal)
+    elif ("NCCL work:" in line and (m := _PROGRESS.search(line))) or \
+            ("sequence id:" in line and (m := _FAILURE.search(line))):
         r = _RANK.search(line[:m.start()])
         g = m.groups()
         log.progress.append(Progress(int(r.group(1)) if r else None, int(g[3]), g[1], g[2] or "",
@@ -359,6 +389,7 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
                                 if op not in SAME_SIZE else "the lines name no group, so they "
                                 "may be different groups' calls"))
     _groups(log, calls, rows, said, notes)
+    _signals(log, rows, said, notes)
     for (group, seconds), stuck in _stuck(log).items():
         said.append(f"group {group}: the watchdog of {', '.join(stuck)} got stuck for {seconds} s "
                     "(a CUDA or NCCL call that does not return there, or a thread holding the "
@@ -447,6 +478,57 @@ def _groups(log: JobLog, calls: dict, rows: list[dict], said: list[str], notes: 
                          "in NCCL or the network, or on a member that did not report"
                          + (f"; of its {size} members, group rank(s) {ranks_text(silent)} said "
                             "nothing here" if silent else ""))
+
+
+def _signals(log: JobLog, rows: list[dict], said: list[str], notes: list[str]) -> None:
+    """What the ranks told of a timeout say: the ranks that detected one (a finding where no
+    timeout line of theirs is in the log), and each told rank's state on the group: with no
+    call of it in flight it never issued the call the detecting rank waits in, if that call is
+    this group's (a finding where the log shows that call, a note where it does not); the
+    detecting rank itself with none in flight timed out in another group's call."""
+    if not log.signals:
+        return
+    timed = {r for row in rows if row["job_ranks"] for r in row["timed_out"]}
+    told: dict[int | None, list[Signal]] = {}
+    for sig in log.signals:
+        told.setdefault(sig.rank if sig.source is None else sig.source, []).append(sig)
+    for source, sigs in told.items():
+        others = sorted({s.rank for s in sigs if s.source is not None and s.rank is not None})
+        if source not in timed:
+            said.append(f"a collective timed out on {f'rank {source}' if source is not None else 'a rank'}"
+                        " (torch's dump signal" + (f", told to {who(others)}" if others else "")
+                        + "; its timeout line is not in the log)")
+    idle = {(sig.rank, sig.group) for sig in log.signals  # detected with nothing in flight
+            if sig.source is None and sig.enqueued == sig.completed}
+    for sig in log.signals:
+        named = f"group {sig.group}" + (f" ({sig.desc})" if sig.desc else "")
+        me = _who(sig.rank, sig.group_rank)
+        if sig.enqueued != sig.completed:
+            notes.append(f"{named}: {me} had #{sig.completed + 1}"
+                         + (f"-#{sig.enqueued}" if sig.enqueued > sig.completed + 1 else "")
+                         + " in flight when " + ("it detected the timeout" if sig.source is None
+                                                 else f"rank {sig.source} signalled its timeout"))
+            continue
+        if sig.source is None:
+            notes.append(f"{named}: {me} detected a timeout itself and had no call of this group "
+                         f"in flight (last #{sig.enqueued} completed): the call that timed out is "
+                         "another group's")
+            continue
+        if (sig.source, sig.group) in idle:
+            notes.append(f"{named}: {me} had no call of this group in flight either (last "
+                         f"#{sig.enqueued} completed)")
+            continue
+        failed = [r for r in rows if r["group"] == sig.group and sig.source in r["timed_out"]
+                  and r["job_ranks"]]
+        if failed and max(r["seq"] for r in failed) > sig.enqueued:
+            seq = max(r["seq"] for r in failed)
+            said.append(f"{named}: {me} last issued #{sig.enqueued} and completed it; rank "
+                        f"{sig.source} failed in #{seq}: {me} never issued it")
+        else:
+            notes.append(f"{named}: {me} had no call of this group in flight (last "
+                         f"#{sig.enqueued} completed) when rank {sig.source} signalled its "
+                         f"timeout: if rank {sig.source}'s call is this group's, {me} never "
+                         "issued it")
 
 
 def _collective(c: _Call) -> bool:
