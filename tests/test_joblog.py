@@ -383,3 +383,55 @@ def test_a_told_rank_with_nothing_in_flight_before_the_failed_call_never_issued_
     _, rec, _ = _record(_write(tmp_path, _line(2, 137) + signal), tmp_path, capsys)
     assert "group 0 (default_pg): rank 5 last issued #136 and completed it; rank 2 failed in " \
         "#137: rank 5 never issued it" in rec["findings"]
+
+
+def _prints_apart(path: str) -> list[list[tuple]]:
+    """Each fingerprint mismatch line's two (group rank, OpType, TensorShape or None), by
+    splitting."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if "Detected mismatch between collectives" not in line:
+                continue
+            pair = []
+            for part in line.split(" is running ")[1:]:
+                rank = int(line.split(" is running ")[0 if not pair else 1].rsplit("Rank ", 1)[1])
+                fp = part.split("CollectiveFingerPrint(", 1)[1]
+                op = fp.split("OpType=")[1].split(",")[0].split(")")[0]
+                shape = fp.split("TensorShape=[")[1].split("]")[0] if "TensorShape=" in fp \
+                    else None
+                pair.append((rank, op, shape))
+            out.append(pair)
+    return out
+
+
+@pytest.mark.parametrize("name", ["speechbrain_2401_fingerprint_mismatch_excerpt.log",
+                                  "ms_swift_9443_fingerprint_sizes_excerpt.log",
+                                  "simpletuner_2712_fingerprint_short_excerpt.log"])
+def test_torch_s_own_collective_check_is_a_desync_as_its_line_says(name, tmp_path, capsys):
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL's report of two ranks' fingerprints: speechbrain#2401 an
+    all-reduce against a broadcast at one place, ms-swift#9443 one all-reduce of two sizes,
+    SimpleTuner#2712 a rank's short fingerprint (no place to trust: no "different places")."""
+    code, rec, _ = _record(_path(name), tmp_path, capsys)
+    apart = _prints_apart(_path(name))
+    assert code == 1 and len(apart) == len(rec["mismatches"]) == 1
+    got = [(c["group_rank"], c["op"], c["shape"]) for c in rec["mismatches"][0]]
+    assert got == apart[0]
+    (finding,) = rec["findings"]
+    assert finding.startswith("torch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL) found a "
+                              f"desync: group rank {got[0][0]} issued {got[0][1]}")
+    assert ("different places" in finding) is False
+
+
+def test_two_whole_fingerprints_at_different_places_say_so(tmp_path, capsys):
+    fp = ("CollectiveFingerPrint(SequenceNumber={}, OpType=ALLREDUCE, TensorShape=[8], "
+          "TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float (default), "
+          "device=cuda))")
+    line = ("[rank3]: RuntimeError: Detected mismatch between collectives on ranks. Rank 3 is "
+            f"running collective: {fp.format(41)}, but Rank 0 is running collective: "
+            f"{fp.format(40)}.\n")
+    _, rec, _ = _record(_write(tmp_path, line * 2), tmp_path, capsys)
+    assert rec["findings"] == [
+        "torch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL) found a desync: group rank 3 "
+        "issued ALLREDUCE #41 [8] Float where group rank 0 issued ALLREDUCE #40 [8] Float "
+        "(different places: they issued different numbers of the group's collectives)"]

@@ -211,11 +211,14 @@ def _joblog(a, paths: list[str]) -> int:
     rows, said = joblog.findings(log, notes, a.world)
     names = ", ".join(os.path.basename(p) for p in paths[:4]) + \
         (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+    counts = [(len(log.timeouts), "watchdog timeout line(s)"),
+              (len(log.progress), "progress line(s)"), (len(log.signals), "timeout signal(s)"),
+              (len(log.mismatches), "collective check failure(s)"),
+              (len(log.stuck), "stuck watchdog(s)"), (len(log.warns), "kind(s) of NCCL warning"),
+              (sum(log.errors.values()), "NCCL error line(s)"),
+              (len(log.root) and 1, "torchrun failure report")]
     print(f"# commbench analyze: the job's log ({names}; {log.lines} lines): "
-          f"{len(log.timeouts)} watchdog timeout line(s), {len(log.progress)} progress line(s), "
-          f"{len(log.signals)} timeout signal(s), "
-          f"{len(log.warns)} kind(s) of NCCL warning, "
-          f"{sum(log.errors.values())} NCCL error line(s)")
+          + (", ".join(f"{n} {what}" for n, what in counts if n) or "no failure line"))
     facts = log.nccl.facts() if log.nccl else []
     if facts:
         print("# NCCL said: " + "; ".join(facts))
@@ -250,6 +253,9 @@ def _joblog(a, paths: list[str]) -> int:
                             "nccl_warnings": {m: sorted(h) for m, h in log.warns.items()},
                             "nccl_errors": dict(log.errors), "root_cause": log.root,
                             "signals": [vars(x) for x in log.signals],
+                            "mismatches": [[{"group_rank": r, "seq": c[0], "op": c[1],
+                                             "shape": c[2], "dtype": c[3]} for r, c in pair]
+                                           for pair in log.mismatches],
                             "nccl_error_path": [{"host": h, "code": c, "lines": n, "first": f}
                                                 for (h, c), (n, f) in log.chains.items()],
                             "nccl_said": facts})

@@ -59,6 +59,13 @@ _FAILURE = re.compile(_PG + r"\s+failure detected by watchdog at work sequence i
 _SIGNAL = re.compile(_PG + r" Received a (?:dump|timeout) signal (?:due to a collective timeout )?"
                      r"from\s+(this local rank|rank (\d+)).*?Last enqueued NCCL work: (-?\d+), "
                      r"last completed NCCL work: (-?\d+)")
+# TORCH_DISTRIBUTED_DEBUG=DETAIL: torch's wrapper checks every collective's fingerprint across
+# the group before it runs, and raises naming two ranks' (group ranks) and what differs
+_MISMATCH = re.compile(r"Detected mismatch between collectives on ranks\. Rank (\d+) is running "
+                       r"(?:inconsistent )?collective: (.*?), but Rank (\d+) is running "
+                       r"collective: (.*)")
+_PRINT = re.compile(r"CollectiveFingerPrint\((?:SequenceNumber=(\d+),? ?)?OpType=(\w+)"
+                    r"(?:, TensorShape=\[([^\]]*)\])?(?:, TensorDtypes=(\w+))?")
 _STUCK = re.compile(_PG + r" ProcessGroupNCCL's watchdog got stuck for (\d+) seconds")
 _WARN = re.compile(r"(?:(\S+?):\d+:\d+ )?\[\d+\] (?:\S+:\d+ )?NCCL WARN (.*\S)")
 _ERROR = re.compile(r"NCCL error in: \S+?:\d+, (.*?)(?:, NCCL version \S+)?$")
@@ -133,6 +140,9 @@ class JobLog:
     progress: list[Progress] = field(default_factory=list)
     stuck: list[tuple[int | None, int, str, int]] = field(default_factory=list)
     signals: list[Signal] = field(default_factory=list)
+    # torch's fingerprint check: ((group rank, its call), (group rank, its call)), a call as
+    # (place or None, OpType, shape or None, dtype or None)
+    mismatches: list[tuple] = field(default_factory=list)
     warns: dict[str, set[str]] = field(default_factory=dict)  # message -> hosts
     errors: Counter = field(default_factory=Counter)
     root: dict[str, str] = field(default_factory=dict)  # torchrun's first observed failure
@@ -220,7 +230,7 @@ def read(paths: list[str], limit: int) -> JobLog:
             raise TraceError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
     log.nccl = nccl_said(nccl_lines)
     if not (log.timeouts or log.progress or log.stuck or log.warns or log.errors or log.root
-            or log.nccl or log.chains or log.signals):
+            or log.nccl or log.chains or log.signals or log.mismatches):
         raise TraceError(f"{', '.join(paths)}: no line of torch's NCCL watchdog, of NCCL "
                          "(INFO, WARN, an error) or of torchrun's failure report: not a job's log "
                          "analyze reads")
@@ -238,6 +248,13 @@ def _line(log: JobLog, line: str, where: str) -> None:
                                         int(g[4]) if g[4] is not None else None, int(g[5]),
                                         int(g[6]) if m.re is _TIMEOUT else int(g[5]), where))
             return
+    if "Detected mismatch" in line and (m := _MISMATCH.search(line)):
+        a, b = _PRINT.search(m.group(2)), _PRINT.search(m.group(4))
+        if a and b:
+            pair = ((int(m.group(1)), _print(a)), (int(m.group(3)), _print(b)))
+            if pair not in log.mismatches:  # raised on several ranks alike
+                log.mismatches.append(pair)
+        return
     if "signal" in line and (m := _SIGNAL.search(line)):
         r = _RANK.search(line[:m.start()])
         g = m.groups()
@@ -261,6 +278,24 @@ def _line(log: JobLog, line: str, where: str) -> None:
         log.errors[m.group(1)] += 1
     elif "nccl" in line and (m := _NCCL_CODE.search(line)) and "NCCL error in" not in line:
         log.errors[f"{m.group(1)}: {m.group(2)}".rstrip(": ")] += 1
+
+
+def _print(m: re.Match) -> tuple:
+    seq, op, shape, dtype = m.groups()
+    return (int(seq) if seq is not None else None, op, shape, dtype)
+
+
+def _fingerprint(call: tuple) -> str:
+    seq, op, shape, dtype = call
+    return f"{op}" + (f" #{seq}" if _whole(call) else " (a short fingerprint)") + \
+        (f" [{shape}]" if shape is not None else "") + (f" {dtype}" if dtype else "")
+
+
+def _whole(call: tuple) -> bool:
+    """A fingerprint with its place and tensors. A rank's short one (``SequenceNumber=0OpType=
+    REDUCE``, no tensors: torch before its fix in pytorch/pytorch#100213) holds no place to
+    trust."""
+    return call[0] is not None and call[2] is not None
 
 
 def _who(log_rank: int | None, group_rank: int) -> str:
@@ -390,6 +425,12 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
                                 "may be different groups' calls"))
     _groups(log, calls, rows, said, notes)
     _signals(log, rows, said, notes)
+    for (ra, a), (rb, b) in log.mismatches:
+        said.append(f"torch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL) found a desync: "
+                    f"group rank {ra} issued {_fingerprint(a)} where group rank {rb} issued "
+                    f"{_fingerprint(b)}" + (" (different places: they issued different numbers "
+                                            "of the group's collectives)" if _whole(a) and
+                                            _whole(b) and a[0] != b[0] else ""))
     for (group, seconds), stuck in _stuck(log).items():
         said.append(f"group {group}: the watchdog of {', '.join(stuck)} got stuck for {seconds} s "
                     "(a CUDA or NCCL call that does not return there, or a thread holding the "
