@@ -14,15 +14,18 @@ unchecked.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
 from commbench.collectives import ALGORITHMS
 from commbench.patterns.base import calls_match
 from commbench.patterns.registry import PATTERNS
+from commbench.runtime.launch import LaunchError, detect
 from commbench.world.local import LocalWorld
 
-__all__ = ["BIG", "BIG_LIMIT_S", "check_every_collective", "check_every_pattern", "gpu_check"]
+__all__ = ["BIG", "BIG_LIMIT_S", "check_every_collective", "check_every_pattern", "gpu_check",
+           "launched_gpu"]
 
 BIG = 1 << 30  # bytes of the large all-reduce
 BIG_LIMIT_S = 60.0  # its input, its call and its check on the device, a stated bound
@@ -38,6 +41,18 @@ def _smallest(pattern, variant: str):
                                   suppress_health_check=list(HealthCheck)))
 
 
+def launched_gpu(info, count: int, visible: str | None) -> tuple[int, str | None]:
+    """The GPU this process checks: (its index among the ``count`` it sees, the
+    ``CUDA_VISIBLE_DEVICES`` its world of one is given: that GPU alone). Under a launcher a
+    rank checks its own local rank's GPU (eight ranks of a node on one GPU would check one GPU
+    eight times over and leave seven unchecked); with none, the first GPU, as ever."""
+    if not info.launched or count < 1:
+        return 0, None
+    i = info.device(count)
+    ids = [x.strip() for x in visible.split(",") if x.strip()] if visible else []
+    return i, ids[i] if i < len(ids) else str(i)
+
+
 def gpu_check(emit=print) -> int:
     # lazy: imports torch
     import torch
@@ -47,7 +62,19 @@ def gpu_check(emit=print) -> int:
               f"{torch.version.cuda or 'not built in'}): nothing was checked", file=sys.stderr)
         return 3
 
-    emit(f"# commbench gpu-check: {torch.cuda.get_device_name()}, one rank, NCCL")
+    try:
+        info = detect()
+    except LaunchError:
+        info = None
+    index, only = (0, None) if info is None else launched_gpu(
+        info, torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    where = ""
+    if only is not None:  # the world of one is started with this rank's GPU alone in sight
+        os.environ["CUDA_VISIBLE_DEVICES"] = only
+        where = f", rank {info.rank} of {info.size} (local {info.local_rank}: GPU {only})"
+        if info.rank != 0:  # a rank's lines that differ from rank 0's alone: its failures
+            emit = _failures_of(emit, info.rank)
+    emit(f"# commbench gpu-check: {torch.cuda.get_device_name(index)}, one rank, NCCL{where}")
     with LocalWorld(1, backend="nccl") as world:
         if world.transports[0] != "nccl":
             print(f"commbench gpu-check: the world started {world.transports}, not NCCL",
@@ -58,6 +85,15 @@ def gpu_check(emit=print) -> int:
         failed += check_every_pattern(world, emit)
     emit(f"# gpu-check: {failed} failed")
     return 1 if failed else 0
+
+
+def _failures_of(emit, rank: int):
+    """``emit`` for a rank other than 0 under a launcher: its header, its failed checks and
+    its count, each marked with the rank; 512 ranks' passing lines would bury them."""
+    def quiet(line: str) -> None:
+        if "FAILED" in line or line.startswith(("# commbench gpu-check", "# gpu-check:")):
+            emit(f"rank {rank}: {line}")
+    return quiet
 
 
 def _case(ctx, op: str, algo: str, nbytes: int) -> dict:
