@@ -435,3 +435,17 @@ def test_two_whole_fingerprints_at_different_places_say_so(tmp_path, capsys):
         "torch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL) found a desync: group rank 3 "
         "issued ALLREDUCE #41 [8] Float where group rank 0 issued ALLREDUCE #40 [8] Float "
         "(different places: they issued different numbers of the group's collectives)"]
+
+
+def test_markdown_keeps_the_report_of_a_log_and_of_dumps_as_printed(tmp_path, capsys):
+    """--markdown FILE writes what was printed (it had been left unwritten for logs and dumps)."""
+    for source in (_path("basicsr_737_default_pg_excerpt.log"),
+                   os.path.join(os.path.dirname(__file__), "data", "flight", "hang")):
+        md = tmp_path / "r.md"
+        main(["analyze", source, "--markdown", str(md)])
+        printed = [x for x in capsys.readouterr().out.splitlines() if not x.startswith("# wrote")]
+        assert md.read_text().splitlines() == printed and len(printed) > 3
+    assert main(["analyze", _path("basicsr_737_default_pg_excerpt.log"), "--markdown",
+                 str(tmp_path)]) == 2  # a folder: refused before anything is read
+    err = said(capsys)
+    assert "--markdown" in err and "is a folder" in err

@@ -84,6 +84,8 @@ def command(a) -> int:
 def _command(a) -> int:
     if a.json:
         check_file(a.json, "--json")
+    if a.markdown:
+        check_file(a.markdown, "--markdown")
 
     if a.top < 0:
         raise UsageError(f"--top {a.top}: must be >= 0")
@@ -140,6 +142,24 @@ def _command(a) -> int:
     return 1 if flags else 0
 
 
+class _Echo:
+    """Lines printed and kept: what ``--markdown FILE`` writes of a report of dumps or logs."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, *parts, sep: str = " ") -> None:
+        text = sep.join(map(str, parts))
+        print(text)
+        if not text.startswith("# wrote "):
+            self.lines.append(text)
+
+    def write(self, path: str) -> None:
+        if path:
+            write_atomic(path, "\n".join(self.lines) + "\n")
+            print(f"# wrote {path}")
+
+
 def _flight(a, paths: list[str]) -> int:
     """A job's flight recorder dumps: per process group the last collective each member
     enqueued, the ranks the others wait for and any desync; exit 1 when there is one."""
@@ -152,6 +172,7 @@ def _flight(a, paths: list[str]) -> int:
         dumps = [flight.read(p) for p in paths]
     except TraceError as exc:
         raise UsageError(str(exc)) from None
+    echo = _Echo()
     seen: dict[int, str] = {}
     for d in dumps:
         if d.rank in seen:
@@ -162,7 +183,7 @@ def _flight(a, paths: list[str]) -> int:
     rows, said = flight.findings(dumps, notes)
     ranks = sorted(seen)
     versions = sorted({d.version for d in dumps})
-    print(f"# commbench analyze: flight recorder dumps of {len(dumps)} rank(s), ranks "
+    echo(f"# commbench analyze: flight recorder dumps of {len(dumps)} rank(s), ranks "
           f"{ranks_text(ranks)} (torch's format {', '.join(versions) or '?'}); "
           f"{sum(len(d.entries) for d in dumps)} calls in their buffers, the last each rank "
           "recorded")
@@ -176,19 +197,20 @@ def _flight(a, paths: list[str]) -> int:
               rank_list(r["behind"]) if r["behind"] else "-"]
              + ([r["median_ms"] if r["median_ms"] is not None else "-"] if timed else [])
              for r in rows]
-    print("\n" + tabulate(table, headers=["group", "desc", "members", "dumps", "last issued",
+    echo("\n" + tabulate(table, headers=["group", "desc", "members", "dumps", "last issued",
                                           "last completed", "behind"]
                           + (["median ms"] if timed else []), tablefmt="github"))
-    print("\n" + ("\n".join(f"# {line}" for line in said) if said else
+    echo("\n" + ("\n".join(f"# {line}" for line in said) if said else
                   "# every member of every group issued the same collectives, the same number"))
     for line in notes:
-        print(f"# {line}")
+        echo(f"# {line}")
     if a.json:
         write_json(a.json, {"schema": "commbench.flight/1", "files": [os.path.basename(p) for p in
                                                                      paths],
                             "ranks": ranks, "versions": versions, "groups": rows,
                             "findings": said, "notes": notes})
-        print(f"# wrote {a.json}")
+        echo(f"# wrote {a.json}")
+    echo.write(a.markdown)
     if said:
         print(f"commbench analyze: {len(said)} finding(s) in the flight recorder dumps: "
               f"{said[0]}", file=sys.stderr)
@@ -207,6 +229,7 @@ def _joblog(a, paths: list[str]) -> int:
         log = joblog.read(paths, max_chars(a.max_size))
     except TraceError as exc:
         raise UsageError(str(exc) + hint(paths, "commbench analyze", str(exc))) from None
+    echo = _Echo()
     notes: list[str] = []
     rows, said = joblog.findings(log, notes, a.world)
     names = ", ".join(os.path.basename(p) for p in paths[:4]) + \
@@ -217,11 +240,11 @@ def _joblog(a, paths: list[str]) -> int:
               (len(log.stuck), "stuck watchdog(s)"), (len(log.warns), "kind(s) of NCCL warning"),
               (sum(log.errors.values()), "NCCL error line(s)"),
               (len(log.root) and 1, "torchrun failure report")]
-    print(f"# commbench analyze: the job's log ({names}; {log.lines} lines): "
+    echo(f"# commbench analyze: the job's log ({names}; {log.lines} lines): "
           + (", ".join(f"{n} {what}" for n, what in counts if n) or "no failure line"))
     facts = log.nccl.facts() if log.nccl else []
     if facts:
-        print("# NCCL said: " + "; ".join(facts))
+        echo("# NCCL said: " + "; ".join(facts))
 
     def span(pair):
         return "-" if not pair else pair[0] if pair[0] == pair[1] else f"{pair[0]}-{pair[1]}"
@@ -233,19 +256,19 @@ def _joblog(a, paths: list[str]) -> int:
                   ("" if r["job_ranks"] else "group ") + _short(r["ranks"]),
                   f"{r['timeout_s']:g}" if r["timeout_s"] else "-", span(r["enqueued"]),
                   span(r["completed"])] for r in rows]
-        print("\n" + tabulate(table, headers=["group", "desc", "call", "op", "NumelIn",
+        echo("\n" + tabulate(table, headers=["group", "desc", "call", "op", "NumelIn",
                                               "NumelOut", "ranks", "timeout(s)",
                                               "last enqueued", "last completed"],
                               tablefmt="github"))
     for message, hosts in list(log.warns.items())[:SHOWN]:
-        print(f"# NCCL WARN ({_some(sorted(hosts))}): {message}")
+        echo(f"# NCCL WARN ({_some(sorted(hosts))}): {message}")
     if len(log.warns) > SHOWN:
-        print(f"# ... and {len(log.warns) - SHOWN} more kind(s) of NCCL warning"
+        echo(f"# ... and {len(log.warns) - SHOWN} more kind(s) of NCCL warning"
               + (f" (all in {a.json})" if a.json else " (--json FILE keeps them all)"))
-    print("\n" + ("\n".join(f"# {line}" for line in said) if said else
+    echo("\n" + ("\n".join(f"# {line}" for line in said) if said else
                   "# no watchdog timeout, stuck watchdog, NCCL warning or error in the log"))
     for line in notes:
-        print(f"# {line}")
+        echo(f"# {line}")
     if a.json:
         write_json(a.json, {"schema": "commbench.joblog/1",
                             "files": [os.path.basename(p) for p in paths], "lines": log.lines,
@@ -259,7 +282,8 @@ def _joblog(a, paths: list[str]) -> int:
                             "nccl_error_path": [{"host": h, "code": c, "lines": n, "first": f}
                                                 for (h, c), (n, f) in log.chains.items()],
                             "nccl_said": facts})
-        print(f"# wrote {a.json}")
+        echo(f"# wrote {a.json}")
+    echo.write(a.markdown)
     if said:
         print(f"commbench analyze: {len(said)} finding(s) in the job's log: {said[0]}",
               file=sys.stderr)
