@@ -15,7 +15,7 @@ import pytest
 from said import said
 
 from commbench.cli.main import main
-from commbench.traces import joblog
+from commbench.traces import joblog, joblog_findings
 
 pytestmark = pytest.mark.traces
 
@@ -249,8 +249,8 @@ def test_every_optype_the_installed_torch_names_is_on_a_collective_s_record():
     collective is (a coalesced batch of any, a sparse all-reduce, unknown)."""
     OpType = pytest.importorskip("torch._C._distributed_c10d").OpType
     names = {n for n in OpType.__members__}
-    assert set(joblog.WORK) == names - {"COALESCED", "_ALLREDUCE_SPARSE", "UNKNOWN"}
-    assert "ALLTOALL_BASE" not in joblog.SAME_SIZE and "GATHER" not in joblog.SAME_SIZE
+    assert set(joblog_findings.WORK) == names - {"COALESCED", "_ALLREDUCE_SPARSE", "UNKNOWN"}
+    assert "ALLTOALL_BASE" not in joblog_findings.SAME_SIZE and "GATHER" not in joblog_findings.SAME_SIZE
 
 
 def test_a_repeat_without_the_job_s_rank_counts_once(tmp_path, capsys):

@@ -1,7 +1,8 @@
 """``commbench analyze TRACE...``: a job's own profiler traces, every call against the bytes it
 must move, NCCL's model and the committed sweep (commbench/traces/); or its flight recorder
 dumps, what a hung job's ranks last issued (commbench/traces/flight.py); or its own log, what
-torch's NCCL watchdog and NCCL said when it failed (commbench/traces/joblog.py)."""
+torch's NCCL watchdog and NCCL said when it failed (commbench/traces/joblog.py,
+joblog_findings.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from commbench.cli.common import UsageError
 from commbench.cli.sniff import hint, reader_of
 from commbench.rankset import rank_list, ranks_text
 from commbench.results.records import write_atomic, write_json
-from commbench.traces import flight, joblog, wire
+from commbench.traces import flight, joblog, joblog_findings, wire
 from commbench.traces.analysis import covers, match_job
 from commbench.traces.calls import MAX_WORLD, TraceError
 from commbench.traces.job import load
@@ -231,7 +232,7 @@ def _joblog(a, paths: list[str]) -> int:
         raise UsageError(str(exc) + hint(paths, "commbench analyze", str(exc))) from None
     echo = _Echo()
     notes: list[str] = []
-    rows, said = joblog.findings(log, notes, a.world)
+    rows, said = joblog_findings.findings(log, notes, a.world)
     names = ", ".join(os.path.basename(p) for p in paths[:4]) + \
         (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
     counts = [(len(log.timeouts), "watchdog timeout line(s)"),

@@ -1,0 +1,358 @@
+"""What a failed job's log says of it (pure): per failed call of a process group the ranks it
+failed on, and the findings its lines can carry: a rank behind, ranks at different places or in
+different collectives or sizes, a rank told of a timeout with nothing in flight, a stuck
+watchdog, torch's fingerprint check, NCCL's warnings and errors. The lines are read by
+:mod:`commbench.traces.joblog`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from commbench.ops import OPS
+from commbench.rankset import ranks_text, who
+from commbench.traces.joblog import JobLog, Progress, Signal, Timeout
+
+__all__ = ["NCCL_RESULTS", "SAME_SIZE", "WORK", "findings"]
+
+# torch's OpType -> the collective's record: the names are the records' (ops.py)
+WORK = {w: o for o in OPS.values() for w in o.names.work}
+# collectives whose every member gives a tensor of one size: ranks that disagree on it at one
+# call have a bug (an all-to-all, a rooted gather or scatter, a coalesced or point-to-point
+# batch may differ by rank)
+SAME_SIZE = {w for w, o in WORK.items() if o.agreed and not o.split
+             and (o.input in ("whole", "none") or not o.rooted)}
+NCCL_RESULTS = ("ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
+                "ncclInvalidArgument", "ncclInvalidUsage", "ncclRemoteError", "ncclInProgress",
+                "ncclTimeout")  # ncclResult_t, src/nccl.h.in
+
+
+def _fingerprint(call: tuple) -> str:
+    seq, op, shape, dtype = call
+    return f"{op}" + (f" #{seq}" if _whole(call) else " (a short fingerprint)") + \
+        (f" [{shape}]" if shape is not None else "") + (f" {dtype}" if dtype else "")
+
+
+def _whole(call: tuple) -> bool:
+    """A fingerprint with its place and tensors. A rank's short one (``SequenceNumber=0OpType=
+    REDUCE``, no tensors: torch before its fix in pytorch/pytorch#100213) holds no place to
+    trust."""
+    return call[0] is not None and call[2] is not None
+
+
+def _who(log_rank: int | None, group_rank: int) -> str:
+    return f"rank {log_rank}" if log_rank is not None else f"group rank {group_rank}"
+
+
+@dataclass
+class _Call:
+    """One call of one group that failed on the ranks whose lines name it."""
+
+    group: str            # '?': the lines do not name it
+    desc: str
+    seq: int
+    timeouts: list[Timeout] = field(default_factory=list)
+    progress: list[Progress] = field(default_factory=list)
+    inferred: int = 0     # timeouts put here by their place and collective (no group line)
+
+    def members(self) -> list[int]:
+        """The ranks that reported it: the job's where every line says them, else the group's."""
+        job = self.job_ranks()
+        return sorted({t.rank if job else t.group_rank for t in self.timeouts}
+                      | {p.rank if job else p.group_rank for p in self.progress})
+
+    def job_ranks(self) -> bool:
+        return all(x.rank is not None for x in [*self.timeouts, *self.progress])
+
+
+def _calls(log: JobLog) -> tuple[dict[tuple[str, int], _Call], int]:
+    """The failed calls by (group, place), and how many timeouts were put in a group by
+    inference. A timeout joins its rank's progress line of the same call (same job rank where
+    printed, same group rank, same place); one without such a line joins the one named group
+    whose failed call has its place and collective, where exactly one has; else a group the
+    lines do not name ('?'). A progress line without its timeout line is a call too."""
+    calls: dict[tuple[str, int], _Call] = {}
+    for p in log.progress:
+        c = calls.setdefault((p.group, p.at), _Call(p.group, p.desc, p.at))
+        if (p.rank, p.group_rank) not in {(q.rank, q.group_rank) for q in c.progress}:
+            c.progress.append(p)
+    seen, loose, inferred = set(), [], 0
+    # one event printed again: the exception's own text, the blocking wait, and a line without
+    # the job's rank ("what(): ...") repeating one with it
+    told = {(t.group_rank, t.seq, t.op) for t in log.timeouts if t.rank is not None}
+    for t in log.timeouts:
+        key = (t.rank, t.group_rank, t.seq, t.op)
+        if key in seen or (t.rank is None and key[1:] in told):
+            continue
+        seen.add(key)
+        home = [c for c in calls.values() if c.seq == t.seq and
+                any(p.rank == t.rank and p.group_rank == t.group_rank for p in c.progress)]
+        if len(home) == 1:
+            home[0].timeouts.append(t)
+        else:
+            loose.append(t)
+    named = dict(calls)
+    for t in loose:
+        like = [c for c in named.values() if c.seq == t.seq and c.timeouts
+                and all(u.op == t.op for u in c.timeouts)]
+        if len(like) == 1:
+            like[0].timeouts.append(t)
+            like[0].inferred += 1
+            inferred += 1
+        else:
+            calls.setdefault(("?", t.seq), _Call("?", "", t.seq)).timeouts.append(t)
+    return calls, inferred
+
+
+def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
+             ) -> tuple[list[dict], list[str]]:
+    """(a row per failed call of a group, the findings). Findings: each call that timed out;
+    ranks of a group that never issued the call the others wait in (their last enqueued is
+    before it); ranks of one group timed out at different calls, or at one call in different
+    collectives or sizes (a desync); a watchdog that got stuck; NCCL's warnings and errors.
+    ``notes`` gets what is no finding: every rank that reported issued the call and none
+    completed it (the call is stuck in NCCL or on a rank that said nothing), the group's
+    members that said nothing, what was inferred, torchrun's root cause. ``world``: the job's
+    size, where known (the default group's members, group "0")."""
+    notes = [] if notes is None else notes
+    said: list[str] = []
+    calls, inferred = _calls(log)
+    if inferred:
+        notes.append(f"{inferred} timeout line(s) of ranks that printed no line naming their "
+                     "group were put in the one named group whose failed call has their place "
+                     "and collective")
+    rows = []
+    for (group, seq), c in sorted(calls.items(), key=lambda kv: (kv[0][0] == "?", kv[0])):
+        ts, prog = c.timeouts, c.progress
+        ops = Counter(t.op for t in ts)
+        sizes = Counter((t.numel_in, t.numel_out) for t in ts)
+        size = next((n for t in ts if (n := _group_size(t))), None) or \
+            (world if group == "0" and world else None)
+        row = {"group": group, "desc": c.desc, "seq": seq, "op": "/".join(ops) or "?",
+               "numel_in": sorted({t.numel_in for t in ts if t.numel_in is not None}),
+               "numel_out": sorted({t.numel_out for t in ts if t.numel_out is not None}),
+               "ranks": c.members(), "job_ranks": c.job_ranks(), "group_size": size,
+               "timed_out": sorted({t.rank if c.job_ranks() else t.group_rank for t in ts}),
+               "timeout_s": max((t.timeout_ms for t in ts), default=0) / 1000 or None,
+               "enqueued": [min(p.enqueued for p in prog), max(p.enqueued for p in prog)]
+               if prog else None,
+               "completed": [min(p.completed for p in prog), max(p.completed for p in prog)]
+               if prog else None}
+        rows.append(row)
+        named = _named(row)
+        subject = who(row["ranks"]) if row["job_ranks"] else "group " + who(row["ranks"])
+        said.append(f"{named}: " + (
+            f"{row['op']} #{seq} timed out after {row['timeout_s']:g} s on {subject}" if ts else
+            f"call #{seq} failed on {subject} (the line saying which call is not in the log)"))
+        if len(ops) > 1:
+            parts = "; ".join(f"{who(_ranks(c, op=o))}: {o}" for o in ops)
+            if group == "?":
+                notes.append(f"{named}, #{seq}: {parts} (may be different groups' calls)")
+            elif not _collective(c):
+                notes.append(f"{named} call #{seq}: {parts}: point-to-point calls (a send meets "
+                             "its receive), not a desync")
+            else:
+                said.append(f"{named} call #{seq}: the ranks issued different collectives at the "
+                            f"same place (a desync): {parts}")
+        elif len(sizes) > 1:
+            parts = "; ".join(f"{who(_ranks(c, size=s))}: NumelIn={s[0]} NumelOut={s[1]}"
+                              for s in sizes)
+            op = next(iter(ops))
+            if op in SAME_SIZE and group != "?":
+                said.append(f"{named} call #{seq}: the ranks give {op} different sizes: {parts}")
+            else:
+                notes.append(f"{named} call #{seq}: sizes differ by rank ({parts}); "
+                             + ("a " + op + " may carry different tensors on each rank"
+                                if op not in SAME_SIZE else "the lines name no group, so they "
+                                "may be different groups' calls"))
+    _groups(log, calls, rows, said, notes)
+    _signals(log, rows, said, notes)
+    for (ra, a), (rb, b) in log.mismatches:
+        said.append(f"torch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL) found a desync: "
+                    f"group rank {ra} issued {_fingerprint(a)} where group rank {rb} issued "
+                    f"{_fingerprint(b)}" + (" (different places: they issued different numbers "
+                                            "of the group's collectives)" if _whole(a) and
+                                            _whole(b) and a[0] != b[0] else ""))
+    for (group, seconds), stuck in _stuck(log).items():
+        said.append(f"group {group}: the watchdog of {', '.join(stuck)} got stuck for {seconds} s "
+                    "(a CUDA or NCCL call that does not return there, or a thread holding the "
+                    "GIL in one)")
+    if log.warns:
+        hosts = sorted(set().union(*log.warns.values()) - {"?"})
+        said.append(f"NCCL warned in {len(log.warns)} way(s)"
+                    + (f" on {len(hosts)} host(s) ({', '.join(hosts[:4])}"
+                       + (", ..." if len(hosts) > 4 else "") + ")" if hosts else "") + ": "
+                    + next(iter(log.warns)))
+    for err, n in log.errors.most_common():
+        said.append(f"NCCL error ({n} line(s)): {err}")
+    if log.chains:
+        notes.append("NCCL's error path (its INFO lines 'file:line -> code'): " + "; ".join(
+            f"{_result(code)} on {host} from {first} ({n} line(s))"
+            for (host, code), (n, first) in log.chains.items()))
+    if log.root:
+        notes.append("torchrun's root cause (the first rank to exit): "
+                     + ", ".join(f"{k} {v}" for k, v in log.root.items())
+                     + "; after a timeout every rank aborts by itself (SIGABRT, exit -6), so the "
+                       "first to exit is not the rank to blame")
+    return rows, said
+
+
+def _result(code: int) -> str:
+    return f"{NCCL_RESULTS[code]} ({code})" if 0 <= code < len(NCCL_RESULTS) else f"code {code}"
+
+
+def _named(row: dict) -> str:
+    if row["group"] == "?":
+        return "a group the lines do not name"
+    return f"group {row['group']}" + (f" ({row['desc']})" if row["desc"] else "")
+
+
+def _groups(log: JobLog, calls: dict, rows: list[dict], said: list[str], notes: list[str]
+            ) -> None:
+    """Per named group, from its ranks' progress lines (each rank's latest): ranks whose last
+    enqueued call is before the latest one others failed in never issued it (a finding);
+    else ranks failed at different calls issued different numbers of the group's
+    collectives (a finding); else, where every rank that reported issued the call and none
+    completed it, a note. An unnamed group's calls at different places may be different
+    groups': a note."""
+    seqs: dict[str, list[int]] = {}
+    for group, seq in calls:
+        seqs.setdefault(group, []).append(seq)
+    for group, every in seqs.items():
+        at = [s for s in every if _collective(calls[(group, s)])]
+        if len(at) < len(every) and group != "?":
+            notes.append(f"group {group}: point-to-point calls ("
+                         + ", ".join(f"#{s}" for s in sorted(set(every) - set(at)))
+                         + ") are numbered apart from its collectives (torch counts each kind "
+                           "on its own): their places are not set against the collectives'")
+        if not at:
+            continue
+        top = max(at)
+        parts = "; ".join(f"#{s}: {who(_ranks(calls[(group, s)]))}" for s in sorted(at))
+        if group == "?":
+            if len(at) > 1:
+                notes.append("these lines name no process group (older torch printed none), "
+                             f"and calls at different places timed out ({parts}): they may be "
+                             "different groups' calls, so they are not set against each other")
+            continue
+        latest: dict[tuple, Progress] = {}
+        for p in log.progress:
+            k = (p.rank, p.group_rank)
+            if p.group == group and p.at in at and (k not in latest or p.at > latest[k].at):
+                latest[k] = p
+        row = next(r for r in rows if r["group"] == group and r["seq"] == top)
+        named = _named(row)
+        behind = sorted((p for p in latest.values() if p.enqueued < top),
+                        key=lambda p: (p.rank is None, p.rank or 0, p.group_rank))
+        if behind:
+            said.append(f"{named}: " + ", ".join(
+                f"{_who(p.rank, p.group_rank)} last issued #{p.enqueued}" for p in behind)
+                + f"; {who(_ranks(calls[(group, top)]))} failed in #{top}: never issued it")
+        elif len(at) > 1:
+            said.append(f"{named}: its ranks failed at different calls ({parts}): they "
+                        "issued different numbers of its collectives")
+        elif latest and all(p.completed < top for p in latest.values()):
+            c = calls[(group, top)]
+            reported = {t.group_rank for t in c.timeouts} | {p.group_rank for p in latest.values()}
+            size = row["group_size"]
+            silent = sorted(set(range(size)) - reported) if size else []
+            notes.append(f"{named}: every rank that reported issued #{top} (last enqueued "
+                         f"{_span(row['enqueued'])}) and none completed it: the call is stuck "
+                         "in NCCL or the network, or on a member that did not report"
+                         + (f"; of its {size} members, group rank(s) {ranks_text(silent)} said "
+                            "nothing here" if silent else ""))
+
+
+def _signals(log: JobLog, rows: list[dict], said: list[str], notes: list[str]) -> None:
+    """What the ranks told of a timeout say: the ranks that detected one (a finding where no
+    timeout line of theirs is in the log), and each told rank's state on the group: with no
+    call of it in flight it never issued the call the detecting rank waits in, if that call is
+    this group's (a finding where the log shows that call, a note where it does not); the
+    detecting rank itself with none in flight timed out in another group's call."""
+    if not log.signals:
+        return
+    timed = {r for row in rows if row["job_ranks"] for r in row["timed_out"]}
+    told: dict[int | None, list[Signal]] = {}
+    for sig in log.signals:
+        told.setdefault(sig.rank if sig.source is None else sig.source, []).append(sig)
+    for source, sigs in told.items():
+        others = sorted({s.rank for s in sigs if s.source is not None and s.rank is not None})
+        if source not in timed:
+            said.append(f"a collective timed out on {f'rank {source}' if source is not None else 'a rank'}"
+                        " (torch's dump signal" + (f", told to {who(others)}" if others else "")
+                        + "; its timeout line is not in the log)")
+    idle = {(sig.rank, sig.group) for sig in log.signals  # detected with nothing in flight
+            if sig.source is None and sig.enqueued == sig.completed}
+    for sig in log.signals:
+        named = f"group {sig.group}" + (f" ({sig.desc})" if sig.desc else "")
+        me = _who(sig.rank, sig.group_rank)
+        if sig.enqueued != sig.completed:
+            notes.append(f"{named}: {me} had #{sig.completed + 1}"
+                         + (f"-#{sig.enqueued}" if sig.enqueued > sig.completed + 1 else "")
+                         + " in flight when " + ("it detected the timeout" if sig.source is None
+                                                 else f"rank {sig.source} signalled its timeout"))
+            continue
+        if sig.source is None:
+            notes.append(f"{named}: {me} detected a timeout itself and had no call of this group "
+                         f"in flight (last #{sig.enqueued} completed): the call that timed out is "
+                         "another group's")
+            continue
+        if (sig.source, sig.group) in idle:
+            notes.append(f"{named}: {me} had no call of this group in flight either (last "
+                         f"#{sig.enqueued} completed)")
+            continue
+        failed = [r for r in rows if r["group"] == sig.group and sig.source in r["timed_out"]
+                  and r["job_ranks"]]
+        if failed and max(r["seq"] for r in failed) > sig.enqueued:
+            seq = max(r["seq"] for r in failed)
+            said.append(f"{named}: {me} last issued #{sig.enqueued} and completed it; rank "
+                        f"{sig.source} failed in #{seq}: {me} never issued it")
+        else:
+            notes.append(f"{named}: {me} had no call of this group in flight (last "
+                         f"#{sig.enqueued} completed) when rank {sig.source} signalled its "
+                         f"timeout: if rank {sig.source}'s call is this group's, {me} never "
+                         "issued it")
+
+
+def _collective(c: _Call) -> bool:
+    """Whether the call is a collective every member issues alike (by its records: not a send,
+    a receive or a coalesced batch, whose places torch numbers apart); a call known only by its
+    progress line is taken as one."""
+    return all(t.op in WORK and WORK[t.op].agreed for t in c.timeouts)
+
+
+def _ranks(c: _Call, op: str | None = None, size: tuple | None = None) -> list[int]:
+    job = c.job_ranks()
+    out = {t.rank if job else t.group_rank for t in c.timeouts
+           if (op is None or t.op == op) and (size is None or (t.numel_in, t.numel_out) == size)}
+    if op is None and size is None:
+        out |= {p.rank if job else p.group_rank for p in c.progress}
+    return sorted(out)
+
+
+def _group_size(t: Timeout) -> int | None:
+    """The group's size where the call's sizes tell it: an all-gather's output is its input
+    times the members, a reduce-scatter's input its output times them."""
+    if not t.numel_in or not t.numel_out:
+        return None
+    o = WORK.get(t.op)
+    if o is None or o.rooted:
+        return None
+    if o.input == "block" and t.numel_out % t.numel_in == 0:  # each rank's block gathered
+        return t.numel_out // t.numel_in
+    if o.input == "blocks" and o.reduces and t.numel_in % t.numel_out == 0:  # one block kept
+        return t.numel_in // t.numel_out
+    return None
+
+
+def _stuck(log: JobLog) -> dict[tuple[str, int], list[str]]:
+    out: dict[tuple[str, int], list[str]] = {}
+    for rank, group_rank, group, seconds in dict.fromkeys(log.stuck):
+        out.setdefault((group, seconds), []).append(_who(rank, group_rank))
+    return out
+
+
+def _span(pair: list[int] | None) -> str:
+    if not pair:
+        return "-"
+    return str(pair[0]) if pair[0] == pair[1] else f"{pair[0]}-{pair[1]}"
