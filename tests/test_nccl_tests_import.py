@@ -1107,3 +1107,49 @@ def test_the_json_output_s_per_iteration_times_and_cpu_time_are_read():
     (row,) = record(run, "x.json")["rows"]
     assert (row["min_us"], row["max_us"], row["p10_us"], row["n_samples"]) == \
         (100.0, 150.0, 101.0, 10)
+
+
+HEADERLESS = {  # file: (op, where the op came from, ranks, --ranks given, rows)
+    "rccl_2078_all_reduce_rows_only_excerpt.log": ("all_reduce", "footer", 16, None, 4),
+    "rccl_2075_broadcast_rows_only_excerpt.log": ("broadcast", "footer", 2, "2", 10),
+    "mooncake_3484_all_reduce_rows_only_excerpt.log": ("all_reduce", "columns", 8, None, 11)}
+
+
+@pytest.mark.parametrize("name", sorted(HEADERLESS))
+def test_rows_pasted_without_any_header_are_read_by_their_shape(name, tmp_path, capsys):
+    """Tables pasted as rows alone (ROCm/rccl#2078 and #2075 with rccl-tests' closing lines,
+    kvcache-ai/Mooncake#3484 rows only): 13 cells each, read as size count type redop root and
+    the two sides' time algbw busbw #wrong; checked against the rows split here."""
+    op, origin, ranks, given, n = HEADERLESS[name]
+    args = ["import", os.path.join(DATA, name), "--out", str(tmp_path)]
+    assert main(args + (["--ranks", given] if given else [])) == 0
+    out = capsys.readouterr().out
+    assert "# columns: 13 cells: size count type redop root time algbw busbw #wrong" in out
+    (f,) = tmp_path.glob("*.json")
+    rec = json.loads(f.read_text())
+    assert (rec["rows"][0]["op"], rec["measurement"]["op_from"], rec["world_size"]) == \
+        (op, origin, ranks)
+    raw = {k: line.split() for k, line in enumerate(_text(name).splitlines(), 1)
+           if re.match(r"^\s*\d+\s+\d+\s", line)}
+    assert sorted(r["line"] for r in rec["rows"]) == sorted(raw) and len(raw) == n
+    for row in rec["rows"]:
+        toks = raw[row["line"]]
+        assert (row["size"], row["count"], row["time_us"], row["log_busbw"],
+                row["inplace_us"]) == (int(toks[0]), int(toks[1]), float(toks[5]),
+                                       float(toks[7]), float(toks[9]))
+
+
+def test_a_row_s_shape_is_read_only_where_it_is_nccl_tests_and_no_header_is_anywhere():
+    from commbench.results.nccl_tests import shape_columns
+
+    old = "8 2 float sum 25.34 0.00 0.00 0e+00 24.90 0.00 0.00 0e+00".split()
+    cols, _ = shape_columns(old)
+    assert cols == ("size", "count", "type", "redop", "time", "algbw", "busbw", "error",
+                    "time", "algbw", "busbw", "error")
+    assert shape_columns("8 2 floaty sum -1 1 2 3 0 1 2 3 0".split()) is None
+    assert shape_columns("8 2 float sum x 1 2 3 0 1 2 3 0".split()) is None
+    assert shape_columns("8 2 float sum -1 1 2 3 0 1 2".split()) is None
+    # a log with a header: its tables are read by it, a stray row of the shape is no table
+    text = _text("cscs_gh200_2x1_all_reduce.log")
+    stray = "  8 2 float sum -1 1.0 0.00 0.00 0 1.0 0.00 0.00 0\n"
+    assert [len(r.rows) for r in parse(stray + text)] == [len(r.rows) for r in parse(text)]

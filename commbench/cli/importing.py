@@ -307,7 +307,9 @@ def _table(rec: dict, run, path: str, why: str) -> str:
             f"(op from the {m['op_from']}), {run.ranks} ranks {where}, "
             f"{'library ' + run.library if run.library else 'library version not printed'}")
     headers, cells = _cells(rec)
-    return "\n".join([head, f"# model: {why}", tabulate(cells, headers=headers, tablefmt="plain")])
+    columns = [f"# columns: {run.inferred}"] if run.inferred else []
+    return "\n".join([head, *columns, f"# model: {why}",
+                      tabulate(cells, headers=headers, tablefmt="plain")])
 
 
 def _markdown(rec: dict) -> str:

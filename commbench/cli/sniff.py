@@ -16,7 +16,7 @@ __all__ = ["hint", "reader_of"]
 HEAD = 1 << 16  # bytes looked at
 # a line as nccl-tests, rccl-tests or OSU print it (markdown may have taken the '#')
 _LOG = re.compile(rb"^\s*#?\s*(?:size\s+count\s+type\b|(?:nccl|rccl)-tests version\b|"
-                  rb"nThread \d+ nGpus \d|OSU MPI)", re.M)
+                  rb"nThread \d+ nGpus \d|OSU MPI|Collective test concluded: \w+_perf)", re.M)
 # a line of a job's own log that commbench analyze reads (commbench/traces/joblog.py)
 _JOB = re.compile(rb"Watchdog caught collective operation timeout| NCCL WARN |"
                   rb"detected by watchdog at work|Timeout at NCCL work|watchdog got stuck")

@@ -153,6 +153,8 @@ class Run:
     cputime: bool = False          # -C 1: the time column is the host's launch time, not the op's
     timestamps: bool = False       # -S 1: each row ends with the date and time it was printed
     untimed: int = 0               # -C 1: rows left out, their algbw too coarse to time them
+    inferred: str = ""             # a table pasted without its column header: its columns as
+    #                                read off its rows' shape (:func:`shape_columns`), and why
 
     @property
     def nccl(self) -> NcclSaid | None:
@@ -205,6 +207,36 @@ def _columns(line: str) -> tuple[str, ...] | None:
             ("time" in words or "cputime" in words):
         return tuple(words)
     return None
+
+
+_REDOPS = ("sum", "prod", "max", "min", "avg", "premulsum", "none")
+
+
+def shape_columns(toks: list[str]) -> tuple[tuple[str, ...], str] | None:
+    """The columns of a row pasted without its table's header, read off its shape, and how:
+    ``size count type redop [root] time algbw busbw X time algbw busbw X`` (out of place, then
+    in place), where a 13th cell is ``root`` (builds since 2.10 print it; a rooted test's root,
+    else -1) and X is ``#wrong`` (an integer, or ``N/A`` without validation) or an older
+    build's ``error`` (a float: ``0e+00``). None where the row is no such row: a type and an
+    operation nccl-tests prints, and numbers in every other cell."""
+    if len(toks) not in (12, 13) or toks[2] not in DTYPES or toks[3] not in _REDOPS:
+        return None
+    rooted = len(toks) == 13
+    if not (toks[0].isdigit() and toks[1].isdigit()) or (rooted and not _integer(toks[4])):
+        return None
+    half = toks[5:] if rooted else toks[4:]
+    if any(_number(t) is None for t in half[:3] + half[4:7]) or \
+            any(_number(t) is None and t != "N/A" for t in (half[3], half[7])):
+        return None
+    check = "#wrong" if all(_integer(t) or t == "N/A" for t in (half[3], half[7])) else "error"
+    side = ("time", "algbw", "busbw", check)
+    cols = ("size", "count", "type", "redop", *(("root",) if rooted else ()), *side, *side)
+    return cols, (f"{len(toks)} cells: {' '.join(cols)} (no column header in the log; read "
+                  "off the rows' shape)")
+
+
+def _integer(tok: str) -> bool:
+    return tok.lstrip("-").isdigit()
 
 
 def _modes(run: Run, cols: tuple[str, ...]) -> tuple[str, ...]:
@@ -297,6 +329,8 @@ def parse(text: str, name: str = "log") -> list[Run]:
     runs: list[Run] = []
     run = Run()
     pending_op, pending_from = "", ""
+    # a header anywhere: the log's tables are read by their headers, never by their shape
+    header = any(_columns(clean_line(x)) for x in text.splitlines())
     fragment: list[str] = []
     fragment_line = 0
 
@@ -324,6 +358,11 @@ def parse(text: str, name: str = "log") -> list[Run]:
             if m.group(3):
                 code = int(m.group(3))
                 run.library = run.library or f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+            continue
+        if "Collective test concluded:" in line:  # rccl-tests' last line names the test
+            op = _op_of(line.rsplit(":", 1)[1].strip().removesuffix("_mpi").removesuffix("_perf"))
+            if op and (run.rows or run.closed) and not run.op:
+                run.op, run.op_from = op, "footer"
             continue
         if "Collective test starting:" in line:
             start(lineno)
@@ -374,6 +413,12 @@ def parse(text: str, name: str = "log") -> list[Run]:
         if run.timestamps:
             line = _STAMP.sub("", line)
         toks = line.split()
+        if not run.columns and not header and toks and \
+                (shaped := shape_columns(toks)):  # rows pasted without the table's header
+            run.columns, run.inferred = shaped
+            run.first_line = run.first_line or lineno
+            if pending_op and not run.op:
+                run.op, run.op_from = pending_op, pending_from
         if run.columns and toks and _number(toks[0]) is not None:
             toks = _filled(run.columns, toks)
             if fragment:  # the rest of a row an interleaved line cut in two?

@@ -134,6 +134,7 @@ def record(run: Run, source: str) -> dict:
             "measurement": {"statistic": _statistic(run),
                             "warmup": run.params.get("warmup_iters"), "source": source,
                             "op_from": run.op_from,
+                            "columns": run.inferred or "the log's column header",
                             "nodes": len(run.hosts) if run.listed else None,
                             "gpus_per_node": run.gpus_per_node if run.listed else None,
                             "truncated": run.truncated, "failure": run.failure,
