@@ -449,3 +449,17 @@ def test_markdown_keeps_the_report_of_a_log_and_of_dumps_as_printed(tmp_path, ca
                  str(tmp_path)]) == 2  # a folder: refused before anything is read
     err = said(capsys)
     assert "--markdown" in err and "is a folder" in err
+
+
+@pytest.mark.parametrize("name", ["ms_swift_6301_dump_signal_local_excerpt.log",
+                                  "openrlhf_1126_dump_signal_excerpt.log"])
+def test_ranks_that_began_a_flight_recorder_dump_point_to_the_dumps(name, tmp_path, capsys):
+    with open(_path(name), encoding="utf-8") as f:
+        apart = sorted({int(x.split("[rank")[1].split("]")[0]) for x in f
+                        if "preparing to dump debug info" in x})
+    _, rec, out = _record(_path(name), tmp_path, capsys)
+    assert rec["dumping"] == apart and apart
+    assert f"{len(apart)} flight recorder dump(s) begun" in out
+    assert any(("set out to dump their flight recorder buffers" if len(apart) > 1 else
+                "set out to dump its flight recorder buffers") in n and "commbench analyze" in n
+               for n in rec["notes"])

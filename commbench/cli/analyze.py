@@ -238,6 +238,7 @@ def _joblog(a, paths: list[str]) -> int:
     counts = [(len(log.timeouts), "watchdog timeout line(s)"),
               (len(log.progress), "progress line(s)"), (len(log.signals), "timeout signal(s)"),
               (len(log.mismatches), "collective check failure(s)"),
+              (len(log.dumped), "flight recorder dump(s) begun"),
               (len(log.stuck), "stuck watchdog(s)"), (len(log.warns), "kind(s) of NCCL warning"),
               (sum(log.errors.values()), "NCCL error line(s)"),
               (len(log.root) and 1, "torchrun failure report")]
@@ -277,6 +278,7 @@ def _joblog(a, paths: list[str]) -> int:
                             "nccl_warnings": {m: sorted(h) for m, h in log.warns.items()},
                             "nccl_errors": dict(log.errors), "root_cause": log.root,
                             "signals": [vars(x) for x in log.signals],
+                            "dumping": sorted(r for r in log.dumped if r is not None),
                             "mismatches": [[{"group_rank": r, "seq": c[0], "op": c[1],
                                              "shape": c[2], "dtype": c[3]} for r, c in pair]
                                            for pair in log.mismatches],

@@ -133,6 +133,7 @@ class JobLog:
     # torch's fingerprint check: ((group rank, its call), (group rank, its call)), a call as
     # (place or None, OpType, shape or None, dtype or None)
     mismatches: list[tuple] = field(default_factory=list)
+    dumped: set = field(default_factory=set)  # ranks that set out to dump their flight recorder
     warns: dict[str, set[str]] = field(default_factory=dict)  # message -> hosts
     errors: Counter = field(default_factory=Counter)
     root: dict[str, str] = field(default_factory=dict)  # torchrun's first observed failure
@@ -220,7 +221,7 @@ def read(paths: list[str], limit: int) -> JobLog:
             raise TraceError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
     log.nccl = nccl_said(nccl_lines)
     if not (log.timeouts or log.progress or log.stuck or log.warns or log.errors or log.root
-            or log.nccl or log.chains or log.signals or log.mismatches):
+            or log.nccl or log.chains or log.signals or log.mismatches or log.dumped):
         raise TraceError(f"{', '.join(paths)}: no line of torch's NCCL watchdog, of NCCL "
                          "(INFO, WARN, an error) or of torchrun's failure report: not a job's log "
                          "analyze reads")
@@ -238,6 +239,10 @@ def _line(log: JobLog, line: str, where: str) -> None:
                                         int(g[4]) if g[4] is not None else None, int(g[5]),
                                         int(g[6]) if m.re is _TIMEOUT else int(g[5]), where))
             return
+    if "preparing to dump debug info" in line:  # its flight recorder buffers, to files
+        r = _RANK.search(line)
+        log.dumped.add(int(r.group(1)) if r else None)
+        return
     if "Detected mismatch" in line and (m := _MISMATCH.search(line)):
         a, b = _PRINT.search(m.group(2)), _PRINT.search(m.group(4))
         if a and b:

@@ -185,6 +185,13 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
                     + next(iter(log.warns)))
     for err, n in log.errors.most_common():
         said.append(f"NCCL error ({n} line(s)): {err}")
+    if log.dumped:
+        ranks = sorted(r for r in log.dumped if r is not None)
+        notes.append(f"{who(ranks) if ranks else 'ranks'} set out to dump "
+                     f"{'its' if len(ranks) == 1 else 'their'} flight recorder "
+                     "buffers (to TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank>, by default "
+                     "nccl_trace_rank_<rank> in the system's temporary folder): commbench analyze "
+                     "of those files names the rank the others wait for")
     if log.chains:
         notes.append("NCCL's error path (its INFO lines 'file:line -> code'): " + "; ".join(
             f"{_result(code)} on {host} from {first} ({n} line(s))"
