@@ -463,3 +463,50 @@ def test_ranks_that_began_a_flight_recorder_dump_point_to_the_dumps(name, tmp_pa
     assert any(("set out to dump their flight recorder buffers" if len(apart) > 1 else
                 "set out to dump its flight recorder buffers") in n and "commbench analyze" in n
                for n in rec["notes"])
+
+
+def test_a_torchrun_log_dir_reads_its_last_attempt_and_says_which_it_left(tmp_path, capsys):
+    """torchrun --log-dir: <run>/attempt_<n>/<local rank>/stderr.log (empty stdout.log and an
+    error.json beside); a restarted job's earlier attempt is left out and named."""
+    run = tmp_path / "logs" / "job_abc"
+    for attempt, ranks in ((0, (0, 1)), (1, (0, 1, 2))):
+        for r in ranks:
+            d = run / f"attempt_{attempt}" / str(r)
+            d.mkdir(parents=True)
+            (d / "stderr.log").write_text(_line(r, 5 + attempt * 100))
+            (d / "stdout.log").write_text("")
+    (run / "attempt_1" / "0" / "error.json").write_text('{"message": "x"}')
+    code, rec, out = _record(str(tmp_path / "logs"), tmp_path, capsys)
+    assert code == 1 and [(r["seq"], r["ranks"]) for r in rec["calls"]] == [(105, [0, 1, 2])]
+    assert "1 earlier attempt(s) left out (attempt_0)" in out
+    assert "(0/stderr.log, 1/stderr.log, 2/stderr.log; 6 lines)" in out.splitlines()[0]
+    trace = tmp_path / "mixed"
+    trace.mkdir()
+    (trace / "a.log").write_text(_line(0, 1))
+    (trace / "rank0.json").write_text('{"traceEvents": []}')
+    assert joblog.files_of([str(trace)]) is None  # a folder holding a trace is no folder of logs
+
+
+@pytest.mark.launcher
+@pytest.mark.local
+def test_the_installed_torchrun_s_log_dir_is_read(tmp_path):
+    """A real torchrun --log-dir tree, each rank writing a line of the watchdog's form to its
+    stderr (gloo has no watchdog: the lines are the script's, the tree is torchrun's)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import os, sys\n"
+        "r = int(os.environ['RANK'])\n"
+        "print(f'[rank{r}]:[E1205 07:20:28.1 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog "
+        "caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=4, "
+        "NumelOut=4, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.', "
+        "file=sys.stderr)\n")
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    subprocess.run([torchrun, "--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"),
+                    "-r", "3", str(script)], check=True, timeout=120, capture_output=True)
+    out = tmp_path / "a.json"
+    assert main(["analyze", str(tmp_path / "logs"), "--json", str(out)]) == 1
+    (row,) = json.loads(out.read_text())["calls"]
+    assert (row["seq"], row["ranks"], row["op"]) == (9, [0, 1], "ALLREDUCE")

@@ -102,9 +102,10 @@ def _command(a) -> int:
     dumps = flight.files_of(a.traces)
     if dumps is not None:  # torch's flight recorder dumps, not profiler traces
         return _flight(a, dumps)
-    logs = joblog.files_of(a.traces)
+    skipped: list[str] = []
+    logs = joblog.files_of(a.traces, skipped)
     if logs is not None and all(reader_of(p)[1] in ("", "commbench analyze") for p in logs):
-        return _joblog(a, logs)  # the job's own text log, not a trace nor a benchmark's log
+        return _joblog(a, logs, skipped)  # the job's own text log, not a trace nor a benchmark's
     try:
         traces = load(a.traces, limit=max_chars(a.max_size), world=a.world)
         cover = covers(traces)
@@ -218,7 +219,7 @@ def _flight(a, paths: list[str]) -> int:
     return 1 if said else 0
 
 
-def _joblog(a, paths: list[str]) -> int:
+def _joblog(a, paths: list[str], skipped: list[str] | None = None) -> int:
     """A job's own log: per failed call of a process group the ranks it failed on, how far
     they had issued and completed the group's calls, and the findings; exit 1 on one."""
     for flag, given in (("--layout", a.layout), ("--baseline", a.baseline),
@@ -233,8 +234,10 @@ def _joblog(a, paths: list[str]) -> int:
     echo = _Echo()
     notes: list[str] = []
     rows, said = joblog_findings.findings(log, notes, a.world)
-    names = ", ".join(os.path.basename(p) for p in paths[:4]) + \
-        (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+    base = os.path.commonpath([os.path.abspath(p) for p in paths]) if len(paths) > 1 else ""
+    shown = [os.path.relpath(os.path.abspath(p), base) if base else os.path.basename(p)
+             for p in paths]  # torchrun's logs are all stderr.log: their folders tell them
+    names = ", ".join(shown[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
     counts = [(len(log.timeouts), "watchdog timeout line(s)"),
               (len(log.progress), "progress line(s)"), (len(log.signals), "timeout signal(s)"),
               (len(log.mismatches), "collective check failure(s)"),
@@ -244,6 +247,10 @@ def _joblog(a, paths: list[str]) -> int:
               (len(log.root) and 1, "torchrun failure report")]
     echo(f"# commbench analyze: the job's log ({names}; {log.lines} lines): "
           + (", ".join(f"{n} {what}" for n, what in counts if n) or "no failure line"))
+    if skipped:
+        echo(f"# read the last attempt of torchrun's restarts; {len(skipped)} earlier attempt(s) "
+             f"left out ({', '.join(os.path.basename(x) for x in skipped[:4])}): give such a "
+             "folder to read it")
     facts = log.nccl.facts() if log.nccl else []
     if facts:
         echo("# NCCL said: " + "; ".join(facts))

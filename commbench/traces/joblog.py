@@ -166,22 +166,49 @@ def is_job_log(path: str) -> bool:
     return not re.match(r'\[\s*[{\["\]]', head)  # a JSON array; a log's "[rank0]:" is not
 
 
-def files_of(names: list[str]) -> list[str] | None:
-    """The logs ``names`` stand for (a folder: its files, one log a rank as srun's
-    ``--output=%t`` writes them), or None where any of them is no text log."""
+def files_of(names: list[str], skipped: list[str] | None = None) -> list[str] | None:
+    """The logs ``names`` stand for, or None where any of them is no text log. A folder is its
+    files and its subfolders' (srun's ``--output=%t``: one log a rank; torchrun's ``--log-dir``:
+    ``<run>/attempt_<n>/<local rank>/stderr.log``), empty files and torchrun's ``error.json``
+    passed over; of several ``attempt_<n>`` folders the last alone is read (a restarted job's
+    calls start again from 1 in each attempt), the others added to ``skipped``."""
     paths: list[str] = []
     for name in names:
         if os.path.isdir(name):
-            files = sorted(os.path.join(name, f) for f in os.listdir(name)
-                           if os.path.isfile(os.path.join(name, f)))
-            if not files or not all(is_job_log(p) for p in files):
+            found = _walk(name, skipped if skipped is not None else [])
+            if found is None:
                 return None
-            paths += files
+            paths += found
         elif kind_of(name) == "a regular file" and is_job_log(name):
             paths.append(name)
         else:
             return None
     return paths or None
+
+
+_ATTEMPT = re.compile(r"attempt_(\d+)")
+WALK_FILES = 100_000  # files a folder of logs may hold
+
+
+def _walk(folder: str, skipped: list[str]) -> list[str] | None:
+    files: list[str] = []
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        attempts = sorted((d for d in dirs if _ATTEMPT.fullmatch(d)),
+                          key=lambda d: int(d.split("_")[1]))
+        if len(attempts) > 1:
+            skipped += [os.path.join(root, d) for d in attempts[:-1]]
+            dirs[:] = [d for d in dirs if d not in attempts[:-1]]
+        files += sorted(os.path.join(root, n) for n in names if not n.startswith("."))
+        if len(files) > WALK_FILES:
+            return None
+    logs = []
+    for p in files:
+        if is_job_log(p):
+            logs.append(p)
+        elif os.path.isfile(p) and os.path.getsize(p) and os.path.basename(p) != "error.json":
+            return None  # a trace, a dump or another file: not a folder of logs
+    return logs or None
 
 
 def read(paths: list[str], limit: int) -> JobLog:
