@@ -217,7 +217,7 @@ def test_an_nccl_error_and_a_blocking_wait_line_are_read(tmp_path, capsys):
         "[rank1]:[E1205 07:20:28.1 ProcessGroupNCCL.cpp:756] [Rank 1] Work WorkNCCL(SeqNum=3, "
         "OpType=ALLGATHER, NumelIn=8, NumelOut=16, Timeout(ms)=60000) timed out in blocking "
         "wait.\n"
-        "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
         "NCCLUtils.hpp:317, remote process exited or there was a network error, NCCL version "
         "2.21.5\n"))
     code, rec, _ = _record(log, tmp_path, capsys)
