@@ -510,3 +510,26 @@ def test_the_installed_torchrun_s_log_dir_is_read(tmp_path):
     assert main(["analyze", str(tmp_path / "logs"), "--json", str(out)]) == 1
     (row,) = json.loads(out.read_text())["calls"]
     assert (row["seq"], row["ranks"], row["op"]) == (9, [0, 1], "ALLREDUCE")
+
+
+def test_nccl_s_init_lines_place_the_ranks_the_findings_name(tmp_path, capsys):
+    """NVIDIA/nccl#1814: NCCL's Init COMPLETE lines place ranks 32, 34-36 of a 64-rank
+    communicator on one host (read apart by splitting); with a rank behind, the host and GPU of
+    that rank are named."""
+    with open(_path("nccl_1814_init_complete_excerpt.log"), encoding="utf-8") as f:
+        apart = {int(x.split(" rank ")[1].split()[0]): (x.split(":")[0],
+                                                         int(x.split(" cudaDev ")[1].split()[0]))
+                 for x in f if "Init COMPLETE" in x}
+    log = joblog.read([_path("nccl_1814_init_complete_excerpt.log")], 1 << 30)
+    assert log.hosts() == apart and sorted(apart) == [32, 34, 35, 36]
+    code, rec, _ = _record(_path("nccl_1814_init_complete_excerpt.log"), tmp_path, capsys)
+    assert code == 0 and "NCCL placed ranks 32,34-36 on hostname-test (of its 64-rank " \
+        "communicator)" in rec["notes"]
+    place = "".join(f"gpu0{r // 2}:100{r}:200{r} [{r % 2}] NCCL INFO comm 0x55{r} rank {r} nranks 4 "
+                    f"cudaDev {r % 2} nvmlDev {r % 2} busId 1000 commId 0xabc - Init COMPLETE\n"
+                    for r in range(4))
+    log_text = place + "".join(_line(r, 12) for r in (0, 1, 3)) + _line(2, 11)
+    _, rec, _ = _record(_write(tmp_path, log_text), tmp_path, capsys)
+    assert any("never issued it" in f for f in rec["findings"])
+    assert "where the ranks these findings name run (NCCL's Init COMPLETE lines): gpu01: rank(s) " \
+        "2 (GPU 0)" in rec["notes"]

@@ -165,14 +165,17 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
                              + ("a " + op + " may carry different tensors on each rank"
                                 if op not in SAME_SIZE else "the lines name no group, so they "
                                 "may be different groups' calls"))
-    _groups(log, calls, rows, said, notes)
-    _signals(log, rows, said, notes)
+    blame: set[int] = set()  # job ranks the findings point to: behind, silent, stuck
+    _groups(log, calls, rows, said, notes, blame)
+    _signals(log, rows, said, notes, blame)
     for (ra, a), (rb, b) in log.mismatches:
         said.append(f"torch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL) found a desync: "
                     f"group rank {ra} issued {_fingerprint(a)} where group rank {rb} issued "
                     f"{_fingerprint(b)}" + (" (different places: they issued different numbers "
                                             "of the group's collectives)" if _whole(a) and
                                             _whole(b) and a[0] != b[0] else ""))
+    blame |= {rank for rank, _, _, _ in log.stuck if rank is not None}
+    _where(log, blame, notes)
     for (group, seconds), stuck in _stuck(log).items():
         said.append(f"group {group}: the watchdog of {', '.join(stuck)} got stuck for {seconds} s "
                     "(a CUDA or NCCL call that does not return there, or a thread holding the "
@@ -204,6 +207,35 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
     return rows, said
 
 
+def _where(log: JobLog, blame: set[int], notes: list[str]) -> None:
+    """Where the ranks the findings point to run, by NCCL's Init COMPLETE lines: the hosts to
+    look at (or drain), each with its ranks and their GPUs; else, where the log holds such lines,
+    where the ranks that NCCL placed run."""
+    hosts = log.hosts()
+    if not hosts:
+        return
+    if not blame:
+        by: dict[str, list[int]] = {}
+        for rank, (host, _) in sorted(hosts.items()):
+            by.setdefault(host, []).append(rank)
+        notes.append("NCCL placed " + "; ".join(f"ranks {ranks_text(rs)} on {h}"
+                                               for h, rs in list(by.items())[:8])
+                     + (f"; and {len(by) - 8} more host(s)" if len(by) > 8 else "")
+                     + f" (of its {max(p[0] for p in log.places.values())}-rank communicator)")
+        return
+    placed = {r: hosts[r] for r in sorted(blame) if r in hosts}
+    if not placed:
+        return
+    by = {}
+    for rank, (host, gpu) in placed.items():
+        by.setdefault(host, []).append(f"{rank} (GPU {gpu})")
+    unknown = sorted(blame - set(placed))
+    notes.append("where the ranks these findings name run (NCCL's Init COMPLETE lines): "
+                 + "; ".join(f"{h}: rank(s) {', '.join(rs)}" for h, rs in list(by.items())[:8])
+                 + (f"; and {len(by) - 8} more host(s)" if len(by) > 8 else "")
+                 + (f"; {who(unknown)} not placed by any line here" if unknown else ""))
+
+
 def _result(code: int) -> str:
     return f"{NCCL_RESULTS[code]} ({code})" if 0 <= code < len(NCCL_RESULTS) else f"code {code}"
 
@@ -214,8 +246,8 @@ def _named(row: dict) -> str:
     return f"group {row['group']}" + (f" ({row['desc']})" if row["desc"] else "")
 
 
-def _groups(log: JobLog, calls: dict, rows: list[dict], said: list[str], notes: list[str]
-            ) -> None:
+def _groups(log: JobLog, calls: dict, rows: list[dict], said: list[str], notes: list[str],
+            blame: set[int]) -> None:
     """Per named group, from its ranks' progress lines (each rank's latest): ranks whose last
     enqueued call is before the latest one others failed in never issued it (a finding);
     else ranks failed at different calls issued different numbers of the group's
@@ -251,6 +283,7 @@ def _groups(log: JobLog, calls: dict, rows: list[dict], said: list[str], notes: 
         named = _named(row)
         behind = sorted((p for p in latest.values() if p.enqueued < top),
                         key=lambda p: (p.rank is None, p.rank or 0, p.group_rank))
+        blame |= {p.rank for p in behind if p.rank is not None}
         if behind:
             said.append(f"{named}: " + ", ".join(
                 f"{_who(p.rank, p.group_rank)} last issued #{p.enqueued}" for p in behind)
@@ -263,6 +296,8 @@ def _groups(log: JobLog, calls: dict, rows: list[dict], said: list[str], notes: 
             reported = {t.group_rank for t in c.timeouts} | {p.group_rank for p in latest.values()}
             size = row["group_size"]
             silent = sorted(set(range(size)) - reported) if size else []
+            if group == "0":  # the default group's ranks are the job's
+                blame |= set(silent)
             notes.append(f"{named}: every rank that reported issued #{top} (last enqueued "
                          f"{_span(row['enqueued'])}) and none completed it: the call is stuck "
                          "in NCCL or the network, or on a member that did not report"
@@ -270,7 +305,8 @@ def _groups(log: JobLog, calls: dict, rows: list[dict], said: list[str], notes: 
                             "nothing here" if silent else ""))
 
 
-def _signals(log: JobLog, rows: list[dict], said: list[str], notes: list[str]) -> None:
+def _signals(log: JobLog, rows: list[dict], said: list[str], notes: list[str],
+             blame: set[int]) -> None:
     """What the ranks told of a timeout say: the ranks that detected one (a finding where no
     timeout line of theirs is in the log), and each told rank's state on the group: with no
     call of it in flight it never issued the call the detecting rank waits in, if that call is
@@ -314,6 +350,8 @@ def _signals(log: JobLog, rows: list[dict], said: list[str], notes: list[str]) -
             seq = max(r["seq"] for r in failed)
             said.append(f"{named}: {me} last issued #{sig.enqueued} and completed it; rank "
                         f"{sig.source} failed in #{seq}: {me} never issued it")
+            if sig.rank is not None:
+                blame.add(sig.rank)
         else:
             notes.append(f"{named}: {me} had no call of this group in flight (last "
                          f"#{sig.enqueued} completed) when rank {sig.source} signalled its "
