@@ -533,3 +533,18 @@ def test_nccl_s_init_lines_place_the_ranks_the_findings_name(tmp_path, capsys):
     assert any("never issued it" in f for f in rec["findings"])
     assert "where the ranks these findings name run (NCCL's Init COMPLETE lines): gpu01: rank(s) " \
         "2 (GPU 0)" in rec["notes"]
+
+
+def test_a_real_desync_whose_group_one_side_leaves_unnamed_is_said_as_one(tmp_path, capsys):
+    """pytorch/pytorch#20630: ranks 1 and 2 in ALLREDUCE #4084 (no line naming their group),
+    rank 3 of group 0 in BROADCAST #4084: not joined (the lines do not say they are one
+    group's), and said as the desync they would be."""
+    apart = _apart(_path("pytorch_20630_allreduce_against_broadcast_excerpt.log"))
+    assert {(k[0], k[3]) for k in apart} == {(1, "ALLREDUCE"), (2, "ALLREDUCE"), (3, "BROADCAST")}
+    _, rec, _ = _record(_path("pytorch_20630_allreduce_against_broadcast_excerpt.log"), tmp_path,
+                        capsys)
+    assert {(r["group"], r["op"], tuple(r["ranks"])) for r in rec["calls"]} == \
+        {("0", "BROADCAST", (3,)), ("?", "ALLREDUCE", (1, 2))}
+    assert "ranks [1, 2] (no line naming their group) failed in ALLREDUCE #4084 where rank 3 of " \
+        "group 0 failed in BROADCAST #4084: were theirs group 0's call too, the ranks issued " \
+        "different collectives at one place (a desync)" in rec["notes"]

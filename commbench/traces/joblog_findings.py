@@ -165,6 +165,7 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
                              + ("a " + op + " may carry different tensors on each rank"
                                 if op not in SAME_SIZE else "the lines name no group, so they "
                                 "may be different groups' calls"))
+    _beside(calls, notes)
     blame: set[int] = set()  # job ranks the findings point to: behind, silent, stuck
     _groups(log, calls, rows, said, notes, blame)
     _signals(log, rows, said, notes, blame)
@@ -205,6 +206,26 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
                      + "; after a timeout every rank aborts by itself (SIGABRT, exit -6), so the "
                        "first to exit is not the rank to blame")
     return rows, said
+
+
+def _beside(calls: dict, notes: list[str]) -> None:
+    """A call of no named group at the place where exactly one named group's call failed in
+    another collective: were it that group's, the ranks issued different collectives at one
+    place. Said as a note: the lines do not say the group (pytorch/pytorch#20630: ranks 1 and 2
+    in ALLREDUCE #4084, rank 3 of group 0 in BROADCAST #4084)."""
+    for (group, seq), c in calls.items():
+        if group != "?" or not c.timeouts:
+            continue
+        named = [d for (g, s), d in calls.items() if g != "?" and s == seq and d.timeouts]
+        mine = {t.op for t in c.timeouts}
+        if len(named) == 1 and not mine & {t.op for t in named[0].timeouts}:
+            other = named[0]
+            notes.append(f"{who(_ranks(c))} (no line naming their group) failed in "
+                         f"{'/'.join(sorted(mine))} #{seq} where {who(_ranks(other))} of group "
+                         f"{other.group} failed in "
+                         f"{'/'.join(sorted({t.op for t in other.timeouts}))} #{seq}: were theirs "
+                         f"group {other.group}'s call too, the ranks issued different collectives "
+                         "at one place (a desync)")
 
 
 def _where(log: JobLog, blame: set[int], notes: list[str]) -> None:
