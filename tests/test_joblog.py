@@ -548,3 +548,11 @@ def test_a_real_desync_whose_group_one_side_leaves_unnamed_is_said_as_one(tmp_pa
     assert "ranks [1, 2] (no line naming their group) failed in ALLREDUCE #4084 where rank 3 of " \
         "group 0 failed in BROADCAST #4084: were theirs group 0's call too, the ranks issued " \
         "different collectives at one place (a desync)" in rec["notes"]
+
+
+def test_nccl_s_abort_line_places_its_rank_too(tmp_path, capsys):
+    """pytorch/pytorch#20630's `comm ... rank 3 nranks 4 cudaDev 3 busId 70 - Abort COMPLETE`."""
+    _, rec, _ = _record(_path("pytorch_20630_allreduce_against_broadcast_excerpt.log"), tmp_path,
+                        capsys)
+    assert "NCCL placed rank 3 on dlciwpwqw7kd1h3y-master-0 (of its 4-rank communicator)" in \
+        rec["notes"]

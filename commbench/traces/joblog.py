@@ -74,10 +74,10 @@ _NCCL_CODE = re.compile(r"\b(ncclRemoteError|ncclSystemError|ncclInternalError|"
 # NCCL's error path under NCCL_DEBUG=INFO: each function an error passes through prints its
 # file, line and the code (src/include/checks.h: "-> %d"), the first printed nearest the cause
 _CHAIN = re.compile(r"(?:(\S+?):\d+:\d+ )?\[\d+\] NCCL INFO (\S+?:\d+) -> (\d+)")
-# NCCL's line for each rank of a communicator once it is set up: its host, its GPU and its rank
-# in the communicator (the world's where the communicator is the world's)
+# NCCL's line for each rank of a communicator once it is set up (or aborted): its host, its GPU
+# and its rank in the communicator (the world's where the communicator is the world's)
 _PLACE = re.compile(r"(\S+?):\d+:\d+ \[\d+\] NCCL INFO comm 0x[0-9a-f]+ rank (\d+) nranks (\d+) "
-                    r"cudaDev (\d+).*?(?:commId (0x[0-9a-f]+))?.*Init COMPLETE")
+                    r"cudaDev (\d+).*?(?:commId (0x[0-9a-f]+))?.*(?:Init|Abort) COMPLETE")
 _ROOT = re.compile(r"^\s*(rank|host|exitcode|traceback)\s*:\s*(.*?)\s*$")
 # what one warning varies by from rank to rank: pointers, addresses and ports, IB GIDs
 _VARIES = re.compile(r"0x[0-9a-fA-F]+|\b\d{1,3}(?:\.\d{1,3}){3}\b(?:<\d+>)?|<\d+>|"
@@ -241,7 +241,7 @@ def read(paths: list[str], limit: int) -> JobLog:
                     line = clean_line(raw)
                     if "NCCL INFO" in line or "RCCL INFO" in line:
                         nccl_lines.append(line)
-                        if "Init COMPLETE" in line and (m := _PLACE.search(line)):
+                        if " COMPLETE" in line and (m := _PLACE.search(line)):
                             _, where = log.places.setdefault(
                                 m.group(5) or f"nranks {m.group(3)}", (int(m.group(3)), {}))
                             where.setdefault(int(m.group(2)), (m.group(1), int(m.group(4))))

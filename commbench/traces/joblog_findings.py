@@ -239,7 +239,8 @@ def _where(log: JobLog, blame: set[int], notes: list[str]) -> None:
         by: dict[str, list[int]] = {}
         for rank, (host, _) in sorted(hosts.items()):
             by.setdefault(host, []).append(rank)
-        notes.append("NCCL placed " + "; ".join(f"ranks {ranks_text(rs)} on {h}"
+        notes.append("NCCL placed " + "; ".join(f"rank{'s' if len(rs) > 1 else ''} "
+                                               f"{ranks_text(rs)} on {h}"
                                                for h, rs in list(by.items())[:8])
                      + (f"; and {len(by) - 8} more host(s)" if len(by) > 8 else "")
                      + f" (of its {max(p[0] for p in log.places.values())}-rank communicator)")
