@@ -239,6 +239,8 @@ def test_a_text_with_no_such_line_and_flags_of_traces_are_refused(tmp_path, caps
 def test_a_json_array_and_a_benchmark_s_log_are_not_taken_for_a_job_s_log(tmp_path):
     assert not joblog.is_job_log(_write(tmp_path, '[{"a": 1}]', "a.json"))
     assert joblog.is_job_log(_write(tmp_path, _line(0, 1), "b.log"))
+    assert joblog.is_job_log(_write(tmp_path, "\n" * (joblog.SNIFF + 5) + _line(0, 1), "c.log"))
+    assert not joblog.is_job_log(_write(tmp_path, "", "empty.log"))
     bench = os.path.join(os.path.dirname(__file__), "data", "nccl_tests",
                          "cscs_gh200_2x4_all_reduce.log")
     assert joblog.is_job_log(bench)  # text; analyze leaves it to import (sniff.reader_of)
@@ -556,3 +558,16 @@ def test_nccl_s_abort_line_places_its_rank_too(tmp_path, capsys):
                         capsys)
     assert "NCCL placed rank 3 on dlciwpwqw7kd1h3y-master-0 (of its 4-rank communicator)" in \
         rec["notes"]
+
+
+def test_a_line_longer_than_a_read_is_read_in_pieces_and_counted_once(tmp_path, capsys):
+    """A log whose first line runs for 3 MiB (a dump of a tensor, a line of '='): read a piece
+    at a time (joblog.LINE_CHARS), the watchdog lines after it as they are."""
+    excerpt = _path("basicsr_737_default_pg_excerpt.log")
+    with open(excerpt, encoding="utf-8") as f:
+        text = f.read()
+    long = _write(tmp_path, "=" * (3 * joblog.LINE_CHARS) + "\n" + text, "long.log")
+    _, rec, out = _record(long, tmp_path, capsys)
+    _, plain, _ = _record(excerpt, tmp_path, capsys)
+    assert rec["findings"] == plain["findings"] and rec["calls"] == plain["calls"]
+    assert rec["lines"] == text.count("\n") + 1

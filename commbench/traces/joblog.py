@@ -83,6 +83,7 @@ _ROOT = re.compile(r"^\s*(rank|host|exitcode|traceback)\s*:\s*(.*?)\s*$")
 _VARIES = re.compile(r"0x[0-9a-fA-F]+|\b\d{1,3}(?:\.\d{1,3}){3}\b(?:<\d+>)?|<\d+>|"
                      r"(?<![0-9a-fA-F:])[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{0,4}){2,7}\b")
 SNIFF = 1 << 16
+LINE_CHARS = 1 << 20  # characters of one line read at a time
 
 
 @dataclass(frozen=True)
@@ -173,8 +174,11 @@ def _head(path: str) -> str:
 def is_job_log(path: str) -> bool:
     """Whether ``path`` may be a job's text log: text that is not JSON (a trace, a dump, a
     results file) and not a pickle."""
-    head = _head(path).lstrip()
-    if not head or head[0] in "{\x80" or "\x00" in head:
+    raw = _head(path)
+    head = raw.lstrip()
+    if not head:  # white space only as far as looked (a progress bar's carriage returns)
+        return bool(raw) and "\x00" not in raw
+    if head[0] in "{\x80" or "\x00" in head:
         return False
     return not re.match(r'\[\s*[{\["\]]', head)  # a JSON array; a log's "[rank0]:" is not
 
@@ -232,12 +236,15 @@ def read(paths: list[str], limit: int) -> JobLog:
         root_block, chars = False, 0
         try:
             with _open(path) as f:
-                for n, raw in enumerate(f, 1):
+                # a line is read a piece of at most LINE_CHARS at a time: a file of one endless
+                # line (a progress bar's carriage returns, a binary) never sits in memory whole
+                for n, raw in enumerate(iter(lambda f=f: f.readline(LINE_CHARS), ""), 1):
                     chars += len(raw)
                     if chars > limit:
                         raise TraceError(f"{path}: more than {limit / 2**30:g} GiB of text: give "
                                          "--max-size GB to read a larger log")
-                    log.lines += 1
+                    if raw.endswith("\n") or len(raw) < LINE_CHARS:  # a line's last piece
+                        log.lines += 1
                     line = clean_line(raw)
                     if "NCCL INFO" in line or "RCCL INFO" in line:
                         nccl_lines.append(line)
