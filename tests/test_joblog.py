@@ -571,3 +571,17 @@ def test_a_line_longer_than_a_read_is_read_in_pieces_and_counted_once(tmp_path, 
     _, plain, _ = _record(excerpt, tmp_path, capsys)
     assert rec["findings"] == plain["findings"] and rec["calls"] == plain["calls"]
     assert rec["lines"] == text.count("\n") + 1
+
+
+def test_a_gzipped_log_that_decompresses_past_any_log_s_ratio_is_refused(tmp_path, capsys):
+    """A gzip bomb given as a job's log: refused once it outgrows any real log's compression
+    (commbench.traces.stream's ratio and floor), in one line, exit 2."""
+    from commbench.traces import stream
+
+    bomb = tmp_path / "bomb.log.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as f:
+        f.write(_line(0, 1).encode())
+        for _ in range((stream.BOMB_CHARS >> 20) + 8):
+            f.write(b" " * (1 << 20))
+    assert main(["analyze", str(bomb)]) == 2
+    assert "decompresses to more than 1000 times" in said(capsys)

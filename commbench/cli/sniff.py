@@ -15,7 +15,9 @@ __all__ = ["hint", "reader_of"]
 
 HEAD = 1 << 16  # bytes looked at
 # a line as nccl-tests, rccl-tests or OSU print it (markdown may have taken the '#')
-_LOG = re.compile(rb"^\s*#?\s*(?:size\s+count\s+type\b|(?:nccl|rccl)-tests version\b|"
+# (the white space before and after the '#' is matched so that no run of it can be split two
+# ways: a file of long blank runs is scanned in linear time, not quadratic)
+_LOG = re.compile(rb"^[ \t]*(?:#[ \t]*)?(?:size\s+count\s+type\b|(?:nccl|rccl)-tests version\b|"
                   rb"nThread \d+ nGpus \d|OSU MPI|Collective test concluded: \w+_perf)", re.M)
 # a line of a job's own log that commbench analyze reads (commbench/traces/joblog.py)
 _JOB = re.compile(rb"Watchdog caught collective operation timeout| NCCL WARN |"

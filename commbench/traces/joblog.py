@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from commbench.results.files import kind_of
 from commbench.results.nccl_info import NcclSaid, clean_line, nccl_said
 from commbench.traces.calls import TraceError
+from commbench.traces.stream import BOMB_CHARS, RATIO
 
 __all__ = ["JobLog", "Progress", "Signal", "Timeout", "files_of", "is_job_log", "read"]
 
@@ -67,16 +68,18 @@ _MISMATCH = re.compile(r"Detected mismatch between collectives on ranks\. Rank (
 _PRINT = re.compile(r"CollectiveFingerPrint\((?:SequenceNumber=(\d+),? ?)?OpType=(\w+)"
                     r"(?:, TensorShape=\[([^\]]*)\])?(?:, TensorDtypes=(\w+))?")
 _STUCK = re.compile(_PG + r" ProcessGroupNCCL's watchdog got stuck for (\d+) seconds")
-_WARN = re.compile(r"(?:(\S+?):\d+:\d+ )?\[\d+\] (?:\S+:\d+ )?NCCL WARN (.*\S)")
+# (a host or a file name is 255 characters at most: a long line holding "NCCL WARN" is scanned
+# in linear time)
+_WARN = re.compile(r"(?:(\S{1,255}?):\d+:\d+ )?\[\d+\] (?:\S{1,255}:\d+ )?NCCL WARN (.*\S)")
 _ERROR = re.compile(r"NCCL error in: \S+?:\d+, (.*?)(?:, NCCL version \S+)?$")
 _NCCL_CODE = re.compile(r"\b(ncclRemoteError|ncclSystemError|ncclInternalError|"
                         r"ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)\b:?\s*(.*)")
 # NCCL's error path under NCCL_DEBUG=INFO: each function an error passes through prints its
 # file, line and the code (src/include/checks.h: "-> %d"), the first printed nearest the cause
-_CHAIN = re.compile(r"(?:(\S+?):\d+:\d+ )?\[\d+\] NCCL INFO (\S+?:\d+) -> (\d+)")
+_CHAIN = re.compile(r"(?:(\S{1,255}?):\d+:\d+ )?\[\d+\] NCCL INFO (\S{1,255}?:\d+) -> (\d+)")
 # NCCL's line for each rank of a communicator once it is set up (or aborted): its host, its GPU
 # and its rank in the communicator (the world's where the communicator is the world's)
-_PLACE = re.compile(r"(\S+?):\d+:\d+ \[\d+\] NCCL INFO comm 0x[0-9a-f]+ rank (\d+) nranks (\d+) "
+_PLACE = re.compile(r"(\S{1,255}?):\d+:\d+ \[\d+\] NCCL INFO comm 0x[0-9a-f]+ rank (\d+) nranks (\d+) "
                     r"cudaDev (\d+).*?(?:commId (0x[0-9a-f]+))?.*(?:Init|Abort) COMPLETE")
 _ROOT = re.compile(r"^\s*(rank|host|exitcode|traceback)\s*:\s*(.*?)\s*$")
 # what one warning varies by from rank to rank: pointers, addresses and ports, IB GIDs
@@ -234,8 +237,10 @@ def read(paths: list[str], limit: int) -> JobLog:
     log, nccl_lines, chars = JobLog(list(paths)), [], 0
     for path in paths:
         root_block, chars = False, 0
+        disk = max(os.path.getsize(path), 1)
         try:
             with _open(path) as f:
+                gzipped = isinstance(getattr(f, "buffer", None), gzip.GzipFile)
                 # a line is read a piece of at most LINE_CHARS at a time: a file of one endless
                 # line (a progress bar's carriage returns, a binary) never sits in memory whole
                 for n, raw in enumerate(iter(lambda f=f: f.readline(LINE_CHARS), ""), 1):
@@ -243,6 +248,9 @@ def read(paths: list[str], limit: int) -> JobLog:
                     if chars > limit:
                         raise TraceError(f"{path}: more than {limit / 2**30:g} GiB of text: give "
                                          "--max-size GB to read a larger log")
+                    if gzipped and chars > BOMB_CHARS and chars > RATIO * disk:
+                        raise TraceError(f"{path}: decompresses to more than {RATIO} times its "
+                                         f"{disk} bytes: not a job's log (a gzip bomb?)")
                     if raw.endswith("\n") or len(raw) < LINE_CHARS:  # a line's last piece
                         log.lines += 1
                     line = clean_line(raw)
