@@ -585,3 +585,25 @@ def test_a_gzipped_log_that_decompresses_past_any_log_s_ratio_is_refused(tmp_pat
             f.write(b" " * (1 << 20))
     assert main(["analyze", str(bomb)]) == 2
     assert "decompresses to more than 1000 times" in said(capsys)
+
+
+def test_many_groups_failed_alike_are_told_in_one_line_and_the_odd_one_apart(tmp_path, capsys):
+    """64 tensor-parallel groups of 8 (tp0..tp63, the job's ranks 8g..8g+7) hung in one
+    all-reduce #1200: one finding for them all, one note for the 63 whose every member reported,
+    and the group with a silent member (rank 300, tp37's rank 4) told apart. The sizes name the
+    groups' members: an all-gather's output over its input."""
+    text = []
+    for r in range(512):
+        if r != 300:
+            text.append(_line(r, 1200, op="_ALLGATHER_BASE", n=1024, out=8192,
+                              group=f"tp{r // 8}").replace(f"[Rank {r}]", f"[Rank {r % 8}]")
+                        .replace(f" Rank {r}]", f" Rank {r % 8}]"))
+    code, rec, out = _record(_write(tmp_path, "".join(text)), tmp_path, capsys)
+    assert code == 1 and len(rec["calls"]) == 64
+    assert rec["findings"] == ["64 groups (tp0, tp1, tp2, ..., tp63): _ALLGATHER_BASE #1200 timed "
+                               "out after 600 s on ranks [0-299,301-511] (511 ranks)"]
+    merged = [n for n in rec["notes"] if n.startswith("63 groups (")]
+    assert len(merged) == 1 and "every rank that reported issued #1200" in merged[0]
+    assert any(n.startswith("group tp37 ") and "group rank(s) 4 said nothing here" in n
+               for n in rec["notes"])
+    assert len(out.splitlines()) < 80

@@ -6,6 +6,7 @@ watchdog, torch's fingerprint check, NCCL's warnings and errors. The lines are r
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -122,7 +123,9 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
                      "group were put in the one named group whose failed call has their place "
                      "and collective")
     rows = []
-    for (group, seq), c in sorted(calls.items(), key=lambda kv: (kv[0][0] == "?", kv[0])):
+    alike: dict[tuple, list[tuple[int, dict]]] = {}  # (op, place, timeout, job ranks) -> rows
+    for (group, seq), c in sorted(calls.items(),
+                                  key=lambda kv: (kv[0][0] == "?", _natural(kv[0][0]), kv[0][1])):
         ts, prog = c.timeouts, c.progress
         ops = Counter(t.op for t in ts)
         sizes = Counter((t.numel_in, t.numel_out) for t in ts)
@@ -141,6 +144,9 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
         rows.append(row)
         named = _named(row)
         subject = who(row["ranks"]) if row["job_ranks"] else "group " + who(row["ranks"])
+        if ts and group != "?":  # alike failures of many groups are told together (_merged)
+            alike.setdefault((row["op"], seq, row["timeout_s"], row["job_ranks"]), []).append(
+                (len(said), row))
         said.append(f"{named}: " + (
             f"{row['op']} #{seq} timed out after {row['timeout_s']:g} s on {subject}" if ts else
             f"call #{seq} failed on {subject} (the line saying which call is not in the log)"))
@@ -165,6 +171,7 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
                              + ("a " + op + " may carry different tensors on each rank"
                                 if op not in SAME_SIZE else "the lines name no group, so they "
                                 "may be different groups' calls"))
+    said[:] = _merged(said, alike)
     _beside(calls, notes)
     blame: set[int] = set()  # job ranks the findings point to: behind, silent, stuck
     _groups(log, calls, rows, said, notes, blame)
@@ -206,6 +213,38 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
                      + "; after a timeout every rank aborts by itself (SIGABRT, exit -6), so the "
                        "first to exit is not the rank to blame")
     return rows, said
+
+
+MERGED = 4  # groups failed alike from which on they are told in one line
+
+
+def _natural(name: str) -> tuple:
+    """A group's name as a reader orders them: tp2 before tp10."""
+    return tuple((0, int(x), "") if x.isdigit() else (1, 0, x) for x in re.split(r"(\d+)", name))
+
+
+def _groups_text(names: list[str]) -> str:
+    """Groups' names in a line: all of a few, else the first three and the last."""
+    return ", ".join(names) if len(names) <= 6 else \
+        f"{', '.join(names[:3])}, ..., {names[-1]}"
+
+
+def _merged(said: list[str], alike: dict[tuple, list[tuple[int, dict]]]) -> list[str]:
+    """``said`` with the timeouts of MERGED or more groups alike (one collective at one place,
+    one timeout: a tensor-parallel job's 64 groups hung in one all-reduce) told in one line
+    where the first of them stood."""
+    out: dict[int, str | None] = dict(enumerate(said))
+    for (op, seq, timeout, job), members in alike.items():
+        if len(members) < MERGED:
+            continue
+        ranks = sorted({r for _, row in members for r in row["ranks"]})
+        names = [row["group"] for _, row in members]
+        out[members[0][0]] = (f"{len(members)} groups ({_groups_text(names)}): {op} #{seq} timed "
+                              f"out after {timeout:g} s on "
+                              + (who(ranks) if job else "their members that reported"))
+        for k, _ in members[1:]:
+            out[k] = None
+    return [line for line in out.values() if line is not None]
 
 
 def _beside(calls: dict, notes: list[str]) -> None:
@@ -276,6 +315,7 @@ def _groups(log: JobLog, calls: dict, rows: list[dict], said: list[str], notes: 
     collectives (a finding); else, where every rank that reported issued the call and none
     completed it, a note. An unnamed group's calls at different places may be different
     groups': a note."""
+    stuck: dict[tuple, list[tuple[int, str, str]]] = {}  # (place, enqueued) -> notes alike
     seqs: dict[str, list[int]] = {}
     for group, seq in calls:
         seqs.setdefault(group, []).append(seq)
@@ -320,11 +360,23 @@ def _groups(log: JobLog, calls: dict, rows: list[dict], said: list[str], notes: 
             silent = sorted(set(range(size)) - reported) if size else []
             if group == "0":  # the default group's ranks are the job's
                 blame |= set(silent)
+            if not silent:  # told with the groups alike, where there are many (below)
+                stuck.setdefault((top, _span(row["enqueued"])), []).append((len(notes), named,
+                                                                              group))
             notes.append(f"{named}: every rank that reported issued #{top} (last enqueued "
                          f"{_span(row['enqueued'])}) and none completed it: the call is stuck "
                          "in NCCL or the network, or on a member that did not report"
                          + (f"; of its {size} members, group rank(s) {ranks_text(silent)} said "
                             "nothing here" if silent else ""))
+    drop: set[int] = set()
+    for (top, span), alike in stuck.items():
+        if len(alike) >= MERGED:
+            notes[alike[0][0]] = (
+                f"{len(alike)} groups ({_groups_text([g for _, _, g in alike])}): in each, every "
+                f"rank that reported issued #{top} (last enqueued {span}) and none completed it: "
+                "the call is stuck in NCCL or the network, or on a member that did not report")
+            drop |= {k for k, _, _ in alike[1:]}
+    notes[:] = [n for k, n in enumerate(notes) if k not in drop]
 
 
 def _signals(log: JobLog, rows: list[dict], said: list[str], notes: list[str],
