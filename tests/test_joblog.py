@@ -607,3 +607,42 @@ def test_many_groups_failed_alike_are_told_in_one_line_and_the_odd_one_apart(tmp
     assert any(n.startswith("group tp37 ") and "group rank(s) 4 said nothing here" in n
                for n in rec["notes"])
     assert len(out.splitlines()) < 80
+
+
+def _barrier_apart(path: str) -> set[tuple[int, int, tuple[int, ...]]]:
+    out = set()
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if "failed to pass monitoredBarrier" in line:
+                waiter = int(line.split("[Rank ")[1].split("]")[0])
+                absent = line.split("]: Rank")[1].split(" failed")[0].lstrip("s ")
+                ms = int(line.split(" in ")[-1].split()[0])
+                out.add((waiter, ms, tuple(int(x) for x in absent.replace(",", " ").split())))
+    return out
+
+
+def test_torch_s_monitored_barrier_names_the_ranks_that_never_came(tmp_path, capsys):
+    """torch 2.13's own lines (gloo_monitored_barrier_rank0.log): rank 2 of 3 never reached the
+    barrier rank 0 waited 2 s at; read apart by splitting."""
+    name = "gloo_monitored_barrier_rank0.log"
+    apart = _barrier_apart(_path(name))
+    assert apart == {(0, 2000, (2,))}
+    code, rec, _ = _record(_path(name), tmp_path, capsys)
+    assert code == 1 and rec["barriers"] == [{"waiter": 0, "timeout_ms": 2000, "absent": [2]}]
+    assert rec["findings"] == ["torch's monitored barrier: rank 2 never reached it (rank 0 waited "
+                               "2 s; gloo group ranks)"]
+
+
+@pytest.mark.launcher
+@pytest.mark.local
+def test_the_installed_torch_s_monitored_barrier_lines_read_to_the_same_finding(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(_path("make_monitored_barrier.py"), tmp_path / "make_monitored_barrier.py")
+    subprocess.run([sys.executable, str(tmp_path / "make_monitored_barrier.py")], check=True,
+                   timeout=300, capture_output=True)
+    fresh = str(tmp_path / "gloo_monitored_barrier_rank0.log")
+    assert _barrier_apart(fresh) == _barrier_apart(_path("gloo_monitored_barrier_rank0.log"))
+    assert main(["analyze", fresh, "--json", str(tmp_path / "a.json")]) == 1

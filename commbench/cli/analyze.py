@@ -242,6 +242,7 @@ def _joblog(a, paths: list[str], skipped: list[str] | None = None) -> int:
               (len(log.progress), "progress line(s)"), (len(log.signals), "timeout signal(s)"),
               (len(log.mismatches), "collective check failure(s)"),
               (len(log.dumped), "flight recorder dump(s) begun"),
+              (len(log.barriers), "monitored barrier failure(s)"),
               (len(log.stuck), "stuck watchdog(s)"), (len(log.warns), "kind(s) of NCCL warning"),
               (sum(log.errors.values()), "NCCL error line(s)"),
               (len(log.root) and 1, "torchrun failure report")]
@@ -286,6 +287,8 @@ def _joblog(a, paths: list[str], skipped: list[str] | None = None) -> int:
                             "nccl_errors": dict(log.errors), "root_cause": log.root,
                             "signals": [vars(x) for x in log.signals],
                             "dumping": sorted(r for r in log.dumped if r is not None),
+                            "barriers": [{"waiter": w, "timeout_ms": ms, "absent": sorted(a)}
+                                         for (w, ms), a in sorted(log.barriers.items())],
                             "mismatches": [[{"group_rank": r, "seq": c[0], "op": c[1],
                                              "shape": c[2], "dtype": c[3]} for r, c in pair]
                                            for pair in log.mismatches],

@@ -67,6 +67,9 @@ _MISMATCH = re.compile(r"Detected mismatch between collectives on ranks\. Rank (
                        r"collective: (.*)")
 _PRINT = re.compile(r"CollectiveFingerPrint\((?:SequenceNumber=(\d+),? ?)?OpType=(\w+)"
                     r"(?:, TensorShape=\[([^\]]*)\])?(?:, TensorDtypes=(\w+))?")
+# torch.distributed.monitored_barrier (gloo): the ranks that did not reach it, as the rank that
+# waited for them names them
+_BARRIER = re.compile(r"\[Rank (\d+)\]: Ranks? ([\d, ]+) failed to pass monitoredBarrier in (\d+) ms")
 _STUCK = re.compile(_PG + r" ProcessGroupNCCL's watchdog got stuck for (\d+) seconds")
 # (a host or a file name is 255 characters at most: a long line holding "NCCL WARN" is scanned
 # in linear time)
@@ -142,6 +145,8 @@ class JobLog:
     # (place or None, OpType, shape or None, dtype or None)
     mismatches: list[tuple] = field(default_factory=list)
     dumped: set = field(default_factory=set)  # ranks that set out to dump their flight recorder
+    # monitored_barrier: (the waiting rank, the barrier's timeout in ms) -> ranks that never came
+    barriers: dict[tuple[int, int], set[int]] = field(default_factory=dict)
     # NCCL's Init COMPLETE lines: communicator -> (its size, rank -> (host, GPU))
     places: dict[str, tuple[int, dict[int, tuple[str, int]]]] = field(default_factory=dict)
 
@@ -280,7 +285,8 @@ def read(paths: list[str], limit: int) -> JobLog:
             raise TraceError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
     log.nccl = nccl_said(nccl_lines)
     if not (log.timeouts or log.progress or log.stuck or log.warns or log.errors or log.root
-            or log.nccl or log.chains or log.signals or log.mismatches or log.dumped):
+            or log.nccl or log.chains or log.signals or log.mismatches or log.dumped
+            or log.barriers):
         raise TraceError(f"{', '.join(paths)}: no line of torch's NCCL watchdog, of NCCL "
                          "(INFO, WARN, an error) or of torchrun's failure report: not a job's log "
                          "analyze reads")
@@ -298,6 +304,10 @@ def _line(log: JobLog, line: str, where: str) -> None:
                                         int(g[4]) if g[4] is not None else None, int(g[5]),
                                         int(g[6]) if m.re is _TIMEOUT else int(g[5]), where))
             return
+    if "monitoredBarrier" in line and (m := _BARRIER.search(line)):
+        log.barriers.setdefault((int(m.group(1)), int(m.group(3))), set()).update(
+            int(x) for x in m.group(2).replace(",", " ").split())
+        return
     if "preparing to dump debug info" in line:  # its flight recorder buffers, to files
         r = _RANK.search(line)
         log.dumped.add(int(r.group(1)) if r else None)

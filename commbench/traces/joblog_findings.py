@@ -182,6 +182,9 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
                     f"{_fingerprint(b)}" + (" (different places: they issued different numbers "
                                             "of the group's collectives)" if _whole(a) and
                                             _whole(b) and a[0] != b[0] else ""))
+    for (waiter, ms), absent in sorted(log.barriers.items()):
+        said.append(f"torch's monitored barrier: {who(sorted(absent))} never reached it (rank "
+                    f"{waiter} waited {ms / 1000:g} s; gloo group ranks)")
     blame |= {rank for rank, _, _, _ in log.stuck if rank is not None}
     _where(log, blame, notes)
     for (group, seconds), stuck in _stuck(log).items():
