@@ -1,7 +1,7 @@
 """What a failed job's log says of it (pure): per failed call of a process group the ranks it
 failed on, and the findings its lines can carry: a rank behind, ranks at different places or in
 different collectives or sizes, a rank told of a timeout with nothing in flight, a stuck
-watchdog, torch's fingerprint check, NCCL's warnings and errors. The lines are read by
+watchdog, torch's fingerprint check and monitored barrier, NCCL's warnings and errors. The lines are read by
 :mod:`commbench.traces.joblog`."""
 
 from __future__ import annotations
@@ -107,14 +107,16 @@ def _calls(log: JobLog) -> tuple[dict[tuple[str, int], _Call], int]:
 
 def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
              ) -> tuple[list[dict], list[str]]:
-    """(a row per failed call of a group, the findings). Findings: each call that timed out;
-    ranks of a group that never issued the call the others wait in (their last enqueued is
-    before it); ranks of one group timed out at different calls, or at one call in different
-    collectives or sizes (a desync); a watchdog that got stuck; NCCL's warnings and errors.
-    ``notes`` gets what is no finding: every rank that reported issued the call and none
-    completed it (the call is stuck in NCCL or on a rank that said nothing), the group's
-    members that said nothing, what was inferred, torchrun's root cause. ``world``: the job's
-    size, where known (the default group's members, group "0")."""
+    """(a row per failed call of a group, the findings). Findings: each call that timed out
+    (MERGED or more groups failed alike in one line); ranks of a group that never issued the
+    call the others wait in (their last enqueued is before it); ranks of one group timed out
+    at different calls, or at one call in different collectives or sizes (a desync); a rank
+    told of a timeout with nothing in flight before the failed call; torch's fingerprint check
+    and monitored barrier; a watchdog that got stuck; NCCL's warnings and errors. ``notes``
+    gets what is no finding: every rank that reported issued the call and none completed it
+    (the call is stuck in NCCL or on a rank that said nothing), the group's members that said
+    nothing, what was inferred, where the ranks named run, NCCL's error path, torchrun's root
+    cause. ``world``: the job's size, where known (the default group's members, group "0")."""
     notes = [] if notes is None else notes
     said: list[str] = []
     calls, inferred = _calls(log)
