@@ -162,14 +162,20 @@ class _Echo:
             print(f"# wrote {path}")
 
 
-def _flight(a, paths: list[str]) -> int:
-    """A job's flight recorder dumps: per process group the last collective each member
-    enqueued, the ranks the others wait for and any desync; exit 1 when there is one."""
+def _traces_only(a, what: str) -> None:
+    """The flags of profiler traces refused for files of another kind, saying ``what`` they
+    hold instead."""
     for flag, given in (("--layout", a.layout), ("--baseline", a.baseline),
                         ("--topology", a.topology)):
         if given:
-            raise UsageError(f"{flag}: flight recorder dumps hold the calls' order, not their "
-                             f"timing on a topology; {flag} applies to profiler traces")
+            raise UsageError(f"{flag}: {what}; {flag} applies to profiler traces")
+
+
+def _flight(a, paths: list[str]) -> int:
+    """A job's flight recorder dumps: per process group the last collective each member
+    enqueued, the ranks the others wait for and any desync; exit 1 when there is one."""
+    _traces_only(a, "flight recorder dumps hold the calls' order, not their timing on a "
+                    "topology")
     try:
         dumps = [flight.read(p) for p in paths]
     except TraceError as exc:
@@ -222,11 +228,7 @@ def _flight(a, paths: list[str]) -> int:
 def _joblog(a, paths: list[str], skipped: list[str] | None = None) -> int:
     """A job's own log: per failed call of a process group the ranks it failed on, how far
     they had issued and completed the group's calls, and the findings; exit 1 on one."""
-    for flag, given in (("--layout", a.layout), ("--baseline", a.baseline),
-                        ("--topology", a.topology)):
-        if given:
-            raise UsageError(f"{flag}: a job's log holds what failed, not the calls' timing; "
-                             f"{flag} applies to profiler traces")
+    _traces_only(a, "a job's log holds what failed, not the calls' timing")
     try:
         log = joblog.read(paths, max_chars(a.max_size))
     except TraceError as exc:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from commbench.ops import OPS
 
-__all__ = ["TUNED_ALGOS", "TUNED_OPS", "NcclSaid", "clean_line", "nccl_said"]
+__all__ = ["TUNED_ALGOS", "TUNED_OPS", "NcclReader", "NcclSaid", "clean_line", "nccl_said"]
 
 _PREFIX = re.compile(r"^(?:\s*\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
 # host:pid:tid [device] NCCL INFO ..., or as excerpts quote it, without the host or the device
@@ -130,17 +130,32 @@ class NcclSaid:
 
 def nccl_said(lines) -> NcclSaid | None:
     """NCCL's own ``INFO`` lines among ``lines``, read (None when there are none)."""
-    said, hosts, seen, via = NcclSaid(), [], False, []
-    columns: list[tuple[str, str]] = []  # the tuning table's (algorithm, protocol) columns
-    algos: list[str] = []
+    reader = NcclReader()
     for raw in lines:
+        reader.feed(raw)
+    return reader.result()
+
+
+class NcclReader:
+    """:func:`nccl_said` a line at a time, for a caller that reads a file once for more than
+    NCCL's lines (a job's log of any size: its INFO lines are read, never kept)."""
+
+    def __init__(self) -> None:
+        self.said, self.seen = NcclSaid(), False
+        self.hosts: dict[str, None] = {}  # in the order met (a set would lose it)
+        self.via: dict[str, None] = {}
+        self.columns: list[tuple[str, str]] = []  # the tuning table's (algorithm, protocol)
+        self.algos: list[str] = []
+
+    def feed(self, raw: str) -> None:
         m = _INFO_HOST.match(clean_line(raw))
         if not m:
-            continue
-        seen = True
+            return
+        said = self.said
+        self.seen = True
         host, text = m.group(1), m.group(2).strip()
-        if host is not None and host not in hosts:  # an excerpt's line may not name it
-            hosts.append(host)
+        if host is not None:  # an excerpt's line may not name it
+            self.hosts.setdefault(host)
         if text.startswith("NCCL version "):
             said.version = text.split()[2]
         elif n := _NET.match(text):
@@ -167,25 +182,29 @@ def nccl_said(lines) -> NcclSaid | None:
                                                        for t in trees))
         elif text.startswith("Check P2P Type intraNodeP2pSupport"):
             said.p2p_intra = text.split()[4] == "1"
-        elif (v := _VIA.match(text)) and (t := _transport(v.group(1))) not in via:
-            via.append(t)
+        elif (v := _VIA.match(text)) and (t := _transport(v.group(1))) not in self.via:
+            self.via[t] = None
         elif t := _TUNE_OLD.match(text):
-            columns = [tuple(x.strip() for x in cell.split("/", 1)) for cell in _cells(t.group(1))]
+            self.columns = [tuple(x.strip() for x in cell.split("/", 1))
+                            for cell in _cells(t.group(1))]
         elif t := _TUNE_ALGOS.match(text):
-            algos = _cells(t.group(1))
-        elif (t := _TUNE_PROTOS.match(text)) and algos:
+            self.algos = _cells(t.group(1))
+        elif (t := _TUNE_PROTOS.match(text)) and self.algos:
             protos = _cells(t.group(1))  # each algorithm's protocols, in turn; a block of
             per = len(dict.fromkeys(protos))  # fewer algorithms may print them all the same
-            columns = [(algos[i // per], p) for i, p in enumerate(protos) if i // per < len(algos)]
+            self.columns = [(self.algos[i // per], p) for i, p in enumerate(protos)
+                            if i // per < len(self.algos)]
         elif k := _PICK.match(text):
             said.picks.setdefault((TUNED_OPS[k.group(1)], int(k.group(2))),
                                   (k.group(3).lower(), _PROTO_NAMES.get(k.group(4), k.group(4))))
-        elif (t := _TUNE_ROW.match(text)) and columns:
-            _tuned(said, TUNED_OPS[t.group(1)], columns, _cells(t.group(2)))
-    if not seen:
-        return None
-    said.hosts, said.transports = tuple(hosts), tuple(via)
-    return said
+        elif (t := _TUNE_ROW.match(text)) and self.columns:
+            _tuned(said, TUNED_OPS[t.group(1)], self.columns, _cells(t.group(2)))
+
+    def result(self) -> NcclSaid | None:
+        if not self.seen:
+            return None
+        self.said.hosts, self.said.transports = tuple(self.hosts), tuple(self.via)
+        return self.said
 
 
 def _transport(via: str) -> str:

@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from commbench.results.files import kind_of
-from commbench.results.nccl_info import NcclSaid, clean_line, nccl_said
+from commbench.results.nccl_info import NcclReader, NcclSaid, clean_line
 from commbench.traces.calls import TraceError
 from commbench.traces.stream import BOMB_CHARS, RATIO
 
@@ -239,7 +239,7 @@ def _walk(folder: str, skipped: list[str]) -> list[str] | None:
 def read(paths: list[str], limit: int) -> JobLog:
     """The lines of ``paths`` that say what the job's communication did (each file read up to
     ``limit`` characters); TraceError where none of them holds one."""
-    log, nccl_lines, chars = JobLog(list(paths)), [], 0
+    log, nccl, chars = JobLog(list(paths)), NcclReader(), 0
     for path in paths:
         root_block, chars = False, 0
         disk = max(os.path.getsize(path), 1)
@@ -260,7 +260,7 @@ def read(paths: list[str], limit: int) -> JobLog:
                         log.lines += 1
                     line = clean_line(raw)
                     if "NCCL INFO" in line or "RCCL INFO" in line:
-                        nccl_lines.append(line)
+                        nccl.feed(line)
                         if " COMPLETE" in line and (m := _PLACE.search(line)):
                             _, where = log.places.setdefault(
                                 m.group(5) or f"nranks {m.group(3)}", (int(m.group(3)), {}))
@@ -283,7 +283,7 @@ def read(paths: list[str], limit: int) -> JobLog:
                     _line(log, line, f"{os.path.basename(path)}:{n}")
         except (OSError, EOFError, gzip.BadGzipFile) as exc:
             raise TraceError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
-    log.nccl = nccl_said(nccl_lines)
+    log.nccl = nccl.result()
     if not (log.timeouts or log.progress or log.stuck or log.warns or log.errors or log.root
             or log.nccl or log.chains or log.signals or log.mismatches or log.dumped
             or log.barriers):

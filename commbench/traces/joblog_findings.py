@@ -73,10 +73,14 @@ def _calls(log: JobLog) -> tuple[dict[tuple[str, int], _Call], int]:
     whose failed call has its place and collective, where exactly one has; else a group the
     lines do not name ('?'). A progress line without its timeout line is a call too."""
     calls: dict[tuple[str, int], _Call] = {}
+    # (job rank, group rank, place) -> the calls whose progress lines name it: a timeout's home
+    homes: dict[tuple, list[_Call]] = {}
     for p in log.progress:
         c = calls.setdefault((p.group, p.at), _Call(p.group, p.desc, p.at))
-        if (p.rank, p.group_rank) not in {(q.rank, q.group_rank) for q in c.progress}:
+        found = homes.setdefault((p.rank, p.group_rank, p.at), [])
+        if all(x is not c for x in found):  # a rank's line again (older and newer wording)
             c.progress.append(p)
+            found.append(c)
     seen, loose, inferred = set(), [], 0
     # one event printed again: the exception's own text, the blocking wait, and a line without
     # the job's rank ("what(): ...") repeating one with it
@@ -86,8 +90,7 @@ def _calls(log: JobLog) -> tuple[dict[tuple[str, int], _Call], int]:
         if key in seen or (t.rank is None and key[1:] in told):
             continue
         seen.add(key)
-        home = [c for c in calls.values() if c.seq == t.seq and
-                any(p.rank == t.rank and p.group_rank == t.group_rank for p in c.progress)]
+        home = homes.get((t.rank, t.group_rank, t.seq), [])
         if len(home) == 1:
             home[0].timeouts.append(t)
         else:
@@ -321,6 +324,9 @@ def _groups(log: JobLog, calls: dict, rows: list[dict], said: list[str], notes: 
     completed it, a note. An unnamed group's calls at different places may be different
     groups': a note."""
     stuck: dict[tuple, list[tuple[int, str, str]]] = {}  # (place, enqueued) -> notes alike
+    progress: dict[str, list[Progress]] = {}  # each group's progress lines, bucketed once
+    for p in log.progress:
+        progress.setdefault(p.group, []).append(p)
     seqs: dict[str, list[int]] = {}
     for group, seq in calls:
         seqs.setdefault(group, []).append(seq)
@@ -342,9 +348,9 @@ def _groups(log: JobLog, calls: dict, rows: list[dict], said: list[str], notes: 
                              "different groups' calls, so they are not set against each other")
             continue
         latest: dict[tuple, Progress] = {}
-        for p in log.progress:
+        for p in progress.get(group, ()):
             k = (p.rank, p.group_rank)
-            if p.group == group and p.at in at and (k not in latest or p.at > latest[k].at):
+            if p.at in at and (k not in latest or p.at > latest[k].at):
                 latest[k] = p
         row = next(r for r in rows if r["group"] == group and r["seq"] == top)
         named = _named(row)
