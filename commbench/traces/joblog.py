@@ -39,6 +39,7 @@ from commbench.results.files import kind_of
 from commbench.results.nccl_info import NcclReader, NcclSaid, clean_line
 from commbench.traces.calls import TraceError
 from commbench.traces.stream import BOMB_CHARS, RATIO
+from commbench.traces.stream import _open as stream_open  # plain or gzipped text
 
 __all__ = ["JobLog", "Progress", "Signal", "Timeout", "files_of", "is_job_log", "read"]
 
@@ -164,16 +165,9 @@ class JobLog:
     nccl: NcclSaid | None = None
 
 
-def _open(path: str):
-    with open(path, "rb") as f:
-        magic = f.read(2)
-    opener = gzip.open if magic == b"\x1f\x8b" else open
-    return opener(path, "rt", encoding="utf-8", errors="replace")
-
-
 def _head(path: str) -> str:
     try:
-        with _open(path) as f:
+        with stream_open(path, errors="replace") as f:
             return f.read(SNIFF)
     except (OSError, EOFError, gzip.BadGzipFile):
         return ""
@@ -244,7 +238,7 @@ def read(paths: list[str], limit: int) -> JobLog:
         root_block, chars = False, 0
         disk = max(os.path.getsize(path), 1)
         try:
-            with _open(path) as f:
+            with stream_open(path, errors="replace") as f:
                 gzipped = isinstance(getattr(f, "buffer", None), gzip.GzipFile)
                 # a line is read a piece of at most LINE_CHARS at a time: a file of one endless
                 # line (a progress bar's carriage returns, a binary) never sits in memory whole

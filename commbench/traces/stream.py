@@ -32,11 +32,13 @@ _SEPARATORS = re.compile(r"[ \t\r\n,]*")
 Wanted = Callable[[list[str]], list[bool]]  # items' texts -> whether each may be needed
 
 
-def _open(path: str):
+def _open(path: str, errors: str = "strict"):
+    """``path`` as text, gunzipped where it is gzipped (``errors``: how undecodable bytes are
+    met; a job's log, which may hold anything, replaces them)."""
     with open(path, "rb") as f:
         magic = f.read(2)
-    return gzip.open(path, "rt", encoding="utf-8") if magic == b"\x1f\x8b" else \
-        open(path, encoding="utf-8")
+    return gzip.open(path, "rt", encoding="utf-8", errors=errors) if magic == b"\x1f\x8b" else \
+        open(path, encoding="utf-8", errors=errors)
 
 
 class _Stream:
