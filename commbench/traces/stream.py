@@ -190,8 +190,14 @@ def _by_line(s: _Stream, key: str, wanted: Wanted) -> Iterator[dict]:
     while True:
         parts = s.buf.split(sep)
         n = len(parts) - 1  # parts: the items, and the unfinished rest
-        for i, (text, want) in enumerate(zip(parts[:n], wanted(parts[:n]))):
-            if not want and skippable(text):
+        texts = parts[:n]
+        flags = wanted(texts)
+        # the texts to look at: those that may be needed, and those whose braces are not all
+        # keys' values (:func:`_skippable`'s first test, made here on every other text at once)
+        for i in [i for i, (t, w) in enumerate(zip(texts, flags))
+                  if w or t.count("{") != t.count(": {")]:
+            text = texts[i]
+            if not flags[i] and skippable(text):
                 continue  # one item or more, all of the array's: none needed
             item = "{" + text + "}"
             try:
