@@ -163,12 +163,13 @@ def test_a_row_is_judged_against_both_runs_own_spread():
     assert typical(flat["rows"][0]) == (100.0, 100.0)
 
 
-def test_a_run_slower_as_a_whole_is_said_to_be_so():
+def test_a_run_slower_as_a_whole_is_said_so_and_judged_beyond_its_shift():
     """Every series of the new run slower alike (a slow spell of a shared machine over the whole
-    run looks so): a line says the run moved as a whole and by how much, the verdicts unchanged;
-    one series slowed alone among unchanged ones moves the run's median too little to be said
-    so, and so does exactly the threshold's time growth."""
-    from commbench.results.compare import compare, shifted
+    run looks so): a line says the run moved as a whole and by how much, and its rows are not
+    judged (``run shifted``); a series slower than that shift by more than the threshold still
+    regresses. One series slowed alone among unchanged ones moves the run's median too little
+    to be a shift, and so does exactly the threshold's time growth."""
+    from commbench.results.compare import compare, report, run_shift, shifted
 
     sizes = [1 << 16 << k for k in range(3)]
     algos = ("ring", "tree", "bruck")
@@ -177,11 +178,24 @@ def test_a_run_slower_as_a_whole_is_said_to_be_so():
         return _rec([_row(s, 100.0 * slow.get(a, 1.0), algo=a) for a in algos for s in sizes])
 
     old = rec({})
-    rows, bad = compare(old, rec(dict.fromkeys(algos, 1.4)), 0.10, 1 << 16)
+    whole = rec(dict.fromkeys(algos, 1.4))
+    assert run_shift(old, whole) == pytest.approx(1.4)
+    rows, bad = compare(old, whole, 0.10, 1 << 16)
     assert shifted(rows, 0.10, 1 << 16).startswith(
         "# the new run is slower as a whole: its median row takes 1.40x the old one's time, "
-        "over 9 judged rows of 3 series")
-    assert len(bad) == 9
+        "over 9 judged rows of 3 series; a row is judged only where it is slower than that "
+        "shift by > 11.1%")
+    assert bad == [] and {r["verdict"] for r in rows} == {"run shifted"}
+    assert report(rows, bad, 0.10, 1 << 16).endswith(
+        "# 9 rows not judged: slower by > 11.1% in the median, but 0 within the runs' own "
+        "spread and 0 beyond it at fewer than 3 consecutive sizes, 9 within the whole run's "
+        "shift (the machine's noise cannot be told from the code's)")
+    # ring 2.0x in a run shifted 1.4x: past 1.4 x 1.111 = 1.556, a regression still
+    rows, bad = compare(old, rec({"ring": 2.0, "tree": 1.4, "bruck": 1.4}), 0.10, 1 << 16)
+    assert {r["algo"] for r in bad} == {"ring"} and len(bad) == 3
+    assert {r["verdict"] for r in rows if r["algo"] != "ring"} == {"run shifted"}
+    # ... but not at 1.5x: within the shift and the threshold together
+    assert compare(old, rec({"ring": 1.5, "tree": 1.4, "bruck": 1.4}), 0.10, 1 << 16)[1] == []
     rows, bad = compare(old, rec({"ring": 2.0}), 0.10, 1 << 16)
     assert shifted(rows, 0.10, 1 << 16) == "" and len(bad) == 3
     rows, _ = compare(old, rec(dict.fromkeys(algos, 1 / 0.9)), 0.10, 1 << 16)
@@ -189,6 +203,10 @@ def test_a_run_slower_as_a_whole_is_said_to_be_so():
     rows, _ = compare(rec({}), rec({"ring": 1.4}), 0.10, 1 << 16)
     one = [r for r in rows if r["algo"] == "ring"]
     assert shifted(one, 0.10, 1 << 16) == ""  # one series: its shift is its own
+    ring_only = _rec([_row(s, 140.0, algo="ring") for s in sizes])
+    assert run_shift(old, ring_only) == 1.0 and len(compare(old, ring_only, 0.10, 1 << 16)[1]) == 3
+    # a part of a run judged at the whole run's shift (the sweep's second look)
+    assert compare(old, ring_only, 0.10, 1 << 16, shift=1.4)[1] == []
 
 
 def test_the_gate_at_exact_limits_and_windows():
@@ -236,9 +254,10 @@ def test_the_sweep_counts_a_regression_only_when_measuring_it_again_confirms_it(
     from commbench.studies.collectives import _against
 
     sizes = [1 << 16, 1 << 17, 1 << 18]
-    old = _rec([_row(s, 100.0) for s in sizes] + [_row(s, 100.0, algo="naive") for s in sizes])
-    new = _rec(_with_requested([_row(s, 150.0) for s in sizes]
-                               + [_row(s, 150.0, algo="naive") for s in sizes]))
+    steady = ("tree", "bruck", "pairwise")  # unchanged: the run as a whole did not shift
+    old = _rec([_row(s, 100.0, algo=a) for a in ("ring", "naive", *steady) for s in sizes])
+    new = _rec(_with_requested([_row(s, 150.0 if a in ("ring", "naive") else 100.0, algo=a)
+                                for a in ("ring", "naive", *steady) for s in sizes]))
     asked: list[tuple] = []
 
     def again(key, wanted):  # ring is slow again, naive was a spell
@@ -250,9 +269,13 @@ def test_the_sweep_counts_a_regression_only_when_measuring_it_again_confirms_it(
     _against(old, new, "old.json", said.append, again)
     assert sorted(asked) == [("naive", sizes), ("ring", sizes)]
     assert "6 rows regressed against old.json; measured again at once, 3 regressed again" in said[0]
-    assert "3 of 6 rows regressed" in said[-1]
+    assert "3 of 15 rows regressed" in said[-1]
     tables = "\n".join(said)
     assert tables.count("REGRESSED") == 3 and "| naive" not in tables
+    said.clear()  # both slow again: judged at the whole run's shift (1.0), not at theirs (1.5)
+    _against(old, new, "old.json", said.append,
+             lambda key, wanted: _with_requested([_row(s, 150.0, algo=key[1]) for s in wanted]))
+    assert "measured again at once, 6 regressed again" in said[0]
     said.clear()
     _against(old, new, "old.json", said.append)  # nobody to measure again: all six stand
-    assert "6 of 6 rows regressed" in said[-1]
+    assert "6 of 15 rows regressed" in said[-1]

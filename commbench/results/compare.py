@@ -19,7 +19,11 @@ fewer sizes at or above ``min_size`` must regress at all of them). A row whose m
 much slower but whose ranges overlap is *not judged*: the runs' own spread cannot tell a
 regression from the machine's noise there; so is a row beyond the spread at fewer consecutive
 sizes (a slow spell of a shared machine strikes one or two sizes; a regression of the code
-strikes a range of them: docs/decisions.md). Not-judged rows are listed and do not fail the gate.
+strikes a range of them: docs/decisions.md). Where the new run is slower as a whole (the median
+time ratio of the judged rows of two series or more past the threshold's time growth: a slow
+spell over the whole run), a row must be slower than that shift by more than the threshold to
+regress, and one slower by no more than the shift is not judged either (``run shifted``).
+Not-judged rows are listed and do not fail the gate.
 
 Every row must be sound before anything is compared: a size that is not a whole number >= 0, a
 time (median or best) that is not a finite number > 0, a busbw that is not finite and >= 0 (> 0
@@ -38,7 +42,7 @@ from tabulate import tabulate
 from commbench.results.files import RESULTS_LIMIT, FileRefused, read_json
 from commbench.results.records import SCHEMA
 
-__all__ = ["CompareError", "compare", "load", "report", "shifted"]
+__all__ = ["CompareError", "compare", "load", "report", "run_shift", "shifted"]
 
 KEY = ("op", "algo", "transport", "type", "redop", "root", "size")
 RUN = 3  # consecutive sizes of a series that must regress together
@@ -115,33 +119,38 @@ def typical(row: dict) -> tuple[float, float]:
     return min(low, median), median
 
 
-def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 << 10
-            ) -> tuple[list[dict], list[dict]]:
+def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 << 10,
+            shift: float | None = None) -> tuple[list[dict], list[dict]]:
     """(every matched row with its ratios, ranges and verdict, the regressed rows). A row's
-    ``verdict``: ``REGRESSED``, ``within spread`` or ``isolated`` (both not judged), or ''."""
+    ``verdict``: ``REGRESSED``, ``within spread``, ``isolated`` or ``run shifted`` (all three
+    not judged), or ''. ``shift``: the new run's :func:`run_shift`, where ``new`` holds a part
+    of it only (some series measured again); None: the shift of the rows given."""
     if not 0 < threshold < 1:
         raise CompareError(f"threshold={threshold}: must be between 0 and 1")
     if old["world_size"] != new["world_size"]:
         raise CompareError(f"world sizes differ: {old['world_size']} ranks against "
                            f"{new['world_size']}; results of different worlds do not compare")
-    before = {tuple(r[k] for k in KEY): r for r in old["rows"]}
+    pairs = _pairs(old, new)
+    limit = 1 / (1 - threshold)  # a busbw drop of `threshold` is a time growth of this factor
+    shift = run_shift(old, new, min_size) if shift is None else shift
+    beyond = limit * shift if shift > limit else limit  # the time growth a row must exceed
     out, bad = [], []
-    for r in new["rows"]:
+    for o, r in pairs:
         key = tuple(r[k] for k in KEY)
-        o = before.get(key)
-        if o is None:
-            continue
         ratio = r["busbw"] / o["busbw"] if o["busbw"] > 0 else float("nan")
-        limit = 1 / (1 - threshold)  # a busbw drop of `threshold` is a time growth of this factor
         old_range, new_range = typical(o), typical(r)
         judged = r["size"] >= min_size and o["busbw"] > 0
-        regressed = judged and new_range[0] > old_range[1] * limit
+        regressed = judged and new_range[0] > old_range[1] * beyond
         slower = judged and r["time_us"] > o["time_us"] * limit
+        verdict = ""
+        if slower and not regressed:  # not judged: within the shift, else within the spread
+            verdict = "run shifted" if beyond > limit and \
+                r["time_us"] <= o["time_us"] * beyond else "within spread"
         row = {**dict(zip(KEY, key)), "old_busbw": o["busbw"], "new_busbw": r["busbw"],
                "ratio": ratio, "time_ratio": r["time_us"] / o["time_us"], "old_us": o["time_us"],
                "new_us": r["time_us"], "new_min_us": r["min_us"], "old_range": old_range,
                "new_range": new_range, "regressed": regressed,
-               "verdict": "within spread" if slower and not regressed else "",
+               "verdict": verdict,
                "no_spread": r.get("spread") is False or o.get("spread") is False}
         out.append(row)
     series: dict[tuple, list[dict]] = {}
@@ -164,6 +173,22 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
     return out, bad
 
 
+def _pairs(old: dict, new: dict) -> list[tuple[dict, dict]]:
+    """(old row, new row) of every row of ``new`` that ``old`` has, in ``new``'s order."""
+    before = {tuple(r[k] for k in KEY): r for r in old["rows"]}
+    return [(before[key], r) for r in new["rows"] if (key := tuple(r[k] for k in KEY)) in before]
+
+
+def run_shift(old: dict, new: dict, min_size: int = 64 << 10) -> float:
+    """The new run's time against the old one's as a whole: the median time ratio (new/old) of
+    the rows judged, where they are of two series or more (1.0 otherwise: one series' shift is
+    its own)."""
+    judged = [(o, r) for o, r in _pairs(old, new) if r["size"] >= min_size and o["busbw"] > 0]
+    if len({tuple(r[k] for k in KEY[:-1]) for _, r in judged}) < 2:
+        return 1.0
+    return statistics.median(r["time_us"] / o["time_us"] for o, r in judged)
+
+
 def _span(lo_hi: tuple[float, float]) -> str:
     return f"{lo_hi[0]:.1f}-{lo_hi[1]:.1f}"
 
@@ -171,8 +196,8 @@ def _span(lo_hi: tuple[float, float]) -> str:
 def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
     """A line saying that the new run is slower as a whole ('' when it is not): the median
     time ratio of the judged rows, where they are of two series or more, past the threshold's
-    time growth. It changes no verdict: a shift that every series shares is the machine's speed
-    during one run as often as the code's."""
+    time growth. Rows slower by no more than that are not judged (``run shifted``): a shift
+    that every series shares is the machine's speed during one run as often as the code's."""
     judged = [r for r in rows if r["size"] >= min_size and r["old_busbw"] > 0]
     series = {tuple(r[k] for k in KEY[:-1]) for r in judged}
     if len(series) < 2:
@@ -181,9 +206,10 @@ def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
     if median <= 1 / (1 - threshold):
         return ""
     return (f"# the new run is slower as a whole: its median row takes {median:.2f}x the old "
-            f"one's time, over {len(judged)} judged rows of {len(series)} series; a shift that "
-            "every series shares is the machine's speed during one of the runs as often as the "
-            "code: rerun both, one after the other, before trusting the rows flagged")
+            f"one's time, over {len(judged)} judged rows of {len(series)} series; a row is "
+            f"judged only where it is slower than that shift by > {1 / (1 - threshold) - 1:.1%},"
+            " for a shift that every series shares is the machine's speed during one of the "
+            "runs as often as the code: rerun both, one after the other, to judge the rest")
 
 
 def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -> str:
@@ -200,13 +226,16 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
             "series")
     verdict = (f"# {len(bad)} of {len(rows)} rows regressed: {test}" if bad else
                f"# no regression in {len(rows)} matched rows ({test})")
-    unjudged = [r for r in rows if r["verdict"] in ("within spread", "isolated")]
+    unjudged = [r for r in rows if r["verdict"] in ("within spread", "isolated", "run shifted")]
     if unjudged:
         spread = sum(1 for r in unjudged if r["verdict"] == "within spread")
+        whole = sum(1 for r in unjudged if r["verdict"] == "run shifted")
         verdict += (f"\n# {len(unjudged)} rows not judged: slower by > "
                     f"{1 / (1 - threshold) - 1:.1%} in the median, but {spread} within the runs' "
-                    f"own spread and {len(unjudged) - spread} beyond it at fewer than {RUN} "
-                    "consecutive sizes (the machine's noise cannot be told from the code's)")
+                    f"own spread and {len(unjudged) - spread - whole} beyond it at fewer than "
+                    f"{RUN} consecutive sizes" + (f", {whole} within the whole run's shift"
+                                                   if whole else "") +
+                    " (the machine's noise cannot be told from the code's)")
     flat = sum(1 for r in rows if r.get("no_spread"))
     if flat:
         verdict += (f"\n# {flat} of {len(rows)} rows come from logs that print no spread "
