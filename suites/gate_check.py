@@ -140,7 +140,8 @@ def main() -> int:
             f"--repeat {a.repeat}` {a.runs} times back to back, each into its own folder; "
             "`commbench compare` of every ordered pair (threshold 10% busbw, rows >= 64 KiB "
             "judged). `flagged`: rows the gate calls regressed (target 0); `not judged`: slower "
-            "medians within the runs' own spread or at isolated sizes (listed, exit 0); "
+            "medians within the runs' own spread, at isolated sizes or within the second run's "
+            "shift as a whole (listed, exit 0); "
             "`second/first`: the judged rows' ratio of best-round medians, median (min-max): "
             "the machine's run-to-run noise.", "",
             "| transport | first | second | judged | flagged | not judged | second/first |",
