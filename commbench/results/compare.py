@@ -22,7 +22,8 @@ sizes (a slow spell of a shared machine strikes one or two sizes; a regression o
 strikes a range of them: docs/decisions.md). Where the new run is slower as a whole (the median
 time ratio of the judged rows of two series or more past the threshold's time growth: a slow
 spell over the whole run), a row must be slower than that shift by more than the threshold to
-regress, and one slower by no more than the shift is not judged either (``run shifted``).
+regress, and one slower by no more than the shift is not judged either (``run shifted``); rows
+of logs without a spread give no shift and are judged as they stand.
 Not-judged rows are listed and do not fail the gate.
 
 Every row must be sound before anything is compared: a size that is not a whole number >= 0, a
@@ -140,18 +141,20 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
         ratio = r["busbw"] / o["busbw"] if o["busbw"] > 0 else float("nan")
         old_range, new_range = typical(o), typical(r)
         judged = r["size"] >= min_size and o["busbw"] > 0
-        regressed = judged and new_range[0] > old_range[1] * beyond
+        flat = r.get("spread") is False or o.get("spread") is False
+        past = limit if flat else beyond  # a log's one figure is judged as it stands
+        regressed = judged and new_range[0] > old_range[1] * past
         slower = judged and r["time_us"] > o["time_us"] * limit
         verdict = ""
         if slower and not regressed:  # not judged: within the shift, else within the spread
-            verdict = "run shifted" if beyond > limit and \
-                r["time_us"] <= o["time_us"] * beyond else "within spread"
+            verdict = "run shifted" if past > limit and \
+                r["time_us"] <= o["time_us"] * past else "within spread"
         row = {**dict(zip(KEY, key)), "old_busbw": o["busbw"], "new_busbw": r["busbw"],
                "ratio": ratio, "time_ratio": r["time_us"] / o["time_us"], "old_us": o["time_us"],
                "new_us": r["time_us"], "new_min_us": r["min_us"], "old_range": old_range,
                "new_range": new_range, "regressed": regressed,
                "verdict": verdict,
-               "no_spread": r.get("spread") is False or o.get("spread") is False}
+               "no_spread": flat}
         out.append(row)
     series: dict[tuple, list[dict]] = {}
     for row in out:
@@ -181,9 +184,12 @@ def _pairs(old: dict, new: dict) -> list[tuple[dict, dict]]:
 
 def run_shift(old: dict, new: dict, min_size: int = 64 << 10) -> float:
     """The new run's time against the old one's as a whole: the median time ratio (new/old) of
-    the rows judged, where they are of two series or more (1.0 otherwise: one series' shift is
-    its own)."""
-    judged = [(o, r) for o, r in _pairs(old, new) if r["size"] >= min_size and o["busbw"] > 0]
+    the rows judged that carry their own spread, where they are of two series or more (1.0
+    otherwise: one series' shift is its own). Rows of a log that prints no spread (nccl-tests,
+    OSU) give none: a cluster measured slower at every size after a change of driver or fabric
+    is what its owner compares the logs for, not a slow spell of a shared machine."""
+    judged = [(o, r) for o, r in _pairs(old, new) if r["size"] >= min_size and o["busbw"] > 0
+              and r.get("spread") is not False and o.get("spread") is not False]
     if len({tuple(r[k] for k in KEY[:-1]) for _, r in judged}) < 2:
         return 1.0
     return statistics.median(r["time_us"] / o["time_us"] for o, r in judged)
@@ -196,20 +202,29 @@ def _span(lo_hi: tuple[float, float]) -> str:
 def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
     """A line saying that the new run is slower as a whole ('' when it is not): the median
     time ratio of the judged rows, where they are of two series or more, past the threshold's
-    time growth. Rows slower by no more than that are not judged (``run shifted``): a shift
-    that every series shares is the machine's speed during one run as often as the code's."""
+    time growth. Rows with their own spread slower by no more than that are not judged (``run
+    shifted``): a shift that every series shares is the machine's speed during one run as often
+    as the code's. Rows of logs without a spread are judged as they stand, and the line says so
+    (:func:`run_shift`)."""
     judged = [r for r in rows if r["size"] >= min_size and r["old_busbw"] > 0]
-    series = {tuple(r[k] for k in KEY[:-1]) for r in judged}
-    if len(series) < 2:
-        return ""
-    median = statistics.median(r["time_ratio"] for r in judged)
-    if median <= 1 / (1 - threshold):
-        return ""
-    return (f"# the new run is slower as a whole: its median row takes {median:.2f}x the old "
-            f"one's time, over {len(judged)} judged rows of {len(series)} series; a row is "
-            f"judged only where it is slower than that shift by > {1 / (1 - threshold) - 1:.1%},"
-            " for a shift that every series shares is the machine's speed during one of the "
-            "runs as often as the code: rerun both, one after the other, to judge the rest")
+    own = [r for r in judged if not r["no_spread"]]
+    for some, moved in ((own, True), (judged, False)):
+        series = {tuple(r[k] for k in KEY[:-1]) for r in some}
+        if len(series) < 2:
+            continue
+        median = statistics.median(r["time_ratio"] for r in some)
+        if median <= 1 / (1 - threshold):
+            continue
+        head = (f"# the new run is slower as a whole: its median row takes {median:.2f}x the old "
+                f"one's time, over {len(some)} judged rows of {len(series)} series")
+        if moved:
+            return (f"{head}; a row is judged only where it is slower than that shift by > "
+                    f"{1 / (1 - threshold) - 1:.1%}, for a shift that every series shares is the "
+                    "machine's speed during one of the runs as often as the code: rerun both, one "
+                    "after the other, to judge the rest")
+        return (f"{head} (rows of logs without a spread, judged as they stand); where the logs "
+                "were measured on a shared machine, rerun both before trusting the rows flagged")
+    return ""
 
 
 def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -> str:
