@@ -23,7 +23,7 @@ strikes a range of them: docs/decisions.md). Where the new run is slower as a wh
 time ratio of the judged rows of two series or more past the threshold's time growth: a slow
 spell over the whole run), a row must be slower than that shift by more than the threshold to
 regress, and one slower by no more than the shift is not judged either (``run shifted``); rows
-of logs without a spread give no shift and are judged as they stand.
+of imported logs (nccl-tests, OSU) give no shift and are judged as they stand.
 Not-judged rows are listed and do not fail the gate.
 
 Every row must be sound before anything is compared: a size that is not a whole number >= 0, a
@@ -48,6 +48,7 @@ __all__ = ["CompareError", "compare", "load", "report", "run_shift", "shifted"]
 KEY = ("op", "algo", "transport", "type", "redop", "root", "size")
 RUN = 3  # consecutive sizes of a series that must regress together
 NEEDED = (*KEY, "time_us", "min_us", "busbw")
+IMPORTED = ("nccl-tests", "osu")  # the suites of imported logs: no shift (run_shift)
 MAX_SIZE = 1 << 50  # bytes: a PiB per call is past any sweep; larger is a corrupt file
 
 
@@ -132,6 +133,7 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
         raise CompareError(f"world sizes differ: {old['world_size']} ranks against "
                            f"{new['world_size']}; results of different worlds do not compare")
     pairs = _pairs(old, new)
+    own = _own(old) and _own(new)
     limit = 1 / (1 - threshold)  # a busbw drop of `threshold` is a time growth of this factor
     shift = run_shift(old, new, min_size) if shift is None else shift
     beyond = limit * shift if shift > limit else limit  # the time growth a row must exceed
@@ -142,7 +144,7 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
         old_range, new_range = typical(o), typical(r)
         judged = r["size"] >= min_size and o["busbw"] > 0
         flat = r.get("spread") is False or o.get("spread") is False
-        past = limit if flat else beyond  # a log's one figure is judged as it stands
+        past = beyond if own else limit  # an imported log's rows are judged as they stand
         regressed = judged and new_range[0] > old_range[1] * past
         slower = judged and r["time_us"] > o["time_us"] * limit
         verdict = ""
@@ -154,7 +156,7 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
                "new_us": r["time_us"], "new_min_us": r["min_us"], "old_range": old_range,
                "new_range": new_range, "regressed": regressed,
                "verdict": verdict,
-               "no_spread": flat}
+               "no_spread": flat, "own_run": own}
         out.append(row)
     series: dict[tuple, list[dict]] = {}
     for row in out:
@@ -182,14 +184,20 @@ def _pairs(old: dict, new: dict) -> list[tuple[dict, dict]]:
     return [(before[key], r) for r in new["rows"] if (key := tuple(r[k] for k in KEY)) in before]
 
 
+def _own(record: dict) -> bool:
+    """Whether ``record`` is a run commbench measured, not a log it imported."""
+    return record.get("suite") not in IMPORTED
+
+
 def run_shift(old: dict, new: dict, min_size: int = 64 << 10) -> float:
     """The new run's time against the old one's as a whole: the median time ratio (new/old) of
-    the rows judged that carry their own spread, where they are of two series or more (1.0
-    otherwise: one series' shift is its own). Rows of a log that prints no spread (nccl-tests,
-    OSU) give none: a cluster measured slower at every size after a change of driver or fabric
-    is what its owner compares the logs for, not a slow spell of a shared machine."""
-    judged = [(o, r) for o, r in _pairs(old, new) if r["size"] >= min_size and o["busbw"] > 0
-              and r.get("spread") is not False and o.get("spread") is not False]
+    the rows judged, where they are of two series or more (1.0 otherwise: one series' shift is
+    its own), of two runs that commbench measured. Imported logs (nccl-tests, OSU) give none: a
+    cluster measured slower at every size after a change of driver or fabric is what its owner
+    compares two logs for, not a slow spell of a shared machine."""
+    if not (_own(old) and _own(new)):
+        return 1.0
+    judged = [(o, r) for o, r in _pairs(old, new) if r["size"] >= min_size and o["busbw"] > 0]
     if len({tuple(r[k] for k in KEY[:-1]) for _, r in judged}) < 2:
         return 1.0
     return statistics.median(r["time_us"] / o["time_us"] for o, r in judged)
@@ -202,12 +210,12 @@ def _span(lo_hi: tuple[float, float]) -> str:
 def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
     """A line saying that the new run is slower as a whole ('' when it is not): the median
     time ratio of the judged rows, where they are of two series or more, past the threshold's
-    time growth. Rows with their own spread slower by no more than that are not judged (``run
+    time growth. Rows of commbench's own runs slower by no more than that are not judged (``run
     shifted``): a shift that every series shares is the machine's speed during one run as often
-    as the code's. Rows of logs without a spread are judged as they stand, and the line says so
+    as the code's. Rows of imported logs are judged as they stand, and the line says so
     (:func:`run_shift`)."""
     judged = [r for r in rows if r["size"] >= min_size and r["old_busbw"] > 0]
-    own = [r for r in judged if not r["no_spread"]]
+    own = [r for r in judged if r.get("own_run", True)]
     for some, moved in ((own, True), (judged, False)):
         series = {tuple(r[k] for k in KEY[:-1]) for r in some}
         if len(series) < 2:
@@ -222,8 +230,8 @@ def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
                     f"{1 / (1 - threshold) - 1:.1%}, for a shift that every series shares is the "
                     "machine's speed during one of the runs as often as the code: rerun both, one "
                     "after the other, to judge the rest")
-        return (f"{head} (rows of logs without a spread, judged as they stand); where the logs "
-                "were measured on a shared machine, rerun both before trusting the rows flagged")
+        return (f"{head} (rows of imported logs, judged as they stand); where the logs were "
+                "measured on a shared machine, rerun both before trusting the rows flagged")
     return ""
 
 
