@@ -82,9 +82,10 @@ def test_algorithms_match_the_oracle_and_their_bytes(world, key, count, dtype, r
     _oracle_case(world, key, count, dtype, root, seed, redop)
 
 
-# Worlds of more ranks than this machine's cores run each example several times slower: the
-# same edges, a third of the drawn examples (the draws' axes, counts, types and reductions, are
-# explored on the smaller worlds; what these add is the ranks' number, which every example has)
+# Worlds of 5 and 8 ranks, more than the cores of the 2- and 4-core machines the default run
+# must stay fast on, run each example several times slower: the same edges, a third of the
+# drawn examples (the draws' axes, counts, types and reductions, are explored on the smaller
+# worlds; what these add is the ranks' number, which every example has)
 @pytest.mark.world(sizes=[5, 8])
 @pytest.mark.parametrize("key", ALGOS, ids=["/".join(k) for k in ALGOS])
 @_runnable_first
