@@ -287,3 +287,20 @@ def test_the_sweep_counts_a_regression_only_when_measuring_it_again_confirms_it(
     said.clear()
     _against(old, new, "old.json", said.append)  # nobody to measure again: all six stand
     assert "6 of 15 rows regressed" in said[-1]
+
+
+def test_the_sweep_says_every_line_of_its_verdict_and_the_run_s_shift():
+    """A run slower as a whole than the table it replaces: the sweep prints the verdict, the
+    rows it could not judge and the shift, each on its own line (none is dropped for another)."""
+    from commbench.studies.collectives import _against
+
+    sizes = [1 << 16, 1 << 17, 1 << 18]
+    algos = ("ring", "tree", "bruck")
+    old = _rec([_row(s, 100.0, algo=a) for a in algos for s in sizes])
+    new = _rec(_with_requested([_row(s, 140.0, algo=a) for a in algos for s in sizes]))
+    said: list[str] = []
+    _against(old, new, "old.json", said.append)
+    assert said[1].startswith("# no regression in 9 matched rows")
+    assert said[2].startswith("# 9 rows not judged") and "9 within the whole run's shift" in said[2]
+    assert said[3].startswith("# the new run is slower as a whole: its median row takes 1.40x")
+    assert len(said) == 4

@@ -16,7 +16,7 @@ from commbench.collectives import ALGORITHMS, algorithms_of
 from commbench.collectives.measure import Case, cadence, placement
 from commbench.costmodel import topology
 from commbench.results import records as res
-from commbench.results.compare import KEY, CompareError, compare, load, report, run_shift
+from commbench.results.compare import KEY, CompareError, compare, load, report, run_shift, shifted
 from commbench.results.trace import chrome_trace
 from commbench.studies.model import annotate, stored_fit
 from commbench.studies.overhead import memcpy_bandwidth
@@ -202,9 +202,15 @@ def _against(old: dict, new: dict, path: str, emit, again=None) -> None:
         bad = [r for r in rows if r["regressed"]]
     emit(f"# against the table it replaces ({path}, commit {old.get('commit')}; "
          f"commbench compare's rule):")
-    for line in report(bad, bad, 0.10, 64 << 10).splitlines()[:-1] if bad else []:
-        emit(f"# {line}")
-    emit(report(rows, bad, 0.10, 64 << 10).splitlines()[-1])
+    for line in report(bad, bad, 0.10, 64 << 10).splitlines() if bad else []:
+        if not line.startswith("#"):  # the regressed rows' table
+            emit(f"# {line}")
+    for line in report(rows, bad, 0.10, 64 << 10).splitlines():
+        if line.startswith("#"):  # the verdict, and what was not judged
+            emit(line)
+    whole = shifted(rows, 0.10, 64 << 10)
+    if whole:
+        emit(whole)
 
 
 def _resumed(path: str, n: int, measurement: dict, settings: dict, emit) -> dict | None:
