@@ -16,6 +16,7 @@ from said import said
 
 from commbench.cli.main import main
 from commbench.traces import joblog, joblog_findings
+from commbench.traces.calls import TraceError
 
 pytestmark = pytest.mark.traces
 
@@ -31,8 +32,8 @@ def _apart(path: str) -> dict[tuple, dict]:
     """Every distinct timeout of the log, read by splitting strings: (job rank or None, group
     rank, SeqNum, OpType) -> its fields."""
     out = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
+    with open(path, encoding="utf-8") as f:  # a line wrapped after "timeout: " joined back
+        for line in f.read().replace("operation timeout: \n", "operation timeout: ").splitlines():
             if "Watchdog caught collective operation timeout" not in line:
                 continue
             head, _, work = line.partition("WorkNCCL(")
@@ -83,6 +84,53 @@ def test_the_check_catches_a_reader_that_loses_the_rank_or_the_timeout(broken, t
     monkeypatch.setattr(joblog, broken, re.compile(r"(?!x)x"))
     with pytest.raises((AssertionError, KeyError)):
         _check("llamafactory_6269_reduce_scatter_timeout_excerpt.log", tmp_path, capsys)
+
+
+def test_a_message_a_logger_wrapped_onto_two_lines_is_read_whole(tmp_path, capsys):
+    """mila-iqia/milabench#269: a logger's host prefix, and each timeout line wrapped after
+    "timeout: ", the progress line after "detected": REDUCE #2070 timed out on ranks 11, 12, 14
+    and 15 of the default group (rank 12's progress line names it), as one line each would say.
+    Read line by line without joining, none of the five messages is found."""
+    code, rec, _ = _record(_path("milabench_269_wrapped_excerpt.log"), tmp_path, capsys)
+    (row,) = rec["calls"]
+    assert (row["group"], row["seq"], row["op"], row["ranks"]) == ("0", 2070, "REDUCE",
+                                                                   [11, 12, 14, 15])
+    assert (row["enqueued"], row["completed"]) == ([2070, 2070], [2069, 2069]) and code == 1
+
+
+def test_a_paste_wrapped_after_its_prefix_and_inside_its_message_is_read_whole(tmp_path,
+                                                                            capsys, monkeypatch):
+    """A note's paste: the prefix alone on a line, the message over three more. Joined, it is
+    rank 1's timeout; a reader that does not join reads nothing; a fifth line is past what is
+    joined, and a rank's own line after a cut message is not taken into it."""
+    lines = ["[rank1]:[E1114 09:50:59.789610635 ProcessGroupNCCL.cpp:683] ",
+             "[Rank 1] Watchdog caught collective operation timeout: ",
+             "WorkNCCL(SeqNum=1, OpType=ALLGATHER, NumelIn=1, NumelOut=2, Timeout(ms)=600000) ",
+             "ran for 600067 milliseconds before timing out."]
+    log = tmp_path / "note.log"
+    log.write_text("\n".join(lines) + "\n")
+    got = joblog.read([str(log)], 1 << 20)
+    assert [(t.rank, t.seq, t.op) for t in got.timeouts] == [(1, 1, "ALLGATHER")]
+    wide = tmp_path / "wide.log"  # the same over five lines: more than is joined
+    wide.write_text("\n".join([*lines[:3], "ran for 600067", "milliseconds before timing out."])
+                    + "\n")
+    assert _timeouts_of(wide) == []
+    cut = tmp_path / "cut.log"  # a cut message, then a rank's whole line: that line stands
+    cut.write_text(lines[1] + "\n[rank2]:[E1114 09:50:59.7 ProcessGroupNCCL.cpp:607] [Rank 2] "
+                   "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, "
+                   "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600001 milliseconds before "
+                   "timing out.\n")
+    assert [(t.rank, t.seq) for t in _timeouts_of(cut)] == [(2, 3)]
+    monkeypatch.setattr(joblog, "_wrapped", lambda line: False)
+    with pytest.raises(TraceError):
+        joblog.read([str(log)], 1 << 20)
+
+
+def _timeouts_of(path) -> list:
+    try:
+        return joblog.read([str(path)], 1 << 20).timeouts
+    except TraceError:  # no line it reads
+        return []
 
 
 def test_a_call_every_reporter_issued_names_the_members_that_said_nothing(tmp_path, capsys):

@@ -49,6 +49,9 @@ _WORK = (r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)(?:, NumelIn=(-?\d+), NumelOut=(-
 _TIMEOUT = re.compile(r"\[Rank (\d+)\] Watchdog caught collective operation timeout: " + _WORK +
                       r" ran for (\d+) milliseconds")
 _BLOCKING = re.compile(r"\[Rank (\d+)\] Work " + _WORK + r" timed out in blocking wait")
+# a log's prefix alone on its line, the message on the next (a paste wrapped after it)
+_PREFIX_ONLY = re.compile(r"\[rank\d+\]:\[[EWIF]\d{4} [\d:.]+ \S+:\d+\]$")
+HELD_LINES = 4  # a message of torch's wrapped over at most this many lines is read whole
 _PG = r"\[PG (?:ID (\d+) PG GUID )?(\S+?) ?(?:\(([^)]*)\))? Rank (\d+)\]"
 _PROGRESS = re.compile(_PG + r" (?:Exception \(either an error or timeout\) detected by watchdog "
                        r"at work|Timeout at NCCL work): (\d+), last enqueued NCCL work: (-?\d+), "
@@ -236,6 +239,7 @@ def read(paths: list[str], limit: int) -> JobLog:
     log, nccl, chars = JobLog(list(paths)), NcclReader(), 0
     for path in paths:
         root_block, chars = False, 0
+        held: list[tuple[str, str]] = []  # (line, where) of a wrapped message, read so far
         disk = max(os.path.getsize(path), 1)
         try:
             with stream_open(path, errors="replace") as f:
@@ -274,7 +278,23 @@ def read(paths: list[str], limit: int) -> JobLog:
                         elif line.startswith(("===", "---")) and log.root:
                             root_block = False
                         continue
-                    _line(log, line, f"{os.path.basename(path)}:{n}")
+                    where = f"{os.path.basename(path)}:{n}"
+                    if held and len(held) < HELD_LINES and _continues(held[-1][0], line):
+                        held.append((line, where))
+                        joined = " ".join(x for x, _ in held)
+                        if not _wrapped(joined):
+                            _line(log, joined, held[0][1])
+                            held = []
+                        continue
+                    for x, w in held:  # not a message wrapped after all: each line alone
+                        _line(log, x, w)
+                    held = []
+                    if _wrapped(line):
+                        held = [(line, where)]
+                    else:
+                        _line(log, line, where)
+                for x, w in held:
+                    _line(log, x, w)
         except (OSError, EOFError, gzip.BadGzipFile) as exc:
             raise TraceError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
     log.nccl = nccl.result()
@@ -285,6 +305,27 @@ def read(paths: list[str], limit: int) -> JobLog:
                          "(INFO, WARN, an error) or of torchrun's failure report: not a job's log "
                          "analyze reads")
     return log
+
+
+def _wrapped(line: str) -> bool:
+    """Whether ``line`` begins a message of torch's watchdog whose end is on the lines after it
+    (a logger or a paste wrapped it): the timeout line before its ``ran for ... milliseconds``,
+    the progress line before its last completed work, or the log's prefix alone."""
+    if "Watchdog caught collective operation timeout" in line:
+        return "milliseconds" not in line
+    if "Exception (either an error or timeout) detected" in line:
+        return "last completed NCCL work" not in line
+    return _PREFIX_ONLY.search(line) is not None
+
+
+def _continues(last: str, line: str) -> bool:
+    """Whether ``line`` may go on the wrapped message whose last line read is ``last``: not a
+    rank's own line (its prefix), nor, after the message has begun, another message's start."""
+    if _RANK.search(line):
+        return False
+    if _PREFIX_ONLY.search(last):
+        return True
+    return "[Rank " not in line and "[PG " not in line and "Watchdog caught" not in line
 
 
 def _line(log: JobLog, line: str, where: str) -> None:
