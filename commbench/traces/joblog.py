@@ -240,6 +240,7 @@ def read(paths: list[str], limit: int) -> JobLog:
     for path in paths:
         root_block, chars = False, 0
         held: list[tuple[str, str]] = []  # (line, where) of a wrapped message, read so far
+        base = os.path.basename(path)
         disk = max(os.path.getsize(path), 1)
         try:
             with stream_open(path, errors="replace") as f:
@@ -278,7 +279,7 @@ def read(paths: list[str], limit: int) -> JobLog:
                         elif line.startswith(("===", "---")) and log.root:
                             root_block = False
                         continue
-                    where = f"{os.path.basename(path)}:{n}"
+                    where = f"{base}:{n}"
                     if held and len(held) < HELD_LINES and _continues(held[-1][0], line):
                         held.append((line, where))
                         joined = " ".join(x for x, _ in held)
@@ -289,7 +290,8 @@ def read(paths: list[str], limit: int) -> JobLog:
                     for x, w in held:  # not a message wrapped after all: each line alone
                         _line(log, x, w)
                     held = []
-                    if _wrapped(line):
+                    if ("Watchdog" in line or "detected" in line or line.endswith("]")) and \
+                            _wrapped(line):  # the cheap tests first: most lines are none
                         held = [(line, where)]
                     else:
                         _line(log, line, where)
@@ -315,7 +317,7 @@ def _wrapped(line: str) -> bool:
         return "milliseconds" not in line
     if "Exception (either an error or timeout) detected" in line:
         return "last completed NCCL work" not in line
-    return _PREFIX_ONLY.search(line) is not None
+    return line.endswith("]") and "[rank" in line and _PREFIX_ONLY.search(line) is not None
 
 
 def _continues(last: str, line: str) -> bool:
