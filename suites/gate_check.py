@@ -48,21 +48,19 @@ def _tally(first: dict, second: dict) -> dict:
     """One ordered pair of tables: the gate's flags, its not-judged rows, and per algorithm how
     many of its judged rows a 2x slowdown of it alone gets flagged, listed as not judged, or
     passed as no regression (and how many other rows it flags)."""
-    from commbench.results.compare import compare
+    from commbench.results.compare import NOT_JUDGED, compare
 
     rows, bad = compare(first, second)
     judged = [r for r in rows if r["size"] >= 64 << 10]
     out = {"judged": len(judged), "flagged": len(bad),
-           "unjudged": sum(1 for r in judged if r["verdict"] in ("within spread", "isolated",
-                                                                 "run shifted")),
+           "unjudged": sum(1 for r in judged if r["verdict"] in NOT_JUDGED),
            "ratios": [r["time_ratio"] for r in judged], "planted": {}}
     for algo in sorted({r["algo"] for r in judged}):
         rows2, bad2 = compare(first, slowed(second, 2.0, algo))
         target = sum(1 for r in judged if r["algo"] == algo)
         caught = sum(1 for r in bad2 if r["algo"] == algo)
         mine = [r for r in rows2 if r["algo"] == algo and r["size"] >= 64 << 10]
-        unjudged = sum(1 for r in mine if r["verdict"] in ("within spread", "isolated",
-                                                              "run shifted"))
+        unjudged = sum(1 for r in mine if r["verdict"] in NOT_JUDGED)
         passed = sum(1 for r in mine if not r["verdict"])
         out["planted"][algo] = (caught, target, sum(1 for r in bad2 if r["algo"] != algo),
                                 unjudged, passed)

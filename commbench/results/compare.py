@@ -43,11 +43,12 @@ from tabulate import tabulate
 from commbench.results.files import RESULTS_LIMIT, FileRefused, read_json
 from commbench.results.records import SCHEMA
 
-__all__ = ["CompareError", "compare", "load", "report", "run_shift", "shifted"]
+__all__ = ["NOT_JUDGED", "CompareError", "compare", "load", "report", "run_shift", "shifted"]
 
 KEY = ("op", "algo", "transport", "type", "redop", "root", "size")
 RUN = 3  # consecutive sizes of a series that must regress together
 NEEDED = (*KEY, "time_us", "min_us", "busbw")
+NOT_JUDGED = ("within spread", "isolated", "run shifted")  # the verdicts of rows not judged
 IMPORTED = ("nccl-tests", "osu")  # the suites of imported logs: no shift (run_shift)
 MAX_SIZE = 1 << 50  # bytes: a PiB per call is past any sweep; larger is a corrupt file
 
@@ -135,7 +136,8 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
     pairs = _pairs(old, new)
     own = _own(old) and _own(new)
     limit = 1 / (1 - threshold)  # a busbw drop of `threshold` is a time growth of this factor
-    shift = run_shift(old, new, min_size) if shift is None else shift
+    if shift is None:
+        shift = _shift(pairs, min_size) if own else 1.0
     beyond = limit * shift if shift > limit else limit  # the time growth a row must exceed
     out, bad = [], []
     for o, r in pairs:
@@ -195,9 +197,12 @@ def run_shift(old: dict, new: dict, min_size: int = 64 << 10) -> float:
     its own), of two runs that commbench measured. Imported logs (nccl-tests, OSU) give none: a
     cluster measured slower at every size after a change of driver or fabric is what its owner
     compares two logs for, not a slow spell of a shared machine."""
-    if not (_own(old) and _own(new)):
-        return 1.0
-    judged = [(o, r) for o, r in _pairs(old, new) if r["size"] >= min_size and o["busbw"] > 0]
+    return _shift(_pairs(old, new), min_size) if _own(old) and _own(new) else 1.0
+
+
+def _shift(pairs: list[tuple[dict, dict]], min_size: int) -> float:
+    """:func:`run_shift` of (old row, new row) pairs of two runs of commbench's own."""
+    judged = [(o, r) for o, r in pairs if r["size"] >= min_size and o["busbw"] > 0]
     if len({tuple(r[k] for k in KEY[:-1]) for _, r in judged}) < 2:
         return 1.0
     return statistics.median(r["time_us"] / o["time_us"] for o, r in judged)
@@ -249,7 +254,7 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
             "series")
     verdict = (f"# {len(bad)} of {len(rows)} rows regressed: {test}" if bad else
                f"# no regression in {len(rows)} matched rows ({test})")
-    unjudged = [r for r in rows if r["verdict"] in ("within spread", "isolated", "run shifted")]
+    unjudged = [r for r in rows if r["verdict"] in NOT_JUDGED]
     if unjudged:
         spread = sum(1 for r in unjudged if r["verdict"] == "within spread")
         whole = sum(1 for r in unjudged if r["verdict"] == "run shifted")

@@ -182,7 +182,8 @@ def _against(old: dict, new: dict, path: str, emit, again=None) -> None:
     those that regress in both measurements are reported: a slow spell of a shared machine
     slows every size of a series measured in it, a regression of the code slows it again."""
 
-    rows, bad = compare(old, new)
+    shift = run_shift(old, new)  # the whole run's: its second look is judged at it too
+    rows, bad = compare(old, new, shift=shift)
     if not rows:
         return
     if bad and again is not None:
@@ -192,8 +193,8 @@ def _against(old: dict, new: dict, path: str, emit, again=None) -> None:
             key = tuple(r[k] for k in KEY)
             flagged.setdefault(key[:-1], []).append(asked[key])
         second = [row for key, sizes in flagged.items() for row in again(key, sizes)]
-        # judged at the whole run's shift, not at that of the few series measured again
-        _, bad_again = compare(old, {**new, "rows": second}, shift=run_shift(old, new))
+        # at the whole run's shift, not at that of the few series measured again
+        _, bad_again = compare(old, {**new, "rows": second}, shift=shift)
         confirmed = {tuple(r[k] for k in KEY) for r in bad_again}
         emit(f"# {len(bad)} rows regressed against {path}; measured again at once, "
              f"{len(confirmed)} regressed again (only those count)")
