@@ -19,11 +19,13 @@ fewer sizes at or above ``min_size`` must regress at all of them). A row whose m
 much slower but whose ranges overlap is *not judged*: the runs' own spread cannot tell a
 regression from the machine's noise there; so is a row beyond the spread at fewer consecutive
 sizes (a slow spell of a shared machine strikes one or two sizes; a regression of the code
-strikes a range of them: docs/decisions.md). Where the new run is slower as a whole (the median
-time ratio of the judged rows of two series or more past the threshold's time growth: a slow
-spell over the whole run), a row must be slower than that shift by more than the threshold to
-regress, and one slower by no more than the shift is not judged either (``run shifted``); rows
-of imported logs (nccl-tests, OSU) give no shift and are judged as they stand.
+strikes a range of them: docs/decisions.md). Where the new run is slower as a whole, or one
+op's series are (:class:`Shift`: the median time ratio of the judged rows, over two series or
+more for the run, three or more for an op, past the threshold's time growth), the two runs were
+measured in different states of the machine: this machine's slow spells slow a whole run, or
+one op's every algorithm, by 1.5 to 2.3x and some of their rows 5 to 8x (docs/decisions.md), so
+none of those rows is judged (``run shifted``, ``op shifted``); rows of imported logs
+(nccl-tests, OSU) give no shift and are judged as they stand.
 Not-judged rows are listed and do not fail the gate.
 
 Every row must be sound before anything is compared: a size that is not a whole number >= 0, a
@@ -37,18 +39,21 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 
 from tabulate import tabulate
 
 from commbench.results.files import RESULTS_LIMIT, FileRefused, read_json
 from commbench.results.records import SCHEMA
 
-__all__ = ["NOT_JUDGED", "CompareError", "compare", "load", "report", "run_shift", "shifted"]
+__all__ = ["NOT_JUDGED", "CompareError", "Shift", "compare", "load", "report", "run_shift",
+           "shifted"]
 
 KEY = ("op", "algo", "transport", "type", "redop", "root", "size")
 RUN = 3  # consecutive sizes of a series that must regress together
 NEEDED = (*KEY, "time_us", "min_us", "busbw")
-NOT_JUDGED = ("within spread", "isolated", "run shifted")  # the verdicts of rows not judged
+NOT_JUDGED = ("within spread", "isolated", "run shifted", "op shifted")  # rows not judged
+OP_SERIES = 3  # series an op needs for a shift of its own: one regressed series is a minority
 IMPORTED = ("nccl-tests", "osu")  # the suites of imported logs: no shift (run_shift)
 MAX_SIZE = 1 << 50  # bytes: a PiB per call is past any sweep; larger is a corrupt file
 
@@ -123,11 +128,12 @@ def typical(row: dict) -> tuple[float, float]:
 
 
 def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 << 10,
-            shift: float | None = None) -> tuple[list[dict], list[dict]]:
+            shift: Shift | None = None) -> tuple[list[dict], list[dict]]:
     """(every matched row with its ratios, ranges and verdict, the regressed rows). A row's
-    ``verdict``: ``REGRESSED``, ``within spread``, ``isolated`` or ``run shifted`` (all three
-    not judged), or ''. ``shift``: the new run's :func:`run_shift`, where ``new`` holds a part
-    of it only (some series measured again); None: the shift of the rows given."""
+    ``verdict``: ``REGRESSED``, ``within spread``, ``isolated``, ``run shifted`` or ``op
+    shifted`` (the four not judged), or ''. ``shift``: the new run's :func:`run_shift`, where
+    ``new`` holds a part of it only (some series measured again); None: the shift of the rows
+    given."""
     if not 0 < threshold < 1:
         raise CompareError(f"threshold={threshold}: must be between 0 and 1")
     if old["world_size"] != new["world_size"]:
@@ -137,8 +143,7 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
     own = _own(old) and _own(new)
     limit = 1 / (1 - threshold)  # a busbw drop of `threshold` is a time growth of this factor
     if shift is None:
-        shift = _shift(pairs, min_size) if own else 1.0
-    beyond = limit * shift if shift > limit else limit  # the time growth a row must exceed
+        shift = _shift(pairs, min_size) if own else Shift()
     out, bad = [], []
     for o, r in pairs:
         key = tuple(r[k] for k in KEY)
@@ -146,13 +151,12 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
         old_range, new_range = typical(o), typical(r)
         judged = r["size"] >= min_size and o["busbw"] > 0
         flat = r.get("spread") is False or o.get("spread") is False
-        past = beyond if own else limit  # an imported log's rows are judged as they stand
-        regressed = judged and new_range[0] > old_range[1] * past
+        moved = shift.moved(_op(r), limit) if own else ""  # imported logs: as they stand
         slower = judged and r["time_us"] > o["time_us"] * limit
+        regressed = judged and not moved and new_range[0] > old_range[1] * limit
         verdict = ""
-        if slower and not regressed:  # not judged: within the shift, else within the spread
-            verdict = "run shifted" if past > limit and \
-                r["time_us"] <= o["time_us"] * past else "within spread"
+        if slower and not regressed:  # not judged: in a shifted run or op, else within spread
+            verdict = moved or "within spread"
         row = {**dict(zip(KEY, key)), "old_busbw": o["busbw"], "new_busbw": r["busbw"],
                "ratio": ratio, "time_ratio": r["time_us"] / o["time_us"], "old_us": o["time_us"],
                "new_us": r["time_us"], "new_min_us": r["min_us"], "old_range": old_range,
@@ -191,21 +195,57 @@ def _own(record: dict) -> bool:
     return record.get("suite") not in IMPORTED
 
 
-def run_shift(old: dict, new: dict, min_size: int = 64 << 10) -> float:
-    """The new run's time against the old one's as a whole: the median time ratio (new/old) of
-    the rows judged, where they are of two series or more (1.0 otherwise: one series' shift is
-    its own), of two runs that commbench measured. Imported logs (nccl-tests, OSU) give none: a
-    cluster measured slower at every size after a change of driver or fabric is what its owner
-    compares two logs for, not a slow spell of a shared machine."""
-    return _shift(_pairs(old, new), min_size) if _own(old) and _own(new) else 1.0
+@dataclass(frozen=True)
+class Shift:
+    """How much slower the new run is than the old one as a whole (``run``: the median time
+    ratio, new/old, of the judged rows, where they are of two series or more) and each op's
+    (``ops``: the same over the rows of that op over one transport, where they are of
+    :data:`OP_SERIES` series or more, so that one series regressed alone is a minority of them);
+    1.0 where not read."""
+
+    run: float = 1.0
+    ops: tuple[tuple[str, float], ...] = ()  # (op and transport: "all_reduce (mpi)", shift)
+
+    def moved(self, op: str, limit: float) -> str:
+        """The verdict of a slower row of ``op`` that the shift leaves unjudged ('' if none)."""
+        if self.run > limit:
+            return "run shifted"
+        return "op shifted" if dict(self.ops).get(op, 1.0) > limit else ""
 
 
-def _shift(pairs: list[tuple[dict, dict]], min_size: int) -> float:
+def run_shift(old: dict, new: dict, min_size: int = 64 << 10) -> Shift:
+    """The new run's :class:`Shift` against the old one, of two runs that commbench measured.
+    Imported logs (nccl-tests, OSU) give none: a cluster measured slower at every size after a
+    change of driver or fabric is what its owner compares two logs for, not a slow spell of a
+    shared machine."""
+    return _shift(_pairs(old, new), min_size) if _own(old) and _own(new) else Shift()
+
+
+def _shift(pairs: list[tuple[dict, dict]], min_size: int) -> Shift:
     """:func:`run_shift` of (old row, new row) pairs of two runs of commbench's own."""
     judged = [(o, r) for o, r in pairs if r["size"] >= min_size and o["busbw"] > 0]
-    if len({tuple(r[k] for k in KEY[:-1]) for _, r in judged}) < 2:
-        return 1.0
-    return statistics.median(r["time_us"] / o["time_us"] for o, r in judged)
+    ratios = _medians([(_op(r), tuple(r[k] for k in KEY[:-1]), r["time_us"] / o["time_us"])
+                       for o, r in judged])
+    return Shift(ratios.pop(None, 1.0), tuple(sorted(ratios.items())))
+
+
+def _op(row: dict) -> str:
+    """A row's op over its transport (measured apart, in spells of their own)."""
+    return f"{row['op']} ({row['transport']})"
+
+
+def _medians(rows: list[tuple[str, tuple, float]]) -> dict:
+    """From (op, series, time ratio) of the judged rows: the run's median ratio (key None) where
+    they are of two series or more, and each op's where its rows are of :data:`OP_SERIES` series
+    or more."""
+    out: dict = {}
+    if len({s for _, s, _ in rows}) >= 2:
+        out[None] = statistics.median(t for _, _, t in rows)
+    for op in sorted({op for op, _, _ in rows}):
+        mine = [(s, t) for o, s, t in rows if o == op]
+        if len({s for s, _ in mine}) >= OP_SERIES:
+            out[op] = statistics.median(t for _, t in mine)
+    return out
 
 
 def _span(lo_hi: tuple[float, float]) -> str:
@@ -213,30 +253,37 @@ def _span(lo_hi: tuple[float, float]) -> str:
 
 
 def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
-    """A line saying that the new run is slower as a whole ('' when it is not): the median
-    time ratio of the judged rows, where they are of two series or more, past the threshold's
-    time growth. Rows of commbench's own runs slower by no more than that are not judged (``run
-    shifted``): a shift that every series shares is the machine's speed during one run as often
-    as the code's. Rows of imported logs are judged as they stand, and the line says so
-    (:func:`run_shift`)."""
+    """Lines saying that the new run is slower as a whole, or one op's series are ('' when
+    neither is): the median time ratio of the judged rows, over two series or more (the run) or
+    :data:`OP_SERIES` or more (an op), past the threshold's time growth. Rows of commbench's own
+    runs so shifted are not judged (``run shifted``, ``op shifted``): the machine's state moved
+    between the runs, as often as the code did. Rows of imported logs are judged as they stand,
+    and the line says so (:func:`run_shift`)."""
+    limit = 1 / (1 - threshold)
     judged = [r for r in rows if r["size"] >= min_size and r["old_busbw"] > 0]
     own = [r for r in judged if r.get("own_run", True)]
+    again = ("for a shift that many series share is the machine's state during one of the "
+             "runs as often as the code: rerun both, one after the other, to judge them")
     for some, moved in ((own, True), (judged, False)):
-        series = {tuple(r[k] for k in KEY[:-1]) for r in some}
-        if len(series) < 2:
-            continue
-        median = statistics.median(r["time_ratio"] for r in some)
-        if median <= 1 / (1 - threshold):
-            continue
-        head = (f"# the new run is slower as a whole: its median row takes {median:.2f}x the old "
-                f"one's time, over {len(some)} judged rows of {len(series)} series")
+        found = _medians([(_op(r), tuple(r[k] for k in KEY[:-1]), r["time_ratio"])
+                          for r in some])
+        whole = found.pop(None, 1.0)
+        if whole > limit:
+            head = (f"# the new run is slower as a whole: its median row takes {whole:.2f}x the "
+                    f"old one's time, over {len(some)} judged rows of "
+                    f"{len({tuple(r[k] for k in KEY[:-1]) for r in some})} series")
+            if moved:
+                return f"{head}; no row of it is judged, {again}"
+            return (f"{head} (rows of imported logs, judged as they stand); where the logs were "
+                    "measured on a shared machine, rerun both before trusting the rows flagged")
         if moved:
-            return (f"{head}; a row is judged only where it is slower than that shift by > "
-                    f"{1 / (1 - threshold) - 1:.1%}, for a shift that every series shares is the "
-                    "machine's speed during one of the runs as often as the code: rerun both, one "
-                    "after the other, to judge the rest")
-        return (f"{head} (rows of imported logs, judged as they stand); where the logs were "
-                "measured on a shared machine, rerun both before trusting the rows flagged")
+            ops = [(op, t) for op, t in found.items() if t > limit]
+            if ops:
+                return "\n".join(
+                    f"# {op} is slower as a whole in the new run: its median row takes {t:.2f}x "
+                    f"the old one's time, over {sum(1 for r in some if _op(r) == op)} judged "
+                    f"rows of {len({tuple(r[k] for k in KEY[:-1]) for r in some if _op(r) == op})}"
+                    f" series; no row of {op} is judged, {again}" for op, t in ops)
     return ""
 
 
@@ -257,11 +304,11 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
     unjudged = [r for r in rows if r["verdict"] in NOT_JUDGED]
     if unjudged:
         spread = sum(1 for r in unjudged if r["verdict"] == "within spread")
-        whole = sum(1 for r in unjudged if r["verdict"] == "run shifted")
+        whole = sum(1 for r in unjudged if r["verdict"] in ("run shifted", "op shifted"))
         verdict += (f"\n# {len(unjudged)} rows not judged: slower by > "
                     f"{1 / (1 - threshold) - 1:.1%} in the median, but {spread} within the runs' "
                     f"own spread and {len(unjudged) - spread - whole} beyond it at fewer than "
-                    f"{RUN} consecutive sizes" + (f", {whole} within the whole run's shift"
+                    f"{RUN} consecutive sizes" + (f", {whole} in a run or op slower as a whole"
                                                    if whole else "") +
                     " (the machine's noise cannot be told from the code's)")
     flat = sum(1 for r in rows if r.get("no_spread"))
