@@ -167,7 +167,7 @@ def test_a_run_slower_as_a_whole_is_said_so_and_none_of_its_rows_is_judged():
     """Every series of the new run slower alike (a slow spell of a shared machine over the whole
     run looks so): a line says the run moved as a whole and by how much, and none of its rows is
     judged (``run shifted``), not even a series far slower than the shift (such a spell slows
-    some rows 5 to 8x). One series slowed alone among unchanged ones moves the run's median too
+    some rows 5 to 9x). One series slowed alone among unchanged ones moves the run's median too
     little to be a shift, and so does exactly the threshold's time growth."""
     from commbench.results.compare import Shift, compare, report, run_shift, shifted
 
