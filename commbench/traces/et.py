@@ -24,7 +24,7 @@ import re
 from commbench.ops import OPS
 from commbench.traces.calls import COLLECTIVE, CPP_TYPES, MAX_WORLD, TraceError
 from commbench.traces.recorded import Rec
-from commbench.traces.stream import LIMIT, _open, events
+from commbench.traces.stream import LIMIT, events, open_text
 
 __all__ = ["from_et", "is_et"]
 
@@ -45,7 +45,7 @@ def is_et(path: str) -> bool:
     """Whether ``path`` looks like an execution trace, plain or gzipped (its head names a
     chakra schema or nodes)."""
     try:
-        with _open(path) as f:
+        with open_text(path) as f:
             head = f.read(2048)
     except (OSError, UnicodeDecodeError, EOFError):
         return False

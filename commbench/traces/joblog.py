@@ -38,8 +38,7 @@ from dataclasses import dataclass, field
 from commbench.results.files import kind_of
 from commbench.results.nccl_info import NcclReader, NcclSaid, clean_line
 from commbench.traces.calls import TraceError
-from commbench.traces.stream import BOMB_CHARS, RATIO
-from commbench.traces.stream import _open as stream_open  # plain or gzipped text
+from commbench.traces.stream import BOMB_CHARS, RATIO, open_text
 
 __all__ = ["JobLog", "Progress", "Signal", "Timeout", "files_of", "is_job_log", "read"]
 
@@ -170,7 +169,7 @@ class JobLog:
 
 def _head(path: str) -> str:
     try:
-        with stream_open(path, errors="replace") as f:
+        with open_text(path, errors="replace") as f:
             return f.read(SNIFF)
     except (OSError, EOFError, gzip.BadGzipFile):
         return ""
@@ -243,7 +242,7 @@ def read(paths: list[str], limit: int) -> JobLog:
         base = os.path.basename(path)
         disk = max(os.path.getsize(path), 1)
         try:
-            with stream_open(path, errors="replace") as f:
+            with open_text(path, errors="replace") as f:
                 gzipped = isinstance(getattr(f, "buffer", None), gzip.GzipFile)
                 # a line is read a piece of at most LINE_CHARS at a time: a file of one endless
                 # line (a progress bar's carriage returns, a binary) never sits in memory whole

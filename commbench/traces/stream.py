@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from commbench.traces.calls import TraceError
 
 __all__ = ["BOMB_CHARS", "CHUNK", "LIMIT", "PROGRESS_BYTES", "RATIO", "Wanted", "events",
-           "progress_line"]
+           "open_text", "progress_line"]
 
 CHUNK = 1 << 20
 PROGRESS_BYTES = 64 << 20  # a progress line on stderr every this many characters read
@@ -32,7 +32,7 @@ _SEPARATORS = re.compile(r"[ \t\r\n,]*")
 Wanted = Callable[[list[str]], list[bool]]  # items' texts -> whether each may be needed
 
 
-def _open(path: str, errors: str = "strict"):
+def open_text(path: str, errors: str = "strict"):
     """``path`` as text, gunzipped where it is gzipped (``errors``: how undecodable bytes are
     met; a job's log, which may hold anything, replaces them)."""
     with open(path, "rb") as f:
@@ -243,7 +243,7 @@ def events(path: str, top: dict, progress: Callable[[int], None] | None = None,
     be an item the caller needs (one test of a whole chunk's texts); the items it leaves out
     may be skipped undecoded (:func:`_by_line`)."""
     try:
-        f = _open(path)
+        f = open_text(path)
     except OSError as exc:
         raise TraceError(f"{path}: {exc.strerror or exc}") from None
     with f:
