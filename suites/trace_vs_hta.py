@@ -32,14 +32,11 @@ from trace_read import write  # noqa: E402  (the suites are scripts, run from th
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DLRM = os.path.join(HERE, "..", "tests", "data", "traces", "param", "dlrm_kineto")
-OURS = ("import json, sys, tempfile, os\n"
+# the command as a user gives it, writing its record; the overlap is read from that record
+# afterwards, by the harness, untimed (as HTA's child hands back its frame's figures only)
+OURS = ("import sys\n"
         "from commbench.cli.main import main\n"
-        "out = os.path.join(tempfile.mkdtemp(), 'a.json')\n"
-        "import contextlib, io\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        "    main(['analyze', sys.argv[1], '--json', out])\n"
-        "d = json.load(open(out))\n"
-        "print(json.dumps({s['rank']: round(s['overlap'], 4) for s in d['steps']}))\n")
+        "main(['analyze', sys.argv[1], '--json', sys.argv[2]])\n")
 HTA = ("import json, sys, logging\n"
        "logging.disable(logging.WARNING)\n"
        "from hta.trace_analysis import TraceAnalysis\n"
@@ -52,11 +49,19 @@ SELF = ("\nprint(next(int(x.split()[1]) for x in open('/proc/self/status') "
 
 
 def child(python: str, code: str, folder: str) -> tuple[float, dict]:
-    """(seconds, per-rank overlap) of ``code`` in a fresh ``python``."""
-    t0 = time.perf_counter()
-    p = subprocess.run([python, "-c", code, folder], capture_output=True, text=True, check=True)
-    seconds = time.perf_counter() - t0
-    return seconds, json.loads(p.stdout.strip().splitlines()[-1])
+    """(seconds, per-rank overlap) of ``code`` in a fresh ``python``: HTA's printed by the
+    child, commbench's read from the record its command wrote (after the clock stops)."""
+    with tempfile.TemporaryDirectory() as out:
+        record = os.path.join(out, "analyze.json")
+        t0 = time.perf_counter()
+        p = subprocess.run([python, "-c", code, folder, record], capture_output=True, text=True,
+                           check=True)
+        seconds = time.perf_counter() - t0
+        if code is not OURS:
+            return seconds, json.loads(p.stdout.strip().splitlines()[-1])
+        with open(record) as f:
+            steps = json.load(f)["steps"]
+    return seconds, {s["rank"]: round(s["overlap"], 4) for s in steps}
 
 
 def _tree_kb(root: int) -> tuple[int, int]:
@@ -94,14 +99,16 @@ def peak_mb(python: str, code: str, folder: str) -> tuple[float, float]:
     run of its own (the sampling costs CPU: it is not the timed run): resident sets summed, at
     least the process' own peak (``VmHWM``: a sample may miss it), and proportional sets
     summed (:func:`_tree_kb`)."""
-    p = subprocess.Popen([python, "-c", code + SELF, folder], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True)
+    out_dir = tempfile.mkdtemp()
+    p = subprocess.Popen([python, "-c", code + SELF, folder, os.path.join(out_dir, "a.json")],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     rss = pss = 0
     while p.poll() is None:
         now = _tree_kb(p.pid)
         rss, pss = max(rss, now[0]), max(pss, now[1])
         time.sleep(0.01)
     out = p.stdout.read().split()
+    shutil.rmtree(out_dir, ignore_errors=True)
     if p.returncode or not out:
         raise SystemExit(f"{python} -c ... {folder}: exit {p.returncode}")
     return max(rss, int(out[-1])) / 1024, pss / 1024  # a sample may miss the main one's peak
@@ -135,7 +142,9 @@ def main() -> None:
     print("# commbench analyze beside Holistic Trace Analysis\n")
     print(f"HTA {hta}; {os.cpu_count()} cores.\n")
     print(f"`python suites/trace_vs_hta.py --hta-python HTA --ranks {a.ranks} --mb {a.mb} "
-          f"--repeat {a.repeat}`; each tool a fresh interpreter per run, the runs interleaved; "
+          f"--repeat {a.repeat}`; each tool a fresh interpreter per run, the runs interleaved "
+          "(commbench: `commbench analyze DIR --json FILE`, the overlap read from FILE after "
+          "the clock stops; HTA: `get_comm_comp_overlap`, its figures printed by the child); "
           "medians with the range in brackets; peak memory is that of the tool's process and "
           "its workers together (both read ranks in forked workers), interpreters included, "
           "sampled every 10 ms in a separate run: their resident sets summed (at least the "

@@ -113,7 +113,7 @@ def _keyed(traces: list[RankTrace]) -> dict[tuple, list[Call]]:
     by its pair's order."""
     keys = _p2p_keys(traces)
     groups: dict[tuple, list[Call]] = {}
-    for t in traces:
+    for t in sorted(traces, key=lambda t: t.rank):  # each call's members in rank order
         for k, c in enumerate(t.calls):
             key = ("unlinked", c.rank, k) if not c.group else \
                 keys[id(c)] if c.op in P2P else (c.group, c.seq)
@@ -153,22 +153,25 @@ def match_job(traces: list[RankTrace], cover: dict[int, Cover] | None = None
     apart = _misaligned(groups)
     if apart:
         groups = {(c.rank, k): [c] for t in traces for k, c in enumerate(t.calls)}
-    # a pair's row leads with its send
-    rows = [Matched(sorted(cs, key=lambda c: (c.op != "send", c.rank))) for cs in groups.values()]
+    # the members in rank order (:func:`_keyed`); a pair's row leads with its send
+    rows = [Matched(cs if cs[0].op not in P2P else sorted(cs, key=lambda c: c.op != "send"))
+            for cs in groups.values()]
     for m in rows:
         # a member whose kernel is not in the trace has no time: the others time the call
         cs = [c for c in m.calls if c.source != NO_KERNEL]
         if not cs:  # no member's kernel in the traces: a call with its bytes, no time
             continue
-        if len(cs) > 1 and sorted(c.rank for c in cs) == _members(cs[0]):
+        c0 = cs[0]
+        if len(cs) > 1 and len(cs) == (2 if c0.op in P2P else len(c0.group)) and \
+                sorted(c.rank for c in cs) == _members(c0):
             last = max(cs, key=lambda c: (c.ts, c.rank))
-            m.time_us = max(c.end for c in cs) - last.ts
+            m.time_us = max(c.ts + c.dur for c in cs) - last.ts
             m.skew_us = last.ts - min(c.ts for c in cs)
             m.slowest = last.rank
         else:  # one rank's record, or members whose files are not here: no cross-rank figures
             m.time_us = min(c.dur for c in cs)
-        m.exposed_us = max(c.dur - cover[c.rank].covered(c.ts, c.end) for c in cs)
-        size, n = cs[0].size, len(cs[0].group)
+        m.exposed_us = max(c.dur - cover[c.rank].covered(c.ts, c.ts + c.dur) for c in cs)
+        size, n = c0.size, len(c0.group)
         if not n or all(c.source == "cpu" for c in cs):  # a CPU op times the enqueue, not the transfer:
             continue                            # no bandwidth rather than a wrong one
         if not cs[0].sized:  # recorded without shapes: no size, so no bandwidth
