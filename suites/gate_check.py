@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -108,9 +109,9 @@ def main() -> int:
         transport = tables[name][0]["rows"][0]["transport"]
         for i, j in itertools.permutations(range(a.runs), 2):
             t = _tally(tables[name][i], tables[name][j])
-            ratios = sorted(t["ratios"])
+            ratios = t["ratios"] or [float("nan")]  # no row judged: no ratio
             lines.append((transport, i + 1, j + 1, t["judged"], t["flagged"], t["unjudged"],
-                          ratios[len(ratios) // 2], ratios[0], ratios[-1]))
+                          statistics.median(ratios), min(ratios), max(ratios)))
             for algo, (c, n, o, u, ok) in t["planted"].items():
                 k = planted.setdefault((transport, algo), [0, 0, 0, 0, 0, 0, 0])
                 k[0] += c == n  # every row of the algorithm caught
