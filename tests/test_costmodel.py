@@ -4,6 +4,7 @@ NCCL's XML, and the alpha-beta-gamma fit."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -376,6 +377,7 @@ DEVICES = [("NVIDIA B200", ("dgx-b200", "dgx-b200")), ("NVIDIA GB200", None),
            ("NVIDIA GH200 120GB", ("alps-gh200", "alps-gh200")),
            ("NVIDIA H200", ("dgx-h200", "cluster-h100-ndr")), ("NVIDIA H200 NVL", None),
            ("NVIDIA H100 80GB HBM3", ("dgx-h100", "cluster-h100-ndr")), ("NVIDIA H100 PCIe", None),
+           ("NVIDIA H800", ("hgx-h800", "hgx-h800")), ("NVIDIA H800 PCIe", None),
            ("NVIDIA A100-SXM4-80GB", ("dgx-a100", "cluster-a100-hdr")),
            ("NVIDIA A100-PCIE-40GB", None), ("Tesla V100-SXM2-32GB", None)]
 
@@ -393,7 +395,31 @@ def test_a_device_name_matched_inside_words_is_caught():
         return next(((one, many) for word, one, many in GPU_PRESETS if word in name.upper()),
                     None)
     assert [n for n, want in DEVICES if loose(n) != want] == \
-        ["NVIDIA GB200", "NVIDIA H200 NVL", "NVIDIA H100 PCIe", "NVIDIA A100-PCIE-40GB"]
+        ["NVIDIA GB200", "NVIDIA H200 NVL", "NVIDIA H100 PCIe", "NVIDIA H800 PCIe",
+         "NVIDIA A100-PCIE-40GB"]
+
+
+def _ring(topo) -> float:
+    return nccl_predict("all_reduce", 8 << 30, topo, algo="ring", proto="Simple").bus_bw
+
+
+def test_an_h800_node_is_eight_links_and_more_nodes_never_make_its_ring_faster():
+    """An H800's NVLink is cut to 400 GB/s both ways (DeepSeek in deepseek-ai/DeepSeek-V3#28):
+    8 links of NVLink 4, a large ring all-reduce on one node at NCCL's 20.6 GB/s a link, 8/18 of
+    an H100 node's (DeepEP's maintainers reached about 160 GB/s). Across nodes a ring's channel
+    crosses NVLink as well as a NIC, at one speed (NCCL's search keeps a ring's two equal): on
+    H800 nodes, whose NICs would carry more than their NVLink, the ring keeps its NVLink figure
+    at any node count, where the NICs' share alone would price it past what the node carries."""
+    h800 = load("hgx-h800")
+    assert _ring(h800) == pytest.approx(8 * 20.6, rel=1e-3)
+    assert _ring(h800) / _ring(load("dgx-h100")) == pytest.approx(8 / 18, rel=1e-3)
+    assert [_ring(load("hgx-h800", n)) for n in (2, 3, 16)] == \
+        pytest.approx([_ring(h800)] * 3, rel=1e-3)
+    # negative: a graph whose inter-node speed is the NICs' share alone (8 x 48 GB/s over 16
+    # channels), as the model once built it, is priced past the NVLink figure
+    nics_alone = dataclasses.replace(load("hgx-h800", 16), graphs={
+        "ring": {"channels": 16, "bw_intra": 8 * 20.6 / 16, "bw_inter": 8 * 48.0 / 16}})
+    assert _ring(nics_alone) > 2 * _ring(h800)
 
 
 def test_the_b200_preset_is_nccl_s_own_nvlink_figure():

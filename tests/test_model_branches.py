@@ -177,10 +177,11 @@ def test_layout_prices_a_collective_at_nccl_tests_size_on_the_groups_own_part():
     (2, {("ring", "LL"): 39.0, ("ring", "LL128"): 0.92 * 370.8, ("ring", "Simple"): 370.8,
          ("tree", "LL"): 39.0, ("tree", "LL128"): 370.8 * 120 / 128,
          ("tree", "Simple"): 0.92 * 370.8, ("nvls_tree", "Simple"): 510.0}),
-    # three nodes: the NIC's 24 per channel (384 in all), LL at 20.4, NVLS-tree net-bound
-    (3, {("ring", "LL"): 20.4, ("ring", "LL128"): 0.92 * 384, ("ring", "Simple"): 384.0,
-         ("tree", "LL"): 20.4, ("tree", "LL128"): 360.0, ("tree", "Simple"): 0.92 * 384,
-         ("nvls_tree", "Simple"): 384.0}),
+    # three nodes: a channel crosses NVLink and a NIC at one speed, NVLink's 23.175 (< the
+    # NIC's 24), LL at 20.4; NVLS-tree net-bound at the NIC's 24 per channel (384 in all)
+    (3, {("ring", "LL"): 20.4, ("ring", "LL128"): 0.92 * 370.8, ("ring", "Simple"): 370.8,
+         ("tree", "LL"): 20.4, ("tree", "LL128"): 370.8 * 120 / 128,
+         ("tree", "Simple"): 0.92 * 370.8, ("nvls_tree", "Simple"): 384.0}),
 ])
 def test_every_all_reduce_row_s_bus_bandwidth_by_hand(nodes, want):
     """All-reduce of 8 B (no tree correction below 64 B) on 1, 2, 3 DGX H100 nodes: each

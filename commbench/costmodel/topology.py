@@ -26,6 +26,7 @@ __all__ = ["GPU_PRESETS", "Graph", "Topology", "from_nccl_xml", "gpu_presets", "
 # no H200 and a GB200 no B200; first match wins
 GPU_PRESETS = (("GH200", "alps-gh200", "alps-gh200"), ("B200", "dgx-b200", "dgx-b200"),
                ("H200", "dgx-h200", "cluster-h100-ndr"), ("H100", "dgx-h100", "cluster-h100-ndr"),
+               ("H800", "hgx-h800", "hgx-h800"),
                ("A100", "dgx-a100", "cluster-a100-hdr"))
 _CARD = re.compile(r"\b(?:PCIe|NVL)\b", re.I)  # a PCIe card (NVL: bridged pairs), on no NVSwitch
 
@@ -219,7 +220,11 @@ def graphs(topo: Topology, nvlink_bw_per_link: float, search_speeds: list[float]
 
     * ring/tree: ``channels`` channels sharing the GPU's intra-node bandwidth (links x the per-
       link bandwidth NCCL assumes for the architecture, or the PCIe bandwidth); across nodes a
-      channel also gets its share of the node's NICs, and the smaller of the two bounds it.
+      channel also gets its share of the node's NICs, and the smaller of the two bounds it, on
+      the network's hops as on the node's (search.cc starts a graph at one speed for both, and
+      a ring keeps them equal: a channel that crosses the network also crosses NVLink, so its
+      inter-node speed is never above what the node's links carry; where NVLink is the slower,
+      as on an H800 node, more nodes do not make a ring faster).
     * nvls / nvls_tree: ``nvls_channels`` channels at the fastest of NCCL's search speeds that
       fits the intra-node bandwidth (search.cc tries them from the top).
     """
@@ -228,8 +233,8 @@ def graphs(topo: Topology, nvlink_bw_per_link: float, search_speeds: list[float]
     per_intra = intra / topo.channels
     per_inter = net / topo.channels if net else 0.0
     multi = topo.nodes > 1
-    ring = Graph(topo.channels, min(per_intra, per_inter) if multi else per_intra,
-                 per_inter if multi else per_intra)
+    per = min(per_intra, per_inter) if multi else per_intra
+    ring = Graph(topo.channels, per, per)
     nv_per = intra / topo.nvls_channels
     speed = next((s for s in search_speeds if s <= nv_per), 0.0)
     nvls = Graph(topo.nvls_channels, speed, net / topo.nvls_channels if net else 0.0)
