@@ -281,7 +281,8 @@ def _published(a) -> int:
     verdict = (f"Headline figures (the first {len(head)}) within 10%: {len(head) - len(bad)} of "
                f"{len(head)}. The NVLS rows by GPU count (5, 6, 7) are not held to it: they show "
                "NCCL's model flat in n, its NVLS busbw the same for any number of GPUs, while the "
-               "measurements rise with n.")
+               "measurements rise with n. Nor is the H800 row, a user's figure on a preset built "
+               "from specifications: it shows how far off that preset is.")
     print(f"# {verdict}")
     if not a.no_write:
         record = res.header("nccl_published", 0, "none", "model", {"nccl_version": a.nccl_version,

@@ -15,7 +15,8 @@ __all__ = ["FIGURES", "HEADLINE", "check_published"]
 
 # (what, topology, nodes, op, algo forced or None for NCCL's pick, published busbw GB/s, source)
 # HEADLINE figures are held to 10%; the NVLS-by-GPU-count ones show where NCCL's model is flat
-# in n (its NVLS busbw does not depend on the number of GPUs) while the measurement rises.
+# in n (its NVLS busbw does not depend on the number of GPUs) while the measurement rises, and
+# the H800 one how far a preset built from specifications is from a user's measurement.
 FIGURES = [
     ("8 x H100 ring all-reduce", "dgx-h100", 1, "all_reduce", "ring", 370.0,
      "sjeaugey in NVIDIA/nccl-tests#212 (~370 GB/s effective NVLink with NCCL_ALGO=RING); "
@@ -54,6 +55,10 @@ HEADLINE = len(FIGURES)
 FIGURES += [(f"{g} x H100 NVLS all-reduce", f"dgx-h100@{g}", 1, "all_reduce", "nvls", bw,
              "NVIDIA/nccl#1455 (NVLS 420/440/460/480 GB/s for 5/6/7/8 GPUs)")
             for g, bw in ((5, 420.0), (6, 440.0), (7, 460.0))]
+# a user's figure, not a maintainer's, on a preset built from specifications: shown, not held
+FIGURES += [("8 x H800 all-reduce (NCCL's pick)", "hgx-h800", 1, "all_reduce", None, 215.0,
+             "yupatrick22 in NVIDIA/nccl#1374 (an 8 x H800 node: 215 GB/s, above the H800's "
+             "200 GB/s of NVLink each way)")]
 
 
 def check_published(version: str = "2.30.7", size: int = 8 << 30) -> list[dict]:
