@@ -167,7 +167,7 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
     series: dict[tuple, list[dict]] = {}
     for row in out:
         if row["size"] >= min_size:
-            series.setdefault(tuple(row[k] for k in KEY[:-1]), []).append(row)
+            series.setdefault(_series(row), []).append(row)
     for rows in series.values():
         rows.sort(key=lambda row: row["size"])
         slow = [row["regressed"] for row in rows]
@@ -224,9 +224,13 @@ def run_shift(old: dict, new: dict, min_size: int = 64 << 10) -> Shift:
 def _shift(pairs: list[tuple[dict, dict]], min_size: int) -> Shift:
     """:func:`run_shift` of (old row, new row) pairs of two runs of commbench's own."""
     judged = [(o, r) for o, r in pairs if r["size"] >= min_size and o["busbw"] > 0]
-    ratios = _medians([(_op(r), tuple(r[k] for k in KEY[:-1]), r["time_us"] / o["time_us"])
-                       for o, r in judged])
+    ratios = _medians([(_op(r), _series(r), r["time_us"] / o["time_us"]) for o, r in judged])
     return Shift(ratios.pop(None, 1.0), tuple(sorted(ratios.items())))
+
+
+def _series(row: dict) -> tuple:
+    """A row's series: its key but the size."""
+    return tuple(row[k] for k in KEY[:-1])
 
 
 def _op(row: dict) -> str:
@@ -265,25 +269,27 @@ def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
     again = ("for a shift that many series share is the machine's state during one of the "
              "runs as often as the code: rerun both, one after the other, to judge them")
     for some, moved in ((own, True), (judged, False)):
-        found = _medians([(_op(r), tuple(r[k] for k in KEY[:-1]), r["time_ratio"])
-                          for r in some])
+        found = _medians([(_op(r), _series(r), r["time_ratio"]) for r in some])
         whole = found.pop(None, 1.0)
         if whole > limit:
             head = (f"# the new run is slower as a whole: its median row takes {whole:.2f}x the "
                     f"old one's time, over {len(some)} judged rows of "
-                    f"{len({tuple(r[k] for k in KEY[:-1]) for r in some})} series")
+                    f"{len({_series(r) for r in some})} series")
             if moved:
                 return f"{head}; no row of it is judged, {again}"
             return (f"{head} (rows of imported logs, judged as they stand); where the logs were "
                     "measured on a shared machine, rerun both before trusting the rows flagged")
         if moved:
-            ops = [(op, t) for op, t in found.items() if t > limit]
-            if ops:
-                return "\n".join(
-                    f"# {op} is slower as a whole in the new run: its median row takes {t:.2f}x "
-                    f"the old one's time, over {sum(1 for r in some if _op(r) == op)} judged "
-                    f"rows of {len({tuple(r[k] for k in KEY[:-1]) for r in some if _op(r) == op})}"
-                    f" series; no row of {op} is judged, {again}" for op, t in ops)
+            lines = []
+            for op, t in found.items():
+                if t > limit:
+                    mine = [r for r in some if _op(r) == op]
+                    lines.append(f"# {op} is slower as a whole in the new run: its median row "
+                                 f"takes {t:.2f}x the old one's time, over {len(mine)} judged "
+                                 f"rows of {len({_series(r) for r in mine})} series; no row of "
+                                 f"{op} is judged, {again}")
+            if lines:
+                return "\n".join(lines)
     return ""
 
 
