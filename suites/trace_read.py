@@ -4,8 +4,8 @@ against ``json.load`` of the same file, each in a fresh process, side by side.
     .venv/bin/python suites/trace_read.py --mb 300 > results/trace_read_<machine>.md
 
 The trace is one rank's Kineto file written event by event (never held whole): per call a
-``record_param_comms`` op and its NCCL kernel with torch's arguments, and 18 other events
-(operators, launches, computation kernels), until it reaches ``--mb``.
+``record_param_comms`` op, its launch and its NCCL kernel with torch's arguments, and 18 other
+events (operators, launches, computation kernels), until it reaches ``--mb`` (:func:`write`).
 Peak memory is the child's own peak resident set since its start (``VmHWM``; ``ru_maxrss`` would
 carry the suite's own peak over the fork), whole interpreter included.
 """
@@ -27,40 +27,65 @@ LOAD = ("import json, sys; d = json.load(open(sys.argv[1])); "
         "print(sum(1 for e in d['traceEvents'] if e.get('cat') == 'kernel'))")
 EMPTY = "import sys; from commbench.traces import kineto"
 OTHERS = 18  # events beside each call: most of a real trace is computation
+PID = 4242  # the process the CPU events are on
 
 
 def write(path: str, mb: int) -> int:
-    """A trace of about ``mb`` MB; the number of calls in it."""
+    """A trace of about ``mb`` MB; the number of calls in it.
+
+    Laid out as torch 2.x's profiler writes a training job's rank: per call (20 us apart, on
+    whole microseconds) a ``record_param_comms`` op with torch's arguments, its launch
+    (``cudaLaunchKernel``) and its NCCL kernel on NCCL's stream; and six computation kernels on
+    the compute stream, each with its ``aten::mm`` op and its launch. GPU events carry what
+    CUPTI gives Kineto (device, stream, correlation, grid, block, occupancy): trace-analysis
+    tools tell GPU kernels by their stream. The NCCL kernel [5, 15) and the computation
+    kernels [3i, 3i + 2) overlap for 6 of its 10 us: an overlap of 0.6 on every rank."""
     limit, k = mb << 20, 0
     with open(path, "w") as f:
         f.write('{"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, '
                 '"world_size": 8, "pg_config": []}, "traceEvents": [\n')
         first = True
         while f.tell() < limit:
-            t = 10.0 * k
+            t, corr = 20 * k, (OTHERS // 3 + 1) * k
             args = {"Collective name": "allreduce", "In msg nelems": 1 << 20,
                     "Out msg nelems": 1 << 20, "Group size": 8, "dtype": "BFloat16",
                     "Process Group Name": "0", "Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]",
                     "Seq": k, "External id": k}
-            events = [{"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1,
-                       "tid": 1, "ts": t, "dur": 2.0, "args": args},
+            events = [{"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": PID,
+                       "tid": PID, "ts": t, "dur": 2, "args": args},
+                      {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": PID,
+                       "tid": PID, "ts": t + 1, "dur": 1,
+                       "args": {"External id": k, "cbid": 211, "correlation": corr}},
                       {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_"
                        "RING_LL(ncclDevKernelArgsStorage<4096ul>)", "pid": 0, "tid": 20,
-                       "ts": t + 3, "dur": 5.0, "args": args}]
-            for j in range(OTHERS):  # a step's other work: operators, launches, kernels
-                cat, name = (("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32") if j % 3 == 0 else
-                             ("cuda_runtime", "cudaLaunchKernel") if j % 3 == 1 else
-                             ("cpu_op", "aten::mm"))
-                events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7,
-                               "ts": t + j * 0.1, "dur": 0.5,
-                               "args": {"External id": 10**7 + k * OTHERS + j,
-                                        "Input Dims": [[4096, 4096], [4096, 4096]]}})
+                       "ts": t + 5, "dur": 10, "args": {**args, **_gpu(20, corr)}}]
+            for j in range(OTHERS // 3):  # a step's computation: operator, launch, kernel
+                ext, c = 10**7 + k * OTHERS + j, corr + 1 + j
+                events += [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": PID,
+                            "tid": PID, "ts": t + 3 * j, "dur": 1,
+                            "args": {"External id": ext, "Sequence number": k,
+                                     "Input Dims": [[4096, 4096], [4096, 4096]],
+                                     "Input type": ["c10::BFloat16", "c10::BFloat16"]}},
+                           {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                            "pid": PID, "tid": PID, "ts": t + 3 * j, "dur": 1,
+                            "args": {"External id": ext, "cbid": 211, "correlation": c}},
+                           {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16_bf16f32",
+                            "pid": 0, "tid": 7, "ts": t + 3 * j, "dur": 2,
+                            "args": {"External id": ext, **_gpu(7, c)}}]
             for e in events:
                 f.write(("" if first else ",\n") + json.dumps(e))
                 first = False
             k += 1
         f.write("\n]}\n")
     return k
+
+
+def _gpu(stream: int, correlation: int) -> dict:
+    """A GPU kernel's arguments as Kineto writes them from CUPTI's record."""
+    return {"queued": 0, "device": 0, "context": 1, "stream": stream,
+            "correlation": correlation, "registers per thread": 168, "shared memory": 213248,
+            "blocks per SM": 1.0, "warps per SM": 12.0, "grid": [132, 1, 1],
+            "block": [384, 1, 1], "est. achieved occupancy %": 19}
 
 
 def child(code: str, path: str) -> tuple[float, float, str]:
@@ -91,7 +116,7 @@ def main() -> None:
             got[name].append(child(code, path))
     os.remove(path)
     print(f"# Reading one rank's Kineto trace of {size:.0f} MB ({calls} NCCL kernels among "
-          f"{calls * (OTHERS + 2)} events)\n")
+          f"{calls * (OTHERS + 3)} events)\n")
     print(f"`python suites/trace_read.py --mb {a.mb} --repeat {a.repeat}`; each row a fresh "
           f"interpreter, the rows interleaved; medians of {a.repeat} runs, the range in "
           "brackets; peak memory is the process's maximum resident set.\n")

@@ -258,3 +258,44 @@ def test_a_cut_that_trusts_its_separator_is_caught_by_the_drawn_events_judge(tmp
               {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 3.0,
                "dur": 1.0}]
     assert _readings_differ(events, tmp_path) == ["lines", "kineto"]
+
+
+# --- a computation kernel decoded up to its arguments (stream.HEAD), the rest left undecoded
+GEMM = {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 1.0, "dur": 1.0}
+
+
+@pytest.mark.parametrize("trap", ["objects in its arguments", "arguments before its time",
+                                  "no arguments", "a library's kernel"])
+def test_a_kernel_read_up_to_its_arguments_reads_as_its_compact_form(tmp_path, trap):
+    inner = {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 0.0, "dur": 1e6}
+    kernel = {"objects in its arguments": {**GEMM, "args": {"x": [{"a": 1}, inner, {"b": 2}]}},
+              "arguments before its time": {"ph": "X", "cat": "kernel", "name": "gemm",
+                                            "args": {"stream": 7}, "ts": 1.0, "dur": 1.0},
+              "no arguments": GEMM,
+              "a library's kernel": {**GEMM, "name": "void deep_ep::intranode::dispatch<8>()",
+                                     "args": {"stream": 7}}}[trap]
+    events = [kernel, {**GEMM, "ts": 5.0, "args": {"stream": 7, "grid": [1, 1, 1]}}]
+    assert _readings_differ(events, tmp_path) == []
+
+
+def test_a_kernel_s_head_read_without_its_proof_is_caught(tmp_path, monkeypatch):
+    """The broken rule: a kernel's keys before ``"args"`` taken without proving the text one
+    event, so the object laid out as an event in its arguments is read as a kernel too."""
+    inner = {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 0.0, "dur": 1e6}
+    events = [{**GEMM, "args": {"x": [{"a": 1}, inner, {"b": 2}]}}, GEMM]
+    monkeypatch.setattr(stream, "_head", lambda text: text.find('"args": {'))
+    assert _readings_differ(events, tmp_path) == ["lines", "kineto"]
+
+
+def test_a_kernel_s_head_never_decoded_whole_is_caught(tmp_path, monkeypatch):
+    """The broken rule: what a computation kernel's head leaves out never decoded, where it is
+    not one (its time after its arguments; a library's communication kernel and the call it
+    links to by its arguments' ``External id``)."""
+    monkeypatch.setattr(kineto, "whole", lambda e: e)
+    late = {"ph": "X", "cat": "kernel", "name": "gemm", "args": {"stream": 7}, "ts": 1.0,
+            "dur": 1.0}
+    with pytest.raises(kineto.TraceError, match="no time"):
+        _readings_differ([late, GEMM], tmp_path)  # the last event is read by another path
+    doc = json.load(gzip.open(os.path.join(DATA, "tracelens", "b200_vllm_symm_mem_rank0.json.gz"),
+                              "rt"))
+    assert differences(doc, tmp_path) != []

@@ -4,6 +4,7 @@ analyzer's rules, broken on purpose, caught by the same judge."""
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 
@@ -946,6 +947,40 @@ def test_an_interval_merged_in_out_of_order_only_at_its_place_is_caught():
     spans = [(10.0, 20.0), (0.0, 5.0), (4.0, 12.0)]
     assert _online(spans) == intervals.union(spans) == [(0.0, 20.0)]
     assert _online(spans, Broken) != intervals.union(spans)
+
+
+class _Rank:  # what Cover reads of a rank's trace
+    def __init__(self, spans) -> None:
+        self.compute_ts = [a for a, _ in spans]
+        self.compute_end = [b for _, b in spans]
+
+
+def _covered_by_hand(spans, a: float, b: float) -> float:
+    return sum(max(0.0, min(b, e) - max(a, s)) for s, e in spans)
+
+
+@given(spans=INTERVALS, a=st.integers(-5, 85), length=st.integers(-3, 40))
+def test_the_time_a_union_covers_of_a_span_is_its_intervals_overlaps_summed(spans, a, length):
+    """A call's covered time (its exposed time is the rest): the overlaps of [a, b) with each
+    merged interval, summed; nothing where b <= a."""
+    merged = intervals.union(spans)
+    got = analysis.Cover(_Rank(merged)).covered(float(a), float(a + length))
+    assert got == _covered_by_hand(merged, float(a), float(a + length))
+
+
+def test_a_covered_time_searched_from_the_intervals_starts_is_caught():
+    """The broken rule: the search for the first interval made on the starts, so that the
+    interval holding ``a`` is missed."""
+    class Broken(analysis.Cover):
+        def covered(self, a, b):
+            i = bisect.bisect_right(self.lo, a)
+            return sum(max(0.0, min(b, self.hi[j]) - max(a, self.lo[j]))
+                       for j in range(i, len(self.lo)) if self.lo[j] < b)
+
+    merged = [(0.0, 10.0), (20.0, 30.0)]
+    assert analysis.Cover(_Rank(merged)).covered(5.0, 25.0) == 10.0 == \
+        _covered_by_hand(merged, 5.0, 25.0)
+    assert Broken(_Rank(merged)).covered(5.0, 25.0) != _covered_by_hand(merged, 5.0, 25.0)
 
 
 def test_analyze_runs_without_the_cycle_collector_and_leaves_it_as_it_found_it(

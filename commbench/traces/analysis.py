@@ -67,11 +67,20 @@ class Cover:
         self.lo, self.hi = t.compute_ts, t.compute_end
 
     def covered(self, a: float, b: float) -> float:
-        """Microseconds of [a, b) inside the union."""
-        i = bisect.bisect_right(self.hi, a)
+        """Microseconds of [a, b) inside the union (none where b <= a). Each interval met ends
+        after ``a`` (the search) and starts before ``b`` (the loop): its share is never
+        negative."""
+        if b <= a:
+            return 0.0
+        lo, hi = self.lo, self.hi
+        i, n = bisect.bisect_right(hi, a), len(lo)
         total = 0.0
-        while i < len(self.lo) and self.lo[i] < b:
-            total += max(0.0, min(b, self.hi[i]) - max(a, self.lo[i]))
+        while i < n:
+            start = lo[i]
+            if start >= b:
+                break
+            end = hi[i]
+            total += (end if end < b else b) - (start if start > a else a)
             i += 1
         return total
 

@@ -62,6 +62,7 @@ from commbench.traces.calls import (
     symm_mem_op,
 )
 from commbench.traces.intervals import OnlineUnion
+from commbench.traces.stream import HEAD, REST, whole
 
 UNKNOWN = "unknown"  # the op of an unlinked kernel whose name states none
 NO_KERNEL = "no-kernel"  # the source of a call whose CPU op no NCCL kernel in the trace ran
@@ -77,16 +78,21 @@ _ITEMSIZE = dict(DTYPES.values())  # commbench's dtype -> bytes
 KERNEL = ("kernel", "Kernel")  # a GPU kernel's category, as Kineto writes it (old and new)
 
 
-def _wanted(texts: list[str]) -> list[bool]:
+def _wanted(texts: list[str]) -> list:
     """Whether each event's text may be one :func:`read` needs: a kernel, a step, a collective's
     op (``record_param_comms``, the process groups' own ``nccl:*`` and ``gloo:*``, torch
     SymmetricMemory's ``symm_mem::*``), a graph's launch. Any other event is skipped undecoded
     (:func:`commbench.traces.stream.events`). A text holding an escape (``\\u`` may spell any
-    name) is decoded. The cheap tests first: one character's search runs far faster than a
-    word's, so a rare character guards its word."""
-    return ['"kernel"' in t or "record_param_comms" in t or "\\" in t or '"Kernel"' in t or
-            ("#" in t and "ProfilerStep#" in t) or ("G" in t and "GraphLaunch" in t) or
-            "nccl:" in t or "gloo:" in t or "symm_mem::" in t for t in texts]
+    name) is decoded. A kernel's text is marked :data:`~commbench.traces.stream.HEAD` unless
+    it names NCCL: a computation kernel needs only its time, decoded from the keys before its
+    arguments (Kineto writes ``args`` last), and any other kernel is decoded whole as it is
+    told apart (:func:`read`). The cheap tests first: one character's search runs far faster
+    than a word's, so a rare character guards its word."""
+    return [(HEAD if "\\" not in t and "nccl" not in t else True)
+            if '"kernel"' in t or '"Kernel"' in t else
+            "record_param_comms" in t or "\\" in t or ("#" in t and "ProfilerStep#" in t) or
+            ("G" in t and "GraphLaunch" in t) or "nccl:" in t or "gloo:" in t or
+            "symm_mem::" in t for t in texts]
 
 
 @dataclass
@@ -184,6 +190,8 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
     say = stream.progress_line(path) if progress and os.path.getsize(path) > \
         stream.PROGRESS_BYTES else None
     for e in stream.events(path, top, say, limit=limit, wanted=_wanted):
+        if REST in e and (e.get("cat") not in KERNEL or "ts" not in e or "ph" not in e):
+            e = whole(e)  # decoded up to its arguments: enough for a computation kernel only
         if e.get("ph") != "X":
             continue
         name, cat = str(e.get("name", "")), str(e.get("cat", ""))
@@ -192,6 +200,8 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
             # a library's kernel is in its namespace: a name without one is computation at once
             lib = library_kernel(name) if choice is None and "::" in name and \
                 library_start(name) else None
+            if REST in e and (choice is not None or lib is not None):
+                e = whole(e)  # communication: its arguments are read
             if lib is not None:  # communication, though not NCCL's
                 if lib[0] == SYMM_MEM and (e.get("args") or {}).get("External id") is not None:
                     symm_kernels.append((len(others), e["args"]["External id"]))

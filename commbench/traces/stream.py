@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 
 from commbench.traces.calls import TraceError
 
-__all__ = ["BOMB_CHARS", "CHUNK", "LIMIT", "PROGRESS_BYTES", "RATIO", "Wanted", "events",
-           "open_text", "progress_line"]
+__all__ = ["BOMB_CHARS", "CHUNK", "HEAD", "LIMIT", "PROGRESS_BYTES", "RATIO", "REST", "Wanted",
+           "events", "open_text", "progress_line", "whole"]
 
 CHUNK = 1 << 20
 PROGRESS_BYTES = 64 << 20  # a progress line on stderr every this many characters read
@@ -29,7 +29,10 @@ RATIO = 1000  # a gzipped file decompressing to more than this many times its si
 BOMB_CHARS = 64 << 20  # ... judged once this many characters are read
 _BLANK = re.compile(r"[ \t\r\n]*")
 _SEPARATORS = re.compile(r"[ \t\r\n,]*")
-Wanted = Callable[[list[str]], list[bool]]  # items' texts -> whether each may be needed
+Wanted = Callable[[list[str]], list]  # items' texts -> whether each may be needed, or HEAD
+HEAD = 2  # wanted: the item's keys before its "args" suffice (the rest: :func:`whole`)
+REST = "\x00"  # the key under which a HEAD item keeps its text
+_REST = '"\\u0000": 0}'  # closes a HEAD item's keys with that key
 
 
 def open_text(path: str, errors: str = "strict"):
@@ -159,7 +162,8 @@ def _by_line(s: _Stream, key: str, wanted: Wanted) -> Iterator[dict]:
     Such an array is cut into items' texts by one ``str.split`` per chunk at the first two
     items' separator (``},``, a line break, that indentation, ``{``): a line break cannot lie
     inside a JSON string. A text ``wanted`` leaves out is skipped where :func:`_skippable`
-    finds it whole items; every other text is decoded in one C call, and must be one item.
+    finds it whole items; every other text is decoded in one C call, and must be one item (a
+    text marked :data:`HEAD` only up to its arguments, where :func:`_head` proves it one).
     Whatever does not fit (a compact array on one line, a text that is not one item, an item
     longer than :data:`CHUNK` twice over, the array's last item and its end) is read by
     :func:`_exact` from there on, so that the items read are the same either way."""
@@ -199,6 +203,16 @@ def _by_line(s: _Stream, key: str, wanted: Wanted) -> Iterator[dict]:
             text = texts[i]
             if not flags[i] and skippable(text):
                 continue  # one item or more, all of the array's: none needed
+            if flags[i] == HEAD and (cut := _head(text)) > 0:
+                item = "{" + text[:cut] + _REST  # the keys before its arguments
+                try:
+                    v, end = scan(item, 0)
+                    if end == len(item):
+                        v[REST] = text
+                        yield v
+                        continue
+                except (StopIteration, ValueError, RecursionError):
+                    pass  # not members before it: decoded whole
             item = "{" + text + "}"
             try:
                 v, end = scan(item, 0)
@@ -218,6 +232,25 @@ def _by_line(s: _Stream, key: str, wanted: Wanted) -> Iterator[dict]:
 
 
 _ITEM_OBJECT = re.compile(r"[\[,][ \t\r\n]*\{")  # an object opens as an array's item
+
+
+def _head(text: str) -> int:
+    """Where a :data:`HEAD` item's keys end (its ``"args"``), or -1 where the text is not
+    proved one item without decoding it whole. Proved so: the keys before it decode as one
+    object's members (the caller's decoding checks that), and no object opens after the
+    arguments' own brace, as the next item would."""
+    cut = text.find('"args": {')
+    return cut if cut > 0 and text.find("{", cut + 9) < 0 else -1
+
+
+def whole(item: dict) -> dict:
+    """An item the stream decoded only up to its arguments (``wanted``'s :data:`HEAD`) decoded
+    whole; any other item as it is."""
+    text = item.get(REST)
+    return _SCAN("{" + text + "}", 0)[0] if isinstance(text, str) else item
+
+
+_SCAN = json.JSONDecoder().scan_once  # one text, known to be one item: decoded whole
 
 
 def _skippable(text: str) -> bool:
