@@ -291,7 +291,7 @@ def test_a_kernel_s_head_never_decoded_whole_is_caught(tmp_path, monkeypatch):
     """The broken rule: what a computation kernel's head leaves out never decoded, where it is
     not one (its time after its arguments; a library's communication kernel and the call it
     links to by its arguments' ``External id``)."""
-    monkeypatch.setattr(kineto, "whole", lambda e: e)
+    monkeypatch.setattr(kineto, "whole", lambda e, path: e)
     late = {"ph": "X", "cat": "kernel", "name": "gemm", "args": {"stream": 7}, "ts": 1.0,
             "dur": 1.0}
     with pytest.raises(kineto.TraceError, match="no time"):
@@ -299,3 +299,14 @@ def test_a_kernel_s_head_never_decoded_whole_is_caught(tmp_path, monkeypatch):
     doc = json.load(gzip.open(os.path.join(DATA, "tracelens", "b200_vllm_symm_mem_rank0.json.gz"),
                               "rt"))
     assert differences(doc, tmp_path) != []
+
+
+def test_a_kernel_s_arguments_that_are_no_json_are_refused_where_they_are_decoded(tmp_path):
+    """Another library's kernel is decoded whole once told apart: arguments that are no JSON
+    there are one line naming the file, as in a compact file."""
+    bad = ('{"ph": "X", "cat": "kernel", "name": "void deep_ep::intranode::dispatch<8>()", '
+           '"pid": 0, "tid": 7, "ts": 1.0, "dur": 1.0, "args": {"stream": 7,, "x": 1}}')
+    path = tmp_path / "rank0.json"
+    path.write_text('{"traceEvents": [\n' + bad + ",\n" + json.dumps(GEMM) + "\n]}\n")
+    with pytest.raises(kineto.TraceError, match="rank0.json: not valid JSON"):
+        kineto.read(str(path), progress=False)

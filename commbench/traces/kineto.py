@@ -191,7 +191,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
         stream.PROGRESS_BYTES else None
     for e in stream.events(path, top, say, limit=limit, wanted=_wanted):
         if REST in e and (e.get("cat") not in KERNEL or "ts" not in e or "ph" not in e):
-            e = whole(e)  # decoded up to its arguments: enough for a computation kernel only
+            e = whole(e, path)  # decoded up to its arguments: enough for a computation kernel only
         if e.get("ph") != "X":
             continue
         name, cat = str(e.get("name", "")), str(e.get("cat", ""))
@@ -201,7 +201,7 @@ def read(path: str, progress: bool = True, limit: int = stream.LIMIT, world: int
             lib = library_kernel(name) if choice is None and "::" in name and \
                 library_start(name) else None
             if REST in e and (choice is not None or lib is not None):
-                e = whole(e)  # communication: its arguments are read
+                e = whole(e, path)  # communication: its arguments are read
             if lib is not None:  # communication, though not NCCL's
                 if lib[0] == SYMM_MEM and (e.get("args") or {}).get("External id") is not None:
                     symm_kernels.append((len(others), e["args"]["External id"]))

@@ -243,11 +243,19 @@ def _head(text: str) -> int:
     return cut if cut > 0 and text.find("{", cut + 9) < 0 else -1
 
 
-def whole(item: dict) -> dict:
+def whole(item: dict, path: str = "") -> dict:
     """An item the stream decoded only up to its arguments (``wanted``'s :data:`HEAD`) decoded
-    whole; any other item as it is."""
+    whole (TraceError naming ``path`` where the rest is no JSON); any other item as it is."""
     text = item.get(REST)
-    return _SCAN("{" + text + "}", 0)[0] if isinstance(text, str) else item
+    if not isinstance(text, str):
+        return item
+    try:
+        v, end = _SCAN("{" + text + "}", 0)
+    except (StopIteration, ValueError, RecursionError):
+        v, end = None, -1
+    if type(v) is not dict or end != len(text) + 2:
+        raise TraceError(f"{path}: not valid JSON (an event: {text[:80]!r})")
+    return v
 
 
 _SCAN = json.JSONDecoder().scan_once  # one text, known to be one item: decoded whole
