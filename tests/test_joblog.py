@@ -694,3 +694,72 @@ def test_the_installed_torch_s_monitored_barrier_lines_read_to_the_same_finding(
     fresh = str(tmp_path / "gloo_monitored_barrier_rank0.log")
     assert _barrier_apart(fresh) == _barrier_apart(_path("gloo_monitored_barrier_rank0.log"))
     assert main(["analyze", fresh, "--json", str(tmp_path / "a.json")]) == 1
+
+
+GLOO = ["gloo_timeout_torchrun.log", "gloo_peer_closed_torchrun.log"]
+
+
+def _gloo_apart(path: str) -> list[tuple]:
+    """Each gloo error of the log, read by splitting strings: (job rank, recv/send/closed,
+    timeout in ms or None, the call its rank's traceback was in)."""
+    out, call = [], {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            rank = int(line.split("[rank", 1)[1].split("]", 1)[0]) if line.startswith("[rank") \
+                else None
+            if 'distributed_c10d.py", line ' in line:
+                call[rank] = line.rsplit(" in ", 1)[1].strip()
+            elif "Timed out waiting " in line:
+                ms, _, rest = line.split("Timed out waiting ", 1)[1].partition("ms for ")
+                out.append((rank, rest.split()[0], int(ms), call.get(rank, "")))
+            elif "Connection closed by peer" in line:
+                out.append((rank, "closed", None, call.get(rank, "")))
+    return out
+
+
+def _gloo_read(path: str) -> list[tuple]:
+    return [(g.rank, g.kind, g.timeout_ms, g.call) for g in joblog.read([path], 1 << 30).gloo]
+
+
+@pytest.mark.parametrize("name", GLOO)
+def test_gloo_s_errors_are_read_with_their_rank_and_the_call_they_waited_in(name, tmp_path,
+                                                                            capsys):
+    """torch 2.13 under torchrun, gloo (make_gloo_errors.py): rank 2 of 3 skips an all-reduce
+    and sleeps (ranks 0 and 1 time out, one sending, one receiving) or exits (their peer's
+    connection closes). Each error with its rank and the call its traceback names; with the
+    world given, rank 2 is named as the one that printed none."""
+    want = _gloo_apart(_path(name))
+    assert len(want) == 2 and {w[0] for w in want} == {0, 1} and {w[3] for w in want} == \
+        {"all_reduce"}
+    assert sorted(_gloo_read(_path(name))) == sorted(want)
+    code, rec, out = _record(_path(name), tmp_path, capsys, "--world", "3")
+    assert code == 1 and len(rec["gloo"]) == 2
+    assert any(f.startswith("gloo: ") and "all_reduce" in f and "ranks [0, 1]" in f
+               for f in rec["findings"])
+    assert any("rank 2 of the world's 3 printed no gloo error" in f for f in rec["findings"])
+    code, rec, _ = _record(_path(name), tmp_path, capsys)
+    assert not any("printed no gloo error" in f for f in rec["findings"])  # no world: no guess
+
+
+@pytest.mark.parametrize("broken", ["_C10D_FRAME", "_GLOO_WAIT", "_GLOO_CLOSED"])
+def test_the_gloo_check_catches_a_reader_that_loses_the_call_or_the_error(broken, monkeypatch):
+    monkeypatch.setattr(joblog, broken, re.compile(r"(?!x)x"))
+    with pytest.raises((AssertionError, TraceError)):
+        for name in GLOO:
+            assert sorted(_gloo_read(_path(name))) == sorted(_gloo_apart(_path(name)))
+
+
+@pytest.mark.launcher
+@pytest.mark.local
+def test_the_installed_torch_s_gloo_errors_read_as_the_committed_ones(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(_path("make_gloo_errors.py"), tmp_path / "make_gloo_errors.py")
+    subprocess.run([sys.executable, str(tmp_path / "make_gloo_errors.py")], check=True,
+                   timeout=300, capture_output=True)
+    for name in GLOO:
+        fresh = str(tmp_path / name)
+        assert sorted(_gloo_read(fresh)) == sorted(_gloo_apart(fresh)) == \
+            sorted(_gloo_apart(_path(name)))

@@ -247,6 +247,7 @@ def _joblog(a, paths: list[str], skipped: list[str] | None = None) -> int:
               (len(log.barriers), "monitored barrier failure(s)"),
               (len(log.stuck), "stuck watchdog(s)"), (len(log.warns), "kind(s) of NCCL warning"),
               (sum(log.errors.values()), "NCCL error line(s)"),
+              (len(log.gloo), "gloo error(s)"),
               (len(log.root) and 1, "torchrun failure report")]
     echo(f"# commbench analyze: the job's log ({names}; {log.lines} lines): "
           + (", ".join(f"{n} {what}" for n, what in counts if n) or "no failure line"))
@@ -278,7 +279,8 @@ def _joblog(a, paths: list[str], skipped: list[str] | None = None) -> int:
         echo(f"# ... and {len(log.warns) - SHOWN} more kind(s) of NCCL warning"
               + (f" (all in {a.json})" if a.json else " (--json FILE keeps them all)"))
     echo("\n" + ("\n".join(f"# {line}" for line in said) if said else
-                  "# no watchdog timeout, stuck watchdog, NCCL warning or error in the log"))
+                  "# no watchdog timeout, stuck watchdog, NCCL warning or error, gloo error in "
+                  "the log"))
     for line in notes:
         echo(f"# {line}")
     if a.json:
@@ -296,7 +298,9 @@ def _joblog(a, paths: list[str], skipped: list[str] | None = None) -> int:
                                            for pair in log.mismatches],
                             "nccl_error_path": [{"host": h, "code": c, "lines": n, "first": f}
                                                 for (h, c), (n, f) in log.chains.items()],
-                            "nccl_said": facts})
+                            "nccl_said": facts,
+                            "gloo": [{k: v for k, v in vars(g).items() if k != "where"}
+                                     for g in log.gloo]})
         echo(f"# wrote {a.json}")
     echo.write(a.markdown)
     if said:

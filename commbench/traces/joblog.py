@@ -33,14 +33,15 @@ import gzip
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from commbench.results.files import kind_of
 from commbench.results.nccl_info import NcclReader, NcclSaid, clean_line
 from commbench.traces.calls import TraceError
 from commbench.traces.stream import BOMB_CHARS, RATIO, open_text
 
-__all__ = ["JobLog", "Progress", "Signal", "Timeout", "files_of", "is_job_log", "read"]
+__all__ = ["GlooWait", "JobLog", "Progress", "Signal", "Timeout", "files_of", "is_job_log",
+           "read"]
 
 _RANK = re.compile(r"\[rank(\d+)\]:")
 _WORK = (r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)(?:, NumelIn=(-?\d+), NumelOut=(-?\d+))?, "
@@ -74,6 +75,13 @@ _PRINT = re.compile(r"CollectiveFingerPrint\((?:SequenceNumber=(\d+),? ?)?OpType
 # waited for them names them
 _BARRIER = re.compile(r"\[Rank (\d+)\]: Ranks? ([\d, ]+) failed to pass monitoredBarrier in (\d+) ms")
 _STUCK = re.compile(_PG + r" ProcessGroupNCCL's watchdog got stuck for (\d+) seconds")
+# gloo's own timeout (its TCP or libuv transport), raised in the rank that waited: the source
+# file of the throw in brackets where printed; and the error of a rank whose peer went away
+_GLOO_WAIT = re.compile(r"(?:gloo/transport/(\w+)/[\w.]+:\d+\]\s*)?Timed out waiting (\d+)ms "
+                        r"for (recv|send) operation to complete")
+_GLOO_CLOSED = re.compile(r"Connection closed by peer \[([^\]\s]{1,255})\]:(\d+)")
+# a traceback's frame in torch.distributed's collectives: the call a rank was waiting in
+_C10D_FRAME = re.compile(r'distributed_c10d\.py", line \d+, in (\w+)')
 # (a host or a file name is 255 characters at most: a long line holding "NCCL WARN" is scanned
 # in linear time)
 _WARN = re.compile(r"(?:(\S{1,255}?):\d+:\d+ )?\[\d+\] (?:\S{1,255}:\d+ )?NCCL WARN (.*\S)")
@@ -136,6 +144,19 @@ class Signal:
     completed: int
 
 
+@dataclass(frozen=True)
+class GlooWait:
+    """A rank's gloo error: a receive or send it waited for past the group's timeout, or its
+    peer's connection closed under it (``closed``), in the collective its traceback names."""
+
+    rank: int | None      # the job's rank, where the line's prefix says it
+    kind: str             # recv, send or closed
+    timeout_ms: int | None
+    peer: str             # closed: the peer's address and port, as gloo prints them
+    call: str             # torch.distributed's function the traceback names ('' if none)
+    where: str            # file:line
+
+
 @dataclass
 class JobLog:
     paths: list[str]
@@ -165,6 +186,9 @@ class JobLog:
     # NCCL's error path: (host, code) -> [lines, the first location printed]
     chains: dict[tuple[str, int], list] = field(default_factory=dict)
     nccl: NcclSaid | None = None
+    gloo: list[GlooWait] = field(default_factory=list)
+    # (file, job rank) -> the last torch.distributed function a traceback there named
+    frames: dict[tuple[str, int | None], str] = field(default_factory=dict)
 
 
 def _head(path: str) -> str:
@@ -301,10 +325,10 @@ def read(paths: list[str], limit: int) -> JobLog:
     log.nccl = nccl.result()
     if not (log.timeouts or log.progress or log.stuck or log.warns or log.errors or log.root
             or log.nccl or log.chains or log.signals or log.mismatches or log.dumped
-            or log.barriers):
+            or log.barriers or log.gloo):
         raise TraceError(f"{', '.join(paths)}: no line of torch's NCCL watchdog, of NCCL "
-                         "(INFO, WARN, an error) or of torchrun's failure report: not a job's log "
-                         "analyze reads")
+                         "(INFO, WARN, an error), of gloo's timeouts or of torchrun's failure "
+                         "report: not a job's log analyze reads")
     return log
 
 
@@ -330,6 +354,22 @@ def _continues(last: str, line: str) -> bool:
 
 
 def _line(log: JobLog, line: str, where: str) -> None:
+    if "distributed_c10d" in line and (m := _C10D_FRAME.search(line)):
+        r = _RANK.search(line[:m.start()])
+        log.frames[(where.rsplit(":", 1)[0], int(r.group(1)) if r else None)] = m.group(1)
+        return
+    if "Timed out waiting" in line or "Connection closed by peer" in line:
+        m = _GLOO_WAIT.search(line) or _GLOO_CLOSED.search(line)
+        if m:
+            r = _RANK.search(line[:m.start()])
+            rank = int(r.group(1)) if r else None
+            call = log.frames.get((where.rsplit(":", 1)[0], rank), "")
+            wait = GlooWait(rank, m.group(3), int(m.group(2)), "", call, where) \
+                if m.re is _GLOO_WAIT else \
+                GlooWait(rank, "closed", None, f"{m.group(1)}:{m.group(2)}", call, where)
+            if not any(replace(g, where="") == replace(wait, where="") for g in log.gloo):
+                log.gloo.append(wait)  # once: a wrapper's exception repeats the message
+            return
     if "WorkNCCL(" in line:
         m = _TIMEOUT.search(line) or _BLOCKING.search(line)
         if m:

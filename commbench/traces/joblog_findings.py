@@ -1,7 +1,8 @@
 """What a failed job's log says of it (pure): per failed call of a process group the ranks it
 failed on, and the findings its lines can carry: a rank behind, ranks at different places or in
 different collectives or sizes, a rank told of a timeout with nothing in flight, a stuck
-watchdog, torch's fingerprint check and monitored barrier, NCCL's warnings and errors. The lines are read by
+watchdog, torch's fingerprint check and monitored barrier, NCCL's warnings and errors, gloo's
+timeouts and closed connections. The lines are read by
 :mod:`commbench.traces.joblog`."""
 
 from __future__ import annotations
@@ -190,6 +191,7 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
     for (waiter, ms), absent in sorted(log.barriers.items()):
         said.append(f"torch's monitored barrier: {who(sorted(absent))} never reached it (rank "
                     f"{waiter} waited {ms / 1000:g} s; gloo group ranks)")
+    said += _gloo(log, world)
     blame |= {rank for rank, _, _, _ in log.stuck if rank is not None}
     _where(log, blame, notes)
     for (group, seconds), stuck in _stuck(log).items():
@@ -218,9 +220,52 @@ def findings(log: JobLog, notes: list[str] | None = None, world: int = 0
     if log.root:
         notes.append("torchrun's root cause (the first rank to exit): "
                      + ", ".join(f"{k} {v}" for k, v in log.root.items())
-                     + "; after a timeout every rank aborts by itself (SIGABRT, exit -6), so the "
-                       "first to exit is not the rank to blame")
+                     + ("; after a timeout every rank aborts by itself (SIGABRT, exit -6), so "
+                        "the first to exit is not the rank to blame" if not log.gloo or
+                        log.timeouts or log.progress else "; a rank whose gloo call timed out "
+                        "raises and exits by itself, so the first to exit is not the rank to "
+                        "blame"))
     return rows, said
+
+
+def _gloo(log: JobLog, world: int) -> list[str]:
+    """gloo's own errors: the ranks whose receive or send timed out in one call (a peer never
+    came to it), the ranks whose peer's connection closed under them, and, where the world is
+    known and every rank with a gloo error is named, the ranks that printed none (the ones the
+    others waited for, or whose process ended)."""
+    out = []
+    waited: dict[tuple[str, int | None], list] = {}
+    closed: dict[str, list] = {}
+    for g in log.gloo:
+        if g.kind == "closed":
+            closed.setdefault(g.call, []).append(g)
+        else:
+            waited.setdefault((g.call, g.timeout_ms), []).append(g)
+    for (call, ms), gs in waited.items():
+        kinds = {k: sorted(g.rank for g in gs if g.kind == k and g.rank is not None)
+                 for k in ("recv", "send")}
+        ranks = sorted({g.rank for g in gs if g.rank is not None})
+        unnamed = sum(g.rank is None for g in gs)
+        on = ", ".join(([who(ranks)] if ranks else []) +
+                       ([f"{unnamed} rank(s) the lines do not name"] if unnamed else []))
+        out.append(f"gloo: {call or 'a call'} timed out after {ms / 1000:g} s on {on} ("
+                   + "; ".join(f"{who(rs)} waiting to {'receive' if k == 'recv' else 'send'}"
+                               for k, rs in kinds.items() if rs) + "): a peer never came to it")
+    for call, gs in closed.items():
+        ranks = sorted({g.rank for g in gs if g.rank is not None})
+        peers = sorted({g.peer for g in gs})
+        out.append(f"gloo: a peer's connection closed under {who(ranks) if ranks else 'a rank'} "
+                   f"in {call or 'a call'} (Connection closed by peer {', '.join(peers[:4])}"
+                   + (", ..." if len(peers) > 4 else "") + "): that peer's process ended, or "
+                   "its host went away")
+    named = {g.rank for g in log.gloo}
+    if world and None not in named:
+        silent = [r for r in range(world) if r not in named]
+        if silent:
+            out.append(f"gloo: {who(silent)} of the world's {world} printed no gloo error: the "
+                       "rank(s) the others waited for, or whose process ended (torchrun's report "
+                       "says how each rank ended)")
+    return out
 
 
 MERGED = 4  # groups failed alike from which on they are told in one line
