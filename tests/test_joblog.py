@@ -739,6 +739,22 @@ def test_gloo_s_errors_are_read_with_their_rank_and_the_call_they_waited_in(name
     assert any("rank 2 of the world's 3 printed no gloo error" in f for f in rec["findings"])
     code, rec, _ = _record(_path(name), tmp_path, capsys)
     assert not any("printed no gloo error" in f for f in rec["findings"])  # no world: no guess
+    code, rec, _ = _record(_path("llamafactory_6269_reduce_scatter_timeout_excerpt.log"),
+                           tmp_path, capsys, "--world", "64")
+    assert rec["gloo"] == [] and not any(f.startswith("gloo") for f in rec["findings"])
+
+
+def test_gloo_errors_whose_lines_name_no_rank_are_counted_not_guessed(tmp_path, capsys):
+    """Lines without torchrun's ``[rankN]:`` prefix: the errors are counted, no rank named,
+    and no rank called silent, whatever the world."""
+    text = "".join(line.split(": ", 1)[1] if line.startswith("[rank") else line
+                   for line in open(_path(GLOO[0]), encoding="utf-8"))
+    path = tmp_path / "bare.log"
+    path.write_text(text)
+    code, rec, _ = _record(str(path), tmp_path, capsys, "--world", "3")
+    (line,) = [f for f in rec["findings"] if f.startswith("gloo")]
+    assert line == ("gloo: all_reduce timed out after 3 s on 2 rank(s) the lines do not name: a "
+                    "peer never came to it") and code == 1
 
 
 @pytest.mark.parametrize("broken", ["_C10D_FRAME", "_GLOO_WAIT", "_GLOO_CLOSED"])

@@ -248,9 +248,10 @@ def _gloo(log: JobLog, world: int) -> list[str]:
         unnamed = sum(g.rank is None for g in gs)
         on = ", ".join(([who(ranks)] if ranks else []) +
                        ([f"{unnamed} rank(s) the lines do not name"] if unnamed else []))
-        out.append(f"gloo: {call or 'a call'} timed out after {ms / 1000:g} s on {on} ("
-                   + "; ".join(f"{who(rs)} waiting to {'receive' if k == 'recv' else 'send'}"
-                               for k, rs in kinds.items() if rs) + "): a peer never came to it")
+        sides = "; ".join(f"{who(rs)} waiting to {'receive' if k == 'recv' else 'send'}"
+                          for k, rs in kinds.items() if rs)
+        out.append(f"gloo: {call or 'a call'} timed out after {ms / 1000:g} s on {on}"
+                   + (f" ({sides})" if sides else "") + ": a peer never came to it")
     for call, gs in closed.items():
         ranks = sorted({g.rank for g in gs if g.rank is not None})
         peers = sorted({g.peer for g in gs})
@@ -259,7 +260,7 @@ def _gloo(log: JobLog, world: int) -> list[str]:
                    + (", ..." if len(peers) > 4 else "") + "): that peer's process ended, or "
                    "its host went away")
     named = {g.rank for g in log.gloo}
-    if world and None not in named:
+    if world and named and None not in named:
         silent = [r for r in range(world) if r not in named]
         if silent:
             out.append(f"gloo: {who(silent)} of the world's {world} printed no gloo error: the "
