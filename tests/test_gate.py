@@ -341,3 +341,63 @@ def test_the_sweep_says_every_line_of_its_verdict_and_the_run_s_shift():
     assert said[2].startswith("# 9 rows not judged") and "9 in a run or op slower as a whole" in said[2]
     assert said[3].startswith("# the new run is slower as a whole: its median row takes 1.40x")
     assert len(said) == 4
+
+
+def _slowed_in_a_faster_run() -> None:
+    """A series slowed 2x by the code in a run the machine sped 0.55x as a whole (1.1x the old
+    time, under the threshold): not judged (``run faster``), the rows as fast as the run
+    judged as before."""
+    from commbench.results.compare import compare
+
+    sizes = [1 << 16 << k for k in range(3)]
+    old = _rec([_row(s, 100.0, algo=a) for a in ("ring", "tree", "bruck") for s in sizes])
+    new = _rec([_row(s, 100.0 * f, algo=a) for a, f in (("ring", 1.1), ("tree", 0.55),
+                                                         ("bruck", 0.55)) for s in sizes])
+    rows, bad = compare(old, new, 0.10, 1 << 16)
+    assert bad == []
+    assert {r["algo"]: r["verdict"] for r in rows} == {"ring": "run faster", "tree": "",
+                                                       "bruck": ""}
+
+
+def test_a_row_slowed_in_a_run_faster_as_a_whole_is_not_judged_rather_than_passed():
+    """The machine sped the new run as a whole (0.55x): a series the code slowed 2x there takes
+    1.1x the old time, under the threshold, and would pass unseen; it is listed as not judged
+    (``run faster``), with a line saying the run moved, and the gate still exits clean. With the
+    run unchanged the same 1.1x is no finding at all. An op faster as a whole (three series or
+    more) does the same for its rows alone."""
+    from commbench.results.compare import compare, report, shifted
+
+    _slowed_in_a_faster_run()
+    sizes = [1 << 16 << k for k in range(3)]
+    algos = ("ring", "tree", "bruck")
+
+    def rec(slow: dict[str, float], op: str = "all_reduce"):
+        return _rec([_row(s, 100.0 * slow.get(a, 1.0), algo=a, op=op) for a in algos
+                     for s in sizes])
+
+    old = rec({})
+    rows, bad = compare(old, rec({"ring": 1.1, "tree": 0.55, "bruck": 0.55}), 0.10, 1 << 16)
+    assert shifted(rows, 0.10, 1 << 16).startswith(
+        "# the new run is faster as a whole: its median row takes 0.55x the old one's time, over "
+        "9 judged rows of 3 series; 3 rows slower than that by more than the threshold are not "
+        "judged")
+    assert "# 3 rows not judged: no slower than the old run's" in report(rows, bad, 0.10, 1 << 16)
+    rows, bad = compare(old, rec({"ring": 1.1}), 0.10, 1 << 16)
+    assert bad == [] and {r["verdict"] for r in rows} == {""}
+    assert shifted(rows, 0.10, 1 << 16) == ""
+    # one op faster as a whole beside another unchanged: its slowed series alone not judged
+    both = _rec(old["rows"] + rec({}, "all_gather")["rows"])
+    new = _rec(rec({"ring": 1.1, "tree": 0.55, "bruck": 0.55})["rows"] +
+               rec({}, "all_gather")["rows"])
+    rows, bad = compare(both, new, 0.10, 1 << 16)
+    assert bad == [] and {(r["op"], r["algo"]): r["verdict"] for r in rows if r["verdict"]} == {
+        ("all_reduce", "ring"): "op faster"}
+
+
+def test_a_gate_blind_to_a_run_faster_as_a_whole_is_caught(monkeypatch):
+    """The broken rule: no shift the other way, so the slowed series passes unseen."""
+    from commbench.results import compare as cmp
+
+    monkeypatch.setattr(cmp.Shift, "faster", lambda self, op, limit: (1.0, ""))
+    with pytest.raises(AssertionError):
+        _slowed_in_a_faster_run()

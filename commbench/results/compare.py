@@ -26,6 +26,10 @@ measured in different states of the machine: this machine's slow spells slow a w
 one op's every algorithm, by 1.5 to 2.3x and some of their rows 5 to 9x (docs/decisions.md), so
 none of those rows is judged (``run shifted``, ``op shifted``); rows of imported logs
 (nccl-tests, OSU) give no shift and are judged as they stand.
+A run faster as a whole (its median time ratio below the threshold's the other way), or an op's
+series so, hides a slowdown of the code the same way (a 2x slowdown in a run the machine made
+1.8x faster looks unchanged): its rows no slower than the old ones' but slower than the run's
+shift allows are not judged either (``run faster``, ``op faster``), rather than passed.
 Not-judged rows are listed and do not fail the gate.
 
 Every row must be sound before anything is compared: a size that is not a whole number >= 0, a
@@ -52,7 +56,8 @@ __all__ = ["NOT_JUDGED", "CompareError", "Shift", "compare", "load", "report", "
 KEY = ("op", "algo", "transport", "type", "redop", "root", "size")
 RUN = 3  # consecutive sizes of a series that must regress together
 NEEDED = (*KEY, "time_us", "min_us", "busbw")
-NOT_JUDGED = ("within spread", "isolated", "run shifted", "op shifted")  # rows not judged
+NOT_JUDGED = ("within spread", "isolated", "run shifted", "op shifted", "run faster",
+              "op faster")  # rows not judged
 OP_SERIES = 3  # series an op needs for a shift of its own: one regressed series is a minority
 IMPORTED = ("nccl-tests", "osu")  # the suites of imported logs: no shift (run_shift)
 MAX_SIZE = 1 << 50  # bytes: a PiB per call is past any sweep; larger is a corrupt file
@@ -157,6 +162,10 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
         verdict = ""
         if slower and not regressed:  # not judged: in a shifted run or op, else within spread
             verdict = moved or "within spread"
+        elif judged and not slower and own:  # slower than a run or op faster as a whole
+            fast, why = shift.faster(_op(r), limit)
+            if r["time_us"] > o["time_us"] * fast * limit:
+                verdict = why
         row = {**dict(zip(KEY, key)), "old_busbw": o["busbw"], "new_busbw": r["busbw"],
                "ratio": ratio, "time_ratio": r["time_us"] / o["time_us"], "old_us": o["time_us"],
                "new_us": r["time_us"], "new_min_us": r["min_us"], "old_range": old_range,
@@ -212,6 +221,17 @@ class Shift:
             return "run shifted"
         return "op shifted" if dict(self.ops).get(op, 1.0) > limit else ""
 
+    def faster(self, op: str, limit: float) -> tuple[float, str]:
+        """(the factor, the verdict) by which the new run, else ``op``'s series, is faster as a
+        whole, past the threshold's time growth the other way; (1.0, '') where neither is. A row
+        no slower than the old one's but slower than that factor allows is not judged: the
+        machine sped the run, and what the code did to that row cannot be told (a 2x slowdown
+        in a run 1.8x faster looks unchanged)."""
+        if self.run * limit < 1:
+            return self.run, "run faster"
+        s = dict(self.ops).get(op, 1.0)
+        return (s, "op faster") if s * limit < 1 else (1.0, "")
+
 
 def run_shift(old: dict, new: dict, min_size: int = 64 << 10) -> Shift:
     """The new run's :class:`Shift` against the old one, of two runs that commbench measured.
@@ -262,7 +282,8 @@ def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
     :data:`OP_SERIES` or more (an op), past the threshold's time growth. Rows of commbench's own
     runs so shifted are not judged (``run shifted``, ``op shifted``): the machine's state moved
     between the runs, as often as the code did. Rows of imported logs are judged as they stand,
-    and the line says so (:func:`run_shift`)."""
+    and the line says so (:func:`run_shift`). A run faster as a whole is said so where some of
+    its rows are slower than its shift allows (``run faster``: not judged)."""
     limit = 1 / (1 - threshold)
     judged = [r for r in rows if r["size"] >= min_size and r["old_busbw"] > 0]
     own = [r for r in judged if r.get("own_run", True)]
@@ -270,7 +291,14 @@ def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
              "runs as often as the code: rerun both, one after the other, to judge them")
     for some, moved in ((own, True), (judged, False)):
         found = _medians([(_op(r), _series(r), r["time_ratio"]) for r in some])
-        whole = found.pop(None, 1.0)
+        whole = found.get(None, 1.0)
+        fast = sum(1 for r in some if r["verdict"] == "run faster") if moved else 0
+        if fast and whole * limit < 1:
+            return (f"# the new run is faster as a whole: its median row takes {whole:.2f}x the "
+                    f"old one's time, over {len(some)} judged rows of "
+                    f"{len({_series(r) for r in some})} series; {fast} rows slower than that by "
+                    f"more than the threshold are not judged, {again}")
+        found.pop(None, None)
         if whole > limit:
             head = (f"# the new run is slower as a whole: its median row takes {whole:.2f}x the "
                     f"old one's time, over {len(some)} judged rows of "
@@ -311,12 +339,20 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
     if unjudged:
         spread = sum(1 for r in unjudged if r["verdict"] == "within spread")
         whole = sum(1 for r in unjudged if r["verdict"] in ("run shifted", "op shifted"))
-        verdict += (f"\n# {len(unjudged)} rows not judged: slower by > "
-                    f"{1 / (1 - threshold) - 1:.1%} in the median, but {spread} within the runs' "
-                    f"own spread and {len(unjudged) - spread - whole} beyond it at fewer than "
-                    f"{RUN} consecutive sizes" + (f", {whole} in a run or op slower as a whole"
-                                                   if whole else "") +
-                    " (the machine's noise cannot be told from the code's)")
+        fast = sum(1 for r in unjudged if r["verdict"] in ("run faster", "op faster"))
+        slow = len(unjudged) - fast
+        if slow:
+            verdict += (f"\n# {slow} rows not judged: slower by > "
+                        f"{1 / (1 - threshold) - 1:.1%} in the median, but {spread} within the "
+                        f"runs' own spread and {slow - spread - whole} beyond it at fewer than "
+                        f"{RUN} consecutive sizes" + (f", {whole} in a run or op slower as a "
+                                                       "whole" if whole else "") +
+                        " (the machine's noise cannot be told from the code's)")
+        if fast:
+            verdict += (f"\n# {fast} rows not judged: no slower than the old run's, but slower "
+                        f"by > {1 / (1 - threshold) - 1:.1%} than the new run (or its op), "
+                        "faster as a whole, makes its rows (a slowdown of the code hides in a run "
+                        "the machine sped)")
     flat = sum(1 for r in rows if r.get("no_spread"))
     if flat:
         verdict += (f"\n# {flat} of {len(rows)} rows come from logs that print no spread "
