@@ -681,16 +681,21 @@ def test_torch_s_monitored_barrier_names_the_ranks_that_never_came(tmp_path, cap
                                "2 s; gloo group ranks)"]
 
 
-@pytest.mark.launcher
-@pytest.mark.local
-def test_the_installed_torch_s_monitored_barrier_lines_read_to_the_same_finding(tmp_path):
+def _written_again(tmp_path, script: str) -> None:
+    """This folder's ``script`` run with the installed torch, writing its logs in ``tmp_path``."""
     import shutil
     import subprocess
     import sys
 
-    shutil.copy(_path("make_monitored_barrier.py"), tmp_path / "make_monitored_barrier.py")
-    subprocess.run([sys.executable, str(tmp_path / "make_monitored_barrier.py")], check=True,
-                   timeout=300, capture_output=True)
+    shutil.copy(_path(script), tmp_path / script)
+    subprocess.run([sys.executable, str(tmp_path / script)], check=True, timeout=300,
+                   capture_output=True)
+
+
+@pytest.mark.launcher
+@pytest.mark.local
+def test_the_installed_torch_s_monitored_barrier_lines_read_to_the_same_finding(tmp_path):
+    _written_again(tmp_path, "make_monitored_barrier.py")
     fresh = str(tmp_path / "gloo_monitored_barrier_rank0.log")
     assert _barrier_apart(fresh) == _barrier_apart(_path("gloo_monitored_barrier_rank0.log"))
     assert main(["analyze", fresh, "--json", str(tmp_path / "a.json")]) == 1
@@ -732,6 +737,10 @@ def test_gloo_s_errors_are_read_with_their_rank_and_the_call_they_waited_in(name
     assert len(want) == 2 and {w[0] for w in want} == {0, 1} and {w[3] for w in want} == \
         {"all_reduce"}
     assert sorted(_gloo_read(_path(name))) == sorted(want)
+    again = tmp_path / "again.log"  # the messages printed twice (a wrapper's exception): once
+    text = open(_path(name), encoding="utf-8").read()
+    again.write_text(text + "".join(x + "\n" for x in text.splitlines() if "RuntimeError" in x))
+    assert sorted(_gloo_read(str(again))) == sorted(want)
     code, rec, out = _record(_path(name), tmp_path, capsys, "--world", "3")
     assert code == 1 and len(rec["gloo"]) == 2
     assert any(f.startswith("gloo: ") and "all_reduce" in f and "ranks [0, 1]" in f
@@ -768,13 +777,7 @@ def test_the_gloo_check_catches_a_reader_that_loses_the_call_or_the_error(broken
 @pytest.mark.launcher
 @pytest.mark.local
 def test_the_installed_torch_s_gloo_errors_read_as_the_committed_ones(tmp_path):
-    import shutil
-    import subprocess
-    import sys
-
-    shutil.copy(_path("make_gloo_errors.py"), tmp_path / "make_gloo_errors.py")
-    subprocess.run([sys.executable, str(tmp_path / "make_gloo_errors.py")], check=True,
-                   timeout=300, capture_output=True)
+    _written_again(tmp_path, "make_gloo_errors.py")
     for name in GLOO:
         fresh = str(tmp_path / name)
         assert sorted(_gloo_read(fresh)) == sorted(_gloo_apart(fresh)) == \

@@ -291,14 +291,13 @@ def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
              "runs as often as the code: rerun both, one after the other, to judge them")
     for some, moved in ((own, True), (judged, False)):
         found = _medians([(_op(r), _series(r), r["time_ratio"]) for r in some])
-        whole = found.get(None, 1.0)
+        whole = found.pop(None, 1.0)
         fast = sum(1 for r in some if r["verdict"] == "run faster") if moved else 0
         if fast and whole * limit < 1:
             return (f"# the new run is faster as a whole: its median row takes {whole:.2f}x the "
                     f"old one's time, over {len(some)} judged rows of "
                     f"{len({_series(r) for r in some})} series; {fast} rows slower than that by "
                     f"more than the threshold are not judged, {again}")
-        found.pop(None, None)
         if whole > limit:
             head = (f"# the new run is slower as a whole: its median row takes {whole:.2f}x the "
                     f"old one's time, over {len(some)} judged rows of "

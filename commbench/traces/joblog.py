@@ -187,8 +187,6 @@ class JobLog:
     chains: dict[tuple[str, int], list] = field(default_factory=dict)
     nccl: NcclSaid | None = None
     gloo: list[GlooWait] = field(default_factory=list)
-    # (file, job rank) -> the last torch.distributed function a traceback there named
-    frames: dict[tuple[str, int | None], str] = field(default_factory=dict)
 
 
 def _head(path: str) -> str:
@@ -262,6 +260,7 @@ def read(paths: list[str], limit: int) -> JobLog:
     log, nccl, chars = JobLog(list(paths)), NcclReader(), 0
     for path in paths:
         root_block, chars = False, 0
+        frames: dict[int | None, str] = {}  # job rank -> the c10d call its traceback named last
         held: list[tuple[str, str]] = []  # (line, where) of a wrapped message, read so far
         base = os.path.basename(path)
         disk = max(os.path.getsize(path), 1)
@@ -307,22 +306,27 @@ def read(paths: list[str], limit: int) -> JobLog:
                         held.append((line, where))
                         joined = " ".join(x for x, _ in held)
                         if not _wrapped(joined):
-                            _line(log, joined, held[0][1])
+                            _line(log, joined, held[0][1], frames)
                             held = []
                         continue
                     for x, w in held:  # not a message wrapped after all: each line alone
-                        _line(log, x, w)
+                        _line(log, x, w, frames)
                     held = []
                     if ("Watchdog" in line or "detected" in line or line.endswith("]")) and \
                             _wrapped(line):  # the cheap tests first: most lines are none
                         held = [(line, where)]
                     else:
-                        _line(log, line, where)
+                        _line(log, line, where, frames)
                 for x, w in held:
-                    _line(log, x, w)
+                    _line(log, x, w, frames)
         except (OSError, EOFError, gzip.BadGzipFile) as exc:
             raise TraceError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
     log.nccl = nccl.result()
+    # each gloo error once, where first printed: a wrapper's exception repeats the message
+    first: dict[GlooWait, GlooWait] = {}
+    for g in log.gloo:
+        first.setdefault(replace(g, where=""), g)
+    log.gloo = list(first.values())
     if not (log.timeouts or log.progress or log.stuck or log.warns or log.errors or log.root
             or log.nccl or log.chains or log.signals or log.mismatches or log.dumped
             or log.barriers or log.gloo):
@@ -353,22 +357,23 @@ def _continues(last: str, line: str) -> bool:
     return "[Rank " not in line and "[PG " not in line and "Watchdog caught" not in line
 
 
-def _line(log: JobLog, line: str, where: str) -> None:
+def _line(log: JobLog, line: str, where: str, frames: dict[int | None, str]) -> None:
+    """``line`` (at ``where``, file:line) taken into ``log``; ``frames``: the file's job ranks'
+    last torch.distributed calls a traceback named, for gloo's errors."""
     if "distributed_c10d" in line and (m := _C10D_FRAME.search(line)):
         r = _RANK.search(line[:m.start()])
-        log.frames[(where.rsplit(":", 1)[0], int(r.group(1)) if r else None)] = m.group(1)
+        frames[int(r.group(1)) if r else None] = m.group(1)
         return
     if "Timed out waiting" in line or "Connection closed by peer" in line:
         m = _GLOO_WAIT.search(line) or _GLOO_CLOSED.search(line)
         if m:
             r = _RANK.search(line[:m.start()])
             rank = int(r.group(1)) if r else None
-            call = log.frames.get((where.rsplit(":", 1)[0], rank), "")
-            wait = GlooWait(rank, m.group(3), int(m.group(2)), "", call, where) \
-                if m.re is _GLOO_WAIT else \
-                GlooWait(rank, "closed", None, f"{m.group(1)}:{m.group(2)}", call, where)
-            if not any(replace(g, where="") == replace(wait, where="") for g in log.gloo):
-                log.gloo.append(wait)  # once: a wrapper's exception repeats the message
+            call = frames.get(rank, "")
+            log.gloo.append(GlooWait(rank, m.group(3), int(m.group(2)), "", call, where)
+                            if m.re is _GLOO_WAIT else
+                            GlooWait(rank, "closed", None, f"{m.group(1)}:{m.group(2)}", call,
+                                     where))
             return
     if "WorkNCCL(" in line:
         m = _TIMEOUT.search(line) or _BLOCKING.search(line)

@@ -33,6 +33,8 @@ Wanted = Callable[[list[str]], list]  # items' texts -> whether each may be need
 HEAD = 2  # wanted: the item's keys before its "args" suffice (the rest: :func:`whole`)
 REST = "\x00"  # the key under which a HEAD item keeps its text
 _REST = '"\\u0000": 0}'  # closes a HEAD item's keys with that key
+_ARGS = '"args": {'  # where a HEAD item's keys end
+_SCAN = json.JSONDecoder().scan_once  # one text, known to be one item: decoded whole
 
 
 def open_text(path: str, errors: str = "strict"):
@@ -239,8 +241,8 @@ def _head(text: str) -> int:
     proved one item without decoding it whole. Proved so: the keys before it decode as one
     object's members (the caller's decoding checks that), and no object opens after the
     arguments' own brace, as the next item would."""
-    cut = text.find('"args": {')
-    return cut if cut > 0 and text.find("{", cut + 9) < 0 else -1
+    cut = text.find(_ARGS)
+    return cut if cut > 0 and text.find("{", cut + len(_ARGS)) < 0 else -1
 
 
 def whole(item: dict, path: str = "") -> dict:
@@ -257,8 +259,6 @@ def whole(item: dict, path: str = "") -> dict:
         raise TraceError(f"{path}: not valid JSON (an event: {text[:80]!r})")
     return v
 
-
-_SCAN = json.JSONDecoder().scan_once  # one text, known to be one item: decoded whole
 
 
 def _skippable(text: str) -> bool:
