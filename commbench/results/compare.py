@@ -29,7 +29,13 @@ none of those rows is judged (``run shifted``, ``op shifted``); rows of imported
 A run faster as a whole (its median time ratio below the threshold's the other way), or an op's
 series so, hides a slowdown of the code the same way (a 2x slowdown in a run the machine made
 1.8x faster looks unchanged): its rows no slower than the old ones' but slower than the run's
-shift allows are not judged either (``run faster``, ``op faster``), rather than passed.
+shift allows are not judged either (``run faster``, ``op faster``), rather than passed. So is,
+in two runs of commbench's own, a row faster than the rest of its series by more than the
+threshold (the median time ratio of the series' other judged sizes, three or more, so that one
+slow spell among them does not move it, over the threshold's growth), at fewer than three
+consecutive sizes (``faster alone``): as a row slower at one or two sizes is a slow spell of the
+new run, one faster there is a slow spell of the old one, and a slowdown of the code at that
+size hides behind it; a range of sizes faster than the rest is the code's, and judged.
 Not-judged rows are listed and do not fail the gate.
 
 Every row must be sound before anything is compared: a size that is not a whole number >= 0, a
@@ -57,7 +63,9 @@ KEY = ("op", "algo", "transport", "type", "redop", "root", "size")
 RUN = 3  # consecutive sizes of a series that must regress together
 NEEDED = (*KEY, "time_us", "min_us", "busbw")
 NOT_JUDGED = ("within spread", "isolated", "run shifted", "op shifted", "run faster",
-              "op faster")  # rows not judged
+              "op faster", "faster alone")  # rows not judged
+ALONE = 3  # other sizes of its series a row is set beside (faster alone): one slow spell among
+# them then leaves their median as it was
 OP_SERIES = 3  # series an op needs for a shift of its own: one regressed series is a minority
 IMPORTED = ("nccl-tests", "osu")  # the suites of imported logs: no shift (run_shift)
 MAX_SIZE = 1 << 50  # bytes: a PiB per call is past any sweep; larger is a corrupt file
@@ -135,10 +143,9 @@ def typical(row: dict) -> tuple[float, float]:
 def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 << 10,
             shift: Shift | None = None) -> tuple[list[dict], list[dict]]:
     """(every matched row with its ratios, ranges and verdict, the regressed rows). A row's
-    ``verdict``: ``REGRESSED``, ``within spread``, ``isolated``, ``run shifted`` or ``op
-    shifted`` (the four not judged), or ''. ``shift``: the new run's :func:`run_shift`, where
-    ``new`` holds a part of it only (some series measured again); None: the shift of the rows
-    given."""
+    ``verdict``: ``REGRESSED``, one of :data:`NOT_JUDGED`, or ''. ``shift``: the new run's
+    :func:`run_shift`, where ``new`` holds a part of it only (some series measured again); None:
+    the shift of the rows given."""
     if not 0 < threshold < 1:
         raise CompareError(f"threshold={threshold}: must be between 0 and 1")
     if old["world_size"] != new["world_size"]:
@@ -186,11 +193,31 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
                                                                        min(i, len(rows) - run) + 1))
             if slow[i] and not row["regressed"]:
                 row["verdict"] = "isolated"
+        if own:
+            _alone(rows, limit)
     for row in out:
         if row["regressed"]:
             row["verdict"] = "REGRESSED"
     bad = [row for row in out if row["regressed"]]
     return out, bad
+
+
+def _alone(rows: list[dict], limit: float) -> None:
+    """Mark ``faster alone`` each passed row of one series (its judged sizes, by size) whose time
+    ratio, times ``limit``, is below the median ratio of the series' other rows (:data:`ALONE`
+    or more), at fewer than :data:`RUN` consecutive sizes: one or two sizes moved apart from
+    their series, the faster way, as a slow spell strikes them; a range of sizes so is the
+    code's (module docstring)."""
+    apart = []
+    for i, row in enumerate(rows):
+        others = [x["time_ratio"] for k, x in enumerate(rows) if k != i and x["old_busbw"] > 0]
+        apart.append(row["old_busbw"] > 0 and len(others) >= ALONE
+                     and row["time_ratio"] * limit < statistics.median(others))
+    for i, row in enumerate(rows):
+        ranged = any(all(apart[j:j + RUN]) for j in range(max(0, i - RUN + 1),
+                                                         min(i, len(rows) - RUN) + 1))
+        if apart[i] and not ranged and not row["verdict"] and not row["regressed"]:
+            row["verdict"] = "faster alone"
 
 
 def _pairs(old: dict, new: dict) -> list[tuple[dict, dict]]:
@@ -339,7 +366,8 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
         spread = sum(1 for r in unjudged if r["verdict"] == "within spread")
         whole = sum(1 for r in unjudged if r["verdict"] in ("run shifted", "op shifted"))
         fast = sum(1 for r in unjudged if r["verdict"] in ("run faster", "op faster"))
-        slow = len(unjudged) - fast
+        alone = sum(1 for r in unjudged if r["verdict"] == "faster alone")
+        slow = len(unjudged) - fast - alone
         if slow:
             verdict += (f"\n# {slow} rows not judged: slower by > "
                         f"{1 / (1 - threshold) - 1:.1%} in the median, but {spread} within the "
@@ -352,6 +380,12 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
                         f"by > {1 / (1 - threshold) - 1:.1%} than the new run (or its op), "
                         "faster as a whole, makes its rows (a slowdown of the code hides in a run "
                         "the machine sped)")
+        if alone:
+            verdict += (f"\n# {alone} rows not judged: faster by > {1 / (1 - threshold) - 1:.1%} "
+                        "than the other sizes of their series (the median time new/old of those "
+                        "rows): a size that moved apart from its series, the faster way, is the "
+                        "machine's (a slow spell of the old run there), and a slowdown of the "
+                        "code at that size hides behind it")
     flat = sum(1 for r in rows if r.get("no_spread"))
     if flat:
         verdict += (f"\n# {flat} of {len(rows)} rows come from logs that print no spread "
