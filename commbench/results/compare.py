@@ -27,9 +27,11 @@ one op's every algorithm, by 1.5 to 2.3x and some of their rows 5 to 9x (docs/de
 none of those rows is judged (``run shifted``, ``op shifted``); rows of imported logs
 (nccl-tests, OSU) give no shift and are judged as they stand.
 A run faster as a whole (its median time ratio below the threshold's the other way), or an op's
-series so, hides a slowdown of the code the same way (a 2x slowdown in a run the machine made
-1.8x faster looks unchanged): its rows no slower than the old ones' but slower than the run's
-shift allows are not judged either (``run faster``, ``op faster``), rather than passed. So is,
+series so, was measured in another state of the machine just the same, and hides a slowdown of
+the code (a 2x slowdown in a run the machine made 1.8x faster looks unchanged; in one the
+machine made 2x faster at a run's median, 4x at one row, it looks as fast as the run): none of
+its rows passes (``run faster``, ``op faster``: not judged), and a row regressed even there is
+flagged. So is,
 in two runs of commbench's own, a row faster than the rest of its series by more than the
 threshold (the median time ratio of the series' other judged sizes, three or more, so that one
 slow spell among them does not move it, over the threshold's growth), at fewer than three
@@ -169,10 +171,8 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
         verdict = ""
         if slower and not regressed:  # not judged: in a shifted run or op, else within spread
             verdict = moved or "within spread"
-        elif judged and not slower and own:  # slower than a run or op faster as a whole
-            fast, why = shift.faster(_op(r), limit)
-            if r["time_us"] > o["time_us"] * fast * limit:
-                verdict = why
+        elif judged and not slower and own:  # in a run or op faster as a whole
+            verdict = shift.faster(_op(r), limit)
         row = {**dict(zip(KEY, key)), "old_busbw": o["busbw"], "new_busbw": r["busbw"],
                "ratio": ratio, "time_ratio": r["time_us"] / o["time_us"], "old_us": o["time_us"],
                "new_us": r["time_us"], "new_min_us": r["min_us"], "old_range": old_range,
@@ -248,16 +248,14 @@ class Shift:
             return "run shifted"
         return "op shifted" if dict(self.ops).get(op, 1.0) > limit else ""
 
-    def faster(self, op: str, limit: float) -> tuple[float, str]:
-        """(the factor, the verdict) by which the new run, else ``op``'s series, is faster as a
-        whole, past the threshold's time growth the other way; (1.0, '') where neither is. A row
-        no slower than the old one's but slower than that factor allows is not judged: the
-        machine sped the run, and what the code did to that row cannot be told (a 2x slowdown
-        in a run 1.8x faster looks unchanged)."""
+    def faster(self, op: str, limit: float) -> str:
+        """The verdict of a row of ``op`` no slower than the old one's, where the new run, else
+        ``op``'s series, is faster as a whole past the threshold's time growth the other way
+        ('' where neither is): not judged, for the machine sped the run, and what the code did
+        to the row cannot be told (a 2x slowdown in a run 1.8x faster looks unchanged)."""
         if self.run * limit < 1:
-            return self.run, "run faster"
-        s = dict(self.ops).get(op, 1.0)
-        return (s, "op faster") if s * limit < 1 else (1.0, "")
+            return "run faster"
+        return "op faster" if dict(self.ops).get(op, 1.0) * limit < 1 else ""
 
 
 def run_shift(old: dict, new: dict, min_size: int = 64 << 10) -> Shift:
@@ -309,8 +307,8 @@ def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
     :data:`OP_SERIES` or more (an op), past the threshold's time growth. Rows of commbench's own
     runs so shifted are not judged (``run shifted``, ``op shifted``): the machine's state moved
     between the runs, as often as the code did. Rows of imported logs are judged as they stand,
-    and the line says so (:func:`run_shift`). A run faster as a whole is said so where some of
-    its rows are slower than its shift allows (``run faster``: not judged)."""
+    and the line says so (:func:`run_shift`). A run faster as a whole is said so where rows of
+    it are left unjudged for it (``run faster``)."""
     limit = 1 / (1 - threshold)
     judged = [r for r in rows if r["size"] >= min_size and r["old_busbw"] > 0]
     own = [r for r in judged if r.get("own_run", True)]
@@ -323,8 +321,8 @@ def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
         if fast and whole * limit < 1:
             return (f"# the new run is faster as a whole: its median row takes {whole:.2f}x the "
                     f"old one's time, over {len(some)} judged rows of "
-                    f"{len({_series(r) for r in some})} series; {fast} rows slower than that by "
-                    f"more than the threshold are not judged, {again}")
+                    f"{len({_series(r) for r in some})} series; none of its rows passes ({fast} "
+                    f"not judged, rows regressed even so flagged), {again}")
         if whole > limit:
             head = (f"# the new run is slower as a whole: its median row takes {whole:.2f}x the "
                     f"old one's time, over {len(some)} judged rows of "
@@ -336,12 +334,15 @@ def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
         if moved:
             lines = []
             for op, t in found.items():
+                mine = [r for r in some if _op(r) == op]
+                where = (f"its median row takes {t:.2f}x the old one's time, over {len(mine)} "
+                         f"judged rows of {len({_series(r) for r in mine})} series")
                 if t > limit:
-                    mine = [r for r in some if _op(r) == op]
-                    lines.append(f"# {op} is slower as a whole in the new run: its median row "
-                                 f"takes {t:.2f}x the old one's time, over {len(mine)} judged "
-                                 f"rows of {len({_series(r) for r in mine})} series; no row of "
+                    lines.append(f"# {op} is slower as a whole in the new run: {where}; no row of "
                                  f"{op} is judged, {again}")
+                elif any(r["verdict"] == "op faster" for r in mine):
+                    lines.append(f"# {op} is faster as a whole in the new run: {where}; none of "
+                                 f"its rows passes, {again}")
             if lines:
                 return "\n".join(lines)
     return ""
@@ -376,10 +377,9 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
                                                        "whole" if whole else "") +
                         " (the machine's noise cannot be told from the code's)")
         if fast:
-            verdict += (f"\n# {fast} rows not judged: no slower than the old run's, but slower "
-                        f"by > {1 / (1 - threshold) - 1:.1%} than the new run (or its op), "
-                        "faster as a whole, makes its rows (a slowdown of the code hides in a run "
-                        "the machine sped)")
+            verdict += (f"\n# {fast} rows not judged: no slower than the old run's, in a new run "
+                        f"(or op) faster as a whole by > {1 / (1 - threshold) - 1:.1%} in time "
+                        "(a slowdown of the code hides in a run the machine sped)")
         if alone:
             verdict += (f"\n# {alone} rows not judged: faster by > {1 / (1 - threshold) - 1:.1%} "
                         "than the other sizes of their series (the median time new/old of those "
