@@ -31,13 +31,13 @@ series so, was measured in another state of the machine just the same, and hides
 the code (a 2x slowdown in a run the machine made 1.8x faster looks unchanged; in one the
 machine made 2x faster at a run's median, 4x at one row, it looks as fast as the run): none of
 its rows passes (``run faster``, ``op faster``: not judged), and a row regressed even there is
-flagged. So is,
-in two runs of commbench's own, a row faster than the rest of its series by more than the
-threshold (the median time ratio of the series' other judged sizes, three or more, so that one
-slow spell among them does not move it, over the threshold's growth), at fewer than three
-consecutive sizes (``faster alone``): as a row slower at one or two sizes is a slow spell of the
-new run, one faster there is a slow spell of the old one, and a slowdown of the code at that
-size hides behind it; a range of sizes faster than the rest is the code's, and judged.
+flagged. Nor, in two runs of commbench's own, does a row faster than the rest of its series by
+more than the threshold (the median time ratio of the series' other judged sizes, three or
+more, so that one slow spell among them does not move it, over the threshold's growth), at
+fewer than three consecutive sizes (``faster alone``): as a row slower at one or two sizes is a
+slow spell of the new run, one faster there is a slow spell of the old one, and a slowdown of
+the code at that size hides behind it; a range of sizes faster than the rest is the code's, and
+judged.
 Not-judged rows are listed and do not fail the gate.
 
 Every row must be sound before anything is compared: a size that is not a whole number >= 0, a
