@@ -378,14 +378,15 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
                         " (the machine's noise cannot be told from the code's)")
         if fast:
             verdict += (f"\n# {fast} rows not judged: no slower than the old run's, in a new run "
-                        f"(or op) faster as a whole by > {1 / (1 - threshold) - 1:.1%} in time "
-                        "(a slowdown of the code hides in a run the machine sped)")
+                        f"(or op) faster as a whole (its median row under {1 - threshold:.2f}x "
+                        "the old one's time: a slowdown of the code hides in a run the machine "
+                        "sped)")
         if alone:
-            verdict += (f"\n# {alone} rows not judged: faster by > {1 / (1 - threshold) - 1:.1%} "
-                        "than the other sizes of their series (the median time new/old of those "
-                        "rows): a size that moved apart from its series, the faster way, is the "
-                        "machine's (a slow spell of the old run there), and a slowdown of the "
-                        "code at that size hides behind it")
+            verdict += (f"\n# {alone} rows not judged: their time new/old under "
+                        f"{1 - threshold:.2f}x the median of the other sizes of their series, at "
+                        f"fewer than {RUN} consecutive sizes: a size that moved apart from its "
+                        "series, the faster way, is the machine's (a slow spell of the old run "
+                        "there), and a slowdown of the code at that size hides behind it")
     flat = sum(1 for r in rows if r.get("no_spread"))
     if flat:
         verdict += (f"\n# {flat} of {len(rows)} rows come from logs that print no spread "
