@@ -452,6 +452,14 @@ def test_a_size_faster_than_the_rest_of_its_series_is_not_judged_rather_than_pas
     assert compare(base, edge, 0.10, 1 << 16)[0][0]["verdict"] == "faster alone"
     faster = _rec([_row(s, 50.0) for s in sizes])  # the code sped every size
     assert {r["verdict"] for r in compare(base, faster, 0.10, 1 << 16)[0]} == {""}
+    # the code sped a range of three sizes: judged; one size of four sped: not judged
+    six = [1 << 16 << k for k in range(6)]
+    ranged = _rec([_row(s, 50.0 if k < 3 else 100.0) for k, s in enumerate(six)])
+    assert {r["verdict"] for r in compare(_rec([_row(s, 100.0) for s in six]), ranged, 0.10,
+                                          1 << 16)[0]} == {""}
+    four = _rec([_row(s, 50.0 if k == 0 else 100.0) for k, s in enumerate(sizes[:4])])
+    assert [r["verdict"] for r in compare(_rec(base["rows"][:4]), four, 0.10, 1 << 16)[0]] == \
+        ["faster alone", "", "", ""]
     three = _rec([_row(s, 100.0 * (0.5 if k == 0 else 1.0)) for k, s in enumerate(sizes[:3])])
     assert {r["verdict"] for r in compare(_rec(base["rows"][:3]), three, 0.10, 1 << 16)[0]} == {""}
     # one slow spell among the other sizes leaves the rest as they are
