@@ -107,7 +107,6 @@ def main() -> int:
         a.np, a.repeat, a.ops = kept["world_size"], st.get("repeat", 1), st.get("ops", a.ops)
         a.b, a.e = (str(f(st["sizes"])) for f in (min, max)) if st.get("sizes") else (a.b, a.e)
     minutes = (time.monotonic() - t0) / 60
-    text, missed = [], []
     lines, planted, why = [], {}, Counter()
     for name in names:
         transport = tables[name][0]["rows"][0]["transport"]

@@ -260,7 +260,6 @@ def whole(item: dict, path: str = "") -> dict:
     return v
 
 
-
 def _skippable(text: str) -> bool:
     """Whether the text between two separators (the items' braces split off) is the array's
     items and nothing else. A separator (``},`` and ``{`` around a line break) is a comma
