@@ -152,7 +152,8 @@ def main() -> int:
             "`commbench compare` of every ordered pair (threshold 10% busbw, rows >= 64 KiB "
             "judged). `flagged`: rows the gate calls regressed (target 0); `not judged`: slower "
             "medians within the runs' own spread, at isolated sizes or within the second run's "
-            "shift as a whole, and sizes faster than the rest of their series (listed, exit 0); "
+            "shift as a whole, sizes faster than the rest of their series, and series whose "
+            "witness says the machine was in another state (listed, exit 0); "
             "`second/first`: the judged rows' ratio of best-round medians, median (min-max): "
             "the machine's run-to-run noise.", "",
             "| transport | first | second | judged | flagged | not judged | second/first |",

@@ -102,6 +102,32 @@ def _measured(ctx, op, transport, nbytes, reversed_rows=False):
     return {k: out[k] for k in ("wrong", "sent", "recv", "pred_sent", "pred_recv", "size", "count")}
 
 
+def _witnessed(ctx, transport, nbytes, witness):
+    """A row's measurement with or without the witness: its keys, the witness's sample count,
+    and how many ledger entries the measurement booked."""
+    from commbench.collectives.measure import Case, measure
+
+    before = len(ctx.ledger.entries)
+    out = measure(ctx, Case("all_gather", transport, algo="ring", iters=3, warmup=1,
+                            witness=witness), nbytes)
+    return sorted(out), len(out.get("witness", [])), len(ctx.ledger.entries) - before, out["wrong"]
+
+
+@pytest.mark.world(sizes=[2])
+def test_the_witness_is_timed_beside_rows_the_gate_judges_and_booked_nowhere(world):
+    """A row of 64 KiB or more measured with the witness carries its samples (8 per rank), a
+    smaller row none; the witness adds no entry to the ledger, whose bytes are the rows'."""
+    from commbench.collectives.measure import WITNESS_FROM, WITNESS_SAMPLES
+
+    for transport in world.transports:
+        small, big, plain = (world.run(_witnessed, transport, nbytes, w) for nbytes, w in
+                             ((WITNESS_FROM // 2, True), (WITNESS_FROM, True),
+                              (WITNESS_FROM, False)))
+        assert all(o[1] == 0 and "witness" not in o[0] for o in small + plain), transport
+        assert all(o[1] == WITNESS_SAMPLES and "witness" in o[0] for o in big), transport
+        assert [o[2] for o in big] == [o[2] for o in plain] and all(o[3] == 0 for o in big)
+
+
 @pytest.mark.world(sizes=[1, 2, 3, 4])
 @pytest.mark.parametrize("nbytes", [16, 4000, 1 << 16])
 def test_the_benchmarked_all_to_allv_is_exact_and_booked_at_its_uneven_counts(world, nbytes):

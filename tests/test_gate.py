@@ -481,3 +481,96 @@ def test_a_gate_blind_to_a_size_faster_alone_is_caught(monkeypatch):
     monkeypatch.setattr(cmp, "_alone", lambda rows, limit: None)
     with pytest.raises(AssertionError):
         _slowed_after_a_spell_of_the_old_run()
+
+
+def _witnessed(rows, witness):
+    return _rec([{**r, "witness_us": witness(r)} for r in rows])
+
+
+def _one_series_in_a_slow_state() -> None:
+    """The false alarm a slow state of the machine gives: one series of the new run measured
+    while this machine ran its transport 2.7x slower (the witness beside each row says so), the
+    others as before. The series is not judged (``machine slower``); a series the code slowed
+    2x, its witness unmoved, is flagged beside it; and one the code slowed 2x in a state 2x
+    faster, which takes its old time, does not pass (``machine faster``)."""
+    from commbench.results.compare import compare
+
+    sizes = [1 << 16 << k for k in range(4)]
+    algos = ("native", "ring", "tree", "bruck", "pairwise", "direct")
+    old = _witnessed([_row(s, 100.0, algo=a) for a in algos for s in sizes], lambda r: 135.0)
+    state = {"native": (2.7, 2.7), "ring": (2.0, 1.0), "direct": (1.0, 0.5)}  # (time, witness)
+    new = _rec([{**_row(s, 100.0 * state.get(a, (1, 1))[0], algo=a),
+                 "witness_us": 135.0 * state.get(a, (1, 1))[1]} for a in algos for s in sizes])
+    rows, bad = compare(old, new, 0.10, 1 << 16)
+    assert {r["algo"]: r["verdict"] for r in rows} == {
+        "native": "machine slower", "ring": "REGRESSED", "tree": "", "bruck": "",
+        "pairwise": "", "direct": "machine faster"}
+    assert {r["algo"] for r in bad} == {"ring"}
+
+
+def test_a_series_measured_in_another_state_of_the_machine_is_not_judged():
+    """A series whose witness moved past the threshold at every size, beyond every size of the
+    old run's, was measured in another state of the machine: its slower rows are not judged,
+    nor its passing rows in a faster state, and a line says why. Where the witness ranges
+    overlap (one size's witness within the threshold of the old run's slowest), where a row has
+    no witness (a file written before it), in a series of one judged size, and in imported
+    logs, rows are judged as before."""
+    from commbench.results.compare import compare, report
+
+    _one_series_in_a_slow_state()
+    sizes = [1 << 16 << k for k in range(4)]
+    old = _witnessed([_row(s, 100.0) for s in sizes], lambda r: 135.0)
+
+    def new(witnesses):
+        return _rec([{**_row(s, 270.0), "witness_us": w} for s, w in zip(sizes, witnesses,
+                                                                        strict=True)])
+
+    rows, bad = compare(old, new([370.0] * 4), 0.10, 1 << 16)
+    assert bad == [] and {r["verdict"] for r in rows} == {"machine slower"}
+    text = report(rows, bad, 0.10, 1 << 16)
+    assert ("# 4 rows not judged: the witness beside them (the transport's own all_reduce of "
+            "1 MiB, timed after each row's loop) moved by more than 11.1% between the runs" in text)
+    assert "slower by" not in text
+    # at the edge: a witness 1/0.9 of the old one's is no move, a little more is
+    assert compare(old, new([150.0] * 4), 0.10, 1 << 16)[1] != []
+    assert compare(old, new([150.01] * 4), 0.10, 1 << 16)[1] == []
+    assert len(compare(old, new([370.0, 370.0, 150.0, 370.0]), 0.10, 1 << 16)[1]) == 4
+    older = _rec([_row(s, 100.0) for s in sizes])  # no witness in the old file
+    assert len(compare(older, new([370.0] * 4), 0.10, 1 << 16)[1]) == 4
+    one = compare(_rec(old["rows"][:1]), _rec(new([370.0] * 4)["rows"][:1]), 0.10, 1 << 16)
+    assert one[0][0]["verdict"] == "REGRESSED" and len(one[1]) == 1
+    logs = [{**_rec([{**r, "spread": False} for r in rec["rows"]]), "suite": "nccl-tests"}
+            for rec in (old, new([370.0] * 4))]
+    assert len(compare(*logs, 0.10, 1 << 16)[1]) == 4
+    # below min_size no row is judged, and none is set beside the witness
+    assert {r["verdict"] for r in compare(old, new([370.0] * 4), 0.10, 1 << 30)[0]} == {""}
+
+
+def test_a_gate_blind_to_the_witness_is_caught(monkeypatch):
+    """The broken rule: no witness read, so the series measured in a slow state is flagged."""
+    from commbench.results import compare as cmp
+
+    monkeypatch.setattr(cmp, "_witnessed", lambda pairs, min_size, limit: {})
+    with pytest.raises(AssertionError):
+        _one_series_in_a_slow_state()
+
+
+def test_two_real_runs_in_two_states_of_the_machine_give_no_false_alarm(monkeypatch):
+    """Two launches of one commit (tests/data/gate): the first measured its native and naive
+    all-reduce while the machine ran MPI 2.7x slower, and its witness says so. Read as the gate
+    does, no row is flagged and those two series alone are not judged for it; with the witness
+    ignored, both are flagged: the false alarm the witness is there to stop."""
+    import os
+
+    from commbench.results import compare as cmp
+
+    data = os.path.join(os.path.dirname(__file__), "data", "gate")
+    steady, slow = (cmp.load(os.path.join(data, f"state_{s}_mpi-x2.json"))
+                    for s in ("steady", "slow"))
+    rows, bad = cmp.compare(steady, slow)
+    assert bad == []
+    assert {(r["op"], r["algo"]) for r in rows if r["verdict"] == "machine slower"} == {
+        ("all_reduce", "native"), ("all_reduce", "naive")}
+    monkeypatch.setattr(cmp, "_witnessed", lambda pairs, min_size, limit: {})
+    assert {(r["op"], r["algo"]) for r in cmp.compare(steady, slow)[1]} == {
+        ("all_reduce", "native"), ("all_reduce", "naive")}

@@ -15,6 +15,14 @@ comm layer's checks ran once in the first warm-up call, and each timed call is b
 ledger after its timer stops. Inputs are :mod:`commbench.timing.verify` patterns, so the last iteration's
 result is checked element by element (``#wrong``). In-place ops (all-reduce, broadcast, reduce)
 get their input restored before each iteration, outside the timer.
+
+The witness (``Case.witness``): after the loop of a row of :data:`WITNESS_FROM` bytes or more,
+the transport's own all-reduce of :data:`WITNESS_BYTES` timed the same way, its samples returned
+beside the row's. It is the same call at every row of every run, so its time moves only with the
+state of the machine (and of the transport): this machine runs it at 135 us in one state and
+370 us in another, for seconds to minutes at a time, and a row measured in either state carries
+the state with it. ``commbench compare`` judges no row whose witness moved between the two runs
+(docs/decisions.md). Not booked in the ledger: it is the machine's figure, not the row's traffic.
 """
 
 from __future__ import annotations
@@ -37,10 +45,19 @@ from commbench.wire.buffers import like
 from commbench.wire.dtypes import DTYPES
 from commbench.wire.ledger import Entry
 
-__all__ = ["COLLECTIVES", "MEASUREMENT", "Case", "cadence", "measure"]
+__all__ = ["COLLECTIVES", "MEASUREMENT", "WITNESS", "Case", "cadence", "measure"]
 
 MEASUREMENT = {"cadence": "isolated (transport barrier before each iteration, untimed)",
                "rank_aggregation": "per-iteration max over ranks", "statistic": "median"}
+
+
+WITNESS_BYTES = 1 << 20  # the size this machine's states move most (2.8x; 2x at 256 KiB)
+WITNESS_SAMPLES, WITNESS_WARMUP = 8, 2
+WITNESS_FROM = 64 << 10  # rows of fewer bytes get none: the gate does not judge them by default
+WITNESS = (f"the transport's own all_reduce of {WITNESS_BYTES} B (float32, sum), "
+           f"{WITNESS_SAMPLES} samples after {WITNESS_WARMUP} warm-up, timed as the rows, right "
+           f"after the loop of each row of >= {WITNESS_FROM} B: witness_us, its median (the "
+           "machine's state beside the row)")
 
 
 def cadence(batch: int) -> dict:
@@ -68,6 +85,7 @@ class Case:
     seed: int = 0
     batch: int = 1  # calls timed back to back per sample (1: a barrier before every call)
     trace: bool = False  # one more call after the check, its messages kept for a timeline
+    witness: bool = False  # the witness after the loop (module docstring)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -116,6 +134,7 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
                   reset=prep.reset, batch=case.batch,
                   progress=lambda k, total: ctx.tracker.progress(loop, k, total))
     ctx.tracker.leave(case.op)
+    seen = _witness(ctx, comm, barrier, dev) if case.witness and nbytes >= WITNESS_FROM else None
     per_call = [t for t in times for _ in range(case.batch)]  # one ledger entry per timed call
     if prep.after is not None:
         prep.after(per_call)
@@ -137,6 +156,8 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
         wrong = verify.wrong(prep.result(), want)
     out = {"times": times, "wrong": wrong, "count": count, "size": size, "sent": sent,
            "recv": recv, "pred_sent": pred_sent, "pred_recv": pred_recv}
+    if seen is not None:
+        out["witness"] = seen
     if case.trace:  # a warm call, the ranks started together, for a Chrome trace
         prep.reset()
         barrier()
@@ -149,6 +170,22 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
             axis=g.name, start=t0))]
         out.update(timeline=entries, span=span)
     return out
+
+
+def _witness(ctx, comm, barrier, dev) -> list[float]:
+    """The witness's samples on this rank (module docstring): the bare transport call on buffers
+    of its own, none of it booked."""
+    count = WITNESS_BYTES // 4
+    src = torch.ones(count, dtype=torch.float32, device=dev)
+    if dev.type == "cpu":
+        src = like(src, count).copy_(src)
+    prep = prepare_native(comm, ctx.world, "all_reduce", "sum", 0, src, count)
+    what = "the witness's all_reduce loop (after the row's)"
+    ctx.tracker.enter(what, ctx.world.ranks)
+    times = timed(prep.call, barrier, WITNESS_SAMPLES, WITNESS_WARMUP, dev.type == "cuda",
+                  reset=prep.reset)
+    ctx.tracker.leave("all_reduce")
+    return times
 
 
 def _prepare_algorithm(ctx, comm, case: Case, src, count: int, root: int) -> Prepared:

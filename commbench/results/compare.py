@@ -38,6 +38,14 @@ fewer than three consecutive sizes (``faster alone``): as a row slower at one or
 slow spell of the new run, one faster there is a slow spell of the old one, and a slowdown of
 the code at that size hides behind it; a range of sizes faster than the rest is the code's, and
 judged.
+Where both runs carry a witness beside their rows (``witness_us``: the transport's own all-reduce
+of 1 MiB, timed after each row's loop; :mod:`commbench.collectives.measure`), a series whose
+witness moved past the threshold's growth, every judged size's in the new run beyond every one
+in the old (the ranges apart, as a regressed row's), was measured in another state of the machine
+(this one runs its MPI transport 2.7x slower for seconds to minutes at a time, at some series of
+a run and not others): its slower rows are not judged (``machine slower``), nor, in a faster
+state, its rows that would pass (``machine faster``). A change of the transport itself moves the
+witness too, and is reported the same way, not flagged.
 Not-judged rows are listed and do not fail the gate.
 
 Every row must be sound before anything is compared: a size that is not a whole number >= 0, a
@@ -65,7 +73,7 @@ KEY = ("op", "algo", "transport", "type", "redop", "root", "size")
 RUN = 3  # consecutive sizes of a series that must regress together
 NEEDED = (*KEY, "time_us", "min_us", "busbw")
 NOT_JUDGED = ("within spread", "isolated", "run shifted", "op shifted", "run faster",
-              "op faster", "faster alone")  # rows not judged
+              "op faster", "faster alone", "machine slower", "machine faster")  # rows not judged
 ALONE = 3  # other sizes of its series a row is set beside (faster alone): one slow spell among
 # them then leaves their median as it was
 OP_SERIES = 3  # series an op needs for a shift of its own: one regressed series is a minority
@@ -158,6 +166,7 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
     limit = 1 / (1 - threshold)  # a busbw drop of `threshold` is a time growth of this factor
     if shift is None:
         shift = _shift(pairs, min_size) if own else Shift()
+    state = _witnessed(pairs, min_size, limit) if own else {}
     out, bad = [], []
     for o, r in pairs:
         key = tuple(r[k] for k in KEY)
@@ -166,13 +175,16 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
         judged = r["size"] >= min_size and o["busbw"] > 0
         flat = r.get("spread") is False or o.get("spread") is False
         moved = shift.moved(_op(r), limit) if own else ""  # imported logs: as they stand
+        witness = state.get(_series(r), "")
+        moved = moved or (witness if witness == "machine slower" else "")
         slower = judged and r["time_us"] > o["time_us"] * limit
         regressed = judged and not moved and new_range[0] > old_range[1] * limit
         verdict = ""
         if slower and not regressed:  # not judged: in a shifted run or op, else within spread
             verdict = moved or "within spread"
         elif judged and not slower and own:  # in a run or op faster as a whole
-            verdict = shift.faster(_op(r), limit)
+            verdict = shift.faster(_op(r), limit) or (witness if witness == "machine faster"
+                                                      else "")
         row = {**dict(zip(KEY, key)), "old_busbw": o["busbw"], "new_busbw": r["busbw"],
                "ratio": ratio, "time_ratio": r["time_us"] / o["time_us"], "old_us": o["time_us"],
                "new_us": r["time_us"], "new_min_us": r["min_us"], "old_range": old_range,
@@ -218,6 +230,28 @@ def _alone(rows: list[dict], limit: float) -> None:
                                                          min(i, len(rows) - RUN) + 1))
         if apart[i] and not ranged and not row["verdict"] and not row["regressed"]:
             row["verdict"] = "faster alone"
+
+
+def _witnessed(pairs: list[tuple[dict, dict]], min_size: int, limit: float) -> dict[tuple, str]:
+    """Per series whose witness moved between the runs (module docstring): 'machine slower'
+    where every judged size's witness in the new run is above every one in the old by more than
+    ``limit``, 'machine faster' the other way. Only series whose every judged row carries a
+    witness in both runs, two rows or more: a range of one figure is no range."""
+    seen: dict[tuple, tuple[list, list]] = {}
+    for o, r in pairs:
+        if r["size"] >= min_size and o["busbw"] > 0:
+            old, new = seen.setdefault(_series(r), ([], []))
+            old.append(o.get("witness_us"))
+            new.append(r.get("witness_us"))
+    out = {}
+    for key, (old, new) in seen.items():
+        if len(old) < 2 or not all(_number(w) and w > 0 for w in old + new):
+            continue
+        if min(new) > max(old) * limit:
+            out[key] = "machine slower"
+        elif max(new) * limit < min(old):
+            out[key] = "machine faster"
+    return out
 
 
 def _pairs(old: dict, new: dict) -> list[tuple[dict, dict]]:
@@ -368,7 +402,8 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
         whole = sum(1 for r in unjudged if r["verdict"] in ("run shifted", "op shifted"))
         fast = sum(1 for r in unjudged if r["verdict"] in ("run faster", "op faster"))
         alone = sum(1 for r in unjudged if r["verdict"] == "faster alone")
-        slow = len(unjudged) - fast - alone
+        state = sum(1 for r in unjudged if r["verdict"] in ("machine slower", "machine faster"))
+        slow = len(unjudged) - fast - alone - state
         if slow:
             verdict += (f"\n# {slow} rows not judged: slower by > "
                         f"{1 / (1 - threshold) - 1:.1%} in the median, but {spread} within the "
@@ -376,6 +411,13 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
                         f"{RUN} consecutive sizes" + (f", {whole} in a run or op slower as a "
                                                        "whole" if whole else "") +
                         " (the machine's noise cannot be told from the code's)")
+        if state:
+            verdict += (f"\n# {state} rows not judged: the witness beside them (the transport's "
+                        "own all_reduce of 1 MiB, timed after each row's loop) moved by more than "
+                        f"{1 / (1 - threshold) - 1:.1%} between the runs, at every size of their "
+                        "series beyond every size of the old run's: the machine, or the "
+                        "transport, was in another state; slower rows of a slower state and "
+                        "others of a faster one cannot be told from the code's")
         if fast:
             verdict += (f"\n# {fast} rows not judged: no slower than the old run's, in a new run "
                         f"(or op) faster as a whole (its median row under {1 - threshold:.2f}x "

@@ -13,7 +13,7 @@ import os
 import statistics
 
 from commbench.collectives import ALGORITHMS, algorithms_of
-from commbench.collectives.measure import Case, cadence, placement
+from commbench.collectives.measure import WITNESS, Case, cadence, placement
 from commbench.costmodel import topology
 from commbench.results import records as res
 from commbench.results.compare import KEY, CompareError, compare, load, report, run_shift, shifted
@@ -51,6 +51,7 @@ def sweep(w: SweepSettings, world, ops, sizes, transports, launch, prints, emit)
         measurement.update(repeat=s.repeat, rounds="whole sweep repeated; each row its best round")
     if "mpi" in transports:
         measurement["binding"] = placement(world)
+    measurement["witness"] = WITNESS
     topo = topology.load(w.topology) if w.topology else None
     memcpy = statistics.median(world.run(memcpy_bandwidth))
     emit(f"# commbench run {' '.join(w.targets or ['collectives'])}: {n} ranks ({launch}), "
@@ -105,7 +106,7 @@ def _transports(w: SweepSettings, world, transports, stems, previous, settings, 
              f"writes {where})")
         emit("#\n" + HEADER)
         cases = [Case(op, transport, algo, w.dtype, w.redop, w.root, s.iters, s.warmup,
-                      bool(w.check), batch=s.batch, trace=bool(s.trace))
+                      bool(w.check), batch=s.batch, trace=bool(s.trace), witness=True)
                  for op in ops for algo in _algorithms(op, list(w.algos), world, emit)]
         rounds = []
         for k in range(s.repeat):  # the whole sweep again: a slow spell hits one round

@@ -8,6 +8,7 @@ keeps every row it finished.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 
 from commbench.collectives.measure import Case, measure
@@ -82,6 +83,8 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
                "busbw": busbw(case.op, n, size, seconds), "wrong": sum(o["wrong"] for o in outs),
                "sent": max(o["sent"] for o in outs), "recv": max(o["recv"] for o in outs),
                "pred_sent": max(o["pred_sent"] for o in outs)}
+        if "witness" in outs[0]:  # the machine's state beside the row (collectives.measure)
+            row["witness_us"] = statistics.median(slowest([o["witness"] for o in outs])) * 1e6
         if samples:
             row["samples_s"] = iters
         if timeline is not None and "span" in outs[0]:
@@ -97,8 +100,9 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
 
 
 def merge_rounds(rounds: list[list[dict]], n: int) -> list[dict]:
-    """One row per size from R repeated sweeps: the best round's median (``time_us``), the
-    lowest single iteration (``min_us``), every round's median (``rounds_us``).
+    """One row per size from R repeated sweeps: the best round's median (``time_us``) and its
+    witness (``witness_us``: the state the machine was in then), the lowest single iteration
+    (``min_us``), every round's median (``rounds_us``).
 
     Repeats run one after another over the whole series, so a slow spell of a shared machine
     hits one round, not all; the best round is the machine's steady state. A code regression
@@ -107,7 +111,8 @@ def merge_rounds(rounds: list[list[dict]], n: int) -> list[dict]:
     for rows in zip(*rounds, strict=True):
         best = min(rows, key=lambda r: r["time_us"])
         row = dict(rows[0])
-        row.update({k: best[k] for k in ("time_us", "p10_us", "p99_us", "max_us", "avg_us") if k in best},
+        row.update({k: best[k] for k in ("time_us", "p10_us", "p99_us", "max_us", "avg_us",
+                                         "witness_us") if k in best},
                    min_us=min(r["min_us"] for r in rows), rounds_us=[r["time_us"] for r in rows],
                    wrong=sum(r["wrong"] for r in rows))
         out.append(_bandwidths(row, n))

@@ -1,0 +1,120 @@
+"""The witness beside each row against this machine's states: launches of one commit compared
+pairwise with the gate's witness rule and without it.
+
+    .venv/bin/python suites/witness_check.py [--launches 16] [--transport mpi] [--keep DIR]
+
+``commbench run OPS --transport T --np 2 -b 64K -e 4M --repeat 3`` ``--launches`` times back to
+back, each into a folder of its own, then ``commbench compare`` of every ordered pair twice: as
+the gate judges (a series whose witness moved between the runs is not judged), and with the
+witness ignored. Every row flagged is a false alarm (one commit, nothing changed). The table
+gives each launch's witness and native all-reduce at 1 MiB, median over its rows, so a launch
+measured in a slow state shows, and the pairs' false alarms under each rule. Writes
+``results/gate/witness_<machine class>-x<np>.md``; ``--tables DIR`` judges kept launches again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+
+def _launch(folder: str, a) -> None:
+    out = subprocess.run([sys.executable, "-m", "commbench", "run", *a.ops, "--transport",
+                          a.transport, "--np", str(a.np), "-b", a.b, "-e", a.e, "--repeat",
+                          str(a.repeat), "--out", folder, "--label", "gate"],
+                         capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise SystemExit(f"commbench run failed ({out.returncode}): {out.stderr[-800:]}")
+
+
+def _judged(old: dict, new: dict, witness: bool) -> tuple[int, int]:
+    """(rows flagged, rows the witness left unjudged) of one ordered pair."""
+    from commbench.results import compare as cmp
+
+    rule = cmp._witnessed
+    if not witness:
+        cmp._witnessed = lambda pairs, min_size, limit: {}
+    try:
+        rows, bad = cmp.compare(old, new)
+    finally:
+        cmp._witnessed = rule
+    return len(bad), sum(1 for r in rows if r["verdict"] in ("machine slower", "machine faster"))
+
+
+def _figures(record: dict) -> tuple[float, float, float]:
+    """(median and highest witness over a launch's rows, its native all-reduce at 1 MiB), us."""
+    seen = [r["witness_us"] for r in record["rows"] if "witness_us" in r] or [float("nan")]
+    native = [r["time_us"] for r in record["rows"] if (r["op"], r["algo"], r["size"]) ==
+              ("all_reduce", "native", 1 << 20)]
+    return statistics.median(seen), max(seen), native[0] if native else float("nan")
+
+
+def main() -> int:
+    from commbench.results.compare import load
+    from commbench.results.machine import machine_class
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--launches", type=int, default=16)
+    p.add_argument("--transport", default="mpi")
+    p.add_argument("--np", type=int, default=2)
+    p.add_argument("-b", default="64K")
+    p.add_argument("-e", default="4M")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--keep", metavar="DIR", help="keep the launches' tables in DIR")
+    p.add_argument("--tables", metavar="DIR", help="judge the tables a --keep left in DIR")
+    p.add_argument("ops", nargs="*", default=["all_reduce", "all_gather", "reduce_scatter",
+                                              "all_to_all", "broadcast"])
+    a = p.parse_args()
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as scratch:
+        top = a.tables or a.keep or scratch
+        folders = [os.path.join(top, f"launch{k + 1}") for k in range(a.launches)]
+        for folder in folders if not a.tables else []:
+            _launch(folder, a)
+            print(f"# {os.path.basename(folder)} done", flush=True)
+        records = [load(os.path.join(d, next(f for f in sorted(os.listdir(d))
+                                             if f.endswith(f"-{a.transport}-x{a.np}.json"))))
+                   for d in folders]
+    when = (f"judged again from the tables kept in {os.path.basename(a.tables.rstrip('/'))}/"
+            if a.tables else f"{(time.monotonic() - t0) / 60:.0f} min")
+    figures = [_figures(r) for r in records]
+    pairs = list(itertools.permutations(range(len(records)), 2))
+    found = {w: [_judged(records[i], records[j], w) for i, j in pairs] for w in (True, False)}
+    hw = machine_class("")
+    commit = records[0].get("commit", "")
+    text = [f"# The witness against this machine's states: {hw}, {a.transport}, {a.np} ranks", "",
+            f"`.venv/bin/python suites/witness_check.py --launches {a.launches} --transport "
+            f"{a.transport} --np {a.np} -b {a.b} -e {a.e} --repeat {a.repeat} "
+            f"{' '.join(a.ops)}` ({when}), commit `{commit}`. Each launch's witness (the "
+            "transport's own all-reduce of 1 MiB after each row's loop), median and highest over "
+            "its rows, and its native all-reduce at 1 MiB (best round), us:", "",
+            "| launch | witness, median (us) | witness, highest (us) | native all_reduce 1 MiB "
+            "(us) |", "|---:|---:|---:|---:|"]
+    text += [f"| {k + 1} | {w:.0f} | {hi:.0f} | {t:.0f} |" for k, (w, hi, t) in enumerate(figures)]
+    flagged = {w: (sum(f for f, _ in found[w]), sum(1 for f, _ in found[w] if f))
+               for w in found}
+    text += ["", f"Every ordered pair of launches compared ({len(pairs)}), one commit: every row "
+             "flagged is a false alarm.", "",
+             "| rule | rows flagged | pairs with a row flagged | rows the witness left unjudged |",
+             "|---|---:|---:|---:|",
+             f"| the gate's (witness read) | {flagged[True][0]} | {flagged[True][1]} | "
+             f"{sum(u for _, u in found[True])} |",
+             f"| witness ignored | {flagged[False][0]} | {flagged[False][1]} | 0 |"]
+    out = os.path.join(os.path.dirname(HERE), "results", "gate", f"witness_{hw}-x{a.np}.md")
+    with open(out, "w") as f:
+        f.write("\n".join(text) + "\n")
+    print(f"wrote {out}")
+    return 1 if flagged[True][0] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
