@@ -39,13 +39,16 @@ slow spell of the new run, one faster there is a slow spell of the old one, and 
 the code at that size hides behind it; a range of sizes faster than the rest is the code's, and
 judged.
 Where both runs carry a witness beside their rows (``witness_us``: the transport's own all-reduce
-of 1 MiB, timed after each row's loop; :mod:`commbench.collectives.measure`), a series whose
-witness moved past the threshold's growth, every judged size's in the new run beyond every one
-in the old (the ranges apart, as a regressed row's), was measured in another state of the machine
-(this one runs its MPI transport 2.7x slower for seconds to minutes at a time, at some series of
-a run and not others): its slower rows are not judged (``machine slower``), nor, in a faster
-state, its rows that would pass (``machine faster``). A change of the transport itself moves the
-witness too, and is reported the same way, not flagged.
+of 1 MiB, timed after each row's loop; :mod:`commbench.collectives.measure`), a row whose new
+witness is above every witness of its series in the old run by more than the threshold's growth
+(or whose old one is below every one in the new run by as much) was measured in another state of
+the machine: this one runs its MPI transport 2.7x slower for seconds to minutes at a time, at
+some series of a run and not others. Such a row is not judged when slower (``machine slower``)
+nor, in a faster state, when it would pass (``machine faster``), and it does not break a range
+of regressed sizes around it: it says nothing either way. A row's witness is set against the
+other run's whole series, not one figure: a state moves every size measured in it, the
+witness's own noise one size at a time. A change of the transport itself moves the witness
+too, and is reported the same way, not flagged.
 Not-judged rows are listed and do not fail the gate.
 
 Every row must be sound before anything is compared: a size that is not a whole number >= 0, a
@@ -78,6 +81,7 @@ ALONE = 3  # other sizes of its series a row is set beside (faster alone): one s
 # them then leaves their median as it was
 OP_SERIES = 3  # series an op needs for a shift of its own: one regressed series is a minority
 IMPORTED = ("nccl-tests", "osu")  # the suites of imported logs: no shift (run_shift)
+STATE = ("machine slower", "machine faster")  # the witness's verdicts (_witnessed)
 MAX_SIZE = 1 << 50  # bytes: a PiB per call is past any sweep; larger is a corrupt file
 
 
@@ -175,7 +179,7 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
         judged = r["size"] >= min_size and o["busbw"] > 0
         flat = r.get("spread") is False or o.get("spread") is False
         moved = shift.moved(_op(r), limit) if own else ""  # imported logs: as they stand
-        witness = state.get(_series(r), "")
+        witness = state.get(key, "")
         moved = moved or (witness if witness == "machine slower" else "")
         slower = judged and r["time_us"] > o["time_us"] * limit
         regressed = judged and not moved and new_range[0] > old_range[1] * limit
@@ -198,11 +202,14 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
             series.setdefault(_series(row), []).append(row)
     for rows in series.values():
         rows.sort(key=lambda row: row["size"])
-        slow = [row["regressed"] for row in rows]
         run = min(RUN, len(rows))  # a shorter series must regress at every size
-        for i, row in enumerate(rows):
+        # a size measured in another state of the machine says nothing either way: the sizes
+        # on either side of it are consecutive
+        live = [row for row in rows if row["verdict"] not in STATE]
+        slow = [row["regressed"] for row in live]
+        for i, row in enumerate(live):
             row["regressed"] = any(all(slow[j:j + run]) for j in range(max(0, i - run + 1),
-                                                                       min(i, len(rows) - run) + 1))
+                                                                       min(i, len(live) - run) + 1))
             if slow[i] and not row["regressed"]:
                 row["verdict"] = "isolated"
         if own:
@@ -233,24 +240,29 @@ def _alone(rows: list[dict], limit: float) -> None:
 
 
 def _witnessed(pairs: list[tuple[dict, dict]], min_size: int, limit: float) -> dict[tuple, str]:
-    """Per series whose witness moved between the runs (module docstring): 'machine slower'
-    where every judged size's witness in the new run is above every one in the old by more than
-    ``limit``, 'machine faster' the other way. Only series whose every judged row carries a
-    witness in both runs, two rows or more: a range of one figure is no range."""
-    seen: dict[tuple, tuple[list, list]] = {}
+    """Per row (its key) measured in another state of the machine than its old row (module
+    docstring): 'machine slower' where its new witness is above every witness of its series in
+    the old run by more than ``limit``, or its old one below every one in the new run by as much;
+    'machine faster' the other way round. A row's witness is set against the other run's whole
+    series, not against one figure: a state moves every size measured in it, the witness's own
+    noise one size at a time. Only series whose every judged row carries a witness in both runs,
+    two rows or more."""
+    seen: dict[tuple, list[tuple[tuple, float, float]]] = {}
     for o, r in pairs:
         if r["size"] >= min_size and o["busbw"] > 0:
-            old, new = seen.setdefault(_series(r), ([], []))
-            old.append(o.get("witness_us"))
-            new.append(r.get("witness_us"))
+            seen.setdefault(_series(r), []).append((tuple(r[k] for k in KEY),
+                                                     o.get("witness_us"), r.get("witness_us")))
     out = {}
-    for key, (old, new) in seen.items():
-        if len(old) < 2 or not all(_number(w) and w > 0 for w in old + new):
+    for rows in seen.values():
+        if len(rows) < 2 or not all(_number(w) and w > 0 for _, *ws in rows for w in ws):
             continue
-        if min(new) > max(old) * limit:
-            out[key] = "machine slower"
-        elif max(new) * limit < min(old):
-            out[key] = "machine faster"
+        lo_old, hi_old = min(w for _, w, _ in rows), max(w for _, w, _ in rows)
+        lo_new, hi_new = min(w for _, _, w in rows), max(w for _, _, w in rows)
+        for key, old, new in rows:
+            slower = new > hi_old * limit or old * limit < lo_new
+            faster = new * limit < lo_old or old > hi_new * limit
+            if slower or faster:
+                out[key] = "machine slower" if new > old else "machine faster"
     return out
 
 
@@ -414,10 +426,10 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
         if state:
             verdict += (f"\n# {state} rows not judged: the witness beside them (the transport's "
                         "own all_reduce of 1 MiB, timed after each row's loop) moved by more than "
-                        f"{1 / (1 - threshold) - 1:.1%} between the runs, at every size of their "
-                        "series beyond every size of the old run's: the machine, or the "
-                        "transport, was in another state; slower rows of a slower state and "
-                        "others of a faster one cannot be told from the code's")
+                        f"{1 / (1 - threshold) - 1:.1%} between the runs, beyond every witness "
+                        "of their series in the other run: the machine, or the transport, was "
+                        "in another state; slower rows of a slower state and others of a faster "
+                        "one cannot be told from the code's")
         if fast:
             verdict += (f"\n# {fast} rows not judged: no slower than the old run's, in a new run "
                         f"(or op) faster as a whole (its median row under {1 - threshold:.2f}x "
