@@ -48,6 +48,32 @@ def _run(folder: str, a, repeat: int | None = None) -> None:
         raise SystemExit(f"commbench run failed ({out.returncode}): {out.stderr[-800:]}")
 
 
+def sweep_options(p: argparse.ArgumentParser) -> None:
+    """The options of the checks that sweep one commit several times (this one and
+    suites/witness_check.py): ranks, sizes, rounds, where the tables are kept, the ops."""
+    p.add_argument("--np", type=int, default=2)
+    p.add_argument("-b", default="64K")
+    p.add_argument("-e", default="4M")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--keep", metavar="DIR", help="keep the runs' tables in DIR, a folder each")
+    p.add_argument("--tables", metavar="DIR", help="judge the tables a --keep left in DIR instead "
+                   "of running (the table written names their commit)")
+    p.add_argument("ops", nargs="*", default=["all_reduce", "all_gather", "reduce_scatter",
+                                              "all_to_all", "broadcast"])
+
+
+def kept(a, scratch: str, name: str, count: int, run) -> list[str]:
+    """The folders of ``count`` runs (``name``1, ``name``2, ...) under ``--tables``, else
+    ``--keep``, else ``scratch``: each run into its own with ``run(folder, a)``, one after
+    another, unless ``--tables`` holds them already."""
+    top = a.tables or a.keep or scratch
+    folders = [os.path.join(top, f"{name}{k + 1}") for k in range(count)]
+    for folder in folders if not a.tables else []:
+        run(folder, a)
+        print(f"# {os.path.basename(folder)} done", flush=True)
+    return folders
+
+
 def _tally(first: dict, second: dict) -> dict:
     """One ordered pair of tables: the gate's flags, its not-judged rows, and per algorithm how
     many of its judged rows a 2x slowdown of it alone gets flagged, listed as not judged, or
@@ -81,30 +107,18 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=4, help="runs of one commit, back to back; every "
                    "ordered pair of them is compared")
-    p.add_argument("--np", type=int, default=2)
-    p.add_argument("-b", default="64K")
-    p.add_argument("-e", default="4M")
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--keep", metavar="DIR", help="keep the runs' tables in DIR (run1/, run2/, ...)")
-    p.add_argument("--tables", metavar="DIR", help="judge the tables a --keep left in DIR instead "
-                   "of running (the table written names their commit)")
-    p.add_argument("ops", nargs="*", default=["all_reduce", "all_gather", "reduce_scatter",
-                                              "all_to_all", "broadcast"])
+    sweep_options(p)
     a = p.parse_args()
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as scratch:
-        top = a.tables or a.keep or scratch
-        folders = [os.path.join(top, f"run{k + 1}") for k in range(a.runs)]
-        for folder in folders if not a.tables else []:
-            _run(folder, a)
-            print(f"# {os.path.basename(folder)} done", flush=True)
+        folders = kept(a, scratch, "run", a.runs, _run)
         names = sorted(f for f in os.listdir(folders[0]) if f.endswith(".json"))
         tables = {f: [load(os.path.join(d, f)) for d in folders] for f in names}
         commit = tables[names[0]][0].get("commit", "")
     if a.tables:  # what the kept runs were, not the flags' defaults
-        kept = tables[names[0]][0]
-        st = kept.get("settings", {})
-        a.np, a.repeat, a.ops = kept["world_size"], st.get("repeat", 1), st.get("ops", a.ops)
+        first = tables[names[0]][0]
+        st = first.get("settings", {})
+        a.np, a.repeat, a.ops = first["world_size"], st.get("repeat", 1), st.get("ops", a.ops)
         a.b, a.e = (str(f(st["sizes"])) for f in (min, max)) if st.get("sizes") else (a.b, a.e)
     minutes = (time.monotonic() - t0) / 60
     lines, planted, why = [], {}, Counter()
@@ -152,7 +166,7 @@ def main() -> int:
             "`commbench compare` of every ordered pair (threshold 10% busbw, rows >= 64 KiB "
             "judged). `flagged`: rows the gate calls regressed (target 0); `not judged`: slower "
             "medians within the runs' own spread, at isolated sizes or within the second run's "
-            "shift as a whole, sizes faster than the rest of their series, and series whose "
+            "shift as a whole, sizes faster than the rest of their series, and rows whose "
             "witness says the machine was in another state (listed, exit 0); "
             "`second/first`: the judged rows' ratio of best-round medians, median (min-max): "
             "the machine's run-to-run noise.", "",

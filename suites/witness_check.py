@@ -5,10 +5,11 @@ pairwise with the gate's witness rule and without it.
 
 ``commbench run OPS --transport T --np 2 -b 64K -e 4M --repeat 3`` ``--launches`` times back to
 back, each into a folder of its own, then ``commbench compare`` of every ordered pair twice: as
-the gate judges (a series whose witness moved between the runs is not judged), and with the
-witness ignored. Every row flagged is a false alarm (one commit, nothing changed). The table
-gives each launch's witness and native all-reduce at 1 MiB, median over its rows, so a launch
-measured in a slow state shows, and the pairs' false alarms under each rule. Writes
+the gate judges (a row whose witness says it was measured in another state of the machine is
+not judged), and with the witness ignored. Every row flagged is a false alarm (one commit,
+nothing changed). The table gives each launch's witness, median and highest over its rows, and
+its native all-reduce at 1 MiB, so a launch measured in a slow state, wholly or in part, shows;
+then the pairs' false alarms under each rule. Writes
 ``results/gate/witness_<machine class>-x<np>.md``; ``--tables DIR`` judges kept launches again.
 """
 
@@ -25,6 +26,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+
+from gate_check import kept, sweep_options  # noqa: E402  (suites/, the script's own folder)
 
 
 def _launch(folder: str, a) -> None:
@@ -47,7 +50,7 @@ def _judged(old: dict, new: dict, witness: bool) -> tuple[int, int]:
         rows, bad = cmp.compare(old, new)
     finally:
         cmp._witnessed = rule
-    return len(bad), sum(1 for r in rows if r["verdict"] in ("machine slower", "machine faster"))
+    return len(bad), sum(1 for r in rows if r["verdict"] in cmp.STATE)
 
 
 def _figures(record: dict) -> tuple[float, float, float]:
@@ -65,27 +68,15 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--launches", type=int, default=16)
     p.add_argument("--transport", default="mpi")
-    p.add_argument("--np", type=int, default=2)
-    p.add_argument("-b", default="64K")
-    p.add_argument("-e", default="4M")
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--keep", metavar="DIR", help="keep the launches' tables in DIR")
-    p.add_argument("--tables", metavar="DIR", help="judge the tables a --keep left in DIR")
-    p.add_argument("ops", nargs="*", default=["all_reduce", "all_gather", "reduce_scatter",
-                                              "all_to_all", "broadcast"])
+    sweep_options(p)
     a = p.parse_args()
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as scratch:
-        top = a.tables or a.keep or scratch
-        folders = [os.path.join(top, f"launch{k + 1}") for k in range(a.launches)]
-        for folder in folders if not a.tables else []:
-            _launch(folder, a)
-            print(f"# {os.path.basename(folder)} done", flush=True)
+        folders = kept(a, scratch, "launch", a.launches, _launch)
         records = [load(os.path.join(d, next(f for f in sorted(os.listdir(d))
                                              if f.endswith(f"-{a.transport}-x{a.np}.json"))))
                    for d in folders]
-    when = (f"judged again from the tables kept in {os.path.basename(a.tables.rstrip('/'))}/"
-            if a.tables else f"{(time.monotonic() - t0) / 60:.0f} min")
+    when = "judged from kept tables" if a.tables else f"{(time.monotonic() - t0) / 60:.0f} min"
     figures = [_figures(r) for r in records]
     pairs = list(itertools.permutations(range(len(records)), 2))
     found = {w: [_judged(records[i], records[j], w) for i, j in pairs] for w in (True, False)}

@@ -414,7 +414,7 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
         whole = sum(1 for r in unjudged if r["verdict"] in ("run shifted", "op shifted"))
         fast = sum(1 for r in unjudged if r["verdict"] in ("run faster", "op faster"))
         alone = sum(1 for r in unjudged if r["verdict"] == "faster alone")
-        state = sum(1 for r in unjudged if r["verdict"] in ("machine slower", "machine faster"))
+        state = sum(1 for r in unjudged if r["verdict"] in STATE)
         slow = len(unjudged) - fast - alone - state
         if slow:
             verdict += (f"\n# {slow} rows not judged: slower by > "
