@@ -111,10 +111,10 @@ def test_the_gate_report_says_what_it_found():
     head, rule, *table, verdict = text.splitlines()
     assert [c.strip() for c in head.split("|")[1:-1]] == [
         "op", "algo", "transport", "size", "old(us)", "new(us)", "time new/old", "old range(us)",
-        "new range(us)", "busbw new/old", "verdict"] and set(rule) <= set("|- ")
+        "new range(us)", "busbw new/old", "witness(us)", "verdict"] and set(rule) <= set("|- ")
     first = [c.strip() for c in table[0].split("|")[1:-1]]
     assert first == ["all_reduce", "ring", "gloo", "65536", "100.0", "125.0", "1.250",
-                     "100.0-100.0", "125.0-125.0", "0.800", "REGRESSED"]
+                     "100.0-100.0", "125.0-125.0", "0.800", "", "REGRESSED"]
     test = ("the new run's range of typical times (rounds' medians, else lower decile to median "
             "of its iterations) above the old run's by > 11.1% (busbw down > 10%), at >= 65536 "
             "B, over 3 consecutive sizes of a series")
@@ -527,6 +527,8 @@ def test_a_row_measured_in_another_state_of_the_machine_is_not_judged():
     rows, bad = compare(old, new([370.0] * 4), 0.10, 1 << 16)
     assert bad == [] and {r["verdict"] for r in rows} == {"machine slower"}
     text = report(rows, bad, 0.10, 1 << 16)
+    assert [c.strip() for c in text.splitlines()[2].split("|")[1:-1]][-2:] == [
+        "135->370", "machine slower"]
     assert ("# 4 rows not judged: the witness beside them (the transport's own all_reduce of "
             "1 MiB, timed after each row's loop) moved by more than 11.1% between the runs" in text)
     assert "slower by" not in text

@@ -193,6 +193,7 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
                "ratio": ratio, "time_ratio": r["time_us"] / o["time_us"], "old_us": o["time_us"],
                "new_us": r["time_us"], "new_min_us": r["min_us"], "old_range": old_range,
                "new_range": new_range, "regressed": regressed,
+               "witness_us": (o.get("witness_us"), r.get("witness_us")),
                "verdict": verdict,
                "no_spread": flat, "own_run": own}
         out.append(row)
@@ -343,6 +344,12 @@ def _medians(rows: list[tuple[str, tuple, float]]) -> dict:
     return out
 
 
+def _witness(row: dict) -> str:
+    """The row's witness, old -> new ('' unless both runs measured one)."""
+    old, new = row.get("witness_us") or (None, None)
+    return f"{old:.0f}->{new:.0f}" if _number(old) and _number(new) else ""
+
+
 def _span(lo_hi: tuple[float, float]) -> str:
     return f"{lo_hi[0]:.1f}-{lo_hi[1]:.1f}"
 
@@ -397,10 +404,10 @@ def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
 def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -> str:
     table = [[r["op"], r["algo"], r["transport"], r["size"], f"{r['old_us']:.1f}",
               f"{r['new_us']:.1f}", f"{r['time_ratio']:.3f}", _span(r["old_range"]),
-              _span(r["new_range"]), f"{r['ratio']:.3f}", r["verdict"]] for r in rows]
+              _span(r["new_range"]), f"{r['ratio']:.3f}", _witness(r), r["verdict"]] for r in rows]
     text = tabulate(table, headers=["op", "algo", "transport", "size", "old(us)", "new(us)",
                                     "time new/old", "old range(us)", "new range(us)",
-                                    "busbw new/old", "verdict"], tablefmt="github",
+                                    "busbw new/old", "witness(us)", "verdict"], tablefmt="github",
                      disable_numparse=True)  # the precision chosen above, not tabulate's
     test = (f"the new run's range of typical times (rounds' medians, else lower decile to median"
             f" of its iterations) above the old run's by > {1 / (1 - threshold) - 1:.1%} (busbw "
