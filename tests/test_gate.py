@@ -483,7 +483,7 @@ def test_a_gate_blind_to_a_size_faster_alone_is_caught(monkeypatch):
         _slowed_after_a_spell_of_the_old_run()
 
 
-def _witnessed(rows, witness):
+def _with_witness(rows, witness):
     return _rec([{**r, "witness_us": witness(r)} for r in rows])
 
 
@@ -497,7 +497,7 @@ def _one_series_in_a_slow_state() -> None:
 
     sizes = [1 << 16 << k for k in range(4)]
     algos = ("native", "ring", "tree", "bruck", "pairwise", "direct")
-    old = _witnessed([_row(s, 100.0, algo=a) for a in algos for s in sizes], lambda r: 135.0)
+    old = _with_witness([_row(s, 100.0, algo=a) for a in algos for s in sizes], lambda r: 135.0)
     state = {"native": (2.7, 2.7), "ring": (2.0, 1.0), "direct": (1.0, 0.5)}  # (time, witness)
     new = _rec([{**_row(s, 100.0 * state.get(a, (1, 1))[0], algo=a),
                  "witness_us": 135.0 * state.get(a, (1, 1))[1]} for a in algos for s in sizes])
@@ -518,7 +518,7 @@ def test_a_row_measured_in_another_state_of_the_machine_is_not_judged():
 
     _one_series_in_a_slow_state()
     sizes = [1 << 16 << k for k in range(4)]
-    old = _witnessed([_row(s, 100.0) for s in sizes], lambda r: 135.0)
+    old = _with_witness([_row(s, 100.0) for s in sizes], lambda r: 135.0)
 
     def new(witnesses, t=270.0):
         return _rec([{**_row(s, t), "witness_us": w} for s, w in zip(sizes, witnesses,
@@ -540,7 +540,7 @@ def test_a_row_measured_in_another_state_of_the_machine_is_not_judged():
     assert [r["verdict"] for r in rows] == ["REGRESSED", "machine slower", "REGRESSED",
                                             "REGRESSED"]
     # a size the old run measured in a slow state: the new row would pass, and does not
-    spell = _witnessed([_row(s, 250.0 if k == 2 else 100.0) for k, s in enumerate(sizes)],
+    spell = _with_witness([_row(s, 250.0 if k == 2 else 100.0) for k, s in enumerate(sizes)],
                        lambda r: 400.0 if r["size"] == sizes[2] else 135.0)
     rows, bad = compare(spell, new([135.0] * 4, t=100.0), 0.10, 1 << 16)
     assert bad == [] and [r["verdict"] for r in rows] == ["", "", "machine faster", ""]
