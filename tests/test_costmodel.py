@@ -130,6 +130,8 @@ def test_presets_reproduce_the_published_figures_within_ten_percent():
     ({"arch": "ampere", "nvls": True}, "nvls=true needs a Hopper or Blackwell"),
     ({"speed": 3}, "unknown field 'speed'"),
     ({"graphs": {"ring": {"channels": 2}}}, "graphs.ring: needs exactly"),
+    ({"chunk_fill": {"ring": 1.0}}, "chunk_fill: must map nvls_tree to chunk-times >= 0"),
+    ({"chunk_fill": {"nvls_tree": -1}}, "chunk_fill.nvls_tree=-1: must be chunk-times >= 0"),
 ])
 def test_topology_files_with_missing_or_nonsensical_fields_are_refused(tmp_path, change, message):
     data = json.loads(load.__globals__["presets"]()["dgx-h100"].read_text())

@@ -26,6 +26,12 @@ under-prediction. The model is piecewise (NCCL's tuner switches algorithm and pr
 size), so the fit searches each figure over a log-spaced grid and then a finer one around the
 best, figure after figure, until no figure moves (coordinate descent); no gradient is assumed.
 
+Set, not fitted: ``chunk_fill`` of NVLS-tree (:data:`NVLS_TREE_FILL`), where the runs pick it.
+NCCL's runtime cuts an NVLS-tree call into chunks whose size steps with the call's size
+(:func:`~commbench.costmodel.nccl.nvls_tree_chunk`); each call waits for its pipeline to fill,
+so the time steps where the chunk does (between 32 and 64 MiB on two HGX H100 nodes), which no
+latency and bandwidth can follow.
+
 A fit is only as good as what it predicts: :func:`held_out` fits on every other size and
 reports the rest, then fits on the smaller sizes and reports the largest. Pure: no torch.
 """
@@ -36,7 +42,7 @@ import math
 from dataclasses import dataclass, replace
 
 from commbench.costmodel.nccl import OPS as MODELLED
-from commbench.costmodel.nccl import PROTOS, constants, nccl_predict, nccl_times
+from commbench.costmodel.nccl import PROTOS, constants, nccl_predict, nccl_times, nvls_tree_chunk
 from commbench.costmodel.p2p import P2P_OPS
 from commbench.costmodel.topology import Topology, gpu_presets, load
 from commbench.ops import OPS as RECORDS
@@ -44,6 +50,12 @@ from commbench.results.nccl_tests import Run
 
 __all__ = ["Beside", "Fit", "Measured", "beside", "error", "fit", "held_out", "interpolated",
            "off_calibration", "predict_us", "topology_for"]
+
+
+# chunk-times a call of NVLS-tree spends filling its pipeline: a chunk passes three stages (the
+# node's NVLS reduction, the network, the other node's NVLS multicast), so the last chunk ends
+# two chunk-times after the first stage has sent it (docs/decisions.md, "NVLS-tree's chunk")
+NVLS_TREE_FILL = 2.0
 
 
 @dataclass(frozen=True)
@@ -209,6 +221,13 @@ def fit(base: Topology, rows: list[Measured], version: str = "2.30.7", points: i
               for m in rows}
     for proto in PROTOS:
         knobs += [("proto_bw", proto), ("proto_lat_us", proto)]
+    if any(nccl_predict(m.op, m.size, part, version).algo == "nvls_tree"
+           and nvls_tree_chunk(m.size, part, part.nvls_channels)
+           for m in rows for part in [start.part(m.nodes, m.per_node)]):
+        start = replace(start, chunk_fill={"nvls_tree": NVLS_TREE_FILL})
+        fixed.append(f"chunk_fill.nvls_tree = {NVLS_TREE_FILL:g}: set, the fill of NVLS-tree's "
+                     "three-stage pipeline (a node's NVLS reduction, the network, its NVLS "
+                     "multicast) in chunk-times")
     ranges = {"intra_GBps": (start.intra_GBps / 30, start.intra_GBps * 3),
               "nic_GBps": (max(base.nic_GBps, 1.0) / 30, max(base.nic_GBps, 1.0) * 3),
               "latency_inter_us": (0.0, 100.0), "proto_bw": (1 / 30, 3.0),
@@ -235,6 +254,9 @@ def fit(base: Topology, rows: list[Measured], version: str = "2.30.7", points: i
             for m in rows} | picked
     topo = replace(topo, proto_bw={p: v for p, v in topo.proto_bw.items() if p in used},
                    proto_lat_us={p: v for p, v in topo.proto_lat_us.items() if p in used})
+    if not any(nccl_predict(m.op, m.size, topo.part(m.nodes, m.per_node), version).algo
+               == "nvls_tree" for m in rows):
+        topo = replace(topo, chunk_fill={})
     fitted = tuple(f"{n}.{p}" if p else n for n, p in knobs if not p or p in used)
     return Fit(topo, fitted, tuple(fixed), before, _loss(topo, rows, version))
 

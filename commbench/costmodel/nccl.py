@@ -10,7 +10,8 @@ per-rank block). Algorithms Ring, Tree, CollNetDirect, CollNetChain, NVLS, NVLST
 protocols LL, LL128, Simple. Latency = base + per-hop hardware latency x steps (intra-node:
 NVLink or PCI; inter-node: NET); bandwidth = channels x per-channel graph bandwidth, capped per
 protocol, then turned into algorithm bandwidth (Ring: n / nsteps; Tree, CollNet: 1/2).
-Not modeled: the lowering of channel and thread counts for tiny messages, tuner plugins, FP8.
+Not modeled: the lowering of channel and thread counts for tiny messages, tuner plugins, FP8;
+the NVLS-tree chunk only in a calibrated topology's pipeline fill (:func:`nvls_tree_chunk`).
 All-to-all and send/recv, which NCCL runs as grouped point-to-point outside this model, come from
 :mod:`commbench.costmodel.p2p` as one choice, ``p2p/Simple``.
 """
@@ -28,7 +29,8 @@ from commbench.costmodel.p2p import P2P_OPS, p2p_time
 from commbench.costmodel.topology import Graph, Topology, graphs
 
 __all__ = ["ALGOS", "PROTOS", "Choice", "constants", "hierarchical_all_reduce", "nccl_choices",
-           "nccl_predict", "nccl_table", "nccl_tables", "nccl_times", "versions"]
+           "nccl_predict", "nccl_table", "nccl_tables", "nccl_times", "nvls_heads", "nvls_tree_chunk",
+           "versions"]
 
 ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 PROTOS = ("LL", "LL128", "Simple")
@@ -243,8 +245,38 @@ def _timed(op: str, nbytes: int, topo: Topology, c: dict, unsized
         if algo == "ring" and p == 2 and op == "all_reduce" and topo.nodes > 1 \
                 and nbytes / (channels * n) >= 64:
             lat *= c["ring_plateau"]["sm80_plus" if topo.arch != "volta" else "older"]
+        # a calibrated topology's pipeline fill: the chunk-times a call spends before its last
+        # chunk is through (NCCL's runtime chunking, outside its tuning model)
+        fill = topo.chunk_fill.get(algo, 0.0)
+        if fill and (chunk := nvls_tree_chunk(nbytes, topo, channels)):
+            lat += fill * chunk * channels * nvls_heads(topo) / (1000 * alg)
         out.append((algo, proto, lat + nbytes / (1000 * alg), lat, alg))
     return out
+
+
+def nvls_heads(topo: Topology) -> int:
+    """NVLS heads of a node (``nvls.nHeads``): one per GPU inside a node; across nodes, one per
+    GPU with a NIC of its own (NCCL's NVLS search pairs each head with a NIC)."""
+    per = topo.gpus_per_node
+    return min(per, topo.nics_per_node) if topo.nodes > 1 and topo.nics_per_node else per
+
+
+def nvls_tree_chunk(nbytes: int, topo: Topology, channels: int) -> int | None:
+    """The chunk NCCL's runtime cuts an NVLS-tree collective of ``nbytes`` into
+    (``calcCollChunking``, the same from 2.21 to 2.30): 128 KiB (64 KiB at 4 nodes or more),
+    halved step by step the fewer bytes there are per concurrent operation (channels x NVLS
+    heads): on two HGX H100 nodes 32 KiB below 8 MiB, 64 KiB below 64 MiB, 128 KiB from there.
+    NCCL's tuning model does not see it; a calibrated topology prices each call's pipeline fill
+    with it (``Topology.chunk_fill``). None across Blackwell nodes, whose NVLS-tree chunk NCCL
+    tunes at init (2.28 on) by rules commbench does not model."""
+    if topo.arch == "blackwell" and topo.nodes > 1:
+        return None
+    ops = channels * nvls_heads(topo)
+    chunk = 64 << 10 if topo.nodes >= 4 else 128 << 10
+    for times, floor in ((32, 256 << 10), (16, 128 << 10), (4, 64 << 10), (1, 32 << 10)):
+        if nbytes < times * ops * chunk and chunk > floor:
+            chunk = floor
+    return chunk
 
 
 def nccl_times(op: str, sizes: list[int], topo: Topology, version: str = "2.30.7"

@@ -68,6 +68,7 @@ class Topology:
     intra_GBps: float = 0.0          # a GPU's intra-node bandwidth as measured (0: from its links)
     proto_bw: dict = field(default_factory=dict)      # protocol -> factor on its bandwidth
     proto_lat_us: dict = field(default_factory=dict)  # protocol -> latency added per call
+    chunk_fill: dict = field(default_factory=dict)    # nvls_tree -> chunk-times of fill a call
     cpu_vendor: str = "intel"
     channels: int = 16
     nvls_channels: int = 16
@@ -150,6 +151,13 @@ def validate(data: dict, where: str) -> Topology:
                                                                      else x >= 0)
             if not ok:
                 raise ValueError(f"{where}: {k}.{p}={x!r}: must be {rule}")
+    fill = data.get("chunk_fill", {})
+    if not isinstance(fill, dict) or any(a != "nvls_tree" for a in fill):
+        raise ValueError(f"{where}: chunk_fill: must map nvls_tree to chunk-times >= 0")
+    for a, x in fill.items():
+        if not (isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+                and x >= 0):
+            raise ValueError(f"{where}: chunk_fill.{a}={x!r}: must be chunk-times >= 0")
     if not isinstance(data.get("calibration", {}), dict):
         raise ValueError(f"{where}: calibration: must be an object")
     return Topology(**{**data, "sources": tuple(data.get("sources", ()))})
