@@ -171,6 +171,23 @@ def test_the_fit_recovers_the_figures_it_was_generated_with():
     assert t.intra_GBps == pytest.approx(180.0, rel=0.05)
 
 
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter"])
+def test_the_fit_reproduces_all_gather_and_reduce_scatter_rows_it_was_generated_with(op):
+    """No public log of several sizes of all-gather or reduce-scatter across nodes is in the
+    corpus, so the fit is held to rows the model made for them on 1, 2 and 4 nodes: far off
+    before the fit, within 1% after it. (These rows do not identify the NIC's figure on their
+    own: 37 GB/s fitted against 31 made, with the same times.)"""
+    base = load("cluster-h100-ndr")
+    truth = replace(base, intra_GBps=180.0, nic_GBps=31.0, latency_inter_us=12.0,
+                    chunk_fill={"nvls_tree": calibrate.NVLS_TREE_FILL})
+    rows = [Measured(op, 1 << k, nodes, 8, predict_us(truth, m, V), "made")
+            for nodes in (1, 2, 4) for k in range(16, 31, 2)
+            for m in [Measured(op, 1 << k, nodes, 8, 1.0)]]
+    assert max(abs(error(base, m, V)) for m in rows) > 0.3
+    got = fit(base, rows, V).topology
+    assert max(abs(error(got, m, V)) for m in rows) < 0.01
+
+
 def test_a_log_of_one_node_cannot_calibrate_the_network(tmp_path, capsys):
     out = tmp_path / "c.json"
     assert main(["calibrate", os.path.join(DATA, "rccl_mi300x_g8_all_reduce.log"),
