@@ -1,17 +1,17 @@
-"""The witness beside each row against this machine's states: launches of one commit compared
-pairwise with the gate's witness rule and without it.
+"""The witnesses beside each row against this machine's states: launches of one commit
+compared pairwise with the gate's witness rule and without it.
 
     .venv/bin/python suites/witness_check.py [--launches 16] [--transport mpi] [--keep DIR]
 
 ``commbench run OPS --transport T --np 2 -b 64K -e 4M --repeat 3`` ``--launches`` times back to
-back, each into a folder of its own, then ``commbench compare`` of every ordered pair twice: as
-the gate judges (a row whose witness says it was measured in another state of the machine is
-not judged), and with the witness ignored. Every row flagged is a false alarm (one commit,
-nothing changed). The table gives each launch's witness, median and highest over its rows, and
-its native all-reduce at 1 MiB, so a launch measured in a slow state, wholly or in part, shows;
-then the pairs' false alarms under each rule. Writes
-``results/gate/witness_<machine class>-x<np>.md``; ``--tables DIR`` judges kept launches again.
-"""
+back, each into a folder of its own, then ``commbench compare`` of every ordered pair three
+times: as the gate judges (a row whose witness, either one, says it was measured in another
+state of the machine is not judged), with the transport's witness alone, and with no witness.
+Every row flagged is a false alarm (one commit, nothing changed). The table gives each launch's
+witnesses, median and highest over its rows, and its native all-reduce at 1 MiB, so a launch
+measured in another state, wholly or in part, shows; then the pairs' false alarms under each
+rule. Writes ``results/gate/witness_<machine class>-x<np>.md``; ``--tables DIR`` judges kept
+launches again."""
 
 from __future__ import annotations
 
@@ -47,19 +47,26 @@ def _judged(old: dict, new: dict) -> tuple[int, int]:
     return len(bad), sum(1 for r in rows if r["verdict"] in STATE)
 
 
-def _blind(record: dict) -> dict:
-    """``record`` with no witness beside its rows: the gate judges them as a file written before
-    the witness was (commbench.results.compare)."""
-    return {**record, "rows": [{k: v for k, v in r.items() if k != "witness_us"}
+def _keeping(record: dict, fields: tuple[str, ...]) -> dict:
+    """``record`` with only the witnesses ``fields`` beside its rows: the gate judges a row
+    without a witness as a file written before it was (commbench.results.compare)."""
+    from commbench.results.compare import WITNESSES
+
+    drop = set(WITNESSES) - set(fields)
+    return {**record, "rows": [{k: v for k, v in r.items() if k not in drop}
                                for r in record["rows"]]}
 
 
-def _figures(record: dict) -> tuple[float, float, float]:
-    """(median and highest witness over a launch's rows, its native all-reduce at 1 MiB), us."""
-    seen = [r["witness_us"] for r in record["rows"] if "witness_us" in r] or [float("nan")]
+def _figures(record: dict) -> tuple[float, ...]:
+    """(median and highest witness over a launch's rows, the same of the arithmetic witness, its
+    native all-reduce at 1 MiB), us."""
+    out = []
+    for field in ("witness_us", "witness_add_us"):
+        seen = [r[field] for r in record["rows"] if field in r] or [float("nan")]
+        out += [statistics.median(seen), max(seen)]
     native = [r["time_us"] for r in record["rows"] if (r["op"], r["algo"], r["size"]) ==
               ("all_reduce", "native", 1 << 20)]
-    return statistics.median(seen), max(seen), native[0] if native else float("nan")
+    return (*out, native[0] if native else float("nan"))
 
 
 def main() -> int:
@@ -80,33 +87,34 @@ def main() -> int:
     when = "judged from kept tables" if a.tables else f"{(time.monotonic() - t0) / 60:.0f} min"
     figures = [_figures(r) for r in records]
     pairs = list(itertools.permutations(range(len(records)), 2))
-    found = {w: [_judged(rs[i], rs[j]) for i, j in pairs]
-             for w, rs in ((True, records), (False, [_blind(r) for r in records]))}
+    rules = (("the gate's (both witnesses read)", ("witness_us", "witness_add_us")),
+             ("the transport's witness alone", ("witness_us",)), ("witnesses ignored", ()))
+    found = [[_judged(rs[i], rs[j]) for i, j in pairs]
+             for rs in ([_keeping(r, fields) for r in records] for _, fields in rules)]
     hw = machine_class("")
     commit = records[0].get("commit", "")
-    text = [f"# The witness against this machine's states: {hw}, {a.transport}, {a.np} ranks", "",
-            f"`.venv/bin/python suites/witness_check.py --launches {a.launches} --transport "
+    text = [f"# The witnesses against this machine's states: {hw}, {a.transport}, {a.np} ranks",
+            "", f"`.venv/bin/python suites/witness_check.py --launches {a.launches} --transport "
             f"{a.transport} --np {a.np} -b {a.b} -e {a.e} --repeat {a.repeat} "
-            f"{' '.join(a.ops)}` ({when}), commit `{commit}`. Each launch's witness (the "
-            "transport's own all-reduce of 1 MiB after each row's loop), median and highest over "
-            "its rows, and its native all-reduce at 1 MiB (best round), us:", "",
-            "| launch | witness, median (us) | witness, highest (us) | native all_reduce 1 MiB "
-            "(us) |", "|---:|---:|---:|---:|"]
-    text += [f"| {k + 1} | {w:.0f} | {hi:.0f} | {t:.0f} |" for k, (w, hi, t) in enumerate(figures)]
-    flagged = {w: (sum(f for f, _ in found[w]), sum(1 for f, _ in found[w] if f))
-               for w in found}
+            f"{' '.join(a.ops)}` ({when}), commit `{commit}`. Each launch's witnesses after each "
+            "row's loop (the transport's own all-reduce of 1 MiB; the arithmetic witness, four "
+            "adds of 256 KiB), median and highest over its rows, and its native all-reduce at "
+            "1 MiB (best round), us:", "",
+            "| launch | witness, median | witness, highest | adds, median | adds, highest | "
+            "native all_reduce 1 MiB |", "|---:|---:|---:|---:|---:|---:|"]
+    text += [f"| {k + 1} | {w:.0f} | {hi:.0f} | {aw:.1f} | {ahi:.1f} | {t:.0f} |"
+             for k, (w, hi, aw, ahi, t) in enumerate(figures)]
     text += ["", f"Every ordered pair of launches compared ({len(pairs)}), one commit: every row "
              "flagged is a false alarm.", "",
-             "| rule | rows flagged | pairs with a row flagged | rows the witness left unjudged |",
-             "|---|---:|---:|---:|",
-             f"| the gate's (witness read) | {flagged[True][0]} | {flagged[True][1]} | "
-             f"{sum(u for _, u in found[True])} |",
-             f"| witness ignored | {flagged[False][0]} | {flagged[False][1]} | 0 |"]
+             "| rule | rows flagged | pairs with a row flagged | rows a witness left unjudged |",
+             "|---|---:|---:|---:|"]
+    text += [f"| {name} | {sum(f for f, _ in got)} | {sum(1 for f, _ in got if f)} | "
+             f"{sum(u for _, u in got)} |" for (name, _), got in zip(rules, found, strict=True)]
     out = os.path.join(os.path.dirname(HERE), "results", "gate", f"witness_{hw}-x{a.np}.md")
     with open(out, "w") as f:
         f.write("\n".join(text) + "\n")
     print(f"wrote {out}")
-    return 1 if flagged[True][0] else 0
+    return 1 if sum(f for f, _ in found[0]) else 0
 
 
 if __name__ == "__main__":

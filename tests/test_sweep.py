@@ -15,7 +15,7 @@ def test_rounds_merge_into_the_best_round_s_row():
     from commbench.results.busbw import algbw
     from commbench.studies.sweep import merge_rounds
 
-    stats = ("p10_us", "p99_us", "max_us", "avg_us", "witness_us")
+    stats = ("p10_us", "p99_us", "max_us", "avg_us", "witness_us", "witness_add_us")
     a = [dict(_row(64, 10.0), wrong=0, **dict.fromkeys(stats, 11.0)),
          dict(_row(128, 20.0), wrong=0, **dict.fromkeys(stats, 21.0))]
     b = [dict(_row(64, 5.0, min_us=4.0), wrong=1, **{k: 6.0 + i for i, k in enumerate(stats)}),
@@ -23,9 +23,9 @@ def test_rounds_merge_into_the_best_round_s_row():
     merged = merge_rounds([a, b], 2)
     assert [r["time_us"] for r in merged] == [5.0, 20.0] and merged[0]["min_us"] == 4.0
     assert [r["wrong"] for r in merged] == [1, 0]
-    # the best round's statistics, and its witness: the machine's state in that round
-    assert [merged[0][k] for k in stats] == [6.0, 7.0, 8.0, 9.0, 10.0]
-    assert [merged[1][k] for k in stats] == [21.0] * 5
+    # the best round's statistics, and its witnesses: the machine's state in that round
+    assert [merged[0][k] for k in stats] == [6.0, 7.0, 8.0, 9.0, 10.0, 11.0]
+    assert [merged[1][k] for k in stats] == [21.0] * 6
     assert merged[0]["algbw"] == algbw(64, 5.0 / 1e6) and merged[0]["rounds_us"] == [10.0, 5.0]
     assert merged[0]["busbw"] == pytest.approx(64 / 5.0 / 1e3)  # all-reduce on 2 ranks: x1
     with pytest.raises(ValueError):
@@ -95,16 +95,18 @@ def test_a_sweep_row_is_the_per_sample_maximum_over_ranks():
 
 
 def test_a_row_s_witness_is_the_median_of_its_per_sample_maximum_over_ranks():
-    """The witness beside a row is read as the row is: per sample the slowest rank, then the
-    median (3 ms here, each rank's own median 1 ms); a row measured without one has none."""
+    """The witnesses beside a row are read as the row is: per sample the slowest rank, then the
+    median (3 ms here, each rank's own median 1 ms); a row measured without them has none."""
     from commbench.collectives.measure import Case
     from commbench.studies.sweep import run_series
 
     outs = [{"times": [1e-3] * 5, "size": 64, "count": 16, "wrong": 0, "sent": 48, "recv": 48,
-             "pred_sent": 48, "witness": t} for t in RANK_TIMES]
+             "pred_sent": 48, "witness": t, "witness_add": [x / 2 for x in t]}
+            for t in RANK_TIMES]
     (row,) = run_series(_World(outs), Case("all_reduce"), [64], emit=lambda line: None)
     assert row["witness_us"] == pytest.approx(3000.0) and row["time_us"] == pytest.approx(1000.0)
-    bare = [{k: v for k, v in o.items() if k != "witness"} for o in outs]
+    assert row["witness_add_us"] == pytest.approx(1500.0)
+    bare = [{k: v for k, v in o.items() if not k.startswith("witness")} for o in outs]
     assert "witness_us" not in run_series(_World(bare), Case("all_reduce"), [64],
                                           emit=lambda line: None)[0]
 

@@ -21,8 +21,12 @@ the transport's own all-reduce of :data:`WITNESS_BYTES` timed the same way, its 
 beside the row's. It is the same call at every row of every run, so its time moves only with the
 state of the machine (and of the transport): this machine runs it at 135 us in one state and
 370 us in another, for seconds to minutes at a time, and a row measured in either state carries
-the state with it. ``commbench compare`` judges no row whose witness moved between the two runs
-(docs/decisions.md). Not booked in the ledger: it is the machine's figure, not the row's traffic.
+the state with it. Beside it the arithmetic witness: :data:`ADD_TIMES` in-place adds of
+:data:`ADD_ELEMENTS` float32 on the row's device, the arithmetic commbench's own algorithms do
+between their messages, timed the same way. A milder state slows them and not the transport's
+own call (docs/decisions.md). ``commbench compare`` judges no row whose witness, either one,
+moved between the two runs. Not booked in the ledger: they are the machine's figures, not the
+row's traffic.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from commbench.wire.buffers import like
 from commbench.wire.dtypes import DTYPES
 from commbench.wire.ledger import Entry
 
-__all__ = ["COLLECTIVES", "MEASUREMENT", "WITNESS", "Case", "cadence", "measure"]
+__all__ = ["COLLECTIVES", "MEASUREMENT", "WITNESS", "WITNESS_ADD", "Case", "cadence", "measure"]
 
 MEASUREMENT = {"cadence": "isolated (transport barrier before each iteration, untimed)",
                "rank_aggregation": "per-iteration max over ranks", "statistic": "median"}
@@ -58,6 +62,11 @@ WITNESS = (f"the transport's own all_reduce of {WITNESS_BYTES} B (float32, sum),
            f"{WITNESS_SAMPLES} samples after {WITNESS_WARMUP} warm-up, timed as the rows, right "
            f"after the loop of each row of >= {WITNESS_FROM} B: witness_us, its median (the "
            "machine's state beside the row)")
+ADD_ELEMENTS, ADD_TIMES = 1 << 16, 4  # 256 KiB a add: the size of a step of those algorithms
+WITNESS_ADD = (f"{ADD_TIMES} in-place adds of {ADD_ELEMENTS} float32 on the row's device, "
+               f"{WITNESS_SAMPLES} samples after {WITNESS_WARMUP} warm-up, timed as the rows, "
+               "right after the witness: witness_add_us, its median (the host's arithmetic "
+               "beside the row)")
 
 
 def cadence(batch: int) -> dict:
@@ -157,7 +166,7 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     out = {"times": times, "wrong": wrong, "count": count, "size": size, "sent": sent,
            "recv": recv, "pred_sent": pred_sent, "pred_recv": pred_recv}
     if seen is not None:
-        out["witness"] = seen
+        out["witness"], out["witness_add"] = seen
     if case.trace:  # a warm call, the ranks started together, for a Chrome trace
         prep.reset()
         barrier()
@@ -172,9 +181,9 @@ def measure(ctx, case: Case, nbytes: int) -> dict:
     return out
 
 
-def _witness(ctx, comm, barrier, dev) -> list[float]:
-    """The witness's samples on this rank (module docstring): the bare transport call on buffers
-    of its own, none of it booked."""
+def _witness(ctx, comm, barrier, dev) -> tuple[list[float], list[float]]:
+    """The witnesses' samples on this rank (module docstring): the bare transport call on
+    buffers of its own, then the adds; none of it booked."""
     count = WITNESS_BYTES // 4
     src = torch.ones(count, dtype=torch.float32, device=dev)
     if dev.type == "cpu":
@@ -185,7 +194,18 @@ def _witness(ctx, comm, barrier, dev) -> list[float]:
     times = timed(prep.call, barrier, WITNESS_SAMPLES, WITNESS_WARMUP, dev.type == "cuda",
                   reset=prep.reset)
     ctx.tracker.leave("all_reduce")
-    return times
+    acc = torch.zeros(ADD_ELEMENTS, dtype=torch.float32, device=dev)
+    one = torch.ones(ADD_ELEMENTS, dtype=torch.float32, device=dev)
+
+    def adds() -> None:
+        for _ in range(ADD_TIMES):
+            acc.add_(one)
+
+    what = "the arithmetic witness's adds (after the row's)"
+    ctx.tracker.enter(what, ctx.world.ranks)
+    added = timed(adds, barrier, WITNESS_SAMPLES, WITNESS_WARMUP, dev.type == "cuda")
+    ctx.tracker.leave("the arithmetic witness")
+    return times, added
 
 
 def _prepare_algorithm(ctx, comm, case: Case, src, count: int, root: int) -> Prepared:

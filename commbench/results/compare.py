@@ -40,15 +40,19 @@ the code at that size hides behind it; a range of sizes faster than the rest is 
 judged.
 Where both runs carry a witness beside their rows (``witness_us``: the transport's own all-reduce
 of 1 MiB, timed after each row's loop; :mod:`commbench.collectives.measure`), a row whose new
-witness is above every witness of its series in the old run by more than the threshold's growth
-(or whose old one is below every one in the new run by as much) was measured in another state of
-the machine: this one runs its MPI transport 2.7x slower for seconds to minutes at a time, at
-some series of a run and not others. Such a row is not judged when slower (``machine slower``)
-nor, in a faster state, when it would pass (``machine faster``), and it does not break a range
-of regressed sizes around it: it says nothing either way. A row's witness is set against the
-other run's whole series, not one figure: a state moves every size measured in it, the
-witness's own noise one size at a time. A change of the transport itself moves the witness
-too, and is reported the same way, not flagged.
+witness is above both its series' median witness in the old run and its own old witness by more
+than the threshold's growth (or whose old one is below the new run's median and its new one by
+as much) was measured in another state of the machine: this one runs its MPI transport 2.7x
+slower for seconds to minutes at a time, at some series of a run and not others. Such a row is
+not judged when slower (``machine slower``) nor, in a faster state, when it would pass
+(``machine faster``), and it does not break a range of regressed sizes around it: it says
+nothing either way. A state moves every size measured in it, so the other run's series is read
+at its median, which one spell of that run does not move; the witness's own noise moves one size
+at a time, so the row's own witness must have moved too. A second witness beside it (``witness_add_us``: four
+in-place adds of 256 KiB, the arithmetic commbench's own algorithms do between their messages)
+is read the same way, on its own: a milder state of this machine slows those algorithms by 1.2
+to 1.9x and the adds by 1.2 to 1.5x, and leaves the transport's own call as it was. A change of
+the transport itself moves the witness too, and is reported the same way, not flagged.
 Not-judged rows are listed and do not fail the gate.
 
 Every row must be sound before anything is compared: a size that is not a whole number >= 0, a
@@ -82,6 +86,9 @@ ALONE = 3  # other sizes of its series a row is set beside (faster alone): one s
 OP_SERIES = 3  # series an op needs for a shift of its own: one regressed series is a minority
 IMPORTED = ("nccl-tests", "osu")  # the suites of imported logs: no shift (run_shift)
 STATE = ("machine slower", "machine faster")  # the witness's verdicts (_witnessed)
+# the witnesses a row may carry (collectives.measure): the transport's own all-reduce, and the
+# host's arithmetic (the in-place adds commbench's own algorithms do between their messages)
+WITNESSES = ("witness_us", "witness_add_us")
 MAX_SIZE = 1 << 50  # bytes: a PiB per call is past any sweep; larger is a corrupt file
 
 
@@ -193,7 +200,7 @@ def compare(old: dict, new: dict, threshold: float = 0.10, min_size: int = 64 <<
                "ratio": ratio, "time_ratio": r["time_us"] / o["time_us"], "old_us": o["time_us"],
                "new_us": r["time_us"], "new_min_us": r["min_us"], "old_range": old_range,
                "new_range": new_range, "regressed": regressed,
-               "witness_us": (o.get("witness_us"), r.get("witness_us")),
+               **{field: (o.get(field), r.get(field)) for field in WITNESSES},
                "verdict": verdict,
                "no_spread": flat, "own_run": own}
         out.append(row)
@@ -242,28 +249,33 @@ def _alone(rows: list[dict], limit: float) -> None:
 
 def _witnessed(pairs: list[tuple[dict, dict]], min_size: int, limit: float) -> dict[tuple, str]:
     """Per row (its key) measured in another state of the machine than its old row (module
-    docstring): 'machine slower' where its new witness is above every witness of its series in
-    the old run by more than ``limit``, or its old one below every one in the new run by as much;
-    'machine faster' the other way round. A row's witness is set against the other run's whole
-    series, not against one figure: a state moves every size measured in it, the witness's own
-    noise one size at a time. Only series whose every judged row carries a witness in both runs,
-    two rows or more."""
-    seen: dict[tuple, list[tuple[tuple, float, float]]] = {}
-    for o, r in pairs:
-        if r["size"] >= min_size and o["busbw"] > 0:
-            seen.setdefault(_series(r), []).append((tuple(r[k] for k in KEY),
-                                                     o.get("witness_us"), r.get("witness_us")))
-    out = {}
-    for rows in seen.values():
-        if len(rows) < 2 or not all(_number(w) and w > 0 for _, *ws in rows for w in ws):
-            continue
-        lo_old, hi_old = min(w for _, w, _ in rows), max(w for _, w, _ in rows)
-        lo_new, hi_new = min(w for _, _, w in rows), max(w for _, _, w in rows)
-        for key, old, new in rows:
-            slower = new > hi_old * limit or old * limit < lo_new
-            faster = new * limit < lo_old or old > hi_new * limit
-            if slower or faster:
-                out[key] = "machine slower" if new > old else "machine faster"
+    docstring), read from each witness (:data:`WITNESSES`) on its own: 'machine slower' where a
+    row's new witness is above both the median witness of its series in the old run and its own
+    old witness by more than ``limit`` (or its old one below both the new run's median and its
+    new one by as much); 'machine faster' the other way round; slower wins where the two
+    witnesses disagree. The series' median holds a state that moved a series (or most of it),
+    not one spell of the other run's; the row's own old witness, a spike of the witness at one
+    size. Only series whose every judged row carries that witness in both runs, two rows or
+    more."""
+    out: dict[tuple, str] = {}
+    for field in WITNESSES:
+        seen: dict[tuple, list[tuple[tuple, float, float]]] = {}
+        for o, r in pairs:
+            if r["size"] >= min_size and o["busbw"] > 0:
+                seen.setdefault(_series(r), []).append((tuple(r[k] for k in KEY),
+                                                         o.get(field), r.get(field)))
+        for rows in seen.values():
+            if len(rows) < 2 or not all(_number(w) and w > 0 for _, *ws in rows for w in ws):
+                continue
+            mid_old = statistics.median(w for _, w, _ in rows)
+            mid_new = statistics.median(w for _, _, w in rows)
+            for key, old, new in rows:
+                slower = (new > mid_old * limit or old * limit < mid_new) and new > old * limit
+                faster = (new * limit < mid_old or old > mid_new * limit) and new * limit < old
+                if slower or faster:
+                    said = "machine slower" if slower else "machine faster"
+                    out[key] = "machine slower" if "machine slower" in (said, out.get(key)) \
+                        else said
     return out
 
 
@@ -344,9 +356,9 @@ def _medians(rows: list[tuple[str, tuple, float]]) -> dict:
     return out
 
 
-def _witness(row: dict) -> str:
-    """The row's witness, old -> new ('' unless both runs measured one)."""
-    old, new = row.get("witness_us") or (None, None)
+def _witness(row: dict, field: str = "witness_us") -> str:
+    """The row's witness ``field``, old -> new ('' unless both runs measured one)."""
+    old, new = row.get(field) or (None, None)
     return f"{old:.0f}->{new:.0f}" if _number(old) and _number(new) else ""
 
 
@@ -404,11 +416,12 @@ def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
 def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -> str:
     table = [[r["op"], r["algo"], r["transport"], r["size"], f"{r['old_us']:.1f}",
               f"{r['new_us']:.1f}", f"{r['time_ratio']:.3f}", _span(r["old_range"]),
-              _span(r["new_range"]), f"{r['ratio']:.3f}", _witness(r), r["verdict"]] for r in rows]
+              _span(r["new_range"]), f"{r['ratio']:.3f}", _witness(r), _witness(r, "witness_add_us"),
+              r["verdict"]] for r in rows]
     text = tabulate(table, headers=["op", "algo", "transport", "size", "old(us)", "new(us)",
                                     "time new/old", "old range(us)", "new range(us)",
-                                    "busbw new/old", "witness(us)", "verdict"], tablefmt="github",
-                     disable_numparse=True)  # the precision chosen above, not tabulate's
+                                    "busbw new/old", "witness(us)", "adds(us)", "verdict"],
+                    tablefmt="github", disable_numparse=True)  # the precision chosen above
     test = (f"the new run's range of typical times (rounds' medians, else lower decile to median"
             f" of its iterations) above the old run's by > {1 / (1 - threshold) - 1:.1%} (busbw "
             f"down > {threshold:.0%}), at >= {min_size} B, over {RUN} consecutive sizes of a "
@@ -431,10 +444,11 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
                                                        "whole" if whole else "") +
                         " (the machine's noise cannot be told from the code's)")
         if state:
-            verdict += (f"\n# {state} rows not judged: the witness beside them (the transport's "
-                        "own all_reduce of 1 MiB, timed after each row's loop) moved by more than "
-                        f"{1 / (1 - threshold) - 1:.1%} between the runs, beyond every witness "
-                        "of their series in the other run: the machine, or the transport, was "
+            verdict += (f"\n# {state} rows not judged: a witness beside them (the transport's "
+                        "own all_reduce of 1 MiB, or four adds of 256 KiB, timed after each row's "
+                        "loop) moved by more than "
+                        f"{1 / (1 - threshold) - 1:.1%} between the runs, beyond the median of "
+                        "their series in the other run too: the machine, or the transport, was "
                         "in another state; slower rows of a slower state and others of a faster "
                         "one cannot be told from the code's")
         if fast:

@@ -13,7 +13,7 @@ import os
 import statistics
 
 from commbench.collectives import ALGORITHMS, algorithms_of
-from commbench.collectives.measure import WITNESS, Case, cadence, placement
+from commbench.collectives.measure import WITNESS, WITNESS_ADD, Case, cadence, placement
 from commbench.costmodel import topology
 from commbench.results import records as res
 from commbench.results.compare import KEY, CompareError, compare, load, report, run_shift, shifted
@@ -52,6 +52,7 @@ def sweep(w: SweepSettings, world, ops, sizes, transports, launch, prints, emit)
     if "mpi" in transports:
         measurement["binding"] = placement(world)
     measurement["witness"] = WITNESS
+    measurement["witness_add"] = WITNESS_ADD
     topo = topology.load(w.topology) if w.topology else None
     memcpy = statistics.median(world.run(memcpy_bandwidth))
     emit(f"# commbench run {' '.join(w.targets or ['collectives'])}: {n} ranks ({launch}), "

@@ -85,6 +85,7 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
                "pred_sent": max(o["pred_sent"] for o in outs)}
         if "witness" in outs[0]:  # the machine's state beside the row (collectives.measure)
             row["witness_us"] = statistics.median(slowest([o["witness"] for o in outs])) * 1e6
+            row["witness_add_us"] = statistics.median(slowest([o["witness_add"] for o in outs])) * 1e6
         if samples:
             row["samples_s"] = iters
         if timeline is not None and "span" in outs[0]:
@@ -101,8 +102,8 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
 
 def merge_rounds(rounds: list[list[dict]], n: int) -> list[dict]:
     """One row per size from R repeated sweeps: the best round's median (``time_us``) and its
-    witness (``witness_us``: the state the machine was in then), the lowest single iteration
-    (``min_us``), every round's median (``rounds_us``).
+    witnesses (``witness_us``, ``witness_add_us``: the state the machine was in then), the lowest
+    single iteration (``min_us``), every round's median (``rounds_us``).
 
     Repeats run one after another over the whole series, so a slow spell of a shared machine
     hits one round, not all; the best round is the machine's steady state. A code regression
@@ -112,7 +113,7 @@ def merge_rounds(rounds: list[list[dict]], n: int) -> list[dict]:
         best = min(rows, key=lambda r: r["time_us"])
         row = dict(rows[0])
         row.update({k: best[k] for k in ("time_us", "p10_us", "p99_us", "max_us", "avg_us",
-                                         "witness_us") if k in best},
+                                         "witness_us", "witness_add_us") if k in best},
                    min_us=min(r["min_us"] for r in rows), rounds_us=[r["time_us"] for r in rows],
                    wrong=sum(r["wrong"] for r in rows))
         out.append(_bandwidths(row, n))
