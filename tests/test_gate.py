@@ -510,12 +510,11 @@ def _one_series_in_a_slow_state() -> None:
 
 
 def test_a_row_measured_in_another_state_of_the_machine_is_not_judged():
-    """A row whose witness moved past the threshold, beyond its series' median witness in the
-    other run and its own witness there, was measured in another state of the machine: slower,
-    it is not judged, nor, in a faster state, when it would pass; a line says why. It leaves a
-    gap, not a break, in a range of regressed sizes. Where a row has no witness (a file written
-    before it), in a series of one judged size, and in imported logs, rows are judged as
-    before."""
+    """A row whose witness moved past the threshold, beyond every witness of its series in the
+    other run, was measured in another state of the machine: slower, it is not judged, nor,
+    in a faster state, when it would pass; a line says why. It leaves a gap, not a break, in a
+    range of regressed sizes. Where a row has no witness (a file written before it), in a
+    series of one judged size, and in imported logs, rows are judged as before."""
     from commbench.results.compare import compare, report
 
     _one_series_in_a_slow_state()
@@ -535,8 +534,7 @@ def test_a_row_measured_in_another_state_of_the_machine_is_not_judged():
             "1 MiB, or four adds of 256 KiB, timed after each row's loop) moved by more than 11.1% "
             "between the runs" in text)
     assert "slower by" not in text
-    # at the edge: a witness 1/0.9 of the old series' median (and of its own) is no move, a
-    # little more is
+    # at the edge: a witness 1/0.9 of the old series' highest is no move, a little more is
     assert len(compare(old, new([150.0] * 4), 0.10, 1 << 16)[1]) == 4
     assert compare(old, new([150.01] * 4), 0.10, 1 << 16)[1] == []
     # one size in another state: a gap in the regressed range, the other three still flagged

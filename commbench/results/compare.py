@@ -40,15 +40,14 @@ the code at that size hides behind it; a range of sizes faster than the rest is 
 judged.
 Where both runs carry a witness beside their rows (``witness_us``: the transport's own all-reduce
 of 1 MiB, timed after each row's loop; :mod:`commbench.collectives.measure`), a row whose new
-witness is above both its series' median witness in the old run and its own old witness by more
-than the threshold's growth (or whose old one is below the new run's median and its new one by
-as much) was measured in another state of the machine: this one runs its MPI transport 2.7x
-slower for seconds to minutes at a time, at some series of a run and not others. Such a row is
-not judged when slower (``machine slower``) nor, in a faster state, when it would pass
-(``machine faster``), and it does not break a range of regressed sizes around it: it says
-nothing either way. A state moves every size measured in it, so the other run's series is read
-at its median, which one spell of that run does not move; the witness's own noise moves one size
-at a time, so the row's own witness must have moved too. A second witness beside it (``witness_add_us``: four
+witness is above every witness of its series in the old run by more than the threshold's growth
+(or whose old one is below every one in the new run by as much) was measured in another state of
+the machine: this one runs its MPI transport 2.7x slower for seconds to minutes at a time, at
+some series of a run and not others. Such a row is not judged when slower (``machine slower``)
+nor, in a faster state, when it would pass (``machine faster``), and it does not break a range
+of regressed sizes around it: it says nothing either way. A row's witness is set against the
+other run's whole series, not one figure: a state moves every size measured in it, the
+witness's own noise one size at a time. A second witness beside it (``witness_add_us``: four
 in-place adds of 256 KiB, the arithmetic commbench's own algorithms do between their messages)
 is read the same way, on its own: a milder state of this machine slows those algorithms by 1.2
 to 1.9x and the adds by 1.2 to 1.5x, and leaves the transport's own call as it was. A change of
@@ -249,14 +248,13 @@ def _alone(rows: list[dict], limit: float) -> None:
 
 def _witnessed(pairs: list[tuple[dict, dict]], min_size: int, limit: float) -> dict[tuple, str]:
     """Per row (its key) measured in another state of the machine than its old row (module
-    docstring), read from each witness (:data:`WITNESSES`) on its own: 'machine slower' where a
-    row's new witness is above both the median witness of its series in the old run and its own
-    old witness by more than ``limit`` (or its old one below both the new run's median and its
-    new one by as much); 'machine faster' the other way round; slower wins where the two
-    witnesses disagree. The series' median holds a state that moved a series (or most of it),
-    not one spell of the other run's; the row's own old witness, a spike of the witness at one
-    size. Only series whose every judged row carries that witness in both runs, two rows or
-    more."""
+    docstring), read from each witness (:data:`WITNESSES`) on its own: 'machine slower' where its
+    new witness is above every witness of its series in the old run by more than ``limit``, or
+    its old one below every one in the new run by as much; 'machine faster' the other way round;
+    slower wins where the two witnesses disagree. A row's witness is set against the other run's
+    whole series, not against one figure: a state moves every size measured in it, the witness's
+    own noise one size at a time. Only series whose every judged row carries that witness in
+    both runs, two rows or more."""
     out: dict[tuple, str] = {}
     for field in WITNESSES:
         seen: dict[tuple, list[tuple[tuple, float, float]]] = {}
@@ -267,13 +265,13 @@ def _witnessed(pairs: list[tuple[dict, dict]], min_size: int, limit: float) -> d
         for rows in seen.values():
             if len(rows) < 2 or not all(_number(w) and w > 0 for _, *ws in rows for w in ws):
                 continue
-            mid_old = statistics.median(w for _, w, _ in rows)
-            mid_new = statistics.median(w for _, _, w in rows)
+            lo_old, hi_old = min(w for _, w, _ in rows), max(w for _, w, _ in rows)
+            lo_new, hi_new = min(w for _, _, w in rows), max(w for _, _, w in rows)
             for key, old, new in rows:
-                slower = (new > mid_old * limit or old * limit < mid_new) and new > old * limit
-                faster = (new * limit < mid_old or old > mid_new * limit) and new * limit < old
+                slower = new > hi_old * limit or old * limit < lo_new
+                faster = new * limit < lo_old or old > hi_new * limit
                 if slower or faster:
-                    said = "machine slower" if slower else "machine faster"
+                    said = "machine slower" if new > old else "machine faster"
                     out[key] = "machine slower" if "machine slower" in (said, out.get(key)) \
                         else said
     return out
@@ -447,8 +445,8 @@ def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -
             verdict += (f"\n# {state} rows not judged: a witness beside them (the transport's "
                         "own all_reduce of 1 MiB, or four adds of 256 KiB, timed after each row's "
                         "loop) moved by more than "
-                        f"{1 / (1 - threshold) - 1:.1%} between the runs, beyond the median of "
-                        "their series in the other run too: the machine, or the transport, was "
+                        f"{1 / (1 - threshold) - 1:.1%} between the runs, beyond every witness "
+                        "of their series in the other run: the machine, or the transport, was "
                         "in another state; slower rows of a slower state and others of a faster "
                         "one cannot be told from the code's")
         if fast:
