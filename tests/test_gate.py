@@ -488,6 +488,18 @@ def _with_witness(rows, witness):
     return _rec([{**r, "witness_us": witness(r)} for r in rows])
 
 
+def _in_states(algos, sizes, state, moved: dict, still: dict | None = None) -> tuple[dict, dict]:
+    """(old, new) records of ``algos`` at ``sizes``, 100 us a row and the witnesses ``moved`` and
+    ``still`` beside each; in the new one, ``state[algo]`` = (factor on the time, factor on the
+    witnesses ``moved``)."""
+    still = still or {}
+    old = _rec([{**_row(s, 100.0, algo=a), **moved, **still} for a in algos for s in sizes])
+    new = _rec([{**_row(s, 100.0 * state.get(a, (1, 1))[0], algo=a), **still,
+                 **{k: v * state.get(a, (1, 1))[1] for k, v in moved.items()}}
+                for a in algos for s in sizes])
+    return old, new
+
+
 def _one_series_in_a_slow_state() -> None:
     """The false alarm a slow state of the machine gives: one series of the new run measured
     while this machine ran its transport 2.7x slower (the witness beside each row says so), the
@@ -498,11 +510,8 @@ def _one_series_in_a_slow_state() -> None:
 
     sizes = [1 << 16 << k for k in range(4)]
     algos = ("native", "ring", "tree", "bruck", "pairwise", "direct")
-    old = _with_witness([_row(s, 100.0, algo=a) for a in algos for s in sizes], lambda r: 135.0)
     state = {"native": (2.7, 2.7), "ring": (2.0, 1.0), "direct": (1.0, 0.5)}  # (time, witness)
-    new = _rec([{**_row(s, 100.0 * state.get(a, (1, 1))[0], algo=a),
-                 "witness_us": 135.0 * state.get(a, (1, 1))[1]} for a in algos for s in sizes])
-    rows, bad = compare(old, new, 0.10, 1 << 16)
+    rows, bad = compare(*_in_states(algos, sizes, state, {"witness_us": 135.0}), 0.10, 1 << 16)
     assert {r["algo"]: r["verdict"] for r in rows} == {
         "native": "machine slower", "ring": "REGRESSED", "tree": "", "bruck": "",
         "pairwise": "", "direct": "machine faster"}
@@ -576,11 +585,8 @@ def _a_series_in_a_milder_state() -> None:
     sizes = [1 << 16 << k for k in range(4)]
     algos = ("native", "rabenseifner", "ring", "tree", "bruck", "pairwise")
     state = {"rabenseifner": (1.3, 1.4), "ring": (2.0, 1.0)}  # (time, adds)
-    old = _rec([{**_row(s, 100.0, algo=a), "witness_us": 135.0, "witness_add_us": 24.0}
-                for a in algos for s in sizes])
-    new = _rec([{**_row(s, 100.0 * state.get(a, (1, 1))[0], algo=a), "witness_us": 135.0,
-                 "witness_add_us": 24.0 * state.get(a, (1, 1))[1]} for a in algos for s in sizes])
-    rows, bad = compare(old, new, 0.10, 1 << 16)
+    rows, bad = compare(*_in_states(algos, sizes, state, {"witness_add_us": 24.0},
+                                    {"witness_us": 135.0}), 0.10, 1 << 16)
     assert {r["algo"]: r["verdict"] for r in rows} == {
         "native": "", "rabenseifner": "machine slower", "ring": "REGRESSED", "tree": "",
         "bruck": "", "pairwise": ""}
