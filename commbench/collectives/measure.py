@@ -62,10 +62,10 @@ WITNESS = (f"the transport's own all_reduce of {WITNESS_BYTES} B (float32, sum),
            f"{WITNESS_SAMPLES} samples after {WITNESS_WARMUP} warm-up, timed as the rows, right "
            f"after the loop of each row of >= {WITNESS_FROM} B: witness_us, its median (the "
            "machine's state beside the row)")
-ADD_ELEMENTS, ADD_TIMES = 1 << 16, 4  # 256 KiB a add: the size of a step of those algorithms
+ADD_ELEMENTS, ADD_TIMES = 1 << 16, 4  # 256 KiB an add: a step of those algorithms
 WITNESS_ADD = (f"{ADD_TIMES} in-place adds of {ADD_ELEMENTS} float32 on the row's device, "
                f"{WITNESS_SAMPLES} samples after {WITNESS_WARMUP} warm-up, timed as the rows, "
-               "right after the witness: witness_add_us, its median (the host's arithmetic "
+               "right after the witness: witness_add_us, its median (the device's arithmetic "
                "beside the row)")
 
 

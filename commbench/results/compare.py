@@ -86,7 +86,7 @@ OP_SERIES = 3  # series an op needs for a shift of its own: one regressed series
 IMPORTED = ("nccl-tests", "osu")  # the suites of imported logs: no shift (run_shift)
 STATE = ("machine slower", "machine faster")  # the witness's verdicts (_witnessed)
 # the witnesses a row may carry (collectives.measure): the transport's own all-reduce, and the
-# host's arithmetic (the in-place adds commbench's own algorithms do between their messages)
+# device's arithmetic (the in-place adds commbench's own algorithms do between their messages)
 WITNESSES = ("witness_us", "witness_add_us")
 MAX_SIZE = 1 << 50  # bytes: a PiB per call is past any sweep; larger is a corrupt file
 
