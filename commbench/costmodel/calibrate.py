@@ -217,13 +217,12 @@ def fit(base: Topology, rows: list[Measured], version: str = "2.30.7", points: i
     else:
         fixed.append("nic_GBps, latency_inter_us: the logs cover only one node, so they cannot "
                      "calibrate inter-node links")
-    picked = {nccl_predict(m.op, m.size, start.part(m.nodes, m.per_node), version).proto
-              for m in rows}
+    first = _picks(start, rows, version)
+    picked = {c.proto for c in first}
     for proto in PROTOS:
         knobs += [("proto_bw", proto), ("proto_lat_us", proto)]
-    if any(nccl_predict(m.op, m.size, part, version).algo == "nvls_tree"
-           and nvls_tree_chunk(m.size, part, part.nvls_channels)
-           for m in rows for part in [start.part(m.nodes, m.per_node)]):
+    if any(c.algo == "nvls_tree" and nvls_tree_chunk(m.size, part, part.nvls_channels)
+           for c, m in zip(first, rows, strict=True) for part in [start.part(m.nodes, m.per_node)]):
         start = replace(start, chunk_fill={"nvls_tree": NVLS_TREE_FILL})
         fixed.append(f"chunk_fill.nvls_tree = {NVLS_TREE_FILL:g}: set, the fill of NVLS-tree's "
                      "three-stage pipeline (a node's NVLS reduction, the network, its NVLS "
@@ -250,15 +249,18 @@ def fit(base: Topology, rows: list[Measured], version: str = "2.30.7", points: i
     topo = min((descend(descend(start, physical), knobs), descend(start, knobs)),
                key=lambda t: _loss(t, rows, version))
     topo = _simplex(topo, knobs, ranges, rows, version)
-    used = {nccl_predict(m.op, m.size, topo.part(m.nodes, m.per_node), version).proto
-            for m in rows} | picked
+    last = _picks(topo, rows, version)
+    used = {c.proto for c in last} | picked
     topo = replace(topo, proto_bw={p: v for p, v in topo.proto_bw.items() if p in used},
-                   proto_lat_us={p: v for p, v in topo.proto_lat_us.items() if p in used})
-    if not any(nccl_predict(m.op, m.size, topo.part(m.nodes, m.per_node), version).algo
-               == "nvls_tree" for m in rows):
-        topo = replace(topo, chunk_fill={})
+                   proto_lat_us={p: v for p, v in topo.proto_lat_us.items() if p in used},
+                   chunk_fill=topo.chunk_fill if any(c.algo == "nvls_tree" for c in last) else {})
     fitted = tuple(f"{n}.{p}" if p else n for n, p in knobs if not p or p in used)
     return Fit(topo, fitted, tuple(fixed), before, _loss(topo, rows, version))
+
+
+def _picks(topo: Topology, rows: list[Measured], version: str) -> list:
+    """NCCL's pick (:func:`~commbench.costmodel.nccl.nccl_predict`) for each row on ``topo``."""
+    return [nccl_predict(m.op, m.size, topo.part(m.nodes, m.per_node), version) for m in rows]
 
 
 def held_out(base: Topology, rows: list[Measured], version: str = "2.30.7"
