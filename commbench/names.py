@@ -9,7 +9,7 @@ import importlib
 from commbench.ops import OPS, benchmarked
 
 __all__ = ["ALIASES", "COLLECTIVES", "DTYPE_NAMES", "ITEMSIZE", "REDOPS", "ROOTED", "SUITE", "UNITS",
-           "canonical", "check_dtype", "named", "parse_size", "sizes_between"]
+           "canonical", "check_dtype", "named", "parse_size", "size_text", "sizes_between"]
 
 COLLECTIVES = benchmarked()
 # the default suite (commbench run, make bench): the collectives of the committed tables
@@ -73,6 +73,14 @@ def parse_size(text: str) -> int:
     if value <= 0:
         raise ValueError(f"size {text!r}: must be > 0")
     return value
+
+
+def size_text(nbytes: int) -> str:
+    """``nbytes`` as :func:`parse_size` reads it, in the largest unit it is a whole number of."""
+    for unit in ("G", "M", "K"):
+        if nbytes >= UNITS[unit] and nbytes % UNITS[unit] == 0:
+            return f"{nbytes // UNITS[unit]}{unit}"
+    return str(nbytes)
 
 
 def sizes_between(begin: int, end: int, factor: int) -> list[int]:

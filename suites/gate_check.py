@@ -74,6 +74,19 @@ def kept(a, scratch: str, name: str, count: int, run) -> list[str]:
     return folders
 
 
+def as_kept(a, record: dict) -> None:
+    """With ``--tables``, ``a`` takes the settings the kept runs were made with (``record``, one
+    of them), not the flags' defaults, so that the command the report prints is theirs."""
+    from commbench.names import size_text
+
+    if not a.tables:
+        return
+    st = record.get("settings", {})
+    a.np, a.repeat, a.ops = record["world_size"], st.get("repeat", 1), st.get("ops", a.ops)
+    if st.get("sizes"):
+        a.b, a.e = size_text(min(st["sizes"])), size_text(max(st["sizes"]))
+
+
 def _tally(first: dict, second: dict) -> dict:
     """One ordered pair of tables: the gate's flags, its not-judged rows, and per algorithm how
     many of its judged rows a 2x slowdown of it alone gets flagged, listed as not judged, or
@@ -115,11 +128,7 @@ def main() -> int:
         names = sorted(f for f in os.listdir(folders[0]) if f.endswith(".json"))
         tables = {f: [load(os.path.join(d, f)) for d in folders] for f in names}
         commit = tables[names[0]][0].get("commit", "")
-    if a.tables:  # what the kept runs were, not the flags' defaults
-        first = tables[names[0]][0]
-        st = first.get("settings", {})
-        a.np, a.repeat, a.ops = first["world_size"], st.get("repeat", 1), st.get("ops", a.ops)
-        a.b, a.e = (str(f(st["sizes"])) for f in (min, max)) if st.get("sizes") else (a.b, a.e)
+    as_kept(a, tables[names[0]][0])
     minutes = (time.monotonic() - t0) / 60
     lines, planted, why = [], {}, Counter()
     for name in names:

@@ -27,7 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from gate_check import kept, sweep_options  # noqa: E402  (suites/, the script's own folder)
+from gate_check import as_kept, kept, sweep_options  # noqa: E402  (suites/, the script's own folder)
 
 
 def _launch(folder: str, a) -> None:
@@ -84,6 +84,7 @@ def main() -> int:
         records = [load(os.path.join(d, next(f for f in sorted(os.listdir(d))
                                              if f.endswith(f"-{a.transport}-x{a.np}.json"))))
                    for d in folders]
+    as_kept(a, records[0])
     when = "judged from kept tables" if a.tables else f"{(time.monotonic() - t0) / 60:.0f} min"
     figures = [_figures(r) for r in records]
     pairs = list(itertools.permutations(range(len(records)), 2))

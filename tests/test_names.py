@@ -4,8 +4,10 @@ rules."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from commbench.names import parse_size, sizes_between
+from commbench.names import parse_size, size_text, sizes_between
 
 pytestmark = pytest.mark.foundation
 
@@ -23,3 +25,14 @@ def test_sizes_and_their_rules():
                        ((8, 64, 1), "-f 1: must be >= 2")):
         with pytest.raises(ValueError, match=rule):
             sizes_between(*args)
+
+
+@given(st.integers(1, 1 << 40))
+def test_a_size_s_text_reads_back_as_the_size(n):
+    text = size_text(n)
+    assert parse_size(text) == n and len(text) <= len(str(n))
+
+
+def test_a_size_s_text_takes_the_largest_whole_unit():
+    assert [size_text(n) for n in (8, 1000, 1024, 1536, 65536, 4 << 20, 3 << 30, 2049 << 20)] == \
+        ["8", "1000", "1K", "1536", "64K", "4M", "3G", "2049M"]
