@@ -42,6 +42,10 @@ def main() -> None:
     unknown = [n for n in names if n not in COMMANDS]
     if unknown:
         raise SystemExit(f"--only {','.join(unknown)}: not one of {', '.join(COMMANDS)}")
+    from commbench.results.records import git_commit
+
+    commit = git_commit(ROOT)  # before the runs: what was measured, not what the tree became
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     rows = []
     for name in names:
         argv = COMMANDS[name]
@@ -59,7 +63,8 @@ def main() -> None:
     text = [f"# How long the README's commands take: {hw}", "",
             "`.venv/bin/python suites/durations.py`: each command once at its default settings, "
             "one after another, into a temporary folder; wall time from start to exit, ranks' "
-            "start-up included. One run each on a shared machine.", "",
+            f"start-up included. One run each on a shared machine. Started {started} at commit "
+            f"`{commit or 'unknown'}`.", "",
             "| command | wall time | exit |", "|---|---:|---:|"]
     text += [f"| `{cmd}` | {_human(s)} | {rc} |" for cmd, s, rc in rows]
     path = os.path.join(ROOT, "results", f"durations_{hw}.md")
