@@ -8,8 +8,9 @@ import importlib
 
 from commbench.ops import OPS, benchmarked
 
-__all__ = ["ALIASES", "COLLECTIVES", "DTYPE_NAMES", "ITEMSIZE", "REDOPS", "ROOTED", "SUITE", "UNITS",
-           "canonical", "check_dtype", "named", "parse_size", "size_text", "sizes_between"]
+__all__ = ["ALIASES", "COLLECTIVES", "DTYPE_NAMES", "ITEMSIZE", "MPI_CANNOT_REDUCE", "REDOPS",
+           "ROOTED", "SUITE", "UNITS", "canonical", "check_dtype", "named", "parse_size", "size_text",
+           "sizes_between"]
 
 COLLECTIVES = benchmarked()
 # the default suite (commbench run, make bench): the collectives of the committed tables
@@ -20,6 +21,9 @@ DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "in
 ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1,
             "int32": 4, "int64": 8}
 REDOPS = ("sum", "prod", "min", "max", "avg")
+# the dtypes above MPI cannot reduce, and why, by name: what the command line refuses before any
+# rank starts (tests/test_collectives.py holds it to MPIBackend.unsupported, which reads torch)
+MPI_CANNOT_REDUCE = {"bfloat16": "MPI has no reduction for this dtype"}
 
 
 def named(name: str, package: str):

@@ -84,6 +84,18 @@ def test_a_transport_that_cannot_refuses_clearly():
     assert "MPI has no reduction" in MPIBackend().unsupported("sum", torch.bfloat16)
 
 
+def test_the_command_line_s_table_of_what_mpi_cannot_reduce_is_mpi_s_own():
+    """The names the command line refuses without torch (commbench.names.MPI_CANNOT_REDUCE) are
+    exactly the dtypes MPIBackend refuses, with its words."""
+    from commbench.names import DTYPE_NAMES, MPI_CANNOT_REDUCE
+    from commbench.wire.dtypes import DTYPES
+    from commbench.wire.transport.mpi_backend import MPIBackend
+
+    for name in DTYPE_NAMES:
+        for op in ("sum", "prod", "min", "max", "avg"):
+            assert MPI_CANNOT_REDUCE.get(name) == MPIBackend.unsupported(op, DTYPES[name]), name
+
+
 # -- all-to-allv and barrier as the benchmark times them (commbench.timing.native) ---------------
 def _measured(ctx, op, transport, nbytes, reversed_rows=False):
     """One benchmark row's measurement of ``op`` on this rank; ``reversed_rows``: the broken

@@ -1,10 +1,12 @@
 """What a user reads: a script with a syntax error is
 refused before any rank starts; predict layout names its NCCL version; --resume with nothing to
-resume says so."""
+resume says so; a run says it is starting its ranks before it imports torch."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 from said import said
@@ -78,13 +80,75 @@ def test_the_hint_follows_what_failed_not_a_word_in_it(cmd, message, hint):
 
 
 def test_a_local_world_says_it_is_starting_before_its_ranks_take_their_seconds(capsys):
-    from commbench.cli.checks import start_world
+    """... and gives the start its import of torch, to run once the ranks' processes exist
+    (their start-up and the import overlap: test_a_run_imports_torch_only_once_its_ranks_start)."""
+    from commbench.cli.checks import _import_torch, start_world
     from commbench.world.local import LocalWorld
 
     world = LocalWorld(4, launch="plain")  # made, not started
-    printed = []
-    world.start = lambda: printed.append(capsys.readouterr().out)  # what was said before
+    printed, given = [], []
+
+    def start(meanwhile=None):
+        printed.append(capsys.readouterr().out)  # what was said before
+        given.append(meanwhile)
+
+    world.start = start
     start_world(world, True)
     assert printed == ["# starting 4 local rank(s) (plain): a few seconds\n"]
     start_world(world, False)  # a rank that does not print says nothing
-    assert printed[-1] == ""
+    assert printed[-1] == "" and given == [_import_torch, _import_torch]
+
+
+# a fresh interpreter that runs ``commbench run`` up to the point where it would start its ranks
+# (commbench.cli.run.start_world), refusing torch until then, and says whether it was asked for
+_UP_TO_THE_START = """
+import importlib.abc, sys
+class NoTorch(importlib.abc.MetaPathFinder):
+    asked = False
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == "torch":
+            NoTorch.asked = True
+            raise ImportError("torch, before the ranks start")
+sys.meta_path.insert(0, NoTorch())
+import commbench.cli.run as run
+def start_world(world, prints):
+    print("the start reached", flush=True)
+    raise SystemExit(0)
+run.start_world = start_world
+try:
+    {early}
+    from commbench.cli.main import main
+    main(sys.argv[1:])
+except BaseException:
+    pass
+print("torch asked for before the start:", NoTorch.asked, flush=True)
+"""
+
+
+def _torch_before_the_start(tmp_path, early: str = "pass") -> bool:
+    """Whether ``commbench run`` asked for torch before starting its ranks, in a fresh
+    interpreter (``early``: a line run before the command line, a broken variant); False only
+    where the run got as far as the start."""
+    out = subprocess.run([sys.executable, "-c", _UP_TO_THE_START.format(early=early), "run",
+                          "all_reduce", "--np", "2", "-b", "8", "-e", "8", "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=300)
+    said_ = [ln for ln in out.stdout.splitlines() if ln.startswith("torch asked for")]
+    assert out.returncode == 0 and len(said_) == 1, (out.stdout[-2000:], out.stderr[-2000:])
+    return said_[0].endswith("True") or "the start reached" not in out.stdout
+
+
+def test_a_run_imports_torch_only_once_its_ranks_start(tmp_path):
+    """Importing torch takes a second or two of a core: a run's checks, its results folder and
+    its world's making come first (so that it says it is starting its ranks at once), and torch
+    is imported while the ranks start. On a host with a GPU driver the memory check asks torch
+    first (the GPU's free memory)."""
+    from commbench.results.machine import no_gpu_driver
+
+    if not no_gpu_driver():
+        pytest.skip("this host has a GPU driver: the check of the GPU's memory imports torch")
+    assert not _torch_before_the_start(tmp_path)
+    # broken on purpose: a module the command line imports that reads torch at its import
+    assert _torch_before_the_start(tmp_path, "import commbench.wire.dtypes")
+    # broken on purpose: the memory check that asks torch where the host may have a GPU
+    assert _torch_before_the_start(tmp_path, "import commbench.cli.checks as c; "
+                                   "c.no_gpu_driver = lambda: False")

@@ -113,6 +113,21 @@ def test_unpicklable_function_is_refused_before_sending():
 
 
 @local
+def test_a_start_s_own_work_runs_once_the_ranks_processes_exist():
+    """``start(meanwhile=...)`` runs the driver's own work (commbench.cli.checks.start_world:
+    its import of torch) after the ranks' processes are made, before they are waited for."""
+    w = LocalWorld(1, launch="plain")
+    seen = []
+    try:
+        w.start(meanwhile=lambda: seen.append((len(w._procs), w.alive)))
+        assert seen == [(1, False)] and w.alive
+        w.start(meanwhile=lambda: seen.append("again"))  # alive: no start, no work
+        assert seen == [(1, False)]
+    finally:
+        w.close()
+
+
+@local
 def test_planted_hang_names_op_and_missing_ranks():
     with LocalWorld(3) as w:
         pids = list(w.pids.values())
@@ -307,7 +322,7 @@ def test_a_start_whose_mpi_init_failed_is_tried_once_more_and_only_once(monkeypa
     tries: list[int] = []
 
     def fails(times: int):
-        def _start(self):
+        def _start(self, meanwhile=None):
             tries.append(1)
             if len(tries) <= times:
                 raise InitFailed("local world of 2: ...\nMessage from rank 1 truncated")

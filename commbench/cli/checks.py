@@ -10,7 +10,7 @@ import tempfile
 
 from commbench.cli.common import UsageError
 from commbench.results.files import kind_of
-from commbench.results.machine import machine_class
+from commbench.results.machine import check_label, no_gpu_driver
 from commbench.runtime.launch import LaunchError, detect, shared_gpu
 from commbench.world.local import LocalWorld
 
@@ -85,7 +85,7 @@ def check_world(a) -> None:
     if getattr(a, "timeout", None) is not None and not a.timeout > 0:
         raise UsageError(f"--timeout {a.timeout}: must be > 0")
     try:
-        machine_class(a.label)
+        check_label(a.label)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if a.np < 1:
@@ -183,6 +183,8 @@ def check_gpus(launched: bool, env=None, gpus: int | None = None) -> None:
     env = os.environ if env is None else env
     if not launched or env.get("COMMBENCH_BACKEND", "nccl") != "nccl":
         return
+    if gpus is None and no_gpu_driver():
+        gpus = 0
     if gpus is None:
         # lazy: imports torch
         import torch
@@ -223,6 +225,8 @@ def check_np(np: int, flag: str = "--np") -> None:
 def device_free_bytes() -> int | None:
     """Free memory of the GPU this rank binds (``torch.cuda.mem_get_info``), or None without
     CUDA (then the buffers live in host memory)."""
+    if no_gpu_driver():
+        return None
     try:
         # lazy: imports torch
         import torch
@@ -300,12 +304,25 @@ def check_memory(largest: int, itemsize: int, ranks_here: int, ranks: int, check
 
 def start_world(world, prints: bool) -> None:
     """Start ``world``; a local world that is not up yet says so first, at once, since its
-    ranks take seconds to start (a launcher's ranks are already running)."""
+    ranks take seconds to start (a launcher's ranks are already running). Once its ranks'
+    processes exist, and while they start on the other cores, this process imports torch:
+    every command that starts ranks needs it next, and nothing before this point imports it."""
 
-    if prints and isinstance(world, LocalWorld) and not world.alive:
+    if not isinstance(world, LocalWorld) or world.alive:
+        world.start()
+        return
+    if prints:
         print(f"# starting {world.size} local rank(s) ({world.launch}): a few seconds",
               flush=True)
-    world.start()
+    world.start(meanwhile=_import_torch)
+
+
+def _import_torch() -> None:
+    try:
+        # lazy: imports torch
+        import torch  # noqa: F401  (while a local world's ranks start: start_world)
+    except ImportError:  # the command's own import says so, as it would without this
+        pass
 
 
 def open_world(a, *, local_timeout_s: float = 120.0, stop_on_raise: bool = False,

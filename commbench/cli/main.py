@@ -134,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _warm_ranks(args) -> None:
     """A command that may start local ranks (it takes ``--np``, and no launcher started this
-    one) starts their zygote now, which imports torch while this process does
-    (:mod:`commbench.world.local.zygote`); a command refused or done without ranks ends it."""
+    one) starts their zygote now, which imports torch while this process checks the command
+    and, once the ranks' processes exist, imports it too (:mod:`commbench.world.local.zygote`,
+    :func:`commbench.cli.checks.start_world`); a command refused or done without ranks ends it."""
     if not isinstance(getattr(args, "np", None), int) or args.np < 1:
         return
 

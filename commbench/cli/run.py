@@ -60,9 +60,6 @@ def command(a) -> int:
 
 def run(a, ops: list[str], sizes: list[int], made=None) -> int:
     """Run the checked command; ``made``: the (world, prints) already started, or None."""
-    # lazy: imports numpy, torch
-    from commbench.studies.collectives import sweep
-
     wanted = [w for w in a.algo.split(",") if w]
     _check_algos(wanted, ops)
     if a.targets == ["model"] and a.refit:  # stored measurements only: no ranks needed
@@ -89,6 +86,9 @@ def run(a, ops: list[str], sizes: list[int], made=None) -> int:
         study = STUDIES.get(a.targets[0]) if len(a.targets) == 1 else None
         if study is not None:
             return study(study_settings(a), world, transports, sizes, launch, prints, emit)
+        # lazy: imports numpy, torch
+        from commbench.studies.collectives import sweep  # once the ranks are up (start_world)
+
         return sweep(sweep_settings(a, wanted), world, ops, sizes, transports, launch, prints,
                      emit)
     finally:

@@ -11,6 +11,7 @@ from commbench.names import (
     COLLECTIVES,
     DTYPE_NAMES,
     ITEMSIZE,
+    MPI_CANNOT_REDUCE,
     REDOPS,
     ROOTED,
     SUITE,
@@ -239,17 +240,10 @@ def _check_transports(a, ops: list[str]) -> None:
         raise UsageError(f"--transport {','.join(bad)}: this world will have {', '.join(have)}")
 
     reducing = [op for op in ops if OPS[op].reduces]
-    if "mpi" in wanted and reducing:
-        # lazy: imports torch
-        from commbench.wire.dtypes import DTYPES
-
-        # lazy: imports torch
-        from commbench.wire.transport.mpi_backend import MPIBackend
-
-        why = MPIBackend.unsupported(a.op, DTYPES[a.datatype])
-        if why:
-            raise UsageError(f"-d {a.datatype} -o {a.op} over mpi ({', '.join(reducing)}): "
-                             f"{why}; choose another dtype or --transport")
+    why = MPI_CANNOT_REDUCE.get(a.datatype)  # by name: torch is not imported before ranks start
+    if "mpi" in wanted and reducing and why:
+        raise UsageError(f"-d {a.datatype} -o {a.op} over mpi ({', '.join(reducing)}): "
+                         f"{why}; choose another dtype or --transport")
     if "nccl" in wanted and reducing:
         # lazy: imports torch
         from commbench.wire.dtypes import DTYPES

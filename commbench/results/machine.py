@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import platform
 import re
+import sys
 
-__all__ = ["cores", "machine_class", "slug"]
+__all__ = ["check_label", "cores", "machine_class", "no_gpu_driver", "slug"]
 
 _NOISE = re.compile(r"\((r|tm)\)|\bcpu\b|\bprocessor\b|@\s*[\d.]+\s*[gm]hz|\bwith\b.*$")
 
@@ -41,20 +42,43 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+# what a GPU torch can use leaves on a Linux host before torch is asked: the NVIDIA driver's
+# /proc entry and control node, ROCm's kernel driver node, WSL2's GPU paravirtualisation node
+GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
+def no_gpu_driver(paths: tuple[str, ...] = GPU_DRIVER_PATHS) -> bool:
+    """True where torch cannot see a GPU, known without importing torch (a second of a
+    core): Linux with none of ``paths`` (no driver a CUDA or ROCm device would need), or
+    macOS (no CUDA build of torch). False means only that torch must be asked."""
+    if sys.platform == "darwin":
+        return True
+    return sys.platform.startswith("linux") and not any(os.path.exists(p) for p in paths)
+
+
 LABEL_MAX = 64  # characters of a machine class: results' file names stay far below 255 bytes
+
+
+def check_label(label: str = "") -> str:
+    """``label`` (or ``COMMBENCH_HARDWARE``), '' when neither is given; ValueError naming the
+    rule it breaks. Without torch: a command checks it before anything imports torch."""
+    label = label or os.environ.get("COMMBENCH_HARDWARE", "")
+    if label and len(label) > LABEL_MAX:
+        raise ValueError(f"--label of {len(label)} characters: at most {LABEL_MAX} (it names "
+                         "the results files)")
+    if label and slug(label) != label:
+        raise ValueError(f"--label {label!r}: use lower-case letters, digits and '-' "
+                         f"(e.g. {slug(label)!r})")
+    return label
 
 
 def machine_class(label: str = "") -> str:
     """``label`` (or ``COMMBENCH_HARDWARE``) when given, else this machine's class."""
-    label = label or os.environ.get("COMMBENCH_HARDWARE", "")
+    label = check_label(label)
     if label:
-        if len(label) > LABEL_MAX:
-            raise ValueError(f"--label of {len(label)} characters: at most {LABEL_MAX} (it names "
-                             "the results files)")
-        if slug(label) != label:
-            raise ValueError(f"--label {label!r}: use lower-case letters, digits and '-' "
-                             f"(e.g. {slug(label)!r})")
         return label
+    if no_gpu_driver():
+        return f"{slug(_cpu_model())}-{cores()}c"
     # lazy: imports torch
     import torch
 

@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from multiprocessing.connection import Listener, wait
 
 from commbench.runtime import crashlog, shm
@@ -84,22 +85,24 @@ class LocalWorld(FailureReports):
         return bool(self._conns) and all(p.poll() is None for p in self._procs) and \
             all(spawn.running(pid) for pid in self._pids.values())
 
-    def start(self) -> LocalWorld:
+    def start(self, meanwhile: Callable[[], object] | None = None) -> LocalWorld:
         """Start the ranks (a no-op while they are alive). Under ``mpiexec`` a start whose
-        ``MPI_Init`` failed inside MPICH is tried once more, saying so on stderr."""
+        ``MPI_Init`` failed inside MPICH is tried once more, saying so on stderr.
+        ``meanwhile``: work of this process's own done once the ranks' processes exist and
+        before they are waited for, while they start on the other cores (each start calls it)."""
         if self.alive:
             return self
         try:
-            return self._start()
+            return self._start(meanwhile)
         except spawn.InitFailed as exc:
             if self.launch != "mpi":
                 raise
             first = str(exc).splitlines()[-1] if str(exc) else ""
             print(f"commbench: local world of {self.size}: MPI_Init failed inside MPICH "
                   f"({first.strip()[:160]}); starting the world once more", file=sys.stderr)
-            return self._start()
+            return self._start(meanwhile)
 
-    def _start(self) -> LocalWorld:
+    def _start(self, meanwhile: Callable[[], object] | None = None) -> LocalWorld:
         if os.environ.get("COMMBENCH_WORKER"):
             raise WorldError("a rank of a local world cannot start another local world (a script "
                              "whose functions run on the ranks needs an `if __name__ == "
@@ -144,6 +147,8 @@ class LocalWorld(FailureReports):
                     stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=pre))
         _LIVE.add(self)
         try:
+            if meanwhile is not None:  # the ranks connect and start meanwhile; the deadline
+                meanwhile()            # below counts from its end
             self._conns, self.transports = spawn.accept_ranks(
                 listener, self._procs, self.size, self.start_timeout_s, self._dir, self._pids)
         except BaseException:
