@@ -81,7 +81,7 @@ def test_the_hint_follows_what_failed_not_a_word_in_it(cmd, message, hint):
 
 def test_a_local_world_says_it_is_starting_before_its_ranks_take_their_seconds(capsys):
     """... and gives the start its import of torch, to run once the ranks' processes exist
-    (their start-up and the import overlap: test_a_run_imports_torch_only_once_its_ranks_start)."""
+    (their start-up and the import overlap: the next tests)."""
     from commbench.cli.checks import _import_torch, start_world
     from commbench.world.local import LocalWorld
 
@@ -99,22 +99,24 @@ def test_a_local_world_says_it_is_starting_before_its_ranks_take_their_seconds(c
     assert printed[-1] == "" and given == [_import_torch, _import_torch]
 
 
-# a fresh interpreter that runs ``commbench run`` up to the point where it would start its ranks
-# (commbench.cli.run.start_world), refusing torch until then, and says whether it was asked for
+# a fresh interpreter that runs a command up to the point where it would start its ranks
+# (commbench.cli.checks.start_world), refusing torch until then, and says whether it was asked for
 _UP_TO_THE_START = """
-import importlib.abc, sys
+import importlib.abc, sys, traceback
 class NoTorch(importlib.abc.MetaPathFinder):
     asked = False
     def find_spec(self, name, path, target=None):
-        if name.split(".")[0] == "torch":
+        # an import (not a look-up: audit asks whether the script's imports are installed)
+        if name.split(".")[0] == "torch" and any(
+                f.name == "_find_and_load" for f in traceback.extract_stack()):
             NoTorch.asked = True
             raise ImportError("torch, before the ranks start")
 sys.meta_path.insert(0, NoTorch())
-import commbench.cli.run as run
+import commbench.cli.checks as checks, commbench.cli.run as run
 def start_world(world, prints):
     print("the start reached", flush=True)
     raise SystemExit(0)
-run.start_world = start_world
+checks.start_world = run.start_world = start_world
 try:
     {early}
     from commbench.cli.main import main
@@ -123,32 +125,42 @@ except BaseException:
     pass
 print("torch asked for before the start:", NoTorch.asked, flush=True)
 """
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
+# the commands that start ranks, as a user gives them (each writes into the test's folder)
+STARTING = {"run": ["run", "all_reduce", "--np", "2", "-b", "8", "-e", "8"],
+            "run ulysses": ["run", "ulysses", "--np", "2"],
+            "claims": ["claims", "--np", "2"],
+            "audit": ["audit", os.path.join(EXAMPLES, "torch_tp_sp.py"), "--np", "2"]}
 
 
-def _torch_before_the_start(tmp_path, early: str = "pass") -> bool:
-    """Whether ``commbench run`` asked for torch before starting its ranks, in a fresh
+def _torch_before_the_start(tmp_path, command: list[str], early: str = "pass") -> bool:
+    """Whether ``commbench COMMAND`` asked for torch before starting its ranks, in a fresh
     interpreter (``early``: a line run before the command line, a broken variant); False only
-    where the run got as far as the start."""
-    out = subprocess.run([sys.executable, "-c", _UP_TO_THE_START.format(early=early), "run",
-                          "all_reduce", "--np", "2", "-b", "8", "-e", "8", "--out",
-                          str(tmp_path)], capture_output=True, text=True, timeout=300)
+    where the command got as far as the start."""
+    out = subprocess.run([sys.executable, "-c", _UP_TO_THE_START.format(early=early), *command,
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     said_ = [ln for ln in out.stdout.splitlines() if ln.startswith("torch asked for")]
     assert out.returncode == 0 and len(said_) == 1, (out.stdout[-2000:], out.stderr[-2000:])
     return said_[0].endswith("True") or "the start reached" not in out.stdout
 
 
-def test_a_run_imports_torch_only_once_its_ranks_start(tmp_path):
-    """Importing torch takes a second or two of a core: a run's checks, its results folder and
-    its world's making come first (so that it says it is starting its ranks at once), and torch
-    is imported while the ranks start. On a host with a GPU driver the memory check asks torch
-    first (the GPU's free memory)."""
+@pytest.mark.parametrize("name", STARTING)
+def test_a_command_imports_torch_only_once_its_ranks_start(tmp_path, name):
+    """Importing torch takes a second or two of a core: a command's checks, its results folder
+    and its world's making come first (so that it says it is starting its ranks at once), and
+    torch is imported while the ranks start. On a host with a GPU driver the memory check asks
+    torch first (the GPU's free memory)."""
     from commbench.results.machine import no_gpu_driver
 
     if not no_gpu_driver():
         pytest.skip("this host has a GPU driver: the check of the GPU's memory imports torch")
-    assert not _torch_before_the_start(tmp_path)
+    assert not _torch_before_the_start(tmp_path, STARTING[name])
+
+
+def test_a_command_that_imports_torch_before_its_ranks_start_is_caught(tmp_path):
+    run = STARTING["run"]
     # broken on purpose: a module the command line imports that reads torch at its import
-    assert _torch_before_the_start(tmp_path, "import commbench.wire.dtypes")
+    assert _torch_before_the_start(tmp_path, run, "import commbench.wire.dtypes")
     # broken on purpose: the memory check that asks torch where the host may have a GPU
-    assert _torch_before_the_start(tmp_path, "import commbench.cli.checks as c; "
+    assert _torch_before_the_start(tmp_path, run, "import commbench.cli.checks as c; "
                                    "c.no_gpu_driver = lambda: False")

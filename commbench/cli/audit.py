@@ -116,16 +116,18 @@ def _audit(a) -> int:
 
     # NCCL records each collective's start and end on the GPU (the device time of the tables)
     os.environ.setdefault(NCCL_TIMING, "1")
-    # lazy: imports torch
-    import torch
-
     # the script's own collectives may be on CPU tensors beside CUDA ones (its backend string
     # "cpu:gloo,cuda:nccl"): the world gives both a backend; a rank whose script raises ends the
     # audit within seconds, naming it (its peers would wait in the collective it never joins
     # until the timeout); without --timeout a local audit has no limit
-    world, prints = checks.open_world(
-        a, local_timeout_s=float("inf"), stop_on_raise=True,
-        pg_backend="cpu:gloo,cuda:nccl" if launcher and torch.cuda.is_available() else None)
+    pg_backend = None
+    if launcher:  # a local world imports torch once its ranks' processes exist (start_world)
+        # lazy: imports torch
+        import torch
+
+        pg_backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else None
+    world, prints = checks.open_world(a, local_timeout_s=float("inf"), stop_on_raise=True,
+                                      pg_backend=pg_backend)
     if launcher and checks.refused_together(world, getattr(a, "host_refusal", ""), prints):
         world.close()
         return 2

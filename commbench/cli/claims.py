@@ -23,12 +23,6 @@ def add_parser(sub) -> None:
 
 
 def command(a) -> int:
-    # lazy: imports torch
-    from commbench.studies.claims import claims_markdown, measure_claim
-
-    # lazy: imports torch
-    from commbench.studies.claims_list import CLAIMS
-
     if a.np < 2:
         raise UsageError(f"--np {a.np}: the claims need at least 2 ranks")
     checks.check_world(a)
@@ -36,7 +30,13 @@ def command(a) -> int:
         raise UsageError(a.host_refusal)
     world, prints = checks.open_world(a)
     try:
-        checks.start_world(world, prints)
+        checks.start_world(world, prints)  # imports torch while the ranks start
+        # lazy: imports torch
+        from commbench.studies.claims import claims_markdown, measure_claim
+
+        # lazy: imports torch
+        from commbench.studies.claims_list import CLAIMS
+
         n = world.size
         rows = [measure_claim(world, c) for c in CLAIMS if n >= c.min_ranks]
         launch = a.launcher or f"local-{world.launch}"
