@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import sys
 
 import pytest
 
@@ -69,3 +70,15 @@ def test_on_a_gpu_nccl_s_own_buffers_are_charged_beside_the_sweep_s(monkeypatch)
     monkeypatch.setattr(checks, "NCCL_COLLECTIVE_BYTES", 0)
     monkeypatch.setattr(checks, "NCCL_P2P_BYTES", 0)
     checks.check_memory(largest, 4, 1, 8, True)  # the buffers alone would have been let through
+
+
+def test_a_host_without_a_gpu_driver_is_known_without_torch(tmp_path, monkeypatch):
+    """Where no driver node a GPU needs exists, the memory check before the ranks start reads
+    the host's memory without asking torch; where one exists, torch decides."""
+    monkeypatch.setattr(sys, "platform", "linux")
+    absent, present = str(tmp_path / "nvidiactl"), str(tmp_path)
+    assert checks.no_gpu_driver((absent,)) and not checks.no_gpu_driver((absent, present))
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert checks.no_gpu_driver((present,))
+    monkeypatch.setattr(sys, "platform", "win32")  # no such nodes to read: torch decides
+    assert not checks.no_gpu_driver((absent,))

@@ -7,11 +7,10 @@ import json
 import math
 import os
 import stat
-import sys
 
 import pytest
 
-from commbench.results.machine import LABEL_MAX, check_label, machine_class, no_gpu_driver, slug
+from commbench.results.machine import LABEL_MAX, check_label, machine_class, slug
 from commbench.results.records import (
     Rows,
     csv_text,
@@ -111,18 +110,6 @@ def test_a_machine_label_at_its_limits():
         with pytest.raises(ValueError, match="--label"):
             check_label(label)
     assert check_label("my-box") == "my-box"
-
-
-def test_a_host_without_a_gpu_driver_is_known_without_torch(tmp_path, monkeypatch):
-    """Where no driver node a GPU needs exists, the machine's class is its CPU's, and torch is
-    not asked; where one exists, torch decides."""
-    monkeypatch.setattr(sys, "platform", "linux")
-    absent, present = str(tmp_path / "nvidiactl"), str(tmp_path)
-    assert no_gpu_driver((absent,)) and not no_gpu_driver((absent, present))
-    monkeypatch.setattr(sys, "platform", "darwin")
-    assert no_gpu_driver((present,))
-    monkeypatch.setattr(sys, "platform", "win32")  # no such nodes to read: torch decides
-    assert not no_gpu_driver((absent,))
 
 
 def test_a_plot_s_title_names_machine_transport_world_and_commit():

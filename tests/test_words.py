@@ -150,7 +150,7 @@ def test_a_command_imports_torch_only_once_its_ranks_start(tmp_path, name):
     and its world's making come first (so that it says it is starting its ranks at once), and
     torch is imported while the ranks start. On a host with a GPU driver the memory check asks
     torch first (the GPU's free memory)."""
-    from commbench.results.machine import no_gpu_driver
+    from commbench.cli.checks import no_gpu_driver
 
     if not no_gpu_driver():
         pytest.skip("this host has a GPU driver: the check of the GPU's memory imports torch")

@@ -10,7 +10,7 @@ import tempfile
 
 from commbench.cli.common import UsageError
 from commbench.results.files import kind_of
-from commbench.results.machine import check_label, no_gpu_driver
+from commbench.results.machine import check_label
 from commbench.runtime.launch import LaunchError, detect, shared_gpu
 from commbench.world.local import LocalWorld
 
@@ -183,8 +183,6 @@ def check_gpus(launched: bool, env=None, gpus: int | None = None) -> None:
     env = os.environ if env is None else env
     if not launched or env.get("COMMBENCH_BACKEND", "nccl") != "nccl":
         return
-    if gpus is None and no_gpu_driver():
-        gpus = 0
     if gpus is None:
         # lazy: imports torch
         import torch
@@ -222,9 +220,24 @@ def check_np(np: int, flag: str = "--np") -> None:
                          "available (MemAvailable)")
 
 
+# what a GPU torch can use leaves on a Linux host before torch is asked: the NVIDIA driver's
+# /proc entry and control node, ROCm's kernel driver node, WSL2's GPU paravirtualisation node
+GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
+def no_gpu_driver(paths: tuple[str, ...] = GPU_DRIVER_PATHS) -> bool:
+    """True where torch cannot see a GPU, known without importing torch (a second of a
+    core): Linux with none of ``paths`` (no driver a CUDA or ROCm device would need), or
+    macOS (no CUDA build of torch). False means only that torch must be asked."""
+    if sys.platform == "darwin":
+        return True
+    return sys.platform.startswith("linux") and not any(os.path.exists(p) for p in paths)
+
+
 def device_free_bytes() -> int | None:
     """Free memory of the GPU this rank binds (``torch.cuda.mem_get_info``), or None without
-    CUDA (then the buffers live in host memory)."""
+    CUDA (then the buffers live in host memory). On a host without a GPU driver, None without
+    asking torch: the check runs before the ranks start, and torch is imported while they do."""
     if no_gpu_driver():
         return None
     try:

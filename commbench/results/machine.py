@@ -11,9 +11,8 @@ from __future__ import annotations
 import os
 import platform
 import re
-import sys
 
-__all__ = ["check_label", "cores", "machine_class", "no_gpu_driver", "slug"]
+__all__ = ["check_label", "cores", "machine_class", "slug"]
 
 _NOISE = re.compile(r"\((r|tm)\)|\bcpu\b|\bprocessor\b|@\s*[\d.]+\s*[gm]hz|\bwith\b.*$")
 
@@ -42,20 +41,6 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-# what a GPU torch can use leaves on a Linux host before torch is asked: the NVIDIA driver's
-# /proc entry and control node, ROCm's kernel driver node, WSL2's GPU paravirtualisation node
-GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
-
-
-def no_gpu_driver(paths: tuple[str, ...] = GPU_DRIVER_PATHS) -> bool:
-    """True where torch cannot see a GPU, known without importing torch (a second of a
-    core): Linux with none of ``paths`` (no driver a CUDA or ROCm device would need), or
-    macOS (no CUDA build of torch). False means only that torch must be asked."""
-    if sys.platform == "darwin":
-        return True
-    return sys.platform.startswith("linux") and not any(os.path.exists(p) for p in paths)
-
-
 LABEL_MAX = 64  # characters of a machine class: results' file names stay far below 255 bytes
 
 
@@ -77,8 +62,6 @@ def machine_class(label: str = "") -> str:
     label = check_label(label)
     if label:
         return label
-    if no_gpu_driver():
-        return f"{slug(_cpu_model())}-{cores()}c"
     # lazy: imports torch
     import torch
 
