@@ -144,6 +144,7 @@ def _torch_before_the_start(tmp_path, command: list[str], early: str = "pass") -
     return said_[0].endswith("True") or "the start reached" not in out.stdout
 
 
+@pytest.mark.local  # the commands start a local world: no launcher around pytest
 @pytest.mark.parametrize("name", STARTING)
 def test_a_command_imports_torch_only_once_its_ranks_start(tmp_path, name):
     """Importing torch takes a second or two of a core: a command's checks, its results folder
@@ -157,6 +158,7 @@ def test_a_command_imports_torch_only_once_its_ranks_start(tmp_path, name):
     assert not _torch_before_the_start(tmp_path, STARTING[name])
 
 
+@pytest.mark.local
 def test_a_command_that_imports_torch_before_its_ranks_start_is_caught(tmp_path):
     run = STARTING["run"]
     # broken on purpose: a module the command line imports that reads torch at its import
