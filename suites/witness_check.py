@@ -60,8 +60,10 @@ def _keeping(record: dict, fields: tuple[str, ...]) -> dict:
 def _figures(record: dict) -> tuple[float, ...]:
     """(median and highest witness over a launch's rows, the same of the arithmetic witness, its
     native all-reduce at 1 MiB), us."""
+    from commbench.results.compare import WITNESSES
+
     out = []
-    for field in ("witness_us", "witness_add_us"):
+    for field in WITNESSES:
         seen = [r[field] for r in record["rows"] if field in r] or [float("nan")]
         out += [statistics.median(seen), max(seen)]
     native = [r["time_us"] for r in record["rows"] if (r["op"], r["algo"], r["size"]) ==
@@ -70,7 +72,7 @@ def _figures(record: dict) -> tuple[float, ...]:
 
 
 def main() -> int:
-    from commbench.results.compare import load
+    from commbench.results.compare import WITNESSES, load
     from commbench.results.machine import machine_class
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -88,7 +90,7 @@ def main() -> int:
     when = "judged from kept tables" if a.tables else f"{(time.monotonic() - t0) / 60:.0f} min"
     figures = [_figures(r) for r in records]
     pairs = list(itertools.permutations(range(len(records)), 2))
-    rules = (("the gate's (both witnesses read)", ("witness_us", "witness_add_us")),
+    rules = (("the gate's (both witnesses read)", WITNESSES),
              ("the transport's witness alone", ("witness_us",)), ("witnesses ignored", ()))
     found = [[_judged(rs[i], rs[j]) for i, j in pairs]
              for rs in ([_keeping(r, fields) for r in records] for _, fields in rules)]

@@ -354,7 +354,7 @@ def _medians(rows: list[tuple[str, tuple, float]]) -> dict:
     return out
 
 
-def _witness(row: dict, field: str = "witness_us") -> str:
+def _witness(row: dict, field: str) -> str:
     """The row's witness ``field``, old -> new ('' unless both runs measured one)."""
     old, new = row.get(field) or (None, None)
     return f"{old:.0f}->{new:.0f}" if _number(old) and _number(new) else ""
@@ -414,7 +414,7 @@ def shifted(rows: list[dict], threshold: float, min_size: int) -> str:
 def report(rows: list[dict], bad: list[dict], threshold: float, min_size: int) -> str:
     table = [[r["op"], r["algo"], r["transport"], r["size"], f"{r['old_us']:.1f}",
               f"{r['new_us']:.1f}", f"{r['time_ratio']:.3f}", _span(r["old_range"]),
-              _span(r["new_range"]), f"{r['ratio']:.3f}", _witness(r), _witness(r, "witness_add_us"),
+              _span(r["new_range"]), f"{r['ratio']:.3f}", *(_witness(r, f) for f in WITNESSES),
               r["verdict"]] for r in rows]
     text = tabulate(table, headers=["op", "algo", "transport", "size", "old(us)", "new(us)",
                                     "time new/old", "old range(us)", "new range(us)",

@@ -16,6 +16,7 @@ from commbench.names import ITEMSIZE
 from commbench.ops import OPS, counts_for
 from commbench.results import records as res
 from commbench.results.busbw import algbw, busbw
+from commbench.results.compare import WITNESSES
 from commbench.timing.loop import slowest
 
 __all__ = ["HEADER", "format_row", "merge_rounds", "pool_passes", "run_series"]
@@ -83,9 +84,10 @@ def run_series(world, case: Case, sizes: list[int], record: dict | None = None,
                "busbw": busbw(case.op, n, size, seconds), "wrong": sum(o["wrong"] for o in outs),
                "sent": max(o["sent"] for o in outs), "recv": max(o["recv"] for o in outs),
                "pred_sent": max(o["pred_sent"] for o in outs)}
-        if "witness" in outs[0]:  # the machine's state beside the row (collectives.measure)
-            row["witness_us"] = statistics.median(slowest([o["witness"] for o in outs])) * 1e6
-            row["witness_add_us"] = statistics.median(slowest([o["witness_add"] for o in outs])) * 1e6
+        for field in WITNESSES:  # the machine's state beside the row (collectives.measure):
+            sample = field.removesuffix("_us")  # each rank's samples, as measure names them
+            if sample in outs[0]:
+                row[field] = statistics.median(slowest([o[sample] for o in outs])) * 1e6
         if samples:
             row["samples_s"] = iters
         if timeline is not None and "span" in outs[0]:
@@ -113,7 +115,7 @@ def merge_rounds(rounds: list[list[dict]], n: int) -> list[dict]:
         best = min(rows, key=lambda r: r["time_us"])
         row = dict(rows[0])
         row.update({k: best[k] for k in ("time_us", "p10_us", "p99_us", "max_us", "avg_us",
-                                         "witness_us", "witness_add_us") if k in best},
+                                         *WITNESSES) if k in best},
                    min_us=min(r["min_us"] for r in rows), rounds_us=[r["time_us"] for r in rows],
                    wrong=sum(r["wrong"] for r in rows))
         out.append(_bandwidths(row, n))
